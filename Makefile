@@ -1,0 +1,36 @@
+# relay_ir: `make demo` (the main job) and `make test` set everything up on a fresh machine.
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all test demo install bench lint clean test-gpu
+
+all: test
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+
+$(STAMP): $(VPY) setup.cfg pyproject.toml
+	$(VPY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(VPY) -m pytest -n $(NPROC) $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)
+	$(VPY) -m pytest -m gpu $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VPY) -m relay_ir.demo
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

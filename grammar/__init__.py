@@ -1,0 +1,1 @@
+"""Package data: the Relay text grammar (relay.lark)."""

@@ -1,0 +1,183 @@
+"""Pass infrastructure: passes, pipelines and the pass context.
+
+A pass is a frozen dataclass with class-level ``name`` (kebab-case) and ``opt_level``; its
+options are dataclass fields. It implements ``transform_module(mod, ctx) -> IRModule`` and
+never mutates its input. ``pass_(mod)`` runs it under the current :class:`PassContext`
+(instruments included).
+"""
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
+
+from relay_ir.errors import DiagnosticError, PassError
+from relay_ir.expr import Function
+from relay_ir.module import IRModule
+
+
+@dataclass(frozen=True)
+class PassInfo:
+    """Name, optimization level and required passes of a pass."""
+
+    name: str
+    opt_level: int
+    required: tuple[str, ...] = ()
+
+
+class PassContext:
+    """Settings for running passes; a context manager on a stack.
+
+    ``opt_level``: passes above it are skipped by :class:`Sequential` (unless required).
+    ``required_pass`` / ``disabled_pass``: names forced on / off. ``instruments``: hooks.
+    ``config``: free-form options for passes.
+    """
+
+    _current: ClassVar[contextvars.ContextVar[PassContext | None]] = contextvars.ContextVar(
+        "relay_ir_pass_context", default=None)
+
+    def __init__(self, opt_level: int = 2, required_pass: Sequence[str] = (),
+                 disabled_pass: Sequence[str] = (), instruments: Sequence[Any] = (),
+                 config: dict[str, Any] | None = None):
+        self.opt_level = opt_level
+        self.required_pass = tuple(required_pass)
+        self.disabled_pass = tuple(disabled_pass)
+        self.instruments = tuple(instruments)
+        self.config = dict(config or {})
+        self._tokens: list[contextvars.Token] = []
+
+    @classmethod
+    def current(cls) -> PassContext:
+        ctx = cls._current.get()
+        if ctx is None:
+            ctx = PassContext()
+            cls._current.set(ctx)
+        return ctx
+
+    def __enter__(self) -> PassContext:
+        self._tokens.append(self._current.set(self))
+        for inst in self.instruments:
+            hook = getattr(inst, "enter_pass_ctx", None)
+            if hook:
+                hook()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for inst in self.instruments:
+            hook = getattr(inst, "exit_pass_ctx", None)
+            if hook:
+                hook()
+        self._current.reset(self._tokens.pop())
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Base of all passes. Subclasses set ``name``/``opt_level`` and ``transform_module``."""
+
+    name: ClassVar[str] = "pass"
+    opt_level: ClassVar[int] = 0
+    required: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def info(self) -> PassInfo:
+        return PassInfo(self.name, self.opt_level, tuple(self.required))
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        raise NotImplementedError(f"pass {self.name} has no transform_module")
+
+    def __call__(self, mod: IRModule, ctx: PassContext | None = None) -> IRModule:
+        ctx = ctx or PassContext.current()
+        return run_pass(self, mod, ctx)
+
+
+def run_pass(p: Pass, mod: IRModule, ctx: PassContext) -> IRModule:
+    """Run one pass with the context's instruments around it."""
+    if not isinstance(mod, IRModule):
+        raise TypeError(f"pass {p.name} expects an IRModule, got {type(mod).__name__}")
+    for inst in ctx.instruments:
+        should = getattr(inst, "should_run", None)
+        if should is not None and not should(mod, p.info):
+            return mod
+    for inst in ctx.instruments:
+        hook = getattr(inst, "run_before_pass", None)
+        if hook:
+            hook(mod, p.info)
+    try:
+        out = p.transform_module(mod, ctx)
+    except DiagnosticError:
+        raise
+    except RecursionError as e:  # NOTE: a bug, never the user's fault
+        raise PassError(f"pass {p.name} exceeded the recursion limit: {e}",
+                        pass_name=p.name) from e
+    for inst in ctx.instruments:
+        hook = getattr(inst, "run_after_pass", None)
+        if hook:
+            hook(out, p.info)
+    return out
+
+
+@dataclass(frozen=True)
+class FunctionPass(Pass):
+    """A pass applied to every global function independently: override ``transform_function``."""
+
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        raise NotImplementedError(f"pass {self.name} has no transform_function")
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        changed = {}
+        for name, fn in mod.functions.items():
+            new = self.transform_function(fn, mod, ctx)
+            if new is not fn:
+                changed[name] = new
+        return mod.with_functions(changed) if changed else mod
+
+
+@dataclass(frozen=True)
+class Sequential(Pass):
+    """Run passes in order, skipping those above the context's opt_level or disabled."""
+
+    passes: tuple[Pass, ...] = ()
+    seq_name: str = "sequential"
+    seq_opt_level: int = 0
+    name: ClassVar[str] = "sequential"
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        for p in self.passes:
+            if p.name in ctx.disabled_pass:
+                continue
+            if p.opt_level > ctx.opt_level and p.name not in ctx.required_pass:
+                continue
+            for req in p.required:
+                if req not in ctx.disabled_pass:
+                    from relay_ir.passes import get_pass
+                    mod = run_pass(get_pass(req), mod, ctx)
+            mod = run_pass(p, mod, ctx)
+        return mod
+
+
+def module_pass(name: str, opt_level: int = 0, required: tuple[str, ...] = ()
+                ) -> Callable[[Callable[[IRModule, PassContext], IRModule]], type[Pass]]:
+    """Decorator: turn ``fn(mod, ctx) -> mod`` into a Pass class."""
+    def wrap(fn: Callable[[IRModule, PassContext], IRModule]) -> type[Pass]:
+        cls = dataclass(frozen=True)(type(fn.__name__, (Pass,), {
+            "name": name, "opt_level": opt_level, "required": required,
+            "__doc__": fn.__doc__,
+            "transform_module": lambda self, mod, ctx: fn(mod, ctx)}))
+        return cls
+    return wrap
+
+
+def function_pass(name: str, opt_level: int = 0, required: tuple[str, ...] = ()
+                  ) -> Callable[[Callable[[Function, IRModule, PassContext], Function]],
+                                type[Pass]]:
+    """Decorator: turn ``fn(func, mod, ctx) -> func`` into a FunctionPass class."""
+    def wrap(fn: Callable[[Function, IRModule, PassContext], Function]) -> type[Pass]:
+        cls = dataclass(frozen=True)(type(fn.__name__, (FunctionPass,), {
+            "name": name, "opt_level": opt_level, "required": required,
+            "__doc__": fn.__doc__,
+            "transform_function": lambda self, f, mod, ctx: fn(f, mod, ctx)}))
+        return cls
+    return wrap
+
+
+_ = field  # re-exported for pass authors' dataclass fields

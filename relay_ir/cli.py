@@ -1,0 +1,64 @@
+"""The ``rly`` command line.
+
+Each subcommand lives in ``relay_ir/commands/<name>.py`` as ``add_arguments(parser)`` and
+``run(args) -> int``. User errors (``DiagnosticError``) print their message with the source line
+and a caret and exit with status 1; they never show a Python traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from relay_ir.errors import DiagnosticError
+
+COMMANDS = {
+    "fmt": "print canonical text (--check, -i)",
+    "check": "type-check and print the type of every global",
+    "run": "run a program (interpreter, or --target llvm|cuda)",
+    "opt": "run a pass pipeline and print the result",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rly", description="relay_ir: Relay text tools")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, help_ in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        mod = _command_module(name)
+        if mod is not None:
+            mod.add_arguments(p)
+    return parser
+
+
+def _command_module(name: str):  # type: ignore[no-untyped-def]
+    try:
+        return importlib.import_module(f"relay_ir.commands.{name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"relay_ir.commands.{name}":
+            return None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    mod = _command_module(args.command)
+    if mod is None:
+        print(f"rly: `{args.command}` is not available yet", file=sys.stderr)
+        return 2
+    try:
+        return int(mod.run(args) or 0)
+    except DiagnosticError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"rly: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

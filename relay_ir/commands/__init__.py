@@ -1,0 +1,1 @@
+"""Subcommands of the `rly` command line (one module each)."""

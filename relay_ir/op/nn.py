@@ -1,0 +1,1 @@
+"""Operator definitions (filled in by the operator library)."""

@@ -1,0 +1,62 @@
+"""Source spans: where a node came from, and how to show it with a caret."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """A named source text; spans point into it to print the offending line."""
+
+    name: str
+    text: str = field(repr=False)
+
+    def line(self, lineno: int) -> str | None:
+        """Return line ``lineno`` (1-based) without its newline, or None."""
+        lines = self.text.splitlines()
+        if 1 <= lineno <= len(lines):
+            return lines[lineno - 1]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A 1-based (line, column) .. (end_line, end_column) range in a source file."""
+
+    source: SourceFile | None
+    line: int
+    column: int
+    end_line: int = -1
+    end_column: int = -1
+
+    @property
+    def source_name(self) -> str:
+        return self.source.name if self.source is not None else "<unknown>"
+
+    def __str__(self) -> str:
+        return f"{self.source_name}:{self.line}:{self.column}"
+
+    def merge(self, other: Span | None) -> Span:
+        """The smallest span covering ``self`` and ``other``."""
+        if other is None:
+            return self
+        start = min((self.line, self.column), (other.line, other.column))
+        end = max((self.end_line, self.end_column), (other.end_line, other.end_column))
+        return Span(self.source, start[0], start[1], end[0], end[1])
+
+    def print_with_context(self) -> str:
+        """The source line of the span with a caret (``^~~~``) under it."""
+        if self.source is None:
+            return ""
+        text = self.source.line(self.line)
+        if text is None:
+            return ""
+        start = max(self.column - 1, 0)
+        if self.end_line == self.line and self.end_column > self.column:
+            width = self.end_column - self.column
+        else:
+            width = max(len(text) - start, 1)
+        width = max(1, min(width, max(len(text) - start, 1)))
+        gutter = f"{self.line:>4} | "
+        caret = " " * (len(gutter) - 2) + "| " + " " * start + "^" + "~" * (width - 1)
+        return f"{gutter}{text}\n{caret}"

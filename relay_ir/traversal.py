@@ -1,0 +1,189 @@
+"""Iterative traversal helpers: let spines as lists, post-order walks, free variables.
+
+Nothing here recurses in Python: a 100,000-binding let chain or a 100,000-deep dataflow chain
+is walked with an explicit stack.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from relay_ir.expr import (Call, Clause, Constructor, Expr, Function, If, Let, Match, Pattern,
+                           PatternConstructor, PatternTuple, PatternVar, RefCreate, RefRead,
+                           RefWrite, Tuple, TupleGetItem, Var)
+from relay_ir.ty import (FuncType, IncompleteType, RefType, ShapeVar, TensorType, TupleType,
+                         Type, TypeCall, TypeVar, dim_vars)
+
+
+def flatten_lets(e: Expr) -> tuple[list[Let], Expr]:
+    """The let spine of ``e``: the Let nodes from outermost in, and the final body."""
+    lets: list[Let] = []
+    while isinstance(e, Let):
+        lets.append(e)
+        e = e.body
+    return lets, e
+
+
+def build_lets(bindings: Iterable[tuple[Var, Expr]], body: Expr) -> Expr:
+    """``let v1 = e1; let v2 = e2; ...; body`` built from the inside out."""
+    for var, value in reversed(list(bindings)):
+        body = Let(var, value, body)
+    return body
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """Every immediate sub-expression of ``e``, in evaluation order.
+
+    Includes binders (let vars, params) and crosses into function bodies, branches and match
+    arms. Pattern variables are reached through :func:`pattern_vars`.
+    """
+    t = type(e)
+    if t is Call:
+        return (e.op, *e.args)
+    if t is Tuple:
+        return e.fields
+    if t is TupleGetItem:
+        return (e.tuple_value,)
+    if t is Let:
+        return (e.var, e.value, e.body)
+    if t is Function:
+        return (*e.params, e.body)
+    if t is If:
+        return (e.cond, e.true_branch, e.false_branch)
+    if t is Match:
+        return (e.data, *(c.rhs for c in e.clauses))
+    if t is RefCreate:
+        return (e.value,)
+    if t is RefRead:
+        return (e.ref,)
+    if t is RefWrite:
+        return (e.ref, e.value)
+    return ()
+
+
+def post_order(e: Expr) -> Iterator[Expr]:
+    """Every node reachable from ``e`` once, children before parents (a DAG walk)."""
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            yield node
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for c in reversed(children(node)):
+            if id(c) not in seen:
+                stack.append((c, False))
+
+
+def pattern_vars(p: Pattern) -> list[Var]:
+    """The variables bound by pattern ``p``, left to right."""
+    out: list[Var] = []
+    stack = [p]
+    while stack:
+        q = stack.pop()
+        if isinstance(q, PatternVar):
+            out.append(q.var)
+        elif isinstance(q, (PatternConstructor, PatternTuple)):
+            stack.extend(reversed(q.patterns))
+    return out
+
+
+def bound_vars(e: Expr) -> list[Var]:
+    """Every variable bound inside ``e`` (let vars, parameters, pattern variables)."""
+    out: list[Var] = []
+    for node in post_order(e):
+        if isinstance(node, Let):
+            out.append(node.var)
+        elif isinstance(node, Function):
+            out.extend(node.params)
+        elif isinstance(node, Match):
+            for c in node.clauses:
+                out.extend(pattern_vars(c.lhs))
+    return out
+
+
+def free_vars(e: Expr) -> list[Var]:
+    """Variables used in ``e`` but not bound in it, in order of first use (pre-order)."""
+    bound = set(bound_vars(e))
+    out: dict[Var, None] = {}
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node) is Var:
+            if node not in bound:
+                out[node] = None
+            continue
+        stack.extend(reversed(children(node)))
+    return list(out)
+
+
+def match_clauses(m: Match) -> tuple[Clause, ...]:
+    return m.clauses
+
+
+def constructors_used(e: Expr) -> set[Constructor]:
+    """Every constructor mentioned in ``e`` (as a value or in a pattern)."""
+    out: set[Constructor] = set()
+    for node in post_order(e):
+        if isinstance(node, Constructor):
+            out.add(node)
+        elif isinstance(node, Match):
+            stack: list[Pattern] = [c.lhs for c in node.clauses]
+            while stack:
+                q = stack.pop()
+                if isinstance(q, PatternConstructor):
+                    out.add(q.constructor)
+                if isinstance(q, (PatternConstructor, PatternTuple)):
+                    stack.extend(q.patterns)
+    return out
+
+
+def free_type_vars(t: Type) -> list[TypeVar | ShapeVar]:
+    """Type and shape variables occurring free in ``t``."""
+    out: dict = {}
+    stack: list[tuple[Type, frozenset]] = [(t, frozenset())]
+    while stack:
+        ty, bound = stack.pop()
+        if isinstance(ty, TypeVar):
+            if ty not in bound:
+                out[ty] = None
+        elif isinstance(ty, TensorType):
+            for d in ty.shape:
+                for v in dim_vars(d):
+                    if v not in bound:
+                        out[v] = None
+        elif isinstance(ty, FuncType):
+            inner = bound | frozenset(ty.type_params)
+            stack.extend((a, inner) for a in reversed((*ty.arg_types, ty.ret_type)))
+        elif isinstance(ty, TupleType):
+            stack.extend((f, bound) for f in reversed(ty.fields))
+        elif isinstance(ty, RefType):
+            stack.append((ty.value, bound))
+        elif isinstance(ty, TypeCall):
+            stack.extend((a, bound) for a in reversed((ty.func, *ty.args)))
+    return list(out)
+
+
+def has_incomplete(t: Type) -> bool:
+    """True if ``t`` still contains an IncompleteType."""
+    stack = [t]
+    while stack:
+        ty = stack.pop()
+        if isinstance(ty, IncompleteType):
+            return True
+        if isinstance(ty, (TupleType,)):
+            stack.extend(ty.fields)
+        elif isinstance(ty, FuncType):
+            stack.extend((*ty.arg_types, ty.ret_type))
+        elif isinstance(ty, RefType):
+            stack.append(ty.value)
+        elif isinstance(ty, TypeCall):
+            stack.extend(ty.args)
+    return False

@@ -1,0 +1,1 @@
+"""Runtime: values, the interpreter, TVM lowering and the compiled executor."""

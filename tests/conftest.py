@@ -1,0 +1,35 @@
+"""Shared test configuration. Helpers live in tests/util_*.py modules importable by name."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def _has_tvm() -> bool:
+    try:
+        import tvm  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def _has_gpu() -> bool:
+    try:
+        import tvm
+        return bool(tvm.cuda(0).exist)
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    skip_tvm = None if _has_tvm() else pytest.mark.skip(reason="apache-tvm not installed")
+    skip_gpu = None if _has_gpu() else pytest.mark.skip(reason="no CUDA GPU")
+    for item in items:
+        if skip_tvm and "tvm" in item.keywords:
+            item.add_marker(skip_tvm)
+        if skip_gpu and "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
