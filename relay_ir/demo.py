@@ -41,6 +41,16 @@ def show(value: Any) -> str:
     return repr(value)
 
 
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        if value.ndim:
+            return f"{value.dtype}{list(value.shape)}"
+        return f"{value.item()!r} ({value.dtype})"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_describe(v) for v in value) + ")"
+    return repr(value)
+
+
 def run_example(path: str) -> bool:
     print(f"=== {path}")
     with open(path, encoding="utf-8") as f:
@@ -60,8 +70,8 @@ def run_example(path: str) -> bool:
         params = typed["main"].params
         args = [sample_value(p.checked_type, rng) for p in params]
         result = runtime.evaluate(typed, *args)
-        print("--- @main(" + ", ".join(show(a).split("  (")[0].replace("\n", " ")
-                                        for a in args)[:200] + ") =")
+        print("--- @main(" + ", ".join(f"%{p.name_hint}: {_describe(a)}"
+                                        for p, a in zip(params, args)) + ") =")
         print(show(result))
         return True
     except DiagnosticError as e:
