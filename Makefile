@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all test demo install bench lint clean test-gpu
+.PHONY: all test demo install bench lint clean test-gpu new-op
 
 all: test
 
@@ -31,6 +31,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
+
+# Scaffold an operator: make new-op NAME=nn.my_op [FAMILY=nn] [INPUTS=2]
+new-op: $(STAMP)
+	@test -n "$(NAME)" || (echo "usage: make new-op NAME=nn.my_op [FAMILY=nn] [INPUTS=1]"; exit 2)
+	$(VPY) scripts/new_op.py $(NAME) $(if $(FAMILY),--family $(FAMILY)) $(if $(INPUTS),--inputs $(INPUTS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

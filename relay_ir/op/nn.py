@@ -1,1 +1,724 @@
-"""Operator definitions (filled in by the operator library)."""
+"""Neural-network operators (``nn.*``): dense/matmul, bias_add, activations, softmax, conv2d,
+pooling, batch_flatten, layer_norm, batch_norm (inference form), dropout, pad, cross_entropy.
+
+Layouts: ``nn.conv2d`` accepts any data layout that permutes ``NCHW`` (``NCHW``, ``NHWC``) and any
+kernel layout that permutes ``OIHW`` (``OIHW``, ``HWIO``, ...); pools take ``NCHW``-style layouts.
+``padding`` has 1 (all sides), 2 (top/bottom, left/right) or 4 (top, left, bottom, right)
+values, as in TVM. ``nn.dense``, ``nn.bias_add``, ``nn.conv2d``, ``nn.layer_norm`` and
+``nn.batch_norm`` infer the types of their parameter arguments when those are unknown.
+
+``nn.dropout`` is the inference form: it returns ``(data, mask)`` as Relay's dropout does
+(``relay.nn.dropout`` takes field 0), with ``data`` unchanged and a mask of ones.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from relay_ir.attrs import Attrs
+from relay_ir.errors import ShapeMismatchError, TypeInferenceError
+from relay_ir.op import OpPattern
+from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
+                                dim_compatible, fmt_shape, is_any, norm_axis,
+                                same_dtype, shape_size, tensor_arg, tensor_args, wrap)
+from relay_ir.ty import (ANY, Dim, IncompleteType, TensorType, TupleType, Type, dim_add,
+                         dim_div_exact, format_dim)
+
+
+def _out_dtype(attrs: Attrs, dtype: str) -> str:
+    return check_dtype(attrs.out_dtype, "out_dtype") if attrs.out_dtype else dtype
+
+
+def _is_unknown(t: Type) -> bool:
+    return isinstance(t, IncompleteType)
+
+
+def _acc(x: np.ndarray) -> np.ndarray:
+    return x.astype("float32") if x.dtype == np.float16 else x
+
+
+# ----------------------------------------------------------------------------- dense / matmul
+def _check_inner(k1: Dim, k2: Dim, what: str) -> None:
+    if not dim_compatible(k1, k2):
+        raise ShapeMismatchError(f"{what}: inner dimensions do not match: {format_dim(k1)} "
+                                 f"vs {format_dim(k2)}")
+
+
+def _matmul_rel(arg_types: Sequence[Type], attrs: Attrs, name: str, ta: bool, tb: bool
+                ) -> Type | tuple[Type, list[Type]] | None:
+    data = tensor_arg(arg_types[0], "data")
+    if data is None:
+        return None
+    if data.ndim < 1 or (ta and data.ndim != 2):
+        raise TypeInferenceError(f"{name}: data must have rank >= 1 (2 with transpose_a), found "
+                                 f"rank {data.ndim}")
+    if ta:
+        lead, k = (data.shape[1],), data.shape[0]
+    else:
+        lead, k = tuple(data.shape[:-1]), data.shape[-1]
+    units = attrs.units
+    w_t = arg_types[1]
+    if _is_unknown(w_t):
+        if units is None:
+            return None
+        w = TensorType((units, k) if tb else (k, units), data.dtype)
+        return (TensorType(lead + (units,), _out_dtype(attrs, data.dtype)), [data, w])
+    w = tensor_arg(w_t, "weight")
+    assert w is not None
+    if w.ndim != 2:
+        raise TypeInferenceError(f"{name}: weight must have rank 2, found rank {w.ndim}")
+    same_dtype(data, w)
+    n, kw = (w.shape[0], w.shape[1]) if tb else (w.shape[1], w.shape[0])
+    _check_inner(k, kw, name)
+    if units is not None and not dim_compatible(n, units):
+        raise ShapeMismatchError(f"{name}: units={units} but the weight has "
+                                 f"{format_dim(n)} output units")
+    return TensorType(lead + (n,), _out_dtype(attrs, data.dtype))
+
+
+def dense_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.dense(x: (..., k), w: (units, k)) : (..., units)``; infers ``w`` from ``units``."""
+    return _matmul_rel(arg_types, attrs, "nn.dense", False, True)
+
+
+def dense_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``x @ w.T``."""
+    x, w = args
+    dt = attrs.out_dtype or x.dtype
+    return wrap(np.matmul(_acc(x).astype(dt) if x.dtype.kind in "iu" else _acc(x),
+                          (w.astype(dt) if w.dtype.kind in "iu" else _acc(w)).T), dt)
+
+
+_DENSE_ATTRS = [F("units", "int?", None, "the number of output units"),
+                F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
+defop("nn.dense", 2, attrs=_DENSE_ATTRS, attrs_type="DenseAttrs", rel=dense_rel,
+      impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      doc="Fully connected layer: ``x @ w.T``.")
+
+
+def matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.matmul(a, b)`` with optional transposes of either side."""
+    return _matmul_rel(arg_types, attrs, "nn.matmul", attrs.transpose_a, attrs.transpose_b)
+
+
+def matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``op(a) @ op(b)``."""
+    a, b = args
+    dt = attrs.out_dtype or a.dtype
+    a = _acc(a).astype(dt) if a.dtype.kind in "iu" else _acc(a)
+    b = _acc(b).astype(dt) if b.dtype.kind in "iu" else _acc(b)
+    if attrs.transpose_a:
+        a = a.T
+    if attrs.transpose_b:
+        b = b.T
+    return wrap(np.matmul(a, b), dt)
+
+
+defop("nn.matmul", 2, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
+                                            F("transpose_b", "bool", False)],
+      attrs_type="MatmulAttrs", rel=matmul_rel, impl=matmul_ref,
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.")
+
+
+def batch_matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.batch_matmul(x: (B, M, K), y: (B, N, K)) : (B, M, N)`` (default transpose_b)."""
+    ts = tensor_args(arg_types, ("x", "y"))
+    if ts is None:
+        return None
+    x, y = ts
+    if x.ndim != 3 or y.ndim != 3:
+        raise TypeInferenceError(f"nn.batch_matmul: both inputs must have rank 3, found ranks "
+                                 f"{x.ndim} and {y.ndim}")
+    same_dtype(x, y)
+    m, k = (x.shape[2], x.shape[1]) if attrs.transpose_a else (x.shape[1], x.shape[2])
+    n, k2 = (y.shape[1], y.shape[2]) if attrs.transpose_b else (y.shape[2], y.shape[1])
+    _check_inner(k, k2, "nn.batch_matmul")
+    (b,) = broadcast_shapes(x.shape[:1], y.shape[:1])
+    return TensorType((b, m, n), _out_dtype(attrs, x.dtype))
+
+
+def batch_matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Batched ``matmul`` with batch broadcasting."""
+    x, y = args
+    dt = attrs.out_dtype or x.dtype
+    x = _acc(x).astype(dt) if x.dtype.kind in "iu" else _acc(x)
+    y = _acc(y).astype(dt) if y.dtype.kind in "iu" else _acc(y)
+    if attrs.transpose_a:
+        x = np.swapaxes(x, 1, 2)
+    if attrs.transpose_b:
+        y = np.swapaxes(y, 1, 2)
+    return wrap(np.matmul(x, y), dt)
+
+
+defop("nn.batch_matmul", 2, attrs=[F("out_dtype", "str", ""),
+                                   F("transpose_a", "bool", False),
+                                   F("transpose_b", "bool", True)],
+      attrs_type="BatchMatmulAttrs", rel=batch_matmul_rel, impl=batch_matmul_ref,
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Batched matrix product.")
+
+
+# ----------------------------------------------------------------------------- bias_add / prelu
+def _per_channel_rel(name: str, arg_types: Sequence[Type], axis_attr: int, names: Sequence[str]
+                     ) -> Any:
+    """data + per-channel 1-d parameters (each of size data.shape[axis]); infers them."""
+    data = tensor_arg(arg_types[0], "data")
+    if data is None:
+        return None
+    axis = norm_axis(axis_attr, data.ndim)
+    c = data.shape[axis]
+    want = TensorType((c,), data.dtype)
+    refined: list[Type] = [data]
+    changed = False
+    for t, n in zip(arg_types[1:], names):
+        if _is_unknown(t):
+            refined.append(want)
+            changed = True
+            continue
+        p = tensor_arg(t, n)
+        assert p is not None
+        if p.ndim != 1 or not dim_compatible(p.shape[0], c):
+            raise ShapeMismatchError(f"{name}: {n} must have shape {fmt_shape((c,))} (axis "
+                                     f"{axis_attr} of data), found {fmt_shape(p.shape)}")
+        if p.dtype != data.dtype:
+            raise ShapeMismatchError(f"data types {data.dtype} and {p.dtype} do not match")
+        refined.append(p)
+    return (data, refined) if changed else data
+
+
+def bias_add_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.bias_add(x, b: (x.shape[axis],)) : type of x``."""
+    return _per_channel_rel("nn.bias_add", arg_types, attrs.axis, ("bias",))
+
+
+def _channel_view(p: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    shape = [1] * ndim
+    shape[axis] = -1
+    return p.reshape(shape)
+
+
+def bias_add_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``x + b`` broadcast along ``axis``."""
+    x, b = args
+    axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    return wrap(x + _channel_view(b, x.ndim, axis), x.dtype)
+
+
+defop("nn.bias_add", 2, attrs=[F("axis", "int", 1, "the channel axis")],
+      attrs_type="BiasAddAttrs", rel=bias_add_rel, impl=bias_add_ref,
+      pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.")
+
+
+def prelu_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.prelu(x, alpha: (x.shape[axis],)) : type of x``."""
+    return _per_channel_rel("nn.prelu", arg_types, attrs.axis, ("alpha",))
+
+
+def prelu_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``x`` where positive, else ``alpha * x`` per channel."""
+    x, a = args
+    axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    return wrap(np.where(x > 0, x, _channel_view(a, x.ndim, axis) * x), x.dtype)
+
+
+defop("nn.prelu", 2, attrs=[F("axis", "int", 1, "the channel axis")],
+      attrs_type="PReluAttrs", rel=prelu_rel, impl=prelu_ref, pattern=OpPattern.BROADCAST,
+      doc="Leaky ReLU with a learned per-channel slope.")
+
+
+# ----------------------------------------------------------------------------- activations
+def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.")
+def_elemwise("nn.leaky_relu",
+             lambda x, attrs: np.where(x > 0, x, x * np.asarray(attrs.alpha, x.dtype)),
+             attrs=[F("alpha", "float", 0.01, "slope for x < 0")], attrs_type="LeakyReluAttrs",
+             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.")
+
+
+def softmax_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.softmax(x, axis)`` : type of x."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    norm_axis(attrs.axis, t.ndim)
+    return t
+
+
+def softmax_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Numerically stable softmax along ``axis``."""
+    x = args[0]
+    xa = _acc(x)
+    e = np.exp(xa - np.max(xa, axis=attrs.axis, keepdims=True))
+    return wrap(e / np.sum(e, axis=attrs.axis, keepdims=True), x.dtype)
+
+
+def log_softmax_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
+    x = args[0]
+    xa = _acc(x)
+    s = xa - np.max(xa, axis=attrs.axis, keepdims=True)
+    return wrap(s - np.log(np.sum(np.exp(s), axis=attrs.axis, keepdims=True)), x.dtype)
+
+
+_SOFTMAX_ATTRS = [F("axis", "int", -1, "the axis normalized over")]
+defop("nn.softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
+      impl=softmax_ref, pattern=OpPattern.OPAQUE, doc="Softmax along an axis.")
+defop("nn.log_softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
+      impl=log_softmax_ref, pattern=OpPattern.OPAQUE, doc="Log of softmax along an axis.")
+
+
+# ----------------------------------------------------------------------------- conv2d
+def _pair(v: Sequence[int] | None, name: str, default: int) -> tuple[int, int]:
+    if v is None:
+        return (default, default)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) == 2:
+        return (v[0], v[1])
+    raise TypeInferenceError(f"{name} must have 1 or 2 values, found {len(v)}")
+
+
+def _padding(v: Sequence[int] | None) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) from 1, 2 or 4 values."""
+    if v is None:
+        return (0, 0, 0, 0)
+    if len(v) == 1:
+        return (v[0],) * 4  # type: ignore[return-value]
+    if len(v) == 2:
+        return (v[0], v[1], v[0], v[1])
+    if len(v) == 4:
+        return (v[0], v[1], v[2], v[3])
+    raise TypeInferenceError(f"padding must have 1, 2 or 4 values, found {len(v)}")
+
+
+def _layout(layout: str, letters: str, what: str) -> tuple[int, ...]:
+    """Positions of ``letters`` in ``layout`` (which must permute them)."""
+    if sorted(layout) != sorted(letters) or len(layout) != len(letters):
+        raise TypeInferenceError(f"unsupported {what} {layout!r} (a permutation of "
+                                 f"{letters!r} is expected)")
+    return tuple(layout.index(c) for c in letters)
+
+
+def _out_dim(d: Dim, pad: int, k: int, dil: int, stride: int, ceil_mode: bool = False) -> Dim:
+    """``floor((d + pad - dil*(k-1) - 1) / stride) + 1`` (ceil with ``ceil_mode``)."""
+    if stride <= 0 or dil <= 0:
+        raise TypeInferenceError("strides and dilation must be positive")
+    span = dil * (k - 1) + 1
+    if is_any(d):
+        return ANY
+    if isinstance(d, int):
+        num = d + pad - span
+        if num < 0:
+            raise ShapeMismatchError(f"the window (size {span} after dilation) is larger than "
+                                     f"the padded input ({d + pad})")
+        return (num + stride - 1) // stride + 1 if ceil_mode else num // stride + 1
+    num = dim_add(d, pad - span)
+    if stride == 1:
+        return dim_add(num, 1)
+    q = dim_div_exact(num, stride)
+    return ANY if q is None else dim_add(q, 1)
+
+
+def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.conv2d``: output ``(N, O, OH, OW)`` in the data layout; infers the weight."""
+    data = tensor_arg(arg_types[0], "data")
+    if data is None:
+        return None
+    if data.ndim != 4:
+        raise TypeInferenceError(f"nn.conv2d: data must have rank 4, found rank {data.ndim}")
+    dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
+    ko, ki, kh_, kw_ = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    out_layout = attrs.out_layout or attrs.data_layout
+    on, oc, oh, ow = _layout(out_layout, "NCHW", "out_layout")
+    groups = attrs.groups
+    if groups < 1:
+        raise TypeInferenceError(f"nn.conv2d: groups must be >= 1, found {groups}")
+    c = data.shape[dc]
+    if isinstance(c, int) and c % groups:
+        raise ShapeMismatchError(f"nn.conv2d: {c} input channels are not divisible by "
+                                 f"groups={groups}")
+    c_per_group = c if groups == 1 else (dim_div_exact(c, groups) or ANY)
+    w_t = arg_types[1]
+    refined = None
+    if _is_unknown(w_t):
+        if attrs.channels is None or attrs.kernel_size is None:
+            return None
+        kh, kw = _pair(attrs.kernel_size, "kernel_size", 1)
+        o = attrs.channels
+        wshape: list[Dim] = [0, 0, 0, 0]
+        wshape[ko], wshape[ki], wshape[kh_], wshape[kw_] = o, c_per_group, kh, kw
+        refined = [data, TensorType(tuple(wshape), data.dtype)]
+    else:
+        w = tensor_arg(w_t, "weight")
+        assert w is not None
+        if w.ndim != 4:
+            raise TypeInferenceError(f"nn.conv2d: weight must have rank 4, found rank {w.ndim}")
+        same_dtype(data, w)
+        o, i = w.shape[ko], w.shape[ki]
+        kh_d, kw_d = w.shape[kh_], w.shape[kw_]
+        if not dim_compatible(i, c_per_group):
+            raise ShapeMismatchError(
+                f"nn.conv2d: data has {format_dim(c)} input channels, but the weight expects "
+                f"{format_dim(i)} per group (groups={groups})")
+        if isinstance(o, int) and o % groups:
+            raise ShapeMismatchError(f"nn.conv2d: {o} output channels are not divisible by "
+                                     f"groups={groups}")
+        if attrs.channels is not None and not dim_compatible(o, attrs.channels):
+            raise ShapeMismatchError(f"nn.conv2d: channels={attrs.channels} but the weight has "
+                                     f"{format_dim(o)} output channels")
+        if attrs.kernel_size is not None:
+            ks = _pair(attrs.kernel_size, "kernel_size", 1)
+            if not (dim_compatible(ks[0], kh_d) and dim_compatible(ks[1], kw_d)):
+                raise ShapeMismatchError(f"nn.conv2d: kernel_size={tuple(attrs.kernel_size)} but "
+                                         f"the weight's kernel is "
+                                         f"{fmt_shape((kh_d, kw_d))}")
+        if not (isinstance(kh_d, int) and isinstance(kw_d, int)):
+            kh = kw = -1
+        else:
+            kh, kw = kh_d, kw_d
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dh_, dw_ = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, pb, pr = _padding(attrs.padding)
+    out_h = ANY if kh < 0 else _out_dim(data.shape[dh], pt + pb, kh, dh_, sh)
+    out_w = ANY if kw < 0 else _out_dim(data.shape[dw], pl + pr, kw, dw_, sw)
+    oshape: list[Dim] = [0, 0, 0, 0]
+    oshape[on], oshape[oc], oshape[oh], oshape[ow] = data.shape[dn], o, out_h, out_w
+    out = TensorType(tuple(oshape), _out_dtype(attrs, data.dtype))
+    return out if refined is None else (out, refined)
+
+
+def _windows(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+             oh: int, ow: int) -> np.ndarray:
+    """(N, C, OH, OW, KH, KW) view of the windows of a padded NCHW input."""
+    v = np.lib.stride_tricks.sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1),
+                                                 axis=(2, 3))
+    return v[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]
+
+
+def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Direct convolution through window views and ``tensordot``."""
+    x, w = args
+    dt = attrs.out_dtype or x.dtype
+    x = np.transpose(x, _layout(attrs.data_layout, "NCHW", "data_layout"))
+    w = np.transpose(w, _layout(attrs.kernel_layout, "OIHW", "kernel_layout"))
+    comp = np.dtype(dt) if np.dtype(dt).kind in "iu" else (
+        np.float32 if np.dtype(dt) == np.float16 else np.dtype(dt))
+    x, w = x.astype(comp, copy=False), w.astype(comp, copy=False)
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dh, dw = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, pb, pr = _padding(attrs.padding)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    win = _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+    g = attrs.groups
+    og = o // g
+    outs = []
+    for gi in range(g):
+        wg = w[gi * og:(gi + 1) * og]
+        xg = win[:, gi * cg:(gi + 1) * cg]
+        outs.append(np.tensordot(xg, wg, axes=([1, 4, 5], [1, 2, 3])))  # (N, OH, OW, og)
+    out = np.concatenate(outs, axis=3) if g > 1 else outs[0]
+    out = np.transpose(out, (0, 3, 1, 2))  # NCHW
+    out_layout = attrs.out_layout or attrs.data_layout
+    perm = _layout(out_layout, "NCHW", "out_layout")
+    inv = [0] * 4
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return wrap(np.ascontiguousarray(np.transpose(out, inv)), dt)
+
+
+defop("nn.conv2d", 2,
+      attrs=[F("strides", "ints", (1, 1)), F("padding", "ints", (0, 0)),
+             F("dilation", "ints", (1, 1)), F("groups", "int", 1),
+             F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
+             F("kernel_size", "ints?", None), F("data_layout", "str", "NCHW"),
+             F("kernel_layout", "str", "OIHW"), F("out_layout", "str", ""),
+             F("out_dtype", "str", "")],
+      attrs_type="Conv2DAttrs", rel=conv2d_rel, impl=conv2d_ref,
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d convolution.")
+
+
+# ----------------------------------------------------------------------------- pooling
+def _pool_rel(arg_types: Sequence[Type], attrs: Attrs, name: str) -> Type | None:
+    data = tensor_arg(arg_types[0], "data")
+    if data is None:
+        return None
+    if data.ndim != 4:
+        raise TypeInferenceError(f"{name}: data must have rank 4, found rank {data.ndim}")
+    _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
+    if attrs.out_layout and attrs.out_layout != attrs.layout:
+        raise TypeInferenceError(f"{name}: out_layout {attrs.out_layout!r} must equal layout")
+    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dlh, dlw = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, pb, pr = _padding(attrs.padding)
+    shape = list(data.shape)
+    shape[dh] = _out_dim(data.shape[dh], pt + pb, kh, dlh, sh, attrs.ceil_mode)
+    shape[dw] = _out_dim(data.shape[dw], pl + pr, kw, dlw, sw, attrs.ceil_mode)
+    return TensorType(tuple(shape), data.dtype)
+
+
+def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
+    x = args[0]
+    perm = _layout(attrs.layout, "NCHW", "layout")
+    xn = np.transpose(x, perm)
+    n, c, h, w = xn.shape
+    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dh, dw = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, pb, pr = _padding(attrs.padding)
+    oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
+    ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
+    assert isinstance(oh, int) and isinstance(ow, int)
+    # NOTE: ceil_mode may need windows past the bottom/right padding: pad extra, never counted
+    eh = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt + pb))
+    ew = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl + pr))
+    pads = ((0, 0), (0, 0), (pt, pb + eh), (pl, pr + ew))
+    if kind == "max":
+        fill = -np.inf if xn.dtype.kind == "f" else (
+            np.iinfo(xn.dtype).min if xn.dtype.kind in "iu" else False)
+        xp = np.pad(xn, pads, constant_values=fill)
+        out = np.max(_windows(xp, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
+    else:
+        xa = _acc(xn).astype(np.float64) if xn.dtype.kind in "iub" else _acc(xn)
+        xp = np.pad(xa, pads)
+        total = np.sum(_windows(xp, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
+        # counted region: the real input, plus the explicit padding with count_include_pad
+        mask = np.zeros((1, 1, h + pt + pb + eh, w + pl + pr + ew), xa.dtype)
+        if attrs.count_include_pad:
+            mask[:, :, :h + pt + pb, :w + pl + pr] = 1
+        else:
+            mask[:, :, pt:pt + h, pl:pl + w] = 1
+        count = np.sum(_windows(mask, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = total / np.maximum(count, 1)
+        if xn.dtype.kind in "iu":
+            out = np.trunc(out)
+    inv = [0] * 4
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return wrap(np.ascontiguousarray(np.transpose(out, inv)), x.dtype)
+
+
+_POOL_ATTRS = [F("pool_size", "ints", (1, 1)), F("strides", "ints", (1, 1)),
+               F("dilation", "ints", (1, 1)), F("padding", "ints", (0, 0)),
+               F("layout", "str", "NCHW"), F("out_layout", "str", ""),
+               F("ceil_mode", "bool", False)]
+
+
+def max_pool2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.max_pool2d``: pooled spatial dims."""
+    return _pool_rel(arg_types, attrs, "nn.max_pool2d")
+
+
+def avg_pool2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.avg_pool2d``: pooled spatial dims."""
+    return _pool_rel(arg_types, attrs, "nn.avg_pool2d")
+
+
+defop("nn.max_pool2d", 1, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
+      impl=lambda args, attrs: _pool_ref(args, attrs, "max"),
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.")
+defop("nn.avg_pool2d", 1, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
+      attrs_type="AvgPool2DAttrs", rel=avg_pool2d_rel,
+      impl=lambda args, attrs: _pool_ref(args, attrs, "avg"),
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d average pooling.")
+
+
+def global_pool_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.global_*_pool2d``: spatial dims become 1."""
+    data = tensor_arg(arg_types[0], "data")
+    if data is None:
+        return None
+    if data.ndim != 4:
+        raise TypeInferenceError(f"global pooling: data must have rank 4, found rank "
+                                 f"{data.ndim}")
+    _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
+    shape = list(data.shape)
+    shape[dh] = shape[dw] = 1
+    return TensorType(tuple(shape), data.dtype)
+
+
+def _global_ref(kind: str):  # type: ignore[no-untyped-def]
+    def impl(args: list, attrs: Attrs) -> np.ndarray:
+        x = args[0]
+        _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
+        if kind == "max":
+            return wrap(np.max(x, axis=(dh, dw), keepdims=True), x.dtype)
+        m = np.mean(_acc(x), axis=(dh, dw), keepdims=True)
+        return wrap(np.trunc(m) if x.dtype.kind in "iu" else m, x.dtype)
+    return impl
+
+
+_GLOBAL_ATTRS = [F("layout", "str", "NCHW"), F("out_layout", "str", "")]
+defop("nn.global_avg_pool2d", 1, attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
+      rel=global_pool_rel, impl=_global_ref("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      doc="Average over the spatial dims.")
+defop("nn.global_max_pool2d", 1, attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
+      rel=global_pool_rel, impl=_global_ref("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      doc="Maximum over the spatial dims.")
+
+
+# ----------------------------------------------------------------------------- flatten / pad
+def batch_flatten_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.batch_flatten(x: (N, ...)) : (N, prod(...))``."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    if t.ndim < 1:
+        raise TypeInferenceError("nn.batch_flatten: data must have rank >= 1")
+    return TensorType((t.shape[0], shape_size(t.shape[1:])), t.dtype)
+
+
+defop("nn.batch_flatten", 1, rel=batch_flatten_rel,
+      impl=lambda args, attrs: np.reshape(args[0], (args[0].shape[0], -1)
+                                          if args[0].shape[0] else (0, int(np.prod(
+                                              args[0].shape[1:])))),
+      pattern=OpPattern.INJECTIVE, doc="Flatten all but the first axis.")
+
+
+def _pad_width(pw: Any, ndim: int) -> list[tuple[int, int]]:
+    if pw is None or not isinstance(pw, tuple) or len(pw) != ndim:
+        raise TypeInferenceError(f"nn.pad: pad_width must have one (before, after) pair per "
+                                 f"axis ({ndim}), found {pw!r}")
+    out = []
+    for p in pw:
+        if (not isinstance(p, tuple) or len(p) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in p)):
+            raise TypeInferenceError(f"nn.pad: bad pad_width entry {p!r}")
+        if p[0] < 0 or p[1] < 0:
+            raise TypeInferenceError(f"nn.pad: negative padding {p!r}")
+        out.append((p[0], p[1]))
+    return out
+
+
+def pad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.pad(x, pad_value, pad_width, pad_mode)``."""
+    ts = tensor_args(arg_types, ("data", "pad_value"))
+    if ts is None:
+        return None
+    x, v = ts
+    if v.ndim != 0:
+        raise TypeInferenceError("nn.pad: pad_value must be a scalar")
+    if attrs.pad_mode not in ("constant", "edge", "reflect"):
+        raise TypeInferenceError(f"nn.pad: unknown pad_mode {attrs.pad_mode!r}")
+    pw = _pad_width(attrs.pad_width, x.ndim)
+    return TensorType(tuple(dim_add(d, a + b) for d, (a, b) in zip(x.shape, pw)), x.dtype)
+
+
+def pad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.pad`` (constant, edge or reflect)."""
+    x, v = args
+    pw = [tuple(p) for p in attrs.pad_width]
+    if attrs.pad_mode == "constant":
+        return wrap(np.pad(x, pw, constant_values=np.asarray(v, x.dtype)), x.dtype)
+    return np.pad(x, pw, mode=attrs.pad_mode)
+
+
+defop("nn.pad", 2, attrs=[F("pad_width", "any", None, "((before, after), ...) per axis"),
+                          F("pad_mode", "str", "constant", "constant, edge or reflect")],
+      attrs_type="PadAttrs", rel=pad_rel, impl=pad_ref, pattern=OpPattern.INJECTIVE,
+      doc="Pad with a value (or by edge/reflection).",
+      required=("pad_width",))
+
+
+# ----------------------------------------------------------------------------- normalization
+def layer_norm_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.layer_norm(x, gamma, beta)``: type of x; gamma, beta of shape (x.shape[axis],)."""
+    return _per_channel_rel("nn.layer_norm", arg_types, attrs.axis, ("gamma", "beta"))
+
+
+def layer_norm_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps) * gamma + beta`` along ``axis``."""
+    x, g, b = args
+    axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    xa = _acc(x)
+    m = np.mean(xa, axis=axis, keepdims=True)
+    v = np.mean((xa - m) ** 2, axis=axis, keepdims=True)
+    out = (xa - m) / np.sqrt(v + np.asarray(attrs.epsilon, xa.dtype))
+    if attrs.scale:
+        out = out * _channel_view(_acc(g), x.ndim, axis)
+    if attrs.center:
+        out = out + _channel_view(_acc(b), x.ndim, axis)
+    return wrap(out, x.dtype)
+
+
+_NORM_ATTRS = [F("epsilon", "float", 1e-5), F("center", "bool", True),
+               F("scale", "bool", True)]
+defop("nn.layer_norm", 3, attrs=[F("axis", "int", -1)] + _NORM_ATTRS,
+      attrs_type="LayerNormAttrs", rel=layer_norm_rel, impl=layer_norm_ref,
+      pattern=OpPattern.OPAQUE, doc="Layer normalization.")
+
+
+def batch_norm_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.batch_norm(x, gamma, beta, mean, var)`` : ``(type of x, (C,), (C,))``."""
+    r = _per_channel_rel("nn.batch_norm", arg_types, attrs.axis,
+                         ("gamma", "beta", "moving_mean", "moving_var"))
+    if r is None:
+        return None
+    data, refined = (r if isinstance(r, tuple) else (r, None))
+    c = data.shape[norm_axis(attrs.axis, data.ndim)]
+    vec = TensorType((c,), data.dtype)
+    out = TupleType((data, vec, vec))
+    return out if refined is None else (out, refined)
+
+
+def batch_norm_ref(args: list, attrs: Attrs) -> tuple:
+    """Inference form: normalize with the moving statistics; returns (out, mean, var)."""
+    x, g, b, mm, mv = args
+    axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    xa = _acc(x)
+
+    def cv(p: np.ndarray) -> np.ndarray:
+        return _channel_view(_acc(p), x.ndim, axis)
+    out = (xa - cv(mm)) / np.sqrt(cv(mv) + np.asarray(attrs.epsilon, xa.dtype))
+    if attrs.scale:
+        out = out * cv(g)
+    if attrs.center:
+        out = out + cv(b)
+    return (wrap(out, x.dtype), np.array(mm, copy=True), np.array(mv, copy=True))
+
+
+defop("nn.batch_norm", 5, attrs=[F("axis", "int", 1)] + _NORM_ATTRS,
+      attrs_type="BatchNormAttrs", rel=batch_norm_rel, impl=batch_norm_ref,
+      pattern=OpPattern.OPAQUE, doc="Batch normalization (inference form).")
+
+
+def dropout_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.dropout(x)`` : ``(type of x, type of x)`` (output and mask)."""
+    t = tensor_arg(arg_types[0], "data")
+    return None if t is None else TupleType((t, t))
+
+
+defop("nn.dropout", 1, attrs=[F("rate", "float", 0.5, "drop probability (training only)")],
+      attrs_type="DropoutAttrs", rel=dropout_rel,
+      impl=lambda args, attrs: (np.array(args[0], copy=True), np.ones_like(args[0])),
+      pattern=OpPattern.OPAQUE, doc="Dropout, inference form: (data, ones mask).")
+
+
+def cross_entropy_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.cross_entropy(pred, target)``: equal 2-d types; a scalar result."""
+    ts = tensor_args(arg_types, ("predictions", "targets"))
+    if ts is None:
+        return None
+    p, t = ts
+    same_dtype(p, t)
+    if p.ndim != 2 or t.ndim != 2 or not all(dim_compatible(a, b)
+                                             for a, b in zip(p.shape, t.shape)):
+        raise ShapeMismatchError(f"nn.cross_entropy: predictions {fmt_shape(p.shape)} and "
+                                 f"targets {fmt_shape(t.shape)} must be equal 2-d shapes")
+    return TensorType((), p.dtype)
+
+
+def cross_entropy_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``-sum(log(p) * t) / batch``."""
+    p, t = args
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return wrap(-np.sum(np.log(_acc(p)) * _acc(t)) / p.shape[0], p.dtype)
+
+
+defop("nn.cross_entropy", 2, rel=cross_entropy_rel, impl=cross_entropy_ref,
+      pattern=OpPattern.OPAQUE, doc="Cross entropy of probabilities against targets.")
+

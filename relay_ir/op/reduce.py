@@ -1,1 +1,181 @@
-"""Operator definitions (filled in by the operator library)."""
+"""Reductions: sum, mean, max, min, prod, all, any, argmax, argmin, variance.
+
+All take ``axis`` (None: every axis), ``keepdims`` and ``exclude`` (reduce every axis *except*
+``axis``) as Relay's ReduceAttrs. Results keep the input dtype, except argmax/argmin (int32).
+``mean`` of integers truncates like integer ``divide``; float16 reductions accumulate in
+float32 and round back to float16.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from relay_ir.attrs import Attrs
+from relay_ir.errors import TypeInferenceError
+from relay_ir.op import OpPattern
+from relay_ir.op._rules import (F, defop, reduce_axes, reduce_rel, reduce_shape, same_dtype,
+                                tensor_arg, tensor_args, wrap)
+from relay_ir.ty import TensorType, Type
+
+_REDUCE_ATTRS = [
+    F("axis", "ints?", None, "axes to reduce (None: all)"),
+    F("keepdims", "bool", False, "keep reduced axes as size 1"),
+    F("exclude", "bool", False, "reduce every axis except those in axis"),
+]
+
+
+def _axes(x: np.ndarray, attrs: Attrs) -> tuple[int, ...]:
+    return tuple(reduce_axes(x.ndim, attrs.axis, attrs.exclude))
+
+
+def _acc_dtype(dt: np.dtype) -> np.dtype | None:
+    return np.dtype("float32") if dt == np.float16 else None
+
+
+def _simple(np_fn: Callable[..., np.ndarray]) -> Callable[[list, Attrs], np.ndarray]:
+    def impl(args: list, attrs: Attrs) -> np.ndarray:
+        x = args[0]
+        acc = _acc_dtype(x.dtype)
+        xa = x if acc is None else x.astype(acc)
+        return wrap(np_fn(xa, axis=_axes(x, attrs), keepdims=attrs.keepdims), x.dtype)
+    return impl
+
+
+def _sum(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _prod(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
+    return np.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _max(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
+    return np.max(x, axis=axis, keepdims=keepdims) if axis else x.copy()
+
+
+def _min(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
+    return np.min(x, axis=axis, keepdims=keepdims) if axis else x.copy()
+
+
+def mean_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Sum divided by the reduced element count (integers truncate)."""
+    x = args[0]
+    axes = _axes(x, attrs)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    acc = _acc_dtype(x.dtype)
+    xa = x if acc is None else x.astype(acc)
+    s = np.sum(xa, axis=axes, keepdims=attrs.keepdims, dtype=xa.dtype)
+    if x.dtype.kind in "iu":
+        s = np.asarray(s)
+        neg = s < 0
+        q = np.abs(s) // count if count else np.zeros_like(s)
+        return wrap(np.where(neg, -q, q), x.dtype)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return wrap(np.true_divide(s, count), x.dtype)
+
+
+def _check_bool_rel(name: str) -> Callable[..., Type | None]:
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+        t = tensor_arg(arg_types[0], "data")
+        if t is None:
+            return None
+        if t.dtype != "bool":
+            raise TypeInferenceError(f"{name} expects a bool tensor, found {t.dtype}")
+        return reduce_rel(arg_types, attrs)
+    rel.__doc__ = f"``{name}(x: bool tensor)``: the reduced shape, bool."
+    return rel
+
+
+defop("sum", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+      impl=_simple(_sum), pattern=OpPattern.COMM_REDUCE, doc="Sum over axes.")
+defop("prod", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+      impl=_simple(_prod), pattern=OpPattern.COMM_REDUCE, doc="Product over axes.")
+defop("max", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+      impl=_simple(_max), pattern=OpPattern.COMM_REDUCE, doc="Maximum over axes.")
+defop("min", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+      impl=_simple(_min), pattern=OpPattern.COMM_REDUCE, doc="Minimum over axes.")
+defop("mean", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+      impl=mean_ref, pattern=OpPattern.COMM_REDUCE, doc="Mean over axes.")
+defop("all", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("all"),
+      impl=_simple(np.all), pattern=OpPattern.COMM_REDUCE, doc="Logical and over axes.",
+      non_differentiable=True)
+defop("any", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("any"),
+      impl=_simple(np.any), pattern=OpPattern.COMM_REDUCE, doc="Logical or over axes.",
+      non_differentiable=True)
+
+
+# ----------------------------------------------------------------------------- argmax / argmin
+def arg_reduce_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``argmax/argmin(x, axis, keepdims, exclude)``: the reduced shape, int32."""
+    t = reduce_rel(arg_types, attrs)
+    return None if t is None else TensorType(t.shape, "int32")  # type: ignore[union-attr]
+
+
+def _arg_reduce(np_arg: Callable[..., np.ndarray]) -> Callable[[list, Attrs], np.ndarray]:
+    def impl(args: list, attrs: Attrs) -> np.ndarray:
+        x = args[0]
+        axes = _axes(x, attrs)
+        rest = [i for i in range(x.ndim) if i not in axes]
+        # NOTE: move the reduced axes last and flatten them: the index is into that flattening
+        xt = np.transpose(x, rest + list(axes)).reshape(
+            [x.shape[i] for i in rest] + [-1 if x.size else 0])
+        if xt.shape[-1] == 0:
+            raise ValueError("argmax/argmin of an empty tensor")
+        if attrs.select_last_index:
+            n = xt.shape[-1]
+            idx = n - 1 - np_arg(xt[..., ::-1], axis=-1)
+        else:
+            idx = np_arg(xt, axis=-1)
+        out = np.asarray(idx, dtype="int32")
+        if attrs.keepdims:
+            out = out.reshape(reduce_shape(x.shape, axes, True))
+        return out
+    return impl
+
+
+_ARG_ATTRS = [
+    F("axis", "ints?", None, "axes to reduce (None: all)"),
+    F("keepdims", "bool", False, "keep reduced axes as size 1"),
+    F("select_last_index", "bool", False, "on ties, the last index instead of the first"),
+    F("exclude", "bool", False, "reduce every axis except those in axis"),
+]
+defop("argmax", 1, attrs=_ARG_ATTRS, attrs_type="ArgReduceAttrs", rel=arg_reduce_rel,
+      impl=_arg_reduce(np.argmax), pattern=OpPattern.COMM_REDUCE,
+      doc="Index of the maximum over axes (int32).", non_differentiable=True)
+defop("argmin", 1, attrs=_ARG_ATTRS, attrs_type="ArgReduceAttrs", rel=arg_reduce_rel,
+      impl=_arg_reduce(np.argmin), pattern=OpPattern.COMM_REDUCE,
+      doc="Index of the minimum over axes (int32).", non_differentiable=True)
+
+
+# ----------------------------------------------------------------------------- variance
+def variance_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``variance(x, mean)``: ``mean`` is ``x``'s mean with keepdims; the reduced shape."""
+    ts = tensor_args(arg_types, ("data", "mean"))
+    if ts is None:
+        return None
+    same_dtype(ts[0], ts[1])
+    return reduce_rel(arg_types[:1], attrs)
+
+
+def variance_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``sum((x - mean)**2) / (n - unbiased)`` over the axes."""
+    x, m = args
+    axes = _axes(x, attrs)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    acc = _acc_dtype(x.dtype)
+    xa, ma = (x, m) if acc is None else (x.astype(acc), m.astype(acc))
+    d = xa - ma
+    s = np.sum(d * d, axis=axes, keepdims=attrs.keepdims)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return wrap(s / (count - int(attrs.unbiased)), x.dtype)
+
+
+defop("variance", 2, attrs=_REDUCE_ATTRS + [F("unbiased", "bool", False, "divide by n - 1")],
+      attrs_type="VarianceAttrs", rel=variance_rel, impl=variance_ref,
+      pattern=OpPattern.COMM_REDUCE,
+      doc="Variance given the mean (Relay's ``_variance``; ``std`` is ``sqrt`` of it).")

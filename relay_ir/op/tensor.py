@@ -1,1 +1,333 @@
-"""Operator definitions (filled in by the operator library)."""
+"""Elementwise tensor operators: unary and binary math, comparisons, logic, where, cast, clip,
+constructors (zeros/ones/full and the ``*_like`` forms), copy.
+
+Integer semantics follow TVM's: ``divide`` and ``mod`` truncate toward zero (C semantics),
+``floor_divide``/``floor_mod`` round toward negative infinity; integer division by zero gives 0
+(no trap). Every result keeps the dtype its relation promises (float16 stays float16).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from relay_ir.attrs import Attrs
+from relay_ir.errors import TypeInferenceError
+from relay_ir.op import OpPattern
+from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
+                                defop, identity_rel, same_dtype, tensor_arg,
+                                tensor_args, wrap)
+from relay_ir.ty import TensorType, Type
+
+_ERR = {"divide": "ignore", "over": "ignore", "invalid": "ignore", "under": "ignore"}
+
+
+# ----------------------------------------------------------------------------- integer helpers
+def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Division rounding toward zero for integers; true division for floats."""
+    if a.dtype.kind in "iu":
+        if b.all():
+            # NOTE: a - fmod(a, b) is an exact multiple of b, so flooring it truncates
+            return np.floor_divide(a - np.fmod(a, b), b) if a.dtype.kind == "i" else a // b
+        with np.errstate(**_ERR):
+            q = np.floor_divide(a - np.fmod(a, b), b)
+            return np.where(np.equal(b, 0), np.zeros((), a.dtype), q)
+    with np.errstate(**_ERR):
+        return np.true_divide(a, b)
+
+
+def _trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu" and b.all():
+        return np.fmod(a, b)
+    with np.errstate(**_ERR):
+        return np.fmod(a, b)
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        if b.all():
+            return np.floor_divide(a, b)
+        with np.errstate(**_ERR):
+            return np.where(np.equal(b, 0), np.zeros((), a.dtype), np.floor_divide(a, b))
+    with np.errstate(**_ERR):
+        return np.floor(np.true_divide(a, b))
+
+
+def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        if b.all():
+            return np.mod(a, b)
+        with np.errstate(**_ERR):
+            return np.where(np.equal(b, 0), np.zeros((), a.dtype), np.mod(a, b))
+    with np.errstate(**_ERR):
+        return a - np.floor(np.true_divide(a, b)) * b
+
+
+def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        if a.dtype.kind == "i" and np.any(b < 0):
+            # NOTE: x ** -k on integers: 1 for x == 1, +-1 for x == -1, else 0 (truncation)
+            pos = np.power(a, np.maximum(b, 0))
+            odd = np.not_equal(np.mod(b, 2), 0)
+            neg = np.where(np.equal(a, 1), 1, np.where(np.equal(a, -1), np.where(odd, -1, 1), 0))
+            return np.where(b < 0, neg.astype(a.dtype), pos)
+        with np.errstate(**_ERR):
+            return np.power(a, b)
+    with np.errstate(**_ERR):
+        return np.power(a, b)
+
+
+def _float_fn(fn):  # type: ignore[no-untyped-def]
+    """Apply a float function to ints through float64 (TVM computes in the input dtype)."""
+    def g(x: np.ndarray) -> np.ndarray:
+        with np.errstate(**_ERR):
+            if x.dtype.kind in "iub":
+                return fn(x.astype("float64"))
+            return fn(x)
+    return g
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1 / np.sqrt(x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # NOTE: split by sign so that exp never overflows
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _round(x: np.ndarray) -> np.ndarray:
+    # TVM rounds half away from zero; numpy rounds half to even.
+    if x.dtype.kind in "iub":
+        return x
+    return np.sign(x) * np.floor(np.abs(x) + np.asarray(0.5, x.dtype))
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "b":
+        return x
+    return np.sign(x)
+
+
+def _identity_copy(x: np.ndarray) -> np.ndarray:
+    return np.array(x, copy=True)
+
+
+# ----------------------------------------------------------------------------- unary math
+_UNARY_FLOAT = {
+    "exp": np.exp, "log": np.log, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
+    "rsqrt": _rsqrt, "sigmoid": _sigmoid, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+}
+for _name, _fn in _UNARY_FLOAT.items():
+    def_elemwise(_name, _float_fn(_fn), doc=f"Elementwise ``{_name}``.")
+
+def_elemwise("negative", np.negative, doc="Elementwise ``-x``.")
+def_elemwise("abs", np.abs, doc="Elementwise absolute value.")
+def_elemwise("floor", np.floor, doc="Round toward negative infinity (identity on integers).")
+def_elemwise("ceil", np.ceil, doc="Round toward positive infinity (identity on integers).")
+def_elemwise("trunc", np.trunc, doc="Round toward zero (identity on integers).")
+def_elemwise("round", _round, doc="Round half away from zero.")
+def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).")
+def_elemwise("copy", _identity_copy, doc="A copy of the input.")
+def_elemwise("logical_not", np.logical_not, doc="Elementwise logical not.")
+def_elemwise("bitwise_not", np.invert, doc="Elementwise bitwise not (integers, bool).")
+def_elemwise("zeros_like", lambda x: np.zeros(x.shape, x.dtype),
+             doc="Zeros of the input's type.", non_differentiable=True)
+def_elemwise("ones_like", lambda x: np.ones(x.shape, x.dtype),
+             doc="Ones of the input's type.", non_differentiable=True)
+def_elemwise("stop_gradient", _identity_copy, doc="Identity whose gradient is zero.")
+for _name, _fn in {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}.items():
+    def_elemwise(_name, _float_fn(_fn), out_dtype="bool", non_differentiable=True,
+                 doc=f"Elementwise ``{_name}`` (bool result).")
+
+
+# ----------------------------------------------------------------------------- binary math
+def_broadcast("add", np.add, doc="Broadcasting ``a + b``.")
+def_broadcast("subtract", np.subtract, doc="Broadcasting ``a - b``.")
+def_broadcast("multiply", np.multiply, doc="Broadcasting ``a * b``.")
+def_broadcast("divide", _trunc_div, doc="Broadcasting ``a / b`` (integers truncate toward 0).")
+def_broadcast("floor_divide", _floor_div, doc="Broadcasting division rounding down.")
+def_broadcast("mod", _trunc_mod, doc="Remainder of truncating division (sign of ``a``).")
+def_broadcast("floor_mod", _floor_mod, doc="Remainder of flooring division (sign of ``b``).")
+def_broadcast("power", _power, doc="Broadcasting ``a ** b``.")
+def_broadcast("maximum", np.maximum, doc="Broadcasting elementwise maximum.")
+def_broadcast("minimum", np.minimum, doc="Broadcasting elementwise minimum.")
+def_broadcast("logical_and", np.logical_and, doc="Broadcasting logical and.")
+def_broadcast("logical_or", np.logical_or, doc="Broadcasting logical or.")
+def_broadcast("logical_xor", np.logical_xor, doc="Broadcasting logical xor.")
+def_broadcast("bitwise_and", np.bitwise_and, doc="Broadcasting bitwise and.")
+def_broadcast("bitwise_or", np.bitwise_or, doc="Broadcasting bitwise or.")
+def_broadcast("bitwise_xor", np.bitwise_xor, doc="Broadcasting bitwise xor.")
+for _name, _fn in {"less": np.less, "greater": np.greater, "less_equal": np.less_equal,
+                   "greater_equal": np.greater_equal, "equal": np.equal,
+                   "not_equal": np.not_equal}.items():
+    def_broadcast(_name, _fn, out_dtype="bool", non_differentiable=True,
+                  doc=f"Broadcasting comparison ``{_name}`` (bool result).")
+
+
+# ----------------------------------------------------------------------------- where, cast, clip
+def where_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``where(cond, x, y)``: three-way broadcast; x and y share a dtype (the result's)."""
+    ts = tensor_args(arg_types, ("condition", "x", "y"))
+    if ts is None:
+        return None
+    c, x, y = ts
+    dtype = same_dtype(x, y)
+    shape = broadcast_shapes(broadcast_shapes(c.shape, x.shape), y.shape)
+    return TensorType(shape, dtype)
+
+
+def where_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.where`` with the dtype of ``x``."""
+    c, x, y = args
+    if c.dtype != np.bool_:
+        c = c.astype(bool)
+    return wrap(np.where(c, x, y), x.dtype)
+
+
+defop("where", 3, rel=where_rel, impl=where_ref, pattern=OpPattern.BROADCAST,
+      doc="Select from ``x`` where ``cond`` holds, else from ``y`` (broadcasting).")
+
+
+def cast_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``cast(x, dtype)``: same shape, the new dtype."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    return TensorType(t.shape, check_dtype(attrs.dtype))
+
+
+def cast_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``astype`` (floats to integers truncate toward zero)."""
+    with np.errstate(**_ERR):
+        return np.asarray(args[0]).astype(attrs.dtype)
+
+
+defop("cast", 1, attrs=[F("dtype", "dtype", None, "the target dtype")], attrs_type="CastAttrs",
+      rel=cast_rel, impl=cast_ref, pattern=OpPattern.ELEMWISE,
+      doc="Convert to another dtype.",
+      required=("dtype",))
+
+
+def cast_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``cast_like(x, like)``: the shape of ``x``, the dtype of ``like``."""
+    ts = tensor_args(arg_types, ("data", "dtype_like"))
+    if ts is None:
+        return None
+    return TensorType(ts[0].shape, ts[1].dtype)
+
+
+defop("cast_like", 2, rel=cast_like_rel,
+      impl=lambda args, attrs: args[0].astype(args[1].dtype), pattern=OpPattern.ELEMWISE,
+      doc="Convert to the dtype of the second argument.")
+
+
+def _clip_bound(v: float, dtype: np.dtype) -> np.ndarray:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if v != v:
+            return np.asarray(0, dtype)
+        v = min(max(v, float(info.min)), float(info.max))
+        return np.asarray(int(v), dtype)
+    if dtype.kind == "b":
+        return np.asarray(bool(v), dtype)
+    return np.asarray(v, dtype)
+
+
+def clip_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Clamp into ``[a_min, a_max]`` (bounds converted to the input dtype first)."""
+    x = args[0]
+    lo, hi = _clip_bound(attrs.a_min, x.dtype), _clip_bound(attrs.a_max, x.dtype)
+    return wrap(np.minimum(np.maximum(x, lo), hi), x.dtype)
+
+
+defop("clip", 1, attrs=[F("a_min", "float", None, "lower bound"),
+                        F("a_max", "float", None, "upper bound")],
+      attrs_type="ClipAttrs", rel=identity_rel, impl=clip_ref, pattern=OpPattern.ELEMWISE,
+      doc="Clamp every element into ``[a_min, a_max]``.",
+      required=("a_min", "a_max"))
+
+
+# ----------------------------------------------------------------------------- constructors
+def _init_shape(attrs: Attrs, name: str) -> tuple[int, ...]:
+    if attrs.shape is None:
+        raise TypeInferenceError(f"{name} needs a shape attribute")
+    for d in attrs.shape:
+        if d < 0:
+            raise TypeInferenceError(f"{name}: negative dimension {d} in shape {attrs.shape}")
+    return tuple(attrs.shape)
+
+
+def _init_rel(name: str):  # type: ignore[no-untyped-def]
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+        return TensorType(_init_shape(attrs, name), check_dtype(attrs.dtype))
+    rel.__doc__ = f"``{name}(shape, dtype)``: ``Tensor[shape, dtype]``."
+    return rel
+
+
+_INIT_ATTRS = [F("shape", "ints", None, "the result shape"),
+               F("dtype", "dtype", "float32", "the result dtype")]
+
+defop("zeros", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("zeros"),
+      impl=lambda args, attrs: np.zeros(attrs.shape, attrs.dtype), pattern=OpPattern.ELEMWISE,
+      doc="A tensor of zeros.", non_differentiable=True)
+defop("ones", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("ones"),
+      impl=lambda args, attrs: np.ones(attrs.shape, attrs.dtype), pattern=OpPattern.ELEMWISE,
+      doc="A tensor of ones.", non_differentiable=True)
+
+
+def full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``full(value, shape, dtype)``: ``value`` is 0-d; dtype "" means the value's dtype."""
+    v = tensor_arg(arg_types[0], "fill_value")
+    if v is None:
+        return None
+    if v.ndim != 0:
+        raise TypeInferenceError(f"full: fill_value must be a scalar, found shape "
+                                 f"{tuple(v.shape)}")
+    dtype = attrs.dtype or v.dtype
+    return TensorType(_init_shape(attrs, "full"), check_dtype(dtype))
+
+
+def full_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.full`` in the result dtype."""
+    v = args[0]
+    return np.full(attrs.shape, v, dtype=attrs.dtype or v.dtype)
+
+
+defop("full", 1, attrs=[F("shape", "ints", None, "the result shape"),
+                        F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
+      attrs_type="InitOpAttrs", rel=full_rel, impl=full_ref, pattern=OpPattern.ELEMWISE,
+      doc="A tensor filled with a scalar value.")
+
+
+def full_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``full_like(x, value)``: the type of ``x``; ``value`` is 0-d."""
+    ts = tensor_args(arg_types, ("data", "fill_value"))
+    if ts is None:
+        return None
+    if ts[1].ndim != 0:
+        raise TypeInferenceError("full_like: fill_value must be a scalar")
+    return ts[0]
+
+
+defop("full_like", 2, rel=full_like_rel,
+      impl=lambda args, attrs: np.full(args[0].shape, args[1], dtype=args[0].dtype),
+      pattern=OpPattern.ELEMWISE, doc="A tensor like ``x`` filled with a scalar value.")
+
+
+def shape_of_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``shape_of(x)``: ``Tensor[(rank,), dtype]``."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    return TensorType((t.ndim,), check_dtype(attrs.dtype))
+
+
+defop("shape_of", 1, attrs=[F("dtype", "dtype", "int32", "the result dtype")],
+      attrs_type="ShapeOfAttrs", rel=shape_of_rel,
+      impl=lambda args, attrs: np.asarray(args[0].shape, dtype=attrs.dtype),
+      pattern=OpPattern.OPAQUE, doc="The shape of a tensor as a 1-d tensor.",
+      non_differentiable=True)

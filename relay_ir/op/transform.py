@@ -1,1 +1,667 @@
-"""Operator definitions (filled in by the operator library)."""
+"""Layout-free shape transformations: reshape (codes 0/-1/-2/-3/-4), reshape_like, transpose,
+expand_dims, squeeze, concatenate, stack, split, take, strided_slice, broadcast_to(_like),
+collapse_sum_like/collapse_sum_to, reverse, tile, repeat.
+
+Relations compute with symbolic dimensions where the answer is decidable (``dim_mul`` for
+sizes, ``dim_div_exact`` for ``-1``, ``dim_add`` for concatenation) and fall back to ``?``
+where it is not (e.g. a strided slice of a symbolic dimension).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from relay_ir.attrs import Attrs
+from relay_ir.errors import ShapeMismatchError, TypeInferenceError
+from relay_ir.op import OpPattern
+from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis,
+                                shape_size, tensor_arg, tensor_args, tuple_of_tensors, wrap)
+from relay_ir.ty import (ANY, Dim, TensorType, TupleType, Type, dim_add, dim_div_exact,
+                         dim_mul, format_dim)
+
+
+# ----------------------------------------------------------------------------- reshape
+def reshape_dims(ishape: Sequence[Dim], newshape: Sequence[int], allowzero: bool = False
+                 ) -> tuple[Dim, ...]:
+    """Relay's reshape codes applied to ``ishape`` (ints, ``?`` or symbolic dims).
+
+    ``0`` copies the input dim at the same position (a literal 0 with ``allowzero``), ``-1``
+    is inferred, ``-2`` copies the remaining dims, ``-3`` merges the next two, ``-4`` splits
+    one dim into the next two codes (one of which may be ``-1``).
+    """
+    out: list[Dim] = []
+    infer_at = -1
+    src = 0
+    i = 0
+    n = len(newshape)
+    nin = len(ishape)
+
+    def need(k: int, code: int) -> None:
+        if src + k > nin:
+            raise TypeInferenceError(f"reshape code {code} in newshape {tuple(newshape)} "
+                                     f"reads past the input shape {fmt_shape(ishape)}")
+    while i < n:
+        v = newshape[i]
+        if v > 0:
+            out.append(v)
+            src += 1
+        elif v == 0:
+            if allowzero:
+                out.append(0)
+            else:
+                need(1, 0)
+                out.append(ishape[src])
+            src += 1
+        elif v == -1:
+            if infer_at >= 0:
+                raise TypeInferenceError(f"reshape: newshape {tuple(newshape)} has more than "
+                                         "one -1")
+            infer_at = len(out)
+            out.append(1)
+            src += 1
+        elif v == -2:
+            out.extend(ishape[src:])
+            src = nin
+        elif v == -3:
+            need(2, -3)
+            out.append(dim_mul(ishape[src], ishape[src + 1]))
+            src += 2
+        elif v == -4:
+            if i + 2 >= n:
+                raise TypeInferenceError("reshape: -4 must be followed by two dimensions")
+            need(1, -4)
+            d0 = ishape[src]
+            a, b = newshape[i + 1], newshape[i + 2]
+            if a < -1 or b < -1 or a == 0 or b == 0 or (a == -1 and b == -1):
+                raise TypeInferenceError(f"reshape: bad split ({a}, {b}) after -4")
+            if a == -1:
+                q = dim_div_exact(d0, b)
+                if q is None:
+                    raise ShapeMismatchError(f"reshape: cannot split dimension {format_dim(d0)} "
+                                             f"by {b}")
+                a = q  # type: ignore[assignment]
+            if b == -1:
+                q = dim_div_exact(d0, a)
+                if q is None:
+                    raise ShapeMismatchError(f"reshape: cannot split dimension {format_dim(d0)} "
+                                             f"by {a}")
+                b = q  # type: ignore[assignment]
+            if not dim_compatible(dim_mul(a, b), d0):
+                raise ShapeMismatchError(f"reshape: cannot split dimension {format_dim(d0)} "
+                                         f"into {format_dim(a)} and {format_dim(b)}")
+            out.extend((a, b))
+            src += 1
+            i += 2
+        else:
+            raise TypeInferenceError(f"reshape: invalid code {v} in newshape {tuple(newshape)}")
+        i += 1
+    in_size = shape_size(ishape)
+    if infer_at >= 0:
+        rest = shape_size(out[:infer_at] + out[infer_at + 1:])
+        q = None if rest == 0 else dim_div_exact(in_size, rest)
+        if q is None:
+            raise ShapeMismatchError(
+                f"cannot reshape {fmt_shape(ishape)} with {format_dim(in_size)} elements: "
+                f"{format_dim(rest)} does not divide it (newshape {tuple(newshape)})")
+        out[infer_at] = q
+    out_size = shape_size(out)
+    if not dim_compatible(in_size, out_size):
+        raise ShapeMismatchError(
+            f"cannot reshape {fmt_shape(ishape)} with {format_dim(in_size)} elements to "
+            f"{fmt_shape(out)} with {format_dim(out_size)} elements")
+    return tuple(out)
+
+
+def reshape_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``reshape(x, newshape)`` with Relay's special codes."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    if attrs.newshape is None:
+        raise TypeInferenceError("reshape needs a newshape attribute")
+    return TensorType(reshape_dims(t.shape, attrs.newshape, attrs.allowzero), t.dtype)
+
+
+def reshape_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.reshape`` to the relation's shape."""
+    x = args[0]
+    return np.reshape(x, reshape_dims(x.shape, attrs.newshape, attrs.allowzero))
+
+
+defop("reshape", 1, attrs=[F("newshape", "ints", None, "the new shape, with codes"),
+                           F("allowzero", "bool", False, "0 is a literal zero")],
+      attrs_type="ReshapeAttrs", rel=reshape_rel, impl=reshape_ref, pattern=OpPattern.INJECTIVE,
+      doc="Reshape with Relay's codes 0, -1, -2, -3, -4.")
+
+
+def _like_range(ndim: int, begin: int, end: int | None) -> tuple[int, int]:
+    b = begin + ndim if begin < 0 else begin
+    e = ndim if end is None else (end + ndim if end < 0 else end)
+    if not (0 <= b <= e <= ndim):
+        raise TypeInferenceError(f"reshape_like: range [{begin}, {end}) is out of range for a "
+                                 f"tensor of rank {ndim}")
+    return b, e
+
+
+def reshape_like_shape(xs: Sequence[Dim], ls: Sequence[Dim], attrs: Attrs) -> tuple[Dim, ...]:
+    """The shape ``reshape_like`` produces (see the op's doc)."""
+    lb, le = _like_range(len(xs), attrs.lhs_begin, attrs.lhs_end)
+    rb, re_ = _like_range(len(ls), attrs.rhs_begin, attrs.rhs_end)
+    out = tuple(xs[:lb]) + tuple(ls[rb:re_]) + tuple(xs[le:])
+    a, b = shape_size(xs), shape_size(out)
+    if not dim_compatible(a, b):
+        raise ShapeMismatchError(f"cannot reshape {fmt_shape(xs)} with {format_dim(a)} elements "
+                                 f"to {fmt_shape(out)} with {format_dim(b)} elements")
+    return out
+
+
+def reshape_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``reshape_like(x, like)``: x's dims [lhs_begin, lhs_end) replaced by like's range."""
+    ts = tensor_args(arg_types, ("data", "shape_like"))
+    if ts is None:
+        return None
+    return TensorType(reshape_like_shape(ts[0].shape, ts[1].shape, attrs), ts[0].dtype)
+
+
+defop("reshape_like", 2,
+      attrs=[F("lhs_begin", "int", 0), F("lhs_end", "int?", None),
+             F("rhs_begin", "int", 0), F("rhs_end", "int?", None)],
+      attrs_type="ReshapeLikeAttrs", rel=reshape_like_rel,
+      impl=lambda args, attrs: np.reshape(
+          args[0], reshape_like_shape(args[0].shape, args[1].shape, attrs)),
+      pattern=OpPattern.INJECTIVE, doc="Reshape to (part of) another tensor's shape.")
+
+
+# ----------------------------------------------------------------------------- transpose
+def transpose_axes(ndim: int, axes: Sequence[int] | None) -> tuple[int, ...]:
+    """Normalized permutation (None: reverse)."""
+    if axes is None:
+        return tuple(range(ndim - 1, -1, -1))
+    if len(axes) != ndim:
+        raise TypeInferenceError(f"transpose: axes {tuple(axes)} has {len(axes)} entries for a "
+                                 f"tensor of rank {ndim}")
+    out = tuple(norm_axis(a, ndim) for a in axes)
+    for j, a in enumerate(out):
+        if a in out[:j]:
+            raise TypeInferenceError(f"transpose: axis {a} appears more than once in axes "
+                                     f"{tuple(axes)}")
+    return out
+
+
+def transpose_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``transpose(x, axes)``: permuted dims."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    return TensorType(tuple(t.shape[a] for a in transpose_axes(t.ndim, attrs.axes)), t.dtype)
+
+
+defop("transpose", 1, attrs=[F("axes", "ints?", None, "the permutation (None: reverse)")],
+      attrs_type="TransposeAttrs", rel=transpose_rel,
+      impl=lambda args, attrs: np.transpose(args[0], transpose_axes(args[0].ndim, attrs.axes)),
+      pattern=OpPattern.INJECTIVE, doc="Permute the axes.")
+
+
+# ----------------------------------------------------------------------------- expand/squeeze
+def expand_dims_shape(shape: Sequence[Dim], axis: int, num: int) -> tuple[Dim, ...]:
+    """``num`` unit dims inserted at ``axis``."""
+    if num < 0:
+        raise TypeInferenceError(f"expand_dims: num_newaxis must be >= 0, found {num}")
+    a = norm_axis(axis, len(shape), extra=1)
+    return tuple(shape[:a]) + (1,) * num + tuple(shape[a:])
+
+
+def expand_dims_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``expand_dims(x, axis, num_newaxis)``."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    return TensorType(expand_dims_shape(t.shape, attrs.axis, attrs.num_newaxis), t.dtype)
+
+
+defop("expand_dims", 1, attrs=[F("axis", "int", None, "where to insert"),
+                               F("num_newaxis", "int", 1, "how many unit axes")],
+      attrs_type="ExpandDimsAttrs", rel=expand_dims_rel,
+      impl=lambda args, attrs: np.reshape(
+          args[0], expand_dims_shape(args[0].shape, attrs.axis, attrs.num_newaxis)),
+      pattern=OpPattern.BROADCAST, doc="Insert unit axes.",
+      required=("axis",))
+
+
+def squeeze_shape(shape: Sequence[Dim], axis: Sequence[int] | None) -> tuple[Dim, ...]:
+    """Drop unit dims (all static 1s, or those in ``axis``)."""
+    if axis is None:
+        return tuple(d for d in shape if not (isinstance(d, int) and d == 1))
+    drop = set()
+    for a in axis:
+        na = norm_axis(a, len(shape))
+        d = shape[na]
+        if not (is_any(d) or (isinstance(d, int) and d == 1)):
+            raise ShapeMismatchError(f"squeeze: axis {a} has size {format_dim(d)}, not 1")
+        drop.add(na)
+    return tuple(d for i, d in enumerate(shape) if i not in drop)
+
+
+def squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``squeeze(x, axis)``."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    return TensorType(squeeze_shape(t.shape, attrs.axis), t.dtype)
+
+
+defop("squeeze", 1, attrs=[F("axis", "ints?", None, "axes to drop (None: every unit axis)")],
+      attrs_type="SqueezeAttrs", rel=squeeze_rel,
+      impl=lambda args, attrs: np.reshape(args[0], squeeze_shape(args[0].shape, attrs.axis)),
+      pattern=OpPattern.INJECTIVE, doc="Remove unit axes.")
+
+
+# ----------------------------------------------------------------------------- concat / stack
+def concatenate_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``concatenate((a, b, ...), axis)``: dims add up along ``axis``, others agree."""
+    fs = tuple_of_tensors(arg_types[0], "data")
+    if fs is None:
+        return None
+    if not fs:
+        raise TypeInferenceError("concatenate needs at least one tensor")
+    first = fs[0]
+    ndim = first.ndim
+    for k, f in enumerate(fs[1:], 1):
+        if f.ndim != ndim:
+            raise ShapeMismatchError(f"concatenate: input {k} has rank {f.ndim}, but input 0 "
+                                     f"has rank {ndim}")
+        if f.dtype != first.dtype:
+            raise ShapeMismatchError(f"concatenate: data types {first.dtype} and {f.dtype} do "
+                                     f"not match (input 0 and input {k})")
+    if ndim == 0:
+        raise TypeInferenceError("concatenate: cannot concatenate rank-0 tensors")
+    axis = norm_axis(attrs.axis, ndim)
+    out: list[Dim] = []
+    for i in range(ndim):
+        if i == axis:
+            total: Dim = 0
+            for f in fs:
+                total = dim_add(total, f.shape[i])
+            out.append(total)
+            continue
+        d = first.shape[i]
+        for k, f in enumerate(fs[1:], 1):
+            e = f.shape[i]
+            if not dim_compatible(d, e):
+                raise ShapeMismatchError(
+                    f"concatenate: dimension {i} of input {k} is {format_dim(e)}, but "
+                    f"{format_dim(d)} in input 0 (only axis {axis} may differ)")
+            if is_any(d):
+                d = e
+        out.append(d)
+    return TensorType(tuple(out), first.dtype)
+
+
+defop("concatenate", 1, attrs=[F("axis", "int", 0, "the axis to join along")],
+      attrs_type="ConcatenateAttrs", rel=concatenate_rel,
+      impl=lambda args, attrs: np.concatenate(args[0], axis=attrs.axis),
+      pattern=OpPattern.INJECTIVE, doc="Join a tuple of tensors along an existing axis.")
+
+
+def stack_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``stack((a, b, ...), axis)``: equal types, a new axis of size len(fields)."""
+    fs = tuple_of_tensors(arg_types[0], "data")
+    if fs is None:
+        return None
+    if not fs:
+        raise TypeInferenceError("stack needs at least one tensor")
+    first = fs[0]
+    shape = list(first.shape)
+    for k, f in enumerate(fs[1:], 1):
+        if f.dtype != first.dtype:
+            raise ShapeMismatchError(f"stack: data types {first.dtype} and {f.dtype} do not "
+                                     f"match (input 0 and input {k})")
+        if f.ndim != first.ndim or not all(dim_compatible(a, b)
+                                           for a, b in zip(shape, f.shape)):
+            raise ShapeMismatchError(f"stack: input {k} has shape {fmt_shape(f.shape)}, but "
+                                     f"input 0 has {fmt_shape(first.shape)}")
+        shape = [b if is_any(a) else a for a, b in zip(shape, f.shape)]
+    axis = norm_axis(attrs.axis, first.ndim, extra=1)
+    return TensorType(tuple(shape[:axis]) + (len(fs),) + tuple(shape[axis:]), first.dtype)
+
+
+defop("stack", 1, attrs=[F("axis", "int", 0, "where the new axis goes")],
+      attrs_type="StackAttrs", rel=stack_rel,
+      impl=lambda args, attrs: np.stack(args[0], axis=attrs.axis),
+      pattern=OpPattern.INJECTIVE, doc="Join a tuple of equal tensors along a new axis.")
+
+
+# ----------------------------------------------------------------------------- split
+def split_sizes(d: Dim, ios: Any, axis: int) -> list[Dim]:
+    """Section sizes of a dimension ``d`` (``ios``: a section count or split indices)."""
+    if isinstance(ios, int):
+        if ios <= 0:
+            raise TypeInferenceError(f"split: indices_or_sections must be positive, found {ios}")
+        if is_any(d):
+            return [ANY] * ios
+        q = dim_div_exact(d, ios)
+        if q is None:
+            raise ShapeMismatchError(f"split: cannot split axis {axis} of size {format_dim(d)} "
+                                     f"into {ios} equal sections")
+        return [q] * ios
+    prev = 0
+    out: list[Dim] = []
+    for idx in ios:
+        if idx < prev:
+            raise TypeInferenceError(f"split: indices {tuple(ios)} must be ascending")
+        if isinstance(d, int) and idx > d:
+            raise ShapeMismatchError(f"split: index {idx} is beyond axis {axis} of size {d}")
+        out.append(idx - prev)
+        prev = idx
+    out.append(ANY if is_any(d) else dim_add(d, -prev))
+    return out
+
+
+def split_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``split(x, indices_or_sections, axis)``: a tuple of tensors."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    axis = norm_axis(attrs.axis, t.ndim)
+    sizes = split_sizes(t.shape[axis], attrs.indices_or_sections, attrs.axis)
+    fields = []
+    for s in sizes:
+        shape = list(t.shape)
+        shape[axis] = s
+        fields.append(TensorType(tuple(shape), t.dtype))
+    return TupleType(tuple(fields))
+
+
+def split_ref(args: list, attrs: Attrs) -> tuple:
+    """``np.split`` (sections or indices)."""
+    x = args[0]
+    ios = attrs.indices_or_sections
+    return tuple(np.split(x, ios if isinstance(ios, int) else list(ios), axis=attrs.axis))
+
+
+defop("split", 1, attrs=[F("indices_or_sections", "int_or_ints", None,
+                           "a section count or the split indices"),
+                         F("axis", "int", 0, "the axis to split")],
+      attrs_type="SplitAttrs", rel=split_rel, impl=split_ref, pattern=OpPattern.INJECTIVE,
+      doc="Split into a tuple of tensors.",
+      required=("indices_or_sections",))
+
+
+# ----------------------------------------------------------------------------- take
+_TAKE_MODES = ("clip", "wrap", "fast")
+
+
+def take_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``take(x, indices, axis, batch_dims, mode)``; axis None indexes the flattened data."""
+    ts = tensor_args(arg_types, ("data", "indices"))
+    if ts is None:
+        return None
+    x, ind = ts
+    if not ind.dtype.startswith(("int", "uint")):
+        raise TypeInferenceError(f"take: indices must have an integer dtype, found {ind.dtype}")
+    if attrs.mode not in _TAKE_MODES:
+        raise TypeInferenceError(f"take: unknown mode {attrs.mode!r} (expected clip, wrap or "
+                                 "fast)")
+    if attrs.axis is None:
+        return TensorType(ind.shape, x.dtype)
+    axis = norm_axis(attrs.axis, x.ndim)
+    bd = _batch_dims(attrs.batch_dims, ind.ndim)
+    if bd > axis:
+        raise TypeInferenceError(f"take: batch_dims {attrs.batch_dims} must not exceed axis "
+                                 f"{attrs.axis}")
+    for i in range(bd):
+        if not dim_compatible(x.shape[i], ind.shape[i]):
+            raise ShapeMismatchError(f"take: batch dimension {i} differs: "
+                                     f"{format_dim(x.shape[i])} vs {format_dim(ind.shape[i])}")
+    shape = tuple(x.shape[:axis]) + tuple(ind.shape[bd:]) + tuple(x.shape[axis + 1:])
+    return TensorType(shape, x.dtype)
+
+
+def _batch_dims(bd: int, ind_ndim: int) -> int:
+    b = bd + ind_ndim if bd < 0 else bd
+    if not 0 <= b <= ind_ndim:
+        raise TypeInferenceError(f"take: batch_dims {bd} is out of range for indices of rank "
+                                 f"{ind_ndim}")
+    return b
+
+
+def take_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.take`` with clip/wrap modes ("fast" behaves as clip here)."""
+    x, ind = args
+    mode = "wrap" if attrs.mode == "wrap" else "clip"
+    if attrs.axis is None:
+        return wrap(np.take(x.reshape(-1), ind, mode=mode), x.dtype)
+    axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    bd = _batch_dims(attrs.batch_dims, ind.ndim)
+    if bd == 0:
+        return wrap(np.take(x, ind, axis=axis, mode=mode), x.dtype)
+    batch = x.shape[:bd]
+    out_shape = x.shape[:axis] + ind.shape[bd:] + x.shape[axis + 1:]
+    out = np.empty(out_shape, x.dtype)
+    for b in np.ndindex(*batch):
+        out[b] = np.take(x[b], ind[b], axis=axis - bd, mode=mode)
+    return out
+
+
+defop("take", 2, attrs=[F("axis", "int?", None, "the axis to index (None: flattened)"),
+                        F("batch_dims", "int", 0, "leading batch dims shared with indices"),
+                        F("mode", "str", "clip", "out-of-bounds handling: clip, wrap, fast")],
+      attrs_type="TakeAttrs", rel=take_rel, impl=take_ref, pattern=OpPattern.INJECTIVE,
+      doc="Gather elements along an axis.")
+
+
+# ----------------------------------------------------------------------------- strided_slice
+def _slices(shape: Sequence[Dim], attrs: Attrs) -> list[tuple[int, Any, Any, Any]]:
+    """(axis, begin, end, stride) per sliced axis, in Python-slice terms."""
+    begin, end, strides, axes = attrs.begin, attrs.end, attrs.strides, attrs.axes
+    ndim = len(shape)
+    if begin is None or end is None:
+        raise TypeInferenceError("strided_slice needs begin and end attributes")
+    if axes is None:
+        axes = tuple(range(len(begin)))
+        if len(begin) > ndim:
+            raise TypeInferenceError(f"strided_slice: begin {tuple(begin)} has more entries "
+                                     f"than the rank {ndim}")
+    else:
+        if len(begin) != len(axes):
+            raise TypeInferenceError("strided_slice: begin and axes have different lengths")
+        axes = tuple(norm_axis(a, ndim) for a in axes)
+    size_mode = attrs.slice_mode == "size"
+    if attrs.slice_mode not in ("end", "size"):
+        raise TypeInferenceError(f"strided_slice: unknown slice_mode {attrs.slice_mode!r}")
+    out = []
+    for k, a in enumerate(axes):
+        b = begin[k]
+        e = end[k] if k < len(end) else None
+        # NOTE: as in TVM, missing strides are 1 (a single stride is not broadcast)
+        s = 1 if size_mode or strides is None or k >= len(strides) else strides[k]
+        if s == 0:
+            raise TypeInferenceError("strided_slice: a stride is 0")
+        if size_mode and e is not None:
+            if e < 0:
+                e = None
+            else:
+                e = b + e if b >= 0 or b + e < 0 else None
+        out.append((a, b, e, s))
+    return out
+
+
+def strided_slice_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``strided_slice(x, begin, end, strides, axes, slice_mode)``: Python slice semantics."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    shape = list(t.shape)
+    for a, b, e, s in _slices(shape, attrs):
+        d = shape[a]
+        if isinstance(d, int):
+            shape[a] = len(range(*slice(b, e, s).indices(d)))
+        elif b == 0 and s == 1 and e is None:
+            pass
+        else:
+            shape[a] = ANY
+    return TensorType(tuple(shape), t.dtype)
+
+
+def strided_slice_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Basic numpy slicing, copied."""
+    x = args[0]
+    idx: list[Any] = [slice(None)] * x.ndim
+    for a, b, e, s in _slices(x.shape, attrs):
+        idx[a] = slice(b, e, s)
+    return np.array(x[tuple(idx)], copy=True)
+
+
+defop("strided_slice", 1,
+      attrs=[F("begin", "ints?", None, "first index per axis"),
+             F("end", "ints?", None, "end index (or size) per axis"),
+             F("strides", "ints?", None, "step per axis (default 1)"),
+             F("axes", "ints?", None, "the axes sliced (None: the leading ones)"),
+             F("slice_mode", "str", "end", "\"end\" or \"size\"")],
+      attrs_type="StridedSliceAttrs", rel=strided_slice_rel, impl=strided_slice_ref,
+      pattern=OpPattern.INJECTIVE, doc="Python-style strided slicing.",
+      required=("begin", "end"))
+
+
+# ----------------------------------------------------------------------------- broadcast / collapse
+def _check_broadcastable_to(src: Sequence[Dim], dst: Sequence[Dim], what: str) -> None:
+    if len(src) > len(dst):
+        raise ShapeMismatchError(f"{what}: cannot broadcast {fmt_shape(src)} to the smaller "
+                                 f"rank shape {fmt_shape(dst)}")
+    off = len(dst) - len(src)
+    for i, d in enumerate(src):
+        e = dst[off + i]
+        if not ((isinstance(d, int) and d == 1) or dim_compatible(d, e)):
+            raise ShapeMismatchError(f"{what}: cannot broadcast {fmt_shape(src)} to "
+                                     f"{fmt_shape(dst)}")
+
+
+def broadcast_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``broadcast_to(x, shape)``."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    if attrs.shape is None:
+        raise TypeInferenceError("broadcast_to needs a shape attribute")
+    _check_broadcastable_to(t.shape, attrs.shape, "broadcast_to")
+    return TensorType(tuple(attrs.shape), t.dtype)
+
+
+defop("broadcast_to", 1, attrs=[F("shape", "ints", None, "the target shape")],
+      attrs_type="InitOpAttrs", rel=broadcast_to_rel,
+      impl=lambda args, attrs: np.array(np.broadcast_to(args[0], attrs.shape)),
+      pattern=OpPattern.BROADCAST, doc="Broadcast to a given shape.")
+
+
+def broadcast_to_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``broadcast_to_like(x, like)``: like's shape, x's dtype."""
+    ts = tensor_args(arg_types, ("data", "broadcast_type"))
+    if ts is None:
+        return None
+    _check_broadcastable_to(ts[0].shape, ts[1].shape, "broadcast_to_like")
+    return TensorType(ts[1].shape, ts[0].dtype)
+
+
+defop("broadcast_to_like", 2, rel=broadcast_to_like_rel,
+      impl=lambda args, attrs: np.array(np.broadcast_to(args[0], args[1].shape)),
+      pattern=OpPattern.BROADCAST, doc="Broadcast to another tensor's shape.")
+
+
+def collapse_sum(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """Sum ``x`` down to ``shape`` (the reverse of broadcasting ``shape`` to ``x.shape``)."""
+    lead = x.ndim - len(shape)
+    axes = list(range(lead)) + [lead + i for i, d in enumerate(shape)
+                                if d == 1 and x.shape[lead + i] != 1]
+    s = np.sum(x, axis=tuple(axes), keepdims=True, dtype=x.dtype) if axes else x
+    return wrap(np.reshape(s, shape), x.dtype)
+
+
+def collapse_sum_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``collapse_sum_like(x, like)``: like's shape (which must broadcast to x's), x's dtype."""
+    ts = tensor_args(arg_types, ("data", "collapse_type"))
+    if ts is None:
+        return None
+    _check_broadcastable_to(ts[1].shape, ts[0].shape, "collapse_sum_like")
+    return TensorType(ts[1].shape, ts[0].dtype)
+
+
+defop("collapse_sum_like", 2, rel=collapse_sum_like_rel,
+      impl=lambda args, attrs: collapse_sum(args[0], args[1].shape),
+      pattern=OpPattern.COMM_REDUCE, doc="Sum over the axes that broadcasting ``like`` added.")
+
+
+def collapse_sum_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``collapse_sum_to(x, shape)``."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    if attrs.shape is None:
+        raise TypeInferenceError("collapse_sum_to needs a shape attribute")
+    _check_broadcastable_to(attrs.shape, t.shape, "collapse_sum_to")
+    return TensorType(tuple(attrs.shape), t.dtype)
+
+
+defop("collapse_sum_to", 1, attrs=[F("shape", "ints", None, "the target shape")],
+      attrs_type="InitOpAttrs", rel=collapse_sum_to_rel,
+      impl=lambda args, attrs: collapse_sum(args[0], attrs.shape),
+      pattern=OpPattern.COMM_REDUCE, doc="Sum down to a shape that broadcasts to the input.")
+
+
+# ----------------------------------------------------------------------------- reverse/tile/repeat
+def reverse_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``reverse(x, axis)``: same type."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    norm_axis(attrs.axis, t.ndim)
+    return t
+
+
+defop("reverse", 1, attrs=[F("axis", "int", 0, "the axis to flip")],
+      attrs_type="ReverseAttrs", rel=reverse_rel,
+      impl=lambda args, attrs: np.flip(args[0], attrs.axis).copy(),
+      pattern=OpPattern.INJECTIVE, doc="Reverse the order along an axis.")
+
+
+def tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``tile(x, reps)``: numpy semantics (shapes right-aligned, padded with 1)."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    reps = tuple(attrs.reps or ())
+    if any(r < 0 for r in reps):
+        raise TypeInferenceError(f"tile: negative repetition in {reps}")
+    n = max(len(reps), t.ndim)
+    shape = (1,) * (n - t.ndim) + tuple(t.shape)
+    reps = (1,) * (n - len(reps)) + reps
+    return TensorType(tuple(dim_mul(d, r) for d, r in zip(shape, reps)), t.dtype)
+
+
+defop("tile", 1, attrs=[F("reps", "ints", None, "repetitions per axis")],
+      attrs_type="TileAttrs", rel=tile_rel,
+      impl=lambda args, attrs: np.tile(args[0], attrs.reps),
+      pattern=OpPattern.INJECTIVE, doc="Repeat the whole tensor along each axis.",
+      required=("reps",))
+
+
+def repeat_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``repeat(x, repeats, axis)``: every element repeated along ``axis``."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    if attrs.repeats < 0:
+        raise TypeInferenceError(f"repeat: repeats must be >= 0, found {attrs.repeats}")
+    axis = norm_axis(attrs.axis, t.ndim)
+    shape = list(t.shape)
+    shape[axis] = dim_mul(shape[axis], attrs.repeats)
+    return TensorType(tuple(shape), t.dtype)
+
+
+defop("repeat", 1, attrs=[F("repeats", "int", None, "how often"),
+                          F("axis", "int", 0, "the axis")],
+      attrs_type="RepeatAttrs", rel=repeat_rel,
+      impl=lambda args, attrs: np.repeat(args[0], attrs.repeats, axis=attrs.axis),
+      pattern=OpPattern.INJECTIVE, doc="Repeat every element along an axis.",
+      required=("repeats",))
+

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Scaffold a new operator: ``make new-op NAME=nn.my_op [FAMILY=nn] [INPUTS=1]``.
+
+Appends a skeleton (type relation, numpy reference, one ``defop`` registration) to
+``relay_ir/op/<family>.py``. The family defaults to ``nn`` for ``nn.*`` names and ``tensor``
+otherwise. The skeleton is an identity operator that works as is; edit the relation and the
+reference, then add sample inputs for the op to ``SAMPLES`` in ``tests/test_op_registry.py``
+(the registry test fails until you do) and value tests to ``tests/test_ops.py``.
+``--dry-run`` prints the code instead of writing it.
+"""
+from __future__ import annotations
+
+import argparse
+import keyword
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES = ("tensor", "reduce", "transform", "nn")
+
+TEMPLATE = '''
+
+# ----------------------------------------------------------------------------- {name}
+def {fn}_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``{name}({params})``: TODO state the result type (for now: the type of the first input)."""
+    ts = tensor_args(arg_types, {names})
+    if ts is None:
+        return None  # an argument is not known yet: the solver calls again
+    return ts[0]
+
+
+def {fn}_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Reference implementation of ``{name}`` (TODO; must return the relation's dtype)."""
+    x = args[0]
+    return wrap(np.array(x, copy=True), x.dtype)
+
+
+defop("{name}", {n}, attrs=[], attrs_type="", rel={fn}_rel, impl={fn}_ref,
+      pattern=OpPattern.OPAQUE, doc="TODO one-line summary of {name}.")
+'''
+
+
+def render(name: str, inputs: int) -> str:
+    """The skeleton code for operator ``name`` with ``inputs`` tensor inputs."""
+    fn = re.sub(r"\W", "_", name.replace("nn.", "", 1))
+    names = ["data"] if inputs == 1 else [f"x{i}" for i in range(inputs)]
+    quoted = "(" + ", ".join(f'"{n}"' for n in names) + ",)"
+    return TEMPLATE.format(name=name, fn=fn, n=inputs, names=quoted, params=", ".join(names))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", help="operator name, e.g. nn.my_op")
+    ap.add_argument("--family", choices=FAMILIES, default=None)
+    ap.add_argument("--inputs", type=int, default=1)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    name = args.name
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name) or \
+            keyword.iskeyword(name.split(".")[-1]):
+        print(f"error: {name!r} is not a valid operator name", file=sys.stderr)
+        return 2
+    if args.inputs < 1:
+        print("error: --inputs must be at least 1 (write 0-input ops by hand)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, ROOT)
+    from relay_ir.op import lookup_opdef
+    if lookup_opdef(name) is not None:
+        print(f"error: operator {name!r} is already registered", file=sys.stderr)
+        return 1
+    family = args.family or ("nn" if name.startswith("nn.") else "tensor")
+    code = render(name, args.inputs)
+    if args.dry_run:
+        print(code)
+        return 0
+    path = os.path.join(ROOT, "relay_ir", "op", f"{family}.py")
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    needed = ["Sequence", "Attrs", "Type", "tensor_args", "wrap", "defop", "OpPattern", "np"]
+    missing = [n for n in needed if not re.search(rf"\b{n}\b", src.split("\ndefop(")[0])]
+    if missing:
+        print(f"note: add imports for {', '.join(missing)} at the top of {path}")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(code)
+    print(f"wrote a skeleton for {name} to {path}\n"
+          f"next: fill in the relation and the reference, then add samples for {name!r} to "
+          "SAMPLES in tests/test_op_registry.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
