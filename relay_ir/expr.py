@@ -114,6 +114,11 @@ class Constructor(Expr):
     belong_to: GlobalTypeVar
     tag: int = 0
 
+    @property
+    def name(self) -> str:
+        """Alias of ``name_hint`` (DESIGN.md: ADT values expose ``.constructor.name``)."""
+        return self.name_hint
+
 
 # ----------------------------------------------------------------------------- compound
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

@@ -1,1 +1,30 @@
-"""Runtime: values, the interpreter, TVM lowering and the compiled executor."""
+"""Runtime: values, the interpreter, TVM lowering and the compiled executor.
+
+``evaluate(mod, *args, entry="main")`` runs a module with the reference interpreter; values are
+numpy arrays, Python tuples, :class:`ADTValue`, :class:`RefValue` and :class:`Closure`.
+Heavier parts (the interpreter itself, later the TVM executor) are imported on first use.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from relay_ir.runtime.values import (ADTValue, Closure, RecClosure, RefValue, TensorValue,
+                                     format_value)
+
+# public name -> module that defines it (imported lazily on first access)
+_LAZY: dict[str, str] = {
+    "evaluate": "relay_ir.runtime.interpreter",
+    "apply": "relay_ir.runtime.interpreter",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'relay_ir.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(mod), name)
+
+
+__all__ = ["evaluate", "apply", "ADTValue", "Closure", "RecClosure", "RefValue", "TensorValue",
+           "format_value"]
