@@ -1,0 +1,792 @@
+"""PartialEvaluate: online partial evaluation (Relay's PE design, in pure Python).
+
+Every expression is evaluated to a *partial value*: a static part (what is known at compile
+time) plus, when needed, an atom of the residual program that computes the same value.
+
+Static values: tensor constants; tuples of partial values; closures (a function literal plus
+the environment it was created in); global functions; operators; constructors and ADT values
+built by a constructor; references created in the program (the contents are tracked in a
+compile-time store).
+
+Rules:
+
+* ``op(c1, ..., cn) => constant`` when every argument is a static tensor (or tuple of them)
+  and the op is not effectful: folded through ``OpDef.impl``.
+* ``(e1, ..., en).i => ei`` on a static tuple; ``if (static c) {a} else {b} => a`` or ``b``;
+  ``match`` on a statically known constructor/tuple picks the clause and binds its fields.
+* ``ref_read(r) =>`` the value last stored in ``r`` when ``r`` was created in the program
+  and no unknown code ran since (store forwarding; every ``ref``/``ref_write`` is still
+  emitted in order, so effects are preserved — run dead-ref-elim and DCE afterwards).
+* ``f(a1..an)`` with ``f`` a known closure or global is specialized by evaluating the body
+  with the arguments bound (inlining/unrolling). A recursive function is unrolled only while
+  some argument is static data (a tensor, an ADT value, or a tuple holding one); calls in
+  tail position are unrolled in a loop, so long chains of closures do not grow the stack. Each unrolling costs one unit of ``fuel`` (per global
+  function, default 1000); nesting is also capped at ``max_depth`` (default 40) so Python's
+  stack stays small. Out of fuel, the call is left as a residual call: every program
+  terminates, including infinite static recursion.
+* Anything else is *residualized*: emitted as a ``let`` in evaluation order (the output is in
+  A-normal form with fresh binders); a dynamic ``if``/``match`` gets both branches partially
+  evaluated, each with its own copy of the store, and the stores are merged afterwards. A
+  call of unknown code clears the store. A static closure that reaches residual code is
+  emitted as a function literal whose body is partially evaluated with unknown parameters
+  (recursive calls inside it stay calls).
+
+Let spines and dataflow chains are walked iteratively (100,000 bindings under the default
+recursion limit); Python recursion follows function, if and match nesting and unrolling depth
+(bounded by ``max_depth``). The input is never mutated; emitted nodes keep the spans of the
+nodes they came from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from relay_ir.errors import InternalError
+from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
+                           Let, Match, Op, Pattern, PatternConstructor, PatternTuple,
+                           PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
+                           TupleGetItem, Var)
+from relay_ir.module import IRModule
+from relay_ir.op import lookup_opdef
+from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.span import Span
+from relay_ir.traversal import flatten_lets, free_type_vars, free_vars, post_order
+from relay_ir.ty import Type
+
+_DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
+_LEAF = (Var, Constant, GlobalVar, Op, Constructor)
+
+
+# ----------------------------------------------------------------------------- values
+class STensor:
+    """A tensor known at compile time."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: np.ndarray):
+        self.data = data
+
+
+class STuple:
+    """A tuple whose fields are partial values."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: list[PValue]):
+        self.fields = fields
+
+
+class SClosure:
+    """A function literal and the environment it was created in."""
+
+    __slots__ = ("func", "env")
+
+    def __init__(self, func: Function, env: Env):
+        self.func = func
+        self.env = env
+
+
+class SGlobal:
+    """A global function of the module."""
+
+    __slots__ = ("gv",)
+
+    def __init__(self, gv: GlobalVar):
+        self.gv = gv
+
+
+class SOp:
+    """A primitive operator."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Op):
+        self.op = op
+
+
+class SConFn:
+    """A constructor not applied yet."""
+
+    __slots__ = ("con",)
+
+    def __init__(self, con: Constructor):
+        self.con = con
+
+
+class SCon:
+    """An ADT value built by a constructor from partial values."""
+
+    __slots__ = ("con", "fields")
+
+    def __init__(self, con: Constructor, fields: list[PValue]):
+        self.con = con
+        self.fields = fields
+
+
+class SRef:
+    """A reference created in the program; its contents live in the compile-time store."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int):
+        self.key = key
+
+
+class PValue:
+    """A partial value: static part (or None) and the residual atom computing it (or None).
+
+    ``scope`` is the residual scope the atom is bound in (None: valid everywhere).
+    """
+
+    __slots__ = ("static", "dyn", "scope")
+
+    def __init__(self, static: Any, dyn: Expr | None = None, scope: Scope | None = None):
+        self.static = static
+        self.dyn = dyn
+        self.scope = scope
+
+
+class Env:
+    """Variable environment (a chain of dicts) plus the memo of evaluated shared nodes."""
+
+    __slots__ = ("vars", "memo", "parent")
+
+    def __init__(self, parent: Env | None = None):
+        self.vars: dict[Var, PValue] = {}
+        self.memo: dict[Expr, PValue] = {}
+        self.parent = parent
+
+    def lookup(self, v: Var) -> PValue | None:
+        e: Env | None = self
+        while e is not None:
+            pv = e.vars.get(v)
+            if pv is not None:
+                return pv
+            e = e.parent
+        return None
+
+    def memo_get(self, node: Expr) -> PValue | None:
+        e: Env | None = self
+        while e is not None:
+            pv = e.memo.get(node)
+            if pv is not None:
+                return pv
+            e = e.parent
+        return None
+
+
+class Scope:
+    """A residual let-spine being emitted (a function body, a branch, a match arm)."""
+
+    __slots__ = ("bindings", "parent")
+
+    def __init__(self, parent: Scope | None):
+        self.bindings: list[tuple[Var, Expr, Span | None]] = []
+        self.parent = parent
+
+    def within(self, other: Scope) -> bool:
+        s: Scope | None = self
+        while s is not None:
+            if s is other:
+                return True
+            s = s.parent
+        return False
+
+    def build(self, result: Expr) -> Expr:
+        out = result
+        for var, value, span in reversed(self.bindings):
+            out = Let(var, value, out, span=span)
+        return out
+
+
+_UNKNOWN = object()
+
+
+class _TailCall:
+    """A call in tail position that the enclosing :meth:`_PE._inline` loop should unroll."""
+
+    __slots__ = ("func", "env", "args")
+
+    def __init__(self, func: Function, env: Env, args: list[PValue]):
+        self.func = func
+        self.env = env
+        self.args = args
+
+
+# ----------------------------------------------------------------------------- evaluator
+class _PE:
+    def __init__(self, mod: IRModule, fuel: int, max_depth: int):
+        self.mod = mod
+        self.fuel = fuel
+        self.max_depth = max_depth
+        self.depth = 0
+        self.store: dict[int, PValue] = {}
+        self.next_key = 0
+        self.active: list[Function] = []
+        self.reifying = 0
+        self.bound_tvars: set = set()
+        self.scope = Scope(None)
+        self._recursive: dict[Function, bool] = {}
+        self._recursive_globals: set[str] | None = None
+
+    # -- emitting ----------------------------------------------------------------------
+    def emit(self, value: Expr, hint: Var | None = None, span: Span | None = None,
+             ty: Type | None = None) -> PValue:
+        ann = hint.type_annotation if hint is not None else None
+        if ann is None:
+            ann = ty
+        ann = self._closed_type(ann)
+        if hint is not None:
+            var = Var(hint.name_hint, ann, span=hint.span)
+        else:
+            var = Var("x", ann, span=span)
+        self.scope.bindings.append((var, value, span))
+        return PValue(None, var, self.scope)
+
+    def _closed_type(self, t: Type | None) -> Type | None:
+        """``t`` if every type variable in it is bound where the residual code goes, else None.
+
+        NOTE: the types inside an inlined polymorphic body mention that body's type parameters;
+        such annotations are dropped (type inference recomputes them).
+        """
+        if t is None:
+            return None
+        for tv in free_type_vars(t):
+            if tv not in self.bound_tvars:
+                return None
+        return t
+
+    def _valid(self, pv: PValue) -> bool:
+        return pv.dyn is not None and (pv.scope is None or self.scope.within(pv.scope))
+
+    def reify(self, pv: PValue) -> Expr:
+        """An atom (or ``()``) of the residual program computing ``pv``, emitting as needed."""
+        if self._valid(pv):
+            return pv.dyn  # type: ignore[return-value]
+        stack: list[tuple[PValue, bool]] = [(pv, False)]
+        while stack:
+            p, ready = stack.pop()
+            if self._valid(p):
+                continue
+            s = p.static
+            if not ready and isinstance(s, (STuple, SCon)):
+                stack.append((p, True))
+                for f in s.fields:
+                    if not self._valid(f):
+                        stack.append((f, False))
+                continue
+            self._reify_one(p)
+        return pv.dyn  # type: ignore[return-value]
+
+    def _reify_one(self, p: PValue) -> None:
+        s = p.static
+        if isinstance(s, STensor):
+            p.dyn, p.scope = Constant(s.data), None
+        elif isinstance(s, STuple):
+            if not s.fields:
+                p.dyn, p.scope = Tuple(()), None
+            else:
+                r = self.emit(Tuple(tuple(f.dyn for f in s.fields)))  # type: ignore[misc]
+                p.dyn, p.scope = r.dyn, r.scope
+        elif isinstance(s, SCon):
+            r = self.emit(Call(s.con, tuple(f.dyn for f in s.fields)))  # type: ignore[misc]
+            p.dyn, p.scope = r.dyn, r.scope
+        elif isinstance(s, SClosure):
+            self._reify_closure(p, s)
+        elif isinstance(s, SGlobal):
+            p.dyn, p.scope = s.gv, None
+        elif isinstance(s, SOp):
+            p.dyn, p.scope = s.op, None
+        elif isinstance(s, SConFn):
+            p.dyn, p.scope = s.con, None
+        else:
+            raise InternalError("partial evaluation: a residual value is used out of its scope")
+
+    def _reify_closure(self, p: PValue, clo: SClosure) -> None:
+        f = clo.func
+        outer = self.scope
+        var = Var("f", self._closed_type(f.checked_type_), span=f.span)
+        p.dyn, p.scope = var, outer  # NOTE: set first, so recursive references use `var`
+        inner = Scope(outer)
+        env = Env(clo.env)
+        saved_tvars = self.bound_tvars
+        self.bound_tvars = saved_tvars | set(f.type_params)
+        params = tuple(Var(q.name_hint, self._closed_type(q.type_annotation), span=q.span)
+                       for q in f.params)
+        ret_type = self._closed_type(f.ret_type)
+        for q, nq in zip(f.params, params):
+            env.vars[q] = PValue(None, nq, None)
+        saved_store, self.store = self.store, {}
+        self.active.append(f)
+        self.depth += 1
+        self.reifying += 1
+        self.scope = inner
+        try:
+            atom = self.reify(self.eval(f.body, env))
+        finally:
+            self.bound_tvars = saved_tvars
+            self.scope = outer
+            self.reifying -= 1
+            self.depth -= 1
+            self.active.pop()
+            self.store = saved_store
+        fn = Function(params, inner.build(atom), ret_type, f.type_params, f.attrs, span=f.span)
+        outer.bindings.append((var, fn, f.span))
+
+    # -- evaluation --------------------------------------------------------------------
+    def eval(self, e: Expr, env: Env, hint: Var | None = None, tail: bool = False) -> Any:
+        """The partial value of ``e``; with ``tail``, possibly a :class:`_TailCall` instead."""
+        t = type(e)
+        if t is Var:
+            pv = env.lookup(e)
+            return pv if pv is not None else PValue(None, e, None)
+        if t is Constant:
+            return PValue(STensor(e.data), e, None)
+        if t is GlobalVar:
+            return PValue(SGlobal(e), e, None)
+        if t is Op:
+            return PValue(SOp(e), e, None)
+        if t is Constructor:
+            if not e.inputs:
+                return PValue(SCon(e, []), e, None)
+            return PValue(SConFn(e), e, None)
+        memo = env.memo_get(e)
+        if memo is not None:
+            return memo
+        if t in _DATAFLOW:
+            return self._eval_dataflow(e, env, hint, tail)
+        if t is Let:
+            out = self._eval_spine(e, env, hint, tail)
+        elif t is Function:
+            out = PValue(None, e, None) if e.is_primitive else PValue(SClosure(e, env))
+        elif t is If:
+            out = self._eval_if(e, env, hint, tail)
+        elif t is Match:
+            out = self._eval_match(e, env, hint, tail)
+        else:
+            raise InternalError(f"partial evaluation: unexpected node {t.__name__}")
+        if type(out) is not _TailCall:
+            env.memo[e] = out
+        return out
+
+    def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Any:
+        lets, body = flatten_lets(let)
+        for node in lets:
+            env.vars[node.var] = self.eval(node.value, env, node.var)
+        return self.eval(body, env, hint, tail)
+
+    def _eval_dataflow(self, root: Expr, env: Env, hint: Var | None, tail: bool) -> Any:
+        memo = env.memo
+        stack: list[tuple[Expr, bool]] = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            if ready:
+                if node is root:
+                    r = self._eval_node(node, env, hint, tail)
+                    if type(r) is _TailCall:
+                        return r
+                    memo[node] = r
+                else:
+                    memo[node] = self._eval_node(node, env, None, False)
+                continue
+            if env.memo_get(node) is not None:
+                continue
+            stack.append((node, True))
+            for c in _dataflow_children(node):
+                if type(c) in _DATAFLOW and env.memo_get(c) is None:
+                    stack.append((c, False))
+        return memo[root]
+
+    def _eval_node(self, e: Expr, env: Env, hint: Var | None, tail: bool) -> Any:
+        t = type(e)
+        if t is Call:
+            callee = self.eval(e.op, env)
+            args = [self.eval(a, env) for a in e.args]
+            return self._apply(callee, args, e, hint, tail)
+        if t is Tuple:
+            return PValue(STuple([self.eval(f, env) for f in e.fields]))
+        if t is TupleGetItem:
+            tv = self.eval(e.tuple_value, env)
+            if isinstance(tv.static, STuple) and e.index < len(tv.static.fields):
+                return tv.static.fields[e.index]
+            return self.emit(TupleGetItem(self.reify(tv), e.index, span=e.span), hint, e.span,
+                             e.checked_type_)
+        if t is RefCreate:
+            v = self.eval(e.value, env)
+            r = self.emit(RefCreate(self.reify(v), span=e.span), hint, e.span, e.checked_type_)
+            key = self.next_key
+            self.next_key += 1
+            self.store[key] = v
+            return PValue(SRef(key), r.dyn, r.scope)
+        if t is RefRead:
+            r = self.eval(e.ref, env)
+            if isinstance(r.static, SRef) and r.static.key in self.store:
+                return self.store[r.static.key]
+            out = self.emit(RefRead(self.reify(r), span=e.span), hint, e.span, e.checked_type_)
+            if isinstance(r.static, SRef):
+                self.store[r.static.key] = out
+            return out
+        if t is RefWrite:
+            r = self.eval(e.ref, env)
+            v = self.eval(e.value, env)
+            self.emit(RefWrite(self.reify(r), self.reify(v), span=e.span), hint, e.span,
+                      e.checked_type_)
+            if isinstance(r.static, SRef):
+                self.store[r.static.key] = v
+            else:
+                self.store = {}  # NOTE: an unknown reference may alias any known one
+            return PValue(STuple([]))
+        raise InternalError(f"partial evaluation: unexpected node {t.__name__}")
+
+    # -- calls -------------------------------------------------------------------------
+    def _apply(self, callee: PValue, args: list[PValue], call: Call, hint: Var | None,
+               tail: bool = False) -> Any:
+        s = callee.static
+        if isinstance(s, SOp):
+            folded = self._fold(s.op, args, call)
+            if folded is not None:
+                return folded
+            return self.emit(Call(s.op, tuple(self.reify(a) for a in args), call.attrs,
+                                  call.type_args, span=call.span), hint, call.span,
+                             call.checked_type_)
+        if isinstance(s, SConFn):
+            return PValue(SCon(s.con, list(args)))
+        if isinstance(s, SCon) and not s.fields and not args:
+            return PValue(SCon(s.con, []))
+        func: Function | None = None
+        env: Env | None = None
+        recursive = False
+        if isinstance(s, SClosure):
+            func, env = s.func, s.env
+            recursive = self._is_recursive_closure(func, env)
+        elif isinstance(s, SGlobal) and s.gv.name_hint in self.mod:
+            g = self.mod[s.gv.name_hint]
+            if not g.is_primitive:
+                func, env = g, Env(None)
+                recursive = s.gv.name_hint in self._globals_in_cycles()
+        if func is not None and env is not None and len(func.params) == len(args) \
+                and self._should_inline(callee, func, args, recursive):
+            if tail:
+                return _TailCall(func, env, args)
+            return self._inline(func, env, args)
+        out = self.emit(Call(self.reify(callee), tuple(self.reify(a) for a in args),
+                             call.attrs, call.type_args, span=call.span), hint, call.span,
+                        call.checked_type_)
+        self.store = {}  # NOTE: unknown code may read or write any reference
+        return out
+
+    def _inline(self, func: Function, env: Env, args: list[PValue]) -> PValue:
+        """Evaluate ``func``'s body on ``args``; calls in tail position loop here (trampoline).
+
+        NOTE: a chain of closures each ending in a call of the next (an AD backpropagator) is
+        unrolled without growing the Python stack.
+        """
+        self.depth += 1
+        self.active.append(func)
+        try:
+            while True:
+                self.fuel -= 1
+                body_env = Env(env)
+                for p, a in zip(func.params, args):
+                    body_env.vars[p] = a
+                r = self.eval(func.body, body_env, None, True)
+                if type(r) is not _TailCall:
+                    return r
+                func, env, args = r.func, r.env, r.args
+                self.active[-1] = func
+        finally:
+            self.active.pop()
+            self.depth -= 1
+
+    def _should_inline(self, callee: PValue, func: Function, args: list[PValue],
+                       recursive: bool) -> bool:
+        if self.fuel <= 0 or self.depth >= self.max_depth:
+            return False
+        if self.reifying and isinstance(callee.static, SClosure) and self._valid(callee):
+            # NOTE: inside a residual function body, call a closure that already has residual
+            # code instead of copying its body again (keeps the output linear).
+            return False
+        if recursive or func in self.active:
+            return any(_decisive(a) for a in args)
+        return True
+
+    def _is_recursive_closure(self, func: Function, env: Env) -> bool:
+        r = self._recursive.get(func)
+        if r is None:
+            r = False
+            for v in free_vars(func):
+                pv = env.lookup(v)
+                if pv is not None and isinstance(pv.static, SClosure) and pv.static.func is func:
+                    r = True
+                    break
+            self._recursive[func] = r
+        return r
+
+    def _globals_in_cycles(self) -> set[str]:
+        if self._recursive_globals is None:
+            graph: dict[str, set[str]] = {}
+            for name, fn in self.mod.functions.items():
+                graph[name] = {n.name_hint for n in post_order(fn) if type(n) is GlobalVar}
+            cyclic: set[str] = set()
+            for start in graph:
+                seen: set[str] = set()
+                stack = list(graph[start])
+                while stack:
+                    g = stack.pop()
+                    if g == start:
+                        cyclic.add(start)
+                        break
+                    if g in seen or g not in graph:
+                        continue
+                    seen.add(g)
+                    stack.extend(graph[g])
+            self._recursive_globals = cyclic
+        return self._recursive_globals
+
+    def _fold(self, op: Op, args: list[PValue], call: Call) -> PValue | None:
+        opdef = lookup_opdef(op.name)
+        if opdef is None or opdef.impl is None or opdef.effectful:
+            return None
+        vals = []
+        for a in args:
+            v = _static_array(a)
+            if v is None:
+                return None
+            vals.append(v)
+        try:
+            res = opdef.impl(vals, call.attrs)
+        except Exception:  # NOTE: a failing op stays in the program, to fail at run time
+            return None
+        return _to_pvalue(res)
+
+    # -- control flow ------------------------------------------------------------------
+    def _branch(self, e: Expr, env: Env, store: dict[int, PValue],
+                bind: dict[Var, PValue] | None = None) -> tuple[Expr, dict[int, PValue]]:
+        outer = self.scope
+        inner = Scope(outer)
+        self.scope = inner
+        self.store = dict(store)
+        try:
+            benv = Env(env)
+            if bind:
+                benv.vars.update(bind)
+            atom = self.reify(self.eval(e, benv))
+        finally:
+            self.scope = outer
+        return inner.build(atom), self.store
+
+    @staticmethod
+    def _merge(stores: list[dict[int, PValue]]) -> dict[int, PValue]:
+        first = stores[0]
+        return {k: v for k, v in first.items() if all(s.get(k) is v for s in stores[1:])}
+
+    def _eval_if(self, e: If, env: Env, hint: Var | None, tail: bool) -> Any:
+        c = self.eval(e.cond, env)
+        if isinstance(c.static, STensor) and c.static.data.size == 1:
+            taken = e.true_branch if bool(c.static.data.reshape(()).item()) else e.false_branch
+            return self.eval(taken, env, hint, tail)
+        cond = self.reify(c)
+        saved = self.store
+        tb, ts = self._branch(e.true_branch, env, saved)
+        fb, fs = self._branch(e.false_branch, env, saved)
+        self.store = self._merge([ts, fs])
+        return self.emit(If(cond, tb, fb, span=e.span), hint, e.span, e.checked_type_)
+
+    def _eval_match(self, m: Match, env: Env, hint: Var | None, tail: bool) -> Any:
+        d = self.eval(m.data, env)
+        first_unknown = len(m.clauses)
+        for i, clause in enumerate(m.clauses):
+            r = self._static_match(clause.lhs, d)
+            if r is None:
+                continue
+            if r is _UNKNOWN:
+                first_unknown = i
+                break
+            benv = Env(env)
+            benv.vars.update(r)  # type: ignore[arg-type]
+            return self.eval(clause.rhs, benv, hint, tail)
+        clauses = m.clauses[first_unknown:] if first_unknown < len(m.clauses) else m.clauses
+        data = self.reify(d)
+        saved = self.store
+        new_clauses = []
+        stores = []
+        for clause in clauses:
+            bind: dict[Var, PValue] = {}
+            lhs = _fresh_pattern(clause.lhs, bind)
+            rhs, st = self._branch(clause.rhs, env, saved, bind)
+            stores.append(st)
+            new_clauses.append(Clause(lhs, rhs, span=clause.span))
+        self.store = self._merge(stores) if stores else saved
+        return self.emit(Match(data, tuple(new_clauses), m.complete, span=m.span), hint, m.span,
+                         m.checked_type_)
+
+    def _static_match(self, p: Pattern, v: PValue) -> Any:
+        """Bindings if ``p`` surely matches ``v``, None if it surely fails, else _UNKNOWN."""
+        if isinstance(p, PatternWildcard):
+            return {}
+        if isinstance(p, PatternVar):
+            return {p.var: v}
+        s = v.static
+        if isinstance(p, PatternTuple):
+            if isinstance(s, STuple) and len(s.fields) == len(p.patterns):
+                out: dict[Var, PValue] = {}
+                for q, f in zip(p.patterns, s.fields):
+                    r = self._static_match(q, f)
+                    if r is None or r is _UNKNOWN:
+                        return r
+                    out.update(r)
+                return out
+            if s is None and _irrefutable(p):
+                out = {}
+                base = self.reify(v)
+                for i, q in enumerate(p.patterns):
+                    item = self.emit(TupleGetItem(base, i, span=p.span), None, p.span)
+                    out.update(self._static_match(q, item))
+                return out
+            return _UNKNOWN
+        if isinstance(p, PatternConstructor):
+            if not isinstance(s, SCon):
+                return _UNKNOWN
+            if s.con.name_hint != p.constructor.name_hint or len(s.fields) != len(p.patterns):
+                return None
+            out = {}
+            for q, f in zip(p.patterns, s.fields):
+                r = self._static_match(q, f)
+                if r is None or r is _UNKNOWN:
+                    return r
+                out.update(r)
+            return out
+        return _UNKNOWN
+
+
+def _dataflow_children(e: Expr) -> tuple[Expr, ...]:
+    t = type(e)
+    if t is Call:
+        return (e.op, *e.args)
+    if t is Tuple:
+        return e.fields
+    if t is TupleGetItem:
+        return (e.tuple_value,)
+    if t is RefCreate:
+        return (e.value,)
+    if t is RefRead:
+        return (e.ref,)
+    if t is RefWrite:
+        return (e.ref, e.value)
+    return ()
+
+
+def _decisive(pv: PValue) -> bool:
+    """Static data that can decide control flow (a tensor or ADT value, or a tuple holding one).
+
+    Recursion is unrolled only on such arguments: a static closure or reference passed along
+    unchanged (``map(f, xs)``, a backpropagator cell) does not make a loop on dynamic data end.
+    """
+    s = pv.static
+    if isinstance(s, (STensor, SCon)):
+        return True
+    if isinstance(s, STuple):
+        return any(isinstance(f.static, (STensor, SCon)) for f in s.fields)
+    return False
+
+
+def _irrefutable(p: Pattern) -> bool:
+    stack = [p]
+    while stack:
+        q = stack.pop()
+        if isinstance(q, PatternConstructor):
+            return False
+        if isinstance(q, PatternTuple):
+            stack.extend(q.patterns)
+    return True
+
+
+def _fresh_pattern(p: Pattern, bind: dict[Var, PValue]) -> Pattern:
+    if isinstance(p, PatternVar):
+        nv = Var(p.var.name_hint, p.var.type_annotation, span=p.var.span)
+        bind[p.var] = PValue(None, nv, None)
+        return PatternVar(nv, span=p.span)
+    if isinstance(p, PatternConstructor):
+        return PatternConstructor(p.constructor, tuple(_fresh_pattern(q, bind)
+                                                       for q in p.patterns), span=p.span)
+    if isinstance(p, PatternTuple):
+        return PatternTuple(tuple(_fresh_pattern(q, bind) for q in p.patterns), span=p.span)
+    return p
+
+
+def _static_array(pv: PValue) -> Any:
+    s = pv.static
+    if isinstance(s, STensor):
+        return s.data
+    if isinstance(s, STuple):
+        out = []
+        for f in s.fields:
+            if not isinstance(f.static, STensor):
+                return None
+            out.append(f.static.data)
+        return tuple(out)
+    return None
+
+
+def _to_pvalue(res: Any) -> PValue | None:
+    if isinstance(res, (tuple, list)):
+        fields = []
+        for r in res:
+            if not isinstance(r, np.ndarray) and not np.isscalar(r):
+                return None
+            fields.append(PValue(STensor(np.asarray(r))))
+        return PValue(STuple(fields))
+    if isinstance(res, np.ndarray) or np.isscalar(res):
+        return PValue(STensor(np.asarray(res)))
+    return None
+
+
+# ----------------------------------------------------------------------------- the pass
+@dataclass(frozen=True)
+class PartialEvaluate(Pass):
+    """Online partial evaluation with a fuel bound (see the module docstring for the rules).
+
+    ``op(consts) => const``; ``if (static) {a} else {b} => a|b``; ``match`` on a known value
+    picks the clause; ``ref_read`` of a known reference => its contents; calls of known
+    functions are specialized (recursion unrolled while arguments are static, at most
+    ``fuel`` unrollings per global); everything else is emitted in A-normal form.
+    """
+
+    fuel: int = 1000
+    max_depth: int = 40
+
+    name: ClassVar[str] = "partial-eval"
+    opt_level: ClassVar[int] = 1
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        changed = {}
+        for gname, fn in mod.functions.items():
+            if fn.is_primitive:
+                continue
+            changed[gname] = partial_eval_function(fn, mod, fuel=self.fuel,
+                                                   max_depth=self.max_depth)
+        return mod.with_functions(changed) if changed else mod
+
+
+def partial_eval_function(fn: Function, mod: IRModule | None = None, *, fuel: int = 1000,
+                          max_depth: int = 40) -> Function:
+    """Partially evaluate one function (its parameters are unknown)."""
+    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth)
+    pe.bound_tvars = set(fn.type_params)
+    env = Env(None)
+    for p in fn.params:
+        env.vars[p] = PValue(None, p, None)
+    pe.active.append(fn)
+    atom = pe.reify(pe.eval(fn.body, env))
+    body = pe.scope.build(atom)
+    return Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
+
+
+def partial_eval_expr(expr: Expr, mod: IRModule | None = None, *, fuel: int = 1000,
+                      max_depth: int = 40) -> Expr:
+    """Partially evaluate a closed (or free-variable) expression."""
+    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth)
+    atom = pe.reify(pe.eval(expr, Env(None)))
+    return pe.scope.build(atom)

@@ -1,0 +1,621 @@
+"""Tests for PartialEvaluate (passes/partial_eval.py)."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from relay_ir.expr import (Call, Clause, Constructor, Function, GlobalVar, If, Let, Match,
+                           PatternConstructor, PatternVar, PatternWildcard, RefCreate, RefRead,
+                           RefWrite, Tuple, TupleGetItem, Var, const)
+from relay_ir.module import IRModule
+from relay_ir.op import get_opdef
+from relay_ir.passes import DeadRefElimination, PartialEvaluate, PassContext, Sequential
+from relay_ir.passes.instrument import WellFormedCheck
+from relay_ir.structural import assert_structural_equal
+from relay_ir.traversal import build_lets, flatten_lets, post_order
+from relay_ir.ty import TensorType, TypeCall, TypeData, TypeVar, GlobalTypeVar
+
+from util_diff import assert_same_results
+
+F2 = TensorType((2,), "float32")
+F0 = TensorType((), "float32")
+I0 = TensorType((), "int32")
+B0 = TensorType((), "bool")
+
+
+def op(name, *args):
+    opdef = get_opdef(name)
+    return Call(opdef.op, tuple(args), opdef.make_attrs({}))
+
+
+def run(mod: IRModule, **options) -> IRModule:
+    with PassContext(instruments=[WellFormedCheck()]):
+        return PartialEvaluate(**options)(mod)
+
+
+def parse_or_skip(text: str) -> IRModule:
+    parser = pytest.importorskip("relay_ir.parser")
+    return parser.parse(text)
+
+
+def main(params, body) -> IRModule:
+    return IRModule({"main": Function(tuple(params), body)})
+
+
+def count_calls(fn: Function, name: str | None = None) -> int:
+    n = 0
+    for node in post_order(fn.body):
+        if isinstance(node, Call):
+            if name is None or getattr(node.op, "name", getattr(node.op, "name_hint", "")) == name:
+                n += 1
+    return n
+
+
+# ----------------------------------------------------------------------------- folding
+def test_constant_folding_through_impl():
+    # add(1, 2) * x  =>  multiply(3, x)
+    x = Var("x", F0)
+    mod = main([x], op("multiply", op("add", const(1.0), const(2.0)), x))
+    out = run(mod)
+    v = Var("v")
+    expected = Function((x,), Let(v, op("multiply", const(3.0), x), v))
+    assert_structural_equal(out["main"], expected, map_free_vars=True)
+    assert_same_results(mod, out)
+
+
+def test_fully_static_program_becomes_a_constant():
+    mod = main([], op("sum", op("multiply", const(np.arange(4, dtype="float32")),
+                                const(2.0))))
+    out = run(mod)
+    body = out["main"].body
+    assert body.__class__.__name__ == "Constant"
+    np.testing.assert_allclose(body.data, 12.0)
+
+
+def test_static_tuple_projection_and_let():
+    x = Var("x", F0)
+    t, a = Var("t"), Var("a")
+    mod = main([x], build_lets([(t, Tuple((const(2.0), x))), (a, TupleGetItem(t, 0))],
+                               op("add", a, TupleGetItem(t, 1))))
+    out = run(mod)
+    v = Var("v")
+    assert_structural_equal(out["main"], Function((x,), Let(v, op("add", const(2.0), x), v)),
+                            map_free_vars=True)
+
+
+def test_if_with_static_condition_picks_branch():
+    x = Var("x", F0)
+    mod = main([x], If(op("less", const(1), const(2)), op("exp", x), op("log", x)))
+    out = run(mod)
+    v = Var("v")
+    assert_structural_equal(out["main"], Function((x,), Let(v, op("exp", x), v)),
+                            map_free_vars=True)
+    assert_same_results(mod, out, inputs=[np.array(2.0, "float32")])
+
+
+def test_if_with_dynamic_condition_keeps_both_branches():
+    x, c = Var("x", F0), Var("c", B0)
+    mod = main([x, c], If(c, op("add", x, op("add", const(1.0), const(1.0))), x))
+    out = run(mod)
+    tv, r = Var("t"), Var("r")
+    expected = Function((x, c), Let(r, If(c, Let(tv, op("add", x, const(2.0)), tv), x), r))
+    assert_structural_equal(out["main"], expected, map_free_vars=True)
+    for cv in (True, False):
+        assert_same_results(mod, out, inputs=[np.array(1.5, "float32"), np.array(cv)])
+
+
+# ----------------------------------------------------------------------------- closures
+def test_known_closure_calls_are_inlined():
+    x, p, f = Var("x", F0), Var("p", F0), Var("f")
+    mod = main([x], Let(f, Function((p,), op("multiply", p, const(2.0))),
+                        Call(f, (Call(f, (x,)),))))
+    out = run(mod)
+    a, b = Var("a"), Var("b")
+    expected = Function((x,), build_lets([(a, op("multiply", x, const(2.0))),
+                                          (b, op("multiply", a, const(2.0)))], b))
+    assert_structural_equal(out["main"], expected, map_free_vars=True)
+    assert_same_results(mod, out)
+
+
+def test_higher_order_function_with_static_argument():
+    # twice = fn(g, y) { g(g(y)) }; twice(fn(z) { z + 1 }, x)  =>  (x + 1) + 1
+    x, g, y, z, tw = Var("x", F0), Var("g"), Var("y", F0), Var("z", F0), Var("twice")
+    twice = Function((g, y), Call(g, (Call(g, (y,)),)))
+    mod = main([x], Let(tw, twice, Call(tw, (Function((z,), op("add", z, const(1.0))), x))))
+    out = run(mod)
+    assert not [n for n in post_order(out["main"].body) if isinstance(n, Function)]
+    assert count_calls(out["main"], "add") == 2
+    assert_same_results(mod, out)
+
+
+def test_global_function_specialized_on_static_arguments():
+    # def @scale(%v, %k) { multiply(%v, add(%k, 1f)) }; main: @scale(x, 2f)
+    v, k, x = Var("v", F0), Var("k", F0), Var("x", F0)
+    scale = Function((v, k), op("multiply", v, op("add", k, const(1.0))))
+    mod = IRModule({"scale": scale,
+                    "main": Function((x,), Call(GlobalVar("scale"), (x, const(2.0))))})
+    out = run(mod)
+    r = Var("r")
+    assert_structural_equal(out["main"], Function((x,), Let(r, op("multiply", x, const(3.0)),
+                                                            r)), map_free_vars=True)
+    assert_same_results(mod, out)
+
+
+def _power_module() -> IRModule:
+    # def @pow(%x, %n: int32) { if (n == 0) 1f else x * @pow(x, n - 1) }
+    x, n = Var("x", F0), Var("n", I0)
+    pw = GlobalVar("pow")
+    body = If(op("equal", n, const(0)), const(1.0),
+              op("multiply", x, Call(pw, (x, op("subtract", n, const(1))))))
+    y, y2, m = Var("y", F0), Var("y", F0), Var("m", I0)
+    return IRModule({"pow": Function((x, n), body, F0),
+                     "main": Function((y,), Call(pw, (y, const(3)))),
+                     "dyn": Function((y2, m), Call(pw, (y2, m)))})
+
+
+def test_recursion_on_static_argument_is_unrolled():
+    mod = _power_module()
+    out = run(mod)
+    fn = out["main"]
+    assert count_calls(fn, "multiply") == 3
+    assert not [n for n in post_order(fn.body) if isinstance(n, (If, GlobalVar))]
+    pairs = assert_same_results(mod, out, inputs=[np.array(1.5, "float32")])
+    np.testing.assert_allclose(pairs[0][1], 1.5 ** 3)
+
+
+def test_recursion_on_dynamic_argument_stays_a_call():
+    mod = _power_module()
+    out = run(mod)
+    fn = out["dyn"]
+    # the recursive global is not unrolled on an unknown count: one residual call
+    gcalls = [n for n in post_order(fn.body) if isinstance(n, Call) and
+              isinstance(n.op, GlobalVar)]
+    assert len(gcalls) == 1
+    assert_same_results(mod, out, entry="dyn",
+                        inputs=[np.array(2.0, "float32"), np.array(4, "int32")])
+
+
+def test_infinite_static_recursion_terminates_with_fuel():
+    # def @loop(%i: int32) { @loop(add(%i, 1)) } : every argument static, never ends
+    i = Var("i", I0)
+    lp = GlobalVar("loop")
+    mod = IRModule({"loop": Function((i,), Call(lp, (op("add", i, const(1)),)), I0),
+                    "main": Function((), Call(lp, (const(0),)))})
+    out = run(mod, fuel=25)
+    body = out["main"].body
+    lets, last = flatten_lets(body)
+    # 25 unrollings folded the counter to 25, then a residual call remains
+    calls = [n for n in post_order(body) if isinstance(n, Call) and isinstance(n.op, GlobalVar)]
+    assert len(calls) == 1 and int(calls[0].args[0].data) == 25
+    out_default = run(mod)  # default fuel/depth also terminate
+    calls = [n for n in post_order(out_default["main"].body) if isinstance(n, Call)]
+    assert len(calls) == 1
+
+
+def test_fuel_zero_inlines_nothing():
+    x, p, f = Var("x", F0), Var("p", F0), Var("f")
+    mod = main([x], Let(f, Function((p,), op("negative", p)), Call(f, (x,))))
+    out = run(mod, fuel=0)
+    fns = [n for n in post_order(out["main"].body) if isinstance(n, Function)]
+    assert len(fns) == 1  # the closure is residualized and called
+    assert_same_results(mod, out)
+
+
+# ----------------------------------------------------------------------------- ADTs
+def _list_adt():
+    a = TypeVar("a")
+    lst = GlobalTypeVar("List")
+    cons = Constructor("Cons", (a, TypeCall(lst, (a,))), lst, 0)
+    nil = Constructor("Nil", (), lst, 1)
+    return TypeData(lst, (a,), (cons, nil)), cons, nil
+
+
+def test_match_on_static_constructor_picks_clause():
+    td, cons, nil = _list_adt()
+    x, h, t = Var("x", F0), Var("h"), Var("t")
+    lst = Call(cons, (x, Call(cons, (const(5.0), Call(nil, ())))))
+    m = Match(lst, (Clause(PatternConstructor(nil, ()), const(0.0)),
+                    Clause(PatternConstructor(cons, (PatternVar(h), PatternVar(t))),
+                           Match(t, (Clause(PatternConstructor(cons, (PatternVar(
+                               hv := Var("h2")), PatternWildcard())), op("add", h, hv)),
+                                     Clause(PatternWildcard(), h))))))
+    mod = IRModule({"main": Function((x,), m)}, {"List": td})
+    out = run(mod)
+    r = Var("r")
+    assert_structural_equal(out["main"], Function((x,), Let(r, op("add", x, const(5.0)), r)),
+                            map_free_vars=True)
+    assert_same_results(mod, out)
+
+
+def test_match_on_dynamic_value_is_residualized():
+    td, cons, nil = _list_adt()
+    lst_t = TypeCall(td.header, (F0,))
+    xs, h = Var("xs", lst_t), Var("h")
+    m = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(h), PatternWildcard())),
+                          op("add", h, op("add", const(1.0), const(1.0)))),
+                   Clause(PatternWildcard(), const(0.0))))
+    mod = IRModule({"main": Function((xs,), m)}, {"List": td})
+    out = run(mod)
+    body = out["main"].body
+    lets, last = flatten_lets(body)
+    assert isinstance(lets[0].value, Match) and len(lets[0].value.clauses) == 2
+    assert count_calls(out["main"], "add") == 1  # the inner 1 + 1 was folded
+    runtime = pytest.importorskip("relay_ir.runtime.interpreter")
+    values = pytest.importorskip("relay_ir.runtime.values")
+    val = values.ADTValue(cons, (np.array(2.0, "float32"), values.ADTValue(nil, ())))
+    np.testing.assert_allclose(runtime.evaluate(out, val), 4.0)
+    np.testing.assert_allclose(runtime.evaluate(mod, val), 4.0)
+
+
+# ----------------------------------------------------------------------------- references
+def test_reads_of_known_references_are_forwarded():
+    x = Var("x", F0)
+    r, a, u, b = Var("r"), Var("a"), Var("u"), Var("b")
+    mod = main([x], build_lets([(r, RefCreate(const(1.0))), (a, RefRead(r)),
+                                (u, RefWrite(r, op("add", a, x))), (b, RefRead(r))],
+                               op("multiply", b, const(2.0))))
+    out = run(mod)
+    r2, v, u2, w = Var("r"), Var("v", None), Var("u"), Var("w")
+    expected = Function((x,), build_lets([(r2, RefCreate(const(1.0))),
+                                          (v, op("add", const(1.0), x)),
+                                          (u2, RefWrite(r2, v)),
+                                          (w, op("multiply", v, const(2.0)))], w))
+    assert_structural_equal(out["main"], expected, map_free_vars=True)
+    assert_same_results(mod, out)
+    # with dead-ref elimination afterwards the reference disappears entirely
+    clean = DeadRefElimination()(out)
+    assert not [n for n in post_order(clean["main"].body)
+                if isinstance(n, (RefCreate, RefWrite, RefRead))]
+    assert_same_results(mod, clean)
+
+
+def test_unknown_call_clears_the_store_and_effects_keep_their_order():
+    # r := 1; g(r) (may write r); !r must be re-read after the call
+    x, g = Var("x", F0), Var("g")
+    r, u, k, b = Var("r"), Var("u"), Var("k"), Var("b")
+    mod = main([x, g], build_lets([(r, RefCreate(x)), (u, RefWrite(r, const(1.0))),
+                                   (k, Call(g, (r,))), (b, RefRead(r))], b))
+    out = run(mod)
+    lets, last = flatten_lets(out["main"].body)
+    kinds = [type(node.value).__name__ for node in lets]
+    assert kinds == ["RefCreate", "RefWrite", "Call", "RefRead"]
+    assert last is lets[-1].var
+
+
+def test_ref_contents_merge_after_dynamic_if():
+    # r = ref(1); if (c) { r := 2 } else { () }; !r  -> the read stays (contents unknown)
+    # s = ref(3); if (c) {...} else {...}; !s -> forwarded (untouched in both branches)
+    c = Var("c", B0)
+    r, s, i, a, b = Var("r"), Var("s"), Var("i"), Var("a"), Var("b")
+    mod = main([c], build_lets([(r, RefCreate(const(1.0))), (s, RefCreate(const(3.0))),
+                                (i, If(c, RefWrite(r, const(2.0)), Tuple(()))),
+                                (a, RefRead(r)), (b, RefRead(s))], op("add", a, b)))
+    out = run(mod)
+    reads = [n for n in post_order(out["main"].body) if isinstance(n, RefRead)]
+    assert len(reads) == 1
+    for cv in (True, False):
+        pairs = assert_same_results(mod, out, inputs=[np.array(cv)])
+        np.testing.assert_allclose(pairs[0][1], 5.0 if cv else 4.0)
+
+
+def test_backpropagator_chain_collapses():
+    # AD-style: a ref holding a closure chain, run once at the end:
+    #   bp = ref(fn() { () }); g = ref(0)
+    #   k1 = !bp; bp := fn() { g := !g + x; k1() }
+    #   k2 = !bp; bp := fn() { g := !g * 2; k2() }
+    #   (!bp)(); !g          ==  (1 * 2) + x: the chain runs in reverse order
+    x = Var("x", F0)
+    bp, g, k1, k2 = Var("bp"), Var("g"), Var("k1"), Var("k2")
+    u1, u2, run_, res = Var("u1"), Var("u2"), Var("run"), Var("res")
+    cl1 = Function((), Let(Var("w1"), RefWrite(g, op("add", RefRead(g), x)), Call(k1, ())))
+    cl2 = Function((), Let(Var("w2"), RefWrite(g, op("multiply", RefRead(g), const(2.0))),
+                           Call(k2, ())))
+    body = build_lets([(bp, RefCreate(Function((), Tuple(())))), (g, RefCreate(const(1.0))),
+                       (k1, RefRead(bp)), (u1, RefWrite(bp, cl1)),
+                       (k2, RefRead(bp)), (u2, RefWrite(bp, cl2)),
+                       (run_, Call(RefRead(bp), ())), (res, RefRead(g))], res)
+    mod = main([x], body)
+    dce = pytest.importorskip("relay_ir.passes.dce")
+    # PE forwards every read and runs the chain at compile time; the closures it had to
+    # emit for the (now dead) writes are removed by DCE, then the refs by dead-ref-elim
+    out = Sequential((PartialEvaluate(), DeadRefElimination(), dce.DeadCodeElimination()))(mod)
+    fn = out["main"]
+    # what is left: one add of the folded 1 * 2 to the dynamic input; no closures, no refs
+    r = Var("r")
+    assert_structural_equal(fn, Function((x,), Let(r, op("add", const(2.0), x), r)),
+                            map_free_vars=True)
+    pairs = assert_same_results(mod, out, inputs=[np.array(3.0, "float32")])
+    np.testing.assert_allclose(pairs[0][1], 1.0 * 2 + 3.0)
+
+
+def test_text_before_after():
+    before = parse_or_skip("""#[version = "0.0.5"]
+def @main(%x: float32) {
+  let %f = fn (%p: float32) { multiply(%p, add(1f, 1f)) };
+  %f(%f(%x))
+}
+""")
+    expected = parse_or_skip("""#[version = "0.0.5"]
+def @main(%x: float32) {
+  let %a = multiply(%x, 2f);
+  let %b = multiply(%a, 2f);
+  %b
+}
+""")
+    assert_structural_equal(run(before), expected, map_free_vars=True)
+
+
+def test_100k_binding_program():
+    n = 100_000
+    x = Var("x", F2)
+    prev = x
+    bindings = []
+    for k in range(n):
+        v = Var(f"v{k}", F2)
+        # alternate static arithmetic (folded) with dynamic arithmetic (kept)
+        value = op("add", prev, op("multiply", const(1.0), const(2.0))) if k % 2 == 0 \
+            else op("negative", prev)
+        bindings.append((v, value))
+        prev = v
+    mod = main([x], build_lets(bindings, prev))
+    out = PartialEvaluate()(mod)
+    lets, last = flatten_lets(out["main"].body)
+    assert len(lets) == n
+    assert lets[0].value.args[1].data == 2.0
+    assert last is lets[-1].var
+
+
+# ----------------------------------------------------------------------------- text tables
+H = '#[version = "0.0.5"]\n'
+TEXT_CASES = {
+    # op(consts) => const
+    "fold": (H + "def @main(%x: float32) { multiply(%x, add(1f, 2f)) }",
+             H + "def @main(%x: float32) { let %v = multiply(%x, 3f); %v }"),
+    # if (static) {a} else {b} => a
+    "static-if": (H + "def @main(%x: float32) { if (less(1, 2)) { exp(%x) } else { log(%x) } }",
+                  H + "def @main(%x: float32) { let %v = exp(%x); %v }"),
+    # dynamic if: both branches partially evaluated
+    "dynamic-if": (H + """def @main(%x: float32, %c: bool) {
+                            if (%c) { add(%x, add(1f, 1f)) } else { %x } }""",
+                   H + """def @main(%x: float32, %c: bool) {
+                            let %r = if (%c) { let %a = add(%x, 2f); %a } else { %x }; %r }"""),
+    # (a, b).0 => a
+    "tuple": (H + "def @main(%x: float32) { let %t = (2f, %x); add(%t.0, %t.1) }",
+              H + "def @main(%x: float32) { let %v = add(2f, %x); %v }"),
+    # known closure calls are specialized
+    "closure": (H + """def @main(%x: float32) {
+                         let %f = fn (%p: float32) { multiply(%p, add(1f, 1f)) };
+                         %f(%f(%x)) }""",
+                H + """def @main(%x: float32) {
+                         let %a = multiply(%x, 2f); let %b = multiply(%a, 2f); %b }"""),
+    # ref_read of a known reference => its contents (the write itself is kept)
+    "ref": (H + """def @main(%x: float32) {
+                     let %r = ref(1f); let %a = ref_read(%r);
+                     let %u = ref_write(%r, add(%a, %x));
+                     multiply(ref_read(%r), 2f) }""",
+            H + """def @main(%x: float32) {
+                     let %r = ref(1f); let %v = add(1f, %x); let %u = ref_write(%r, %v);
+                     let %w = multiply(%v, 2f); %w }"""),
+    # match on a statically known ADT value picks the clause
+    "match": (H + """type List[A] { Cons(A, List[A]), Nil }
+                     def @main(%x: float32) {
+                       match (Cons(%x, Cons(2f, Nil))) {
+                         Cons(%h, Cons(%h2, _)) => add(%h, %h2),
+                         _ => 0f,
+                       } }""",
+              H + """type List[A] { Cons(A, List[A]), Nil }
+                     def @main(%x: float32) { let %v = add(%x, 2f); %v }"""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TEXT_CASES))
+def test_text_rules(case):
+    before_text, after_text = TEXT_CASES[case]
+    before = parse_or_skip(before_text)
+    out = run(before)
+    assert_structural_equal(out, parse_or_skip(after_text), map_free_vars=True)
+    if case != "dynamic-if":
+        assert_same_results(before, out)
+    else:
+        for cv in (True, False):
+            assert_same_results(before, out, inputs=[np.array(0.5, "float32"), np.array(cv)])
+
+
+def test_text_unrolling_of_a_global_recursion():
+    before = parse_or_skip(H + """
+def @pow(%x: float32, %n: int32) -> float32 {
+  if (equal(%n, 0)) { 1f } else { multiply(%x, @pow(%x, subtract(%n, 1))) }
+}
+def @main(%y: float32) { @pow(%y, 3) }
+""")
+    out = run(before)
+    expected = parse_or_skip(H + """
+def @main(%y: float32) {
+  let %a = multiply(%y, 1f);
+  let %b = multiply(%y, %a);
+  let %c = multiply(%y, %b);
+  %c
+}
+""")
+    assert_structural_equal(out["main"], expected["main"], map_free_vars=True)
+    pairs = assert_same_results(before, out, inputs=[np.array(1.25, "float32")])
+    np.testing.assert_allclose(pairs[0][1], 1.25 ** 3, rtol=1e-6)
+
+
+def test_typed_input_keeps_annotations_and_type_checks():
+    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
+    before = parse_or_skip(H + """
+def @main(%x: Tensor[(2), float32], %c: bool) {
+  let %id = fn [A](%a: A) -> A { %a };
+  let %f = fn (%p: Tensor[(2), float32]) { multiply(%id(%p), add(1f, 1f)) };
+  if (%c) { %f(%f(%x)) } else { %id(%x) }
+}
+""")
+    typed = type_infer.InferType()(before)
+    out = run(typed)
+    # the polymorphic identity was inlined away; no binder mentions its type parameter
+    for node in post_order(out["main"].body):
+        if isinstance(node, Let):
+            ann = node.var.type_annotation
+            assert ann is None or ann == F2, ann
+    again = type_infer.InferType()(out)
+    assert again["main"].checked_type == typed["main"].checked_type
+    for cv in (True, False):
+        assert_same_results(typed, out, inputs=[np.array([1.0, -2.0], "float32"), np.array(cv)])
+
+
+def test_effects_on_unknown_references_stay_in_order():
+    # writes and reads through a parameter reference cannot be forwarded or reordered
+    before = parse_or_skip(H + """
+def @main(%r: ref(float32), %x: float32) {
+  let %a = ref_read(%r);
+  let %u = ref_write(%r, add(%a, 1f));
+  let %b = ref_read(%r);
+  let %v = ref_write(%r, multiply(%b, %x));
+  ref_read(%r)
+}
+""")
+    out = run(before)
+    lets, last = flatten_lets(out["main"].body)
+    kinds = [type(node.value).__name__ for node in lets]
+    assert kinds == ["RefRead", "Call", "RefWrite", "RefRead", "Call", "RefWrite", "RefRead"]
+    values = pytest.importorskip("relay_ir.runtime.values")
+    interp = pytest.importorskip("relay_ir.runtime.interpreter")
+    for mod in (before, out):
+        cell = values.RefValue(np.array(2.0, "float32"))
+        res = interp.evaluate(mod, cell, np.array(3.0, "float32"))
+        np.testing.assert_allclose(res, 9.0)
+        np.testing.assert_allclose(cell.value, 9.0)
+
+
+def test_deep_dataflow_chain_in_graph_form():
+    # 100,000 nested calls with no lets at all (graph normal form)
+    x = Var("x", F2)
+    e = x
+    for k in range(100_000):
+        e = op("negative", e) if k % 2 else op("add", e, op("add", const(1.0), const(1.0)))
+    out = PartialEvaluate()(main([x], e))
+    lets, last = flatten_lets(out["main"].body)
+    assert len(lets) == 100_000
+    assert lets[0].value.args[1].data == 2.0 and last is lets[-1].var
+
+
+def _backprop_chain(n: int) -> IRModule:
+    # bp = ref(fn() { () }); g = ref(0); then n times:
+    #   k_i = !bp; bp := fn() { g := !g * 0.5 + x; k_i() }    (a backpropagator chain)
+    # finally (!bp)(); !g
+    x = Var("x", F0)
+    bp, g = Var("bp"), Var("g")
+    bindings = [(bp, RefCreate(Function((), Tuple(())))), (g, RefCreate(const(0.0)))]
+    for i in range(n):
+        k, u = Var(f"k{i}"), Var(f"u{i}")
+        upd = RefWrite(g, op("add", op("multiply", RefRead(g), const(0.5)), x))
+        cl = Function((), Let(Var(f"w{i}"), upd, Call(k, ())))
+        bindings += [(k, RefRead(bp)), (u, RefWrite(bp, cl))]
+    bindings += [(Var("run"), Call(RefRead(bp), ())), (res := Var("res"), RefRead(g))]
+    return main([x], build_lets(bindings, res))
+
+
+def test_long_backpropagator_chain_is_unrolled_without_deep_recursion():
+    n = 300
+    mod = _backprop_chain(n)
+    out = PartialEvaluate(fuel=2 * n)(mod)
+    dce = pytest.importorskip("relay_ir.passes.dce")
+    clean = Sequential((DeadRefElimination(), dce.DeadCodeElimination()))(out)
+    fn = clean["main"]
+    assert not [nd for nd in post_order(fn.body) if isinstance(nd, (Function, RefCreate))]
+    # g = 0 folded: the first step is 0 * 2 + x -> multiply folded away, leaving add(0, x)
+    assert count_calls(fn, "add") == n and count_calls(fn, "multiply") == n - 1
+    pairs = assert_same_results(mod, clean, inputs=[np.array(3.0, "float32")])
+    expected = 0.0
+    for _ in range(n):
+        expected = expected * 0.5 + 3.0
+    np.testing.assert_allclose(pairs[0][1], expected, rtol=1e-5)
+
+
+_ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
+_EXAMPLES = sorted(glob.glob(os.path.join(_ROOT, "examples", "*.rly"))
+                   + glob.glob(os.path.join(_ROOT, "tests", "data", "*.rly")))
+
+
+@pytest.mark.parametrize("path", _EXAMPLES, ids=lambda p: p.rsplit("/", 1)[-1])
+def test_examples_through_pe_lift_and_dead_ref(path):
+    """Every example program: well formed after each pass, still type checks, same values."""
+    from relay_ir.passes import InferType, LambdaLift
+    parser = pytest.importorskip("relay_ir.parser")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    mod = InferType()(parser.parse(text, source_name=path))
+    for p in (PartialEvaluate(), LambdaLift(), DeadRefElimination()):
+        with PassContext(instruments=[WellFormedCheck()]):
+            out = p(mod)
+        InferType()(out)
+        assert_same_results(mod, out, runs=1)
+
+
+def test_recursion_on_dynamic_data_with_a_static_closure_is_not_unrolled():
+    before = parse_or_skip(H + """
+type List[A] { Cons(A, List[A]), Nil }
+def @map(%f, %xs: List[float32]) -> List[float32] {
+  match (%xs) { Cons(%h, %t) => Cons(%f(%h), @map(%f, %t)), Nil => Nil }
+}
+def @main(%xs: List[float32]) -> List[float32] {
+  @map(fn (%x: float32) { add(%x, add(1f, 1f)) }, %xs)
+}
+""")
+    out = run(before)
+    main_fn = out["main"]
+    assert not [n for n in post_order(main_fn.body) if isinstance(n, Match)]
+    lets, last = flatten_lets(main_fn.body)
+    assert isinstance(lets[0].value, Function) and count_calls(main_fn, "add") == 1
+    values = pytest.importorskip("relay_ir.runtime.values")
+    interp = pytest.importorskip("relay_ir.runtime.interpreter")
+    cons, nil = before.get_constructor("Cons"), before.get_constructor("Nil")
+    xs = values.ADTValue(cons, (np.array(1.0, "float32"),
+                                values.ADTValue(cons, (np.array(5.0, "float32"),
+                                                       values.ADTValue(nil, ())))))
+    for mod in (before, out):
+        res = interp.evaluate(mod, xs)
+        assert res.constructor.name_hint == "Cons"
+        np.testing.assert_allclose(res.fields[0], 3.0)
+        np.testing.assert_allclose(res.fields[1].fields[0], 7.0)
+
+
+def test_spans_of_residual_code_point_at_the_source():
+    before = parse_or_skip(H + """def @main(%x: float32) {
+  let %f = fn (%p: float32) { multiply(%p, add(1f, 1f)) };
+  %f(%x)
+}
+""")
+    out = run(before)
+    lets, _ = flatten_lets(out["main"].body)
+    mul = lets[0].value
+    assert mul.op.name == "multiply"
+    assert mul.span is not None and (mul.span.line, mul.span.column) == (3, 31)
+    assert lets[0].span is not None
+
+
+def test_inlined_polymorphic_global_leaves_no_unbound_type_variables():
+    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
+    before = type_infer.InferType()(parse_or_skip(H + """
+def @wrap[A](%x: A, %k: fn (fn (A) -> A) -> A) -> A {
+  let %g = fn (%y: A) -> A { %y };
+  %k(%g)
+}
+def @main(%z: float32, %k2: fn (fn (float32) -> float32) -> float32) -> float32 {
+  @wrap(%z, %k2)
+}
+"""))
+    out = run(before)
+    # @main got @wrap's body; the closure passed to %k2 is emitted without `A` annotations
+    fns = [n for n in post_order(out["main"].body) if isinstance(n, Function)]
+    assert len(fns) == 1 and fns[0].params[0].type_annotation is None
+    assert fns[0].ret_type is None
+    # @wrap itself keeps its annotations (A is bound there)
+    wrap_fns = [n for n in post_order(out["wrap"].body) if isinstance(n, Function)]
+    assert wrap_fns[0].ret_type is not None
+    typed = type_infer.InferType()(out)
+    assert typed["main"].checked_type == before["main"].checked_type
