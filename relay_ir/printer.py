@@ -11,8 +11,9 @@ Layout (RELAY_TEXT_FORMAT.md section 8):
 * Everything else is dataflow, printed in graph form: a sub-expression that is not an atom is
   hoisted to a ``%N = e;`` line unless it sits in an inline position (the result of a block or
   a let value) and has exactly one use. A node used more than once is printed once and
-  referred to by its ``%N`` (sharing is preserved). One counter numbers every ``%N`` in the
-  printout.
+  referred to by its ``%N`` (sharing is preserved). Variable names and ``%N`` numbers restart
+  in every ``def`` (the parser scopes both lexically), so adding or editing one definition
+  never renames anything in another -- printed modules diff cleanly.
 * A shared node is hoisted into the innermost block that encloses all of its uses (function
   bodies, if branches, match arms and parenthesised lets are blocks), so graph bindings are
   always in scope where they are used.
@@ -743,6 +744,11 @@ class _Printer:
         return "\n".join(out)
 
     def def_unit(self, name: str, f: Function) -> str:
+        # NOTE: names and temps are per definition (see the module docstring).
+        self.counter = 0
+        self.names = _Names()
+        self.var_names = {}
+        self.memo = {}
         self.start_unit(f)
         sid = self.unit.opened[f]  # type: ignore[union-attr]
         try:

@@ -136,7 +136,7 @@ def test_graph_form_hoists_dataflow_and_shares() -> None:
         "}\n")
 
 
-def test_temp_counter_is_global_and_scopes_get_their_own_lines() -> None:
+def test_names_and_temps_restart_per_def_and_scopes_get_their_own_lines() -> None:
     x, y = Var("x", F32), Var("y")
     f = Function((y,), call("negative", call("exp", y)))
     g = Function((y,), call("log", call("exp", y)))
@@ -151,13 +151,13 @@ def test_temp_counter_is_global_and_scopes_get_their_own_lines() -> None:
         "  %1(%x)\n"
         "}\n"
         "\n"
-        "def @b(%x1: float32) {\n"
-        "  %2 = exp(%x1);\n"
-        "  %4 = fn (%y1) {\n"
-        "    %3 = exp(%y1);\n"
-        "    negative(%3)\n"
+        "def @b(%x: float32) {\n"
+        "  %0 = exp(%x);\n"
+        "  %2 = fn (%y) {\n"
+        "    %1 = exp(%y);\n"
+        "    negative(%1)\n"
         "  };\n"
-        "  %4(%2)\n"
+        "  %2(%0)\n"
         "}\n")
 
 

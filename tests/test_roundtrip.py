@@ -168,10 +168,10 @@ def @length[A](%l: List[A]) -> int32 {
 }
 
 def @main() -> (int32, Tensor[(2), float32]) {
-  %1 = Cons(2, Nil);
-  %2 = Cons(1, %1);
-  %3 = @length(%2);
-  (%3, meta[relay.Constant][0])
+  %0 = Cons(2, Nil);
+  %1 = Cons(1, %0);
+  %2 = @length(%1);
+  (%2, meta[relay.Constant][0])
 }
 
 #[metadata]
