@@ -52,7 +52,8 @@ from relay_ir.module import IRModule
 from relay_ir.op import lookup_opdef
 from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.span import Span
-from relay_ir.traversal import flatten_lets, free_type_vars, free_vars, post_order
+from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
+                                free_type_vars, free_vars, post_order)
 from relay_ir.ty import Type
 
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
@@ -659,23 +660,6 @@ class _PE:
                 out.update(r)
             return out
         return _UNKNOWN
-
-
-def _dataflow_children(e: Expr) -> tuple[Expr, ...]:
-    t = type(e)
-    if t is Call:
-        return (e.op, *e.args)
-    if t is Tuple:
-        return e.fields
-    if t is TupleGetItem:
-        return (e.tuple_value,)
-    if t is RefCreate:
-        return (e.value,)
-    if t is RefRead:
-        return (e.ref,)
-    if t is RefWrite:
-        return (e.ref, e.value)
-    return ()
 
 
 def _decisive(pv: PValue) -> bool:

@@ -25,7 +25,7 @@ from relay_ir.expr import (EXPR_TYPES, Call, Clause, Constant, Constructor, Expr
                            PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead,
                            RefWrite, Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.ty import (FuncType, RefType, TensorType, TupleType, Type, TypeCall)
-from relay_ir.traversal import flatten_lets
+from relay_ir.traversal import dataflow_children as _dataflow_children, flatten_lets
 
 R = TV("R")
 
@@ -41,23 +41,6 @@ def _snake(name: str) -> str:
             out.append("_")
         out.append(ch.lower())
     return "".join(out)
-
-
-def _dataflow_children(e: Expr) -> tuple[Expr, ...]:
-    t = type(e)
-    if t is Call:
-        return (e.op, *e.args)
-    if t is Tuple:
-        return e.fields
-    if t is TupleGetItem:
-        return (e.tuple_value,)
-    if t is RefCreate:
-        return (e.value,)
-    if t is RefRead:
-        return (e.ref,)
-    if t is RefWrite:
-        return (e.ref, e.value)
-    return ()
 
 
 class ExprFunctor(Generic[R]):

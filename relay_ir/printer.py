@@ -38,6 +38,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import lookup_opdef
+from relay_ir.traversal import pattern_vars, same_scope_children
 from relay_ir.ty import (DimExpr, FuncType, GlobalTypeVar, IncompleteType, RefType,
                          ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData, TypeVar,
                          format_dim, is_dtype_name)
@@ -278,24 +279,7 @@ _LETVAL = "letval"  # value of a let (or of a `;` sequence item)
 
 def _nic(e: Expr) -> tuple:
     """Children of ``e`` in non-inline (hoisting) positions, in printing order."""
-    t = type(e)
-    if t is Call:
-        return (*e.args, e.op)
-    if t is Tuple:
-        return e.fields
-    if t is TupleGetItem:
-        return (e.tuple_value,)
-    if t is RefCreate:
-        return (e.value,)
-    if t is RefRead:
-        return (e.ref,)
-    if t is RefWrite:
-        return (e.ref, e.value)
-    if t is If:
-        return (e.cond,)
-    if t is Match:
-        return (e.data,)
-    return ()
+    return same_scope_children(e, op_last=True)
 
 
 class _Unit:
@@ -325,7 +309,7 @@ class _Unit:
                 bound.update(node.params)
             elif t is Match:
                 for cl in node.clauses:
-                    bound.update(_pattern_vars(cl.lhs))
+                    bound.update(pattern_vars(cl.lhs))
             for c in reversed(_children(node)):
                 n = uses.get(c)
                 if n is None:
@@ -413,19 +397,8 @@ class _Unit:
                     use(c, s)
 
 
-def _pattern_vars(p: Pattern) -> list[Var]:
-    out: list[Var] = []
-    stack = [p]
-    while stack:
-        q = stack.pop()
-        if type(q) is PatternVar:
-            out.append(q.var)
-        elif type(q) in (PatternConstructor, PatternTuple):
-            stack.extend(q.patterns)
-    return out
-
-
 def _children(e: Expr) -> tuple:
+    """Sub-expressions of ``e`` without its binders (let vars and parameters are not uses)."""
     t = type(e)
     if t is Call:
         return (e.op, *e.args)

@@ -30,6 +30,40 @@ def build_lets(bindings: Iterable[tuple[Var, Expr]], body: Expr) -> Expr:
     return body
 
 
+def dataflow_children(e: Expr) -> tuple[Expr, ...]:
+    """Sub-expressions of a dataflow node (call, tuple, projection, ref ops); () otherwise."""
+    t = type(e)
+    if t is Call:
+        return (e.op, *e.args)
+    if t is Tuple:
+        return e.fields
+    if t is TupleGetItem:
+        return (e.tuple_value,)
+    if t is RefCreate:
+        return (e.value,)
+    if t is RefRead:
+        return (e.ref,)
+    if t is RefWrite:
+        return (e.ref, e.value)
+    return ()
+
+
+def same_scope_children(e: Expr, op_last: bool = False) -> tuple[Expr, ...]:
+    """Sub-expressions evaluated in ``e``'s own scope, not inside a body, branch or arm.
+
+    That is the dataflow children, an if's condition and a match's scrutinee. ``op_last``
+    puts a call's callee after its arguments (the printer's hoisting order).
+    """
+    t = type(e)
+    if t is If:
+        return (e.cond,)
+    if t is Match:
+        return (e.data,)
+    if op_last and t is Call:
+        return (*e.args, e.op)
+    return dataflow_children(e)
+
+
 def children(e: Expr) -> tuple[Expr, ...]:
     """Every immediate sub-expression of ``e``, in evaluation order.
 
