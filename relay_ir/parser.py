@@ -13,6 +13,11 @@ Pipeline, for speed and for bounded recursion:
    clause or type definition pops exactly what it pushed when it is reduced.
    Nothing recurses: the Lark parser is iterative, sequences are flat repetitions, and every
    builder callback does a bounded amount of work (let chains are built in one loop).
+   For speed, a valid text is parsed by :mod:`relay_ir._fastparse` first: its own lexer and
+   LALR loop over the same Lark table, calling the same builder methods with the same
+   arguments. On any trouble (a syntax or scoping error, anything unexpected) it gives up and
+   the text is parsed again by Lark from scratch, so every error is exactly Lark's.
+   ``USE_FAST_PATH = False`` turns it off.
 3. Lark errors are mapped to :class:`~relay_ir.errors.ParseError` with token-based messages
    (:func:`_syntax_error`). No other exception escapes :func:`parse`, :func:`parse_expr` or
    :func:`parse_type`.
@@ -666,7 +671,7 @@ class _Builder:
 
     def graph_stmt(self, c: list) -> tuple:
         tok = c[0]
-        st = self.scope.get(tok)
+        st = self.scope.get(tok.value)
         if st:
             raise ParseError(f"graph variable `{tok}` is already defined in this scope",
                              self.tspan(tok))
@@ -744,7 +749,7 @@ class _Builder:
 
         for i in range(1, n, 2):
             tok = c[i]
-            p = _PREC[tok]
+            p = _PREC[tok.value]
             while ops and _PREC[ops[-1]] >= p:
                 reduce()
             ops.append(tok)
@@ -881,7 +886,7 @@ class _Builder:
 
     def local(self, c: list) -> Expr:
         tok = c[0]
-        st = self.scope.get(tok)
+        st = self.scope.get(tok.value)
         if not st:
             raise ParseError(f"this local variable has not been previously declared: `{tok}`",
                              self.tspan(tok))
@@ -891,7 +896,7 @@ class _Builder:
 
     def graphvar(self, c: list) -> Expr:
         tok = c[0]
-        st = self.scope.get(tok)
+        st = self.scope.get(tok.value)
         if not st:
             raise ParseError(f"graph variable `{tok}` is not defined here (write `{tok} = ...;` "
                              f"before using it)", self.tspan(tok))
@@ -1181,6 +1186,26 @@ def _lark() -> Any:
     return _LARK
 
 
+_NOT_PARSED = object()
+_FAST: Any = None
+#: Set to False to always parse with Lark's own driver (the reference for the fast path).
+USE_FAST_PATH = True
+
+
+def _fast_driver() -> Any:
+    """The fast lexer + LALR driver over the Lark table (None if disabled or unsupported)."""
+    global _FAST
+    if not USE_FAST_PATH:
+        return None
+    if _FAST is None:
+        from relay_ir._fastparse import FastDriver
+        try:
+            _FAST = FastDriver(_lark())
+        except ValueError:  # pragma: no cover - a Lark version this driver does not know
+            _FAST = False
+    return _FAST or None
+
+
 _HEADER_RE = re.compile(r"[ \t\r\n]*(#\[[^\]\n]*\])?")
 
 
@@ -1230,8 +1255,20 @@ def _run(text: str, source_name: str, mode: int, init_module: IRModule | None,
         saved = dict(b.__dict__)
         try:
             b.reset(src, clean, mode, init_module, meta)
+            result = _NOT_PARSED
+            fast = _fast_driver()
+            if fast is not None:
+                from relay_ir._fastparse import STATS, Fallback
+                try:
+                    result = fast.parse(clean, start)
+                    STATS["fast"] += 1
+                except Fallback:
+                    # re-parse with Lark from scratch: its errors are the reference ones
+                    STATS["fallback"] += 1
+                    b.reset(src, clean, mode, init_module, meta)
             try:
-                result = parser.parse(clean, start=start)
+                if result is _NOT_PARSED:
+                    result = parser.parse(clean, start=start)
             except UnexpectedInput as e:
                 raise _syntax_error(e, clean, src) from None
             except VisitError as e:
