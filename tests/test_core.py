@@ -142,3 +142,51 @@ def test_dim_polynomials() -> None:
     assert dim_add(dim_mul(n, 2), dim_mul(n, -2)) == 0
     assert rly.structural_equal(TensorType((dim_add(n, 1),), "float32"),
                                 TensorType((dim_add(n, 1),), "float32"))
+
+
+def _let_chain_text(n: int) -> str:
+    lines = ['#[version = "0.0.5"]', "def @main(%x: float32) -> float32 {"]
+    prev = "%x"
+    for i in range(n):
+        lines.append(f"  let %v{i} = add({prev}, 1f);")
+        prev = f"%v{i}"
+    lines += [f"  {prev}", "}"]
+    return "\n".join(lines)
+
+
+def test_parsed_100k_let_chain_through_print_compare_visit_mutate() -> None:
+    """Issue 2 gate: parse, print, structural compare, visitor and mutator at 100,000 lets."""
+    mod = rly.parse(_let_chain_text(N))
+    text = rly.astext(mod)
+    assert text.count("let %v") == N
+    again = rly.parse(text)
+    rly.assert_structural_equal(mod, again)
+    assert rly.structural_hash(mod) == rly.structural_hash(again)
+    body = mod["main"].body
+    ExprVisitor().visit(body)
+    assert ExprMutator().visit(body) is body
+
+    class CountAdds(ExprVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def visit_call(self, c: Call) -> None:
+            self.n += 1
+            super().visit_call(c)
+
+    counter = CountAdds()
+    counter.visit(body)
+    assert counter.n == N
+
+
+def test_parsed_5000_deep_expression() -> None:
+    depth = 5000
+    text = "free_var %x: float32;\n" + "add(" * depth + "%x" + ", 1f)" * depth
+    e = rly.parse_expr(text)
+    printed = rly.astext(e)
+    e2 = rly.parse_expr(printed)
+    rly.assert_structural_equal(e, e2, map_free_vars=True)
+    assert ExprMutator().visit(e) is e
+    n = sum(1 for node in post_order(e) if isinstance(node, Call))
+    assert n == depth
