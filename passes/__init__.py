@@ -14,12 +14,43 @@ from relay_ir.passes.pass_manager import (FunctionPass, Pass, PassContext, PassI
 # kebab-case name -> (module, class name). Each pass module registers itself here.
 PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "infer-type": ("relay_ir.passes.type_infer", "InferType"),
+    "partial-eval": ("relay_ir.passes.partial_eval", "PartialEvaluate"),
+    "lambda-lift": ("relay_ir.passes.lambda_lift", "LambdaLift"),
+    "dead-ref-elim": ("relay_ir.passes.dead_ref", "DeadRefElimination"),
+    "to-anf": ("relay_ir.passes.to_anf", "ToANormalForm"),
+    "to-gnf": ("relay_ir.passes.to_gnf", "ToGraphNormalForm"),
+    "dce": ("relay_ir.passes.dce", "DeadCodeElimination"),
+    "fold-constant": ("relay_ir.passes.fold_constant", "FoldConstant"),
+    "inline": ("relay_ir.passes.inline", "Inline"),
+    "cse": ("relay_ir.passes.cse", "EliminateCommonSubexpr"),
+    "simplify-expr": ("relay_ir.passes.simplify_expr", "SimplifyExpr"),
 }
 
 # Class names re-exported lazily from their modules: `from relay_ir.passes import InferType`.
 _LAZY: dict[str, str] = {
     "InferType": "relay_ir.passes.type_infer",
     "infer_type": "relay_ir.passes.type_infer",
+    "PartialEvaluate": "relay_ir.passes.partial_eval",
+    "LambdaLift": "relay_ir.passes.lambda_lift",
+    "DeadRefElimination": "relay_ir.passes.dead_ref",
+    "ToANormalForm": "relay_ir.passes.to_anf",
+    "ToGraphNormalForm": "relay_ir.passes.to_gnf",
+    "DeadCodeElimination": "relay_ir.passes.dce",
+    "FoldConstant": "relay_ir.passes.fold_constant",
+    "Inline": "relay_ir.passes.inline",
+    "EliminateCommonSubexpr": "relay_ir.passes.cse",
+    "SimplifyExpr": "relay_ir.passes.simplify_expr",
+    "optimize": "relay_ir.passes.optimizer",
+    "default_pipeline": "relay_ir.passes.optimizer",
+    "DEFAULT_PIPELINE": "relay_ir.passes.optimizer",
+    "PassInstrument": "relay_ir.passes.instrument",
+    "Timing": "relay_ir.passes.instrument",
+    "PrintIRAfter": "relay_ir.passes.instrument",
+    "WellFormedCheck": "relay_ir.passes.instrument",
+    **{_n: "relay_ir.passes.pattern" for _n in (
+        "DFPattern", "wildcard", "is_var", "is_constant", "is_op", "is_expr", "is_tuple",
+        "is_tuple_get_item", "is_if", "is_ref_create", "is_ref_read", "is_ref_write",
+        "optional", "rewrite", "rewrite_post_order")},
 }
 
 

@@ -8,6 +8,7 @@ never mutates its input. ``pass_(mod)`` runs it under the current :class:`PassCo
 from __future__ import annotations
 
 import contextvars
+import gc
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -29,25 +30,37 @@ class PassContext:
     """Settings for running passes; a context manager on a stack.
 
     ``opt_level``: passes above it are skipped by :class:`Sequential` (unless required).
-    ``required_pass`` / ``disabled_pass``: names forced on / off. ``instruments``: hooks.
-    ``config``: free-form options for passes.
+    ``required_pass`` / ``disabled_pass``: names forced on / off. ``instruments``: hooks
+    (:mod:`relay_ir.passes.instrument`); when not given, those of the enclosing context are
+    kept. ``config``: free-form options for passes (``ctx.config.get("fold-constant.max_size")``).
+
+    Example::
+
+        with PassContext(opt_level=3, disabled_pass=["inline"], instruments=[Timing()]):
+            mod = optimize(mod)
     """
 
     _current: ClassVar[contextvars.ContextVar[PassContext | None]] = contextvars.ContextVar(
         "relay_ir_pass_context", default=None)
 
     def __init__(self, opt_level: int = 2, required_pass: Sequence[str] = (),
-                 disabled_pass: Sequence[str] = (), instruments: Sequence[Any] = (),
+                 disabled_pass: Sequence[str] = (), instruments: Sequence[Any] | None = None,
                  config: dict[str, Any] | None = None):
         self.opt_level = opt_level
         self.required_pass = tuple(required_pass)
         self.disabled_pass = tuple(disabled_pass)
+        if instruments is None:
+            # NOTE: no explicit instruments: inherit the enclosing context's (so the test
+            # suite's WellFormedCheck stays on inside tests that open their own context).
+            outer = self._current.get()
+            instruments = outer.instruments if outer is not None else ()
         self.instruments = tuple(instruments)
         self.config = dict(config or {})
         self._tokens: list[contextvars.Token] = []
 
     @classmethod
     def current(cls) -> PassContext:
+        """The innermost entered context (a default one when none is entered)."""
         ctx = cls._current.get()
         if ctx is None:
             ctx = PassContext()
@@ -86,8 +99,16 @@ class Pass:
         raise NotImplementedError(f"pass {self.name} has no transform_module")
 
     def __call__(self, mod: IRModule, ctx: PassContext | None = None) -> IRModule:
+        """Run this pass (its ``required`` passes first) under ``ctx`` or the current context."""
         ctx = ctx or PassContext.current()
+        for req in self.required:
+            if req not in ctx.disabled_pass:
+                from relay_ir.passes import get_pass
+                mod = run_pass(get_pass(req), mod, ctx)
         return run_pass(self, mod, ctx)
+
+
+_GC_PAUSED: list[bool] = []
 
 
 def run_pass(p: Pass, mod: IRModule, ctx: PassContext) -> IRModule:
@@ -102,6 +123,13 @@ def run_pass(p: Pass, mod: IRModule, ctx: PassContext) -> IRModule:
         hook = getattr(inst, "run_before_pass", None)
         if hook:
             hook(mod, p.info)
+    # NOTE: passes build big acyclic node graphs; Python's cyclic GC would rescan all of them
+    # again and again (superlinear time on 100k-binding programs). Reference counting frees
+    # them anyway, so the collector is paused while the outermost pass runs.
+    pause_gc = not _GC_PAUSED and gc.isenabled() and ctx.config.get("pause_gc", True)
+    if pause_gc:
+        gc.disable()
+        _GC_PAUSED.append(True)
     try:
         out = p.transform_module(mod, ctx)
     except DiagnosticError:
@@ -109,6 +137,10 @@ def run_pass(p: Pass, mod: IRModule, ctx: PassContext) -> IRModule:
     except RecursionError as e:  # NOTE: a bug, never the user's fault
         raise PassError(f"pass {p.name} exceeded the recursion limit: {e}",
                         pass_name=p.name) from e
+    finally:
+        if pause_gc:
+            _GC_PAUSED.pop()
+            gc.enable()
     for inst in ctx.instruments:
         hook = getattr(inst, "run_after_pass", None)
         if hook:
@@ -134,24 +166,48 @@ class FunctionPass(Pass):
 
 @dataclass(frozen=True)
 class Sequential(Pass):
-    """Run passes in order, skipping those above the context's opt_level or disabled."""
+    """Run passes in order, skipping those above the context's opt_level or disabled.
+
+    A pass whose ``opt_level`` exceeds ``ctx.opt_level`` is skipped unless its name is in
+    ``ctx.required_pass``; a pass named in ``ctx.disabled_pass`` is always skipped. Before a
+    pass runs, its ``required`` passes run (e.g. ``infer-type``), unless the module has not
+    changed since that required pass last ran in this pipeline.
+    """
 
     passes: tuple[Pass, ...] = ()
     seq_name: str = "sequential"
     seq_opt_level: int = 0
     name: ClassVar[str] = "sequential"
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+    def __post_init__(self) -> None:
+        if not isinstance(self.passes, tuple):
+            object.__setattr__(self, "passes", tuple(self.passes))
+        for p in self.passes:
+            if not isinstance(p, Pass):
+                raise TypeError(f"Sequential expects passes, got {type(p).__name__}")
+
+    def selected(self, ctx: PassContext) -> list[Pass]:
+        """The passes that would run under ``ctx`` (without their required passes)."""
+        out = []
         for p in self.passes:
             if p.name in ctx.disabled_pass:
                 continue
             if p.opt_level > ctx.opt_level and p.name not in ctx.required_pass:
                 continue
+            out.append(p)
+        return out
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        from relay_ir.passes import get_pass
+        after: dict[str, IRModule] = {}  # required pass name -> the module it produced
+        for p in self.selected(ctx):
             for req in p.required:
-                if req not in ctx.disabled_pass:
-                    from relay_ir.passes import get_pass
-                    mod = run_pass(get_pass(req), mod, ctx)
+                if req in ctx.disabled_pass or after.get(req) is mod:
+                    continue
+                mod = run_pass(get_pass(req), mod, ctx)
+                after[req] = mod
             mod = run_pass(p, mod, ctx)
+            after[p.name] = mod
         return mod
 
 

@@ -25,7 +25,7 @@ from relay_ir.expr import (EXPR_TYPES, Call, Clause, Constant, Constructor, Expr
                            PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead,
                            RefWrite, Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.ty import (FuncType, RefType, TensorType, TupleType, Type, TypeCall)
-from relay_ir.traversal import dataflow_children as _dataflow_children, flatten_lets
+from relay_ir.traversal import dataflow_children as _dataflow_children
 
 R = TV("R")
 
@@ -133,11 +133,16 @@ class ExprVisitor(ExprFunctor[None]):
         self.visit(t.tuple_value)
 
     def visit_let(self, let: Let) -> None:
-        lets, body = flatten_lets(let)
-        for node in lets:
+        node = let
+        while True:
             self.memo[node] = None
             self.visit(node.var)
             self.visit(node.value)
+            body = node.body
+            # NOTE: a let already visited elsewhere (a shared node) ends the spine here
+            if type(body) is not Let or body in self.memo:
+                break
+            node = body
         self.visit(body)
 
     def visit_function(self, f: Function) -> None:
@@ -221,10 +226,16 @@ class ExprMutator(ExprFunctor[Expr]):
         return new_var, self.visit(value)  # type: ignore[return-value]
 
     def visit_let(self, let: Let) -> Expr:
-        lets, body = flatten_lets(let)
         new: list[tuple[Let, tuple[Var, Expr] | None]] = []
-        for node in lets:
+        node = let
+        while True:
             new.append((node, self.visit_binding(node.var, node.value)))
+            body = node.body
+            # NOTE: a let already visited elsewhere (a shared node) ends the spine here, so its
+            # bindings are not rewritten (and bound) twice
+            if type(body) is not Let or body in self.memo:
+                break
+            node = body
         out = self.visit(body)
         for node, binding in reversed(new):
             if binding is None:

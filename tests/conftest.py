@@ -33,3 +33,12 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
             item.add_marker(skip_tvm)
         if skip_gpu and "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _well_formed_pass_runs():  # type: ignore[no-untyped-def]
+    """Every pass run in every test is checked by the WellFormedCheck instrument."""
+    from relay_ir.passes import PassContext
+    from relay_ir.passes.instrument import WellFormedCheck
+    with PassContext(instruments=[WellFormedCheck()]):
+        yield

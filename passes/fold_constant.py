@@ -1,0 +1,155 @@
+"""FoldConstant: evaluate at compile time what depends only on constants."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from relay_ir.expr import (Call, Constant, Expr, If, Op, Tuple, TupleGetItem, Var, is_atom,
+                           with_fields)
+from relay_ir.functor import ExprMutator
+from relay_ir.module import IRModule
+from relay_ir.passes._analysis import Effects, op_is_effectful
+from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.ty import TensorType, TupleType
+
+
+def _const_value(e: Expr, depth: int = 0) -> Any:
+    """A numpy array (or nested tuple of arrays) if ``e`` is a constant or tuple of them."""
+    if type(e) is Constant:
+        return e.data
+    if type(e) is Tuple and depth < 16:  # NOTE: bounded: op arguments are shallow tuples
+        vals = [_const_value(f, depth + 1) for f in e.fields]
+        if any(v is None for v in vals):
+            return None
+        return tuple(vals)
+    return None
+
+
+def _to_expr(value: Any, ty: Any, span: Any) -> Expr | None:
+    if isinstance(value, tuple):
+        tys = ty.fields if isinstance(ty, TupleType) and len(ty.fields) == len(value) else \
+            (None,) * len(value)
+        fields = [_to_expr(v, t, span) for v, t in zip(value, tys)]
+        if any(f is None for f in fields):
+            return None
+        return Tuple(tuple(fields), span=span)  # type: ignore[arg-type]
+    arr = np.asarray(value)
+    if isinstance(ty, TensorType):
+        if ty.dtype != str(arr.dtype):
+            arr = arr.astype(ty.dtype)
+        if ty.is_static and tuple(ty.shape) != arr.shape:
+            return None  # NOTE: the impl disagrees with the relation: leave the call alone
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # NOTE: np.ascontiguousarray would turn 0-d into 1-d
+    # NOTE: typed only when the folded node was (an untyped program stays untyped)
+    ct = TensorType(tuple(arr.shape), str(arr.dtype)) if ty is not None else None
+    return Constant(arr, span=span, checked_type_=ct)
+
+
+class _Fold(ExprMutator):
+    def __init__(self, effects: Effects, max_elements: int) -> None:
+        super().__init__()
+        self.effects = effects
+        self.max_elements = max_elements
+        self.tuples: dict[Var, Tuple] = {}   # let var -> tuple literal it is bound to
+
+    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+        new = self.visit(value)
+        if type(new) is Constant:
+            self.memo[var] = new  # NOTE: `let x = c; b => b[x := c]`
+            return None
+        if type(new) is Tuple:
+            self.tuples[var] = new
+        return self.visit(var), new  # type: ignore[return-value]
+
+    def visit_call(self, c: Call) -> Expr:
+        new = super().visit_call(c)
+        if type(new) is not Call or type(new.op) is not Op or op_is_effectful(new.op):
+            return new
+        from relay_ir.op import lookup_opdef
+        opdef = lookup_opdef(new.op.name)
+        if opdef is None or opdef.impl is None:
+            return new
+        args = [_const_value(a) for a in new.args]
+        if any(a is None for a in args):
+            return new
+        ty = c.checked_type_
+        if isinstance(ty, TensorType) and ty.is_static and \
+                int(np.prod(ty.shape, dtype=np.int64)) > self.max_elements:
+            return new
+        try:
+            with np.errstate(all="ignore"):
+                out = opdef.impl(args, new.attrs)
+        except Exception:  # NOTE: e.g. an ill-typed call: leave it for the type checker
+            return new
+        if _size(out) > self.max_elements:
+            return new
+        folded = _to_expr(out, c.checked_type_, c.span)
+        return new if folded is None else folded
+
+    def visit_tuple_get_item(self, t: TupleGetItem) -> Expr:
+        new = super().visit_tuple_get_item(t)
+        if type(new) is not TupleGetItem:
+            return new
+        tup = new.tuple_value
+        if type(tup) is Var and tup in self.tuples:
+            tup = self.tuples[tup]
+            field = tup.fields[new.index] if new.index < len(tup.fields) else None
+            # NOTE: through a let var only atoms move: they are in scope wherever the var is
+            if field is not None and is_atom(field):
+                return field
+            return new
+        if type(tup) is Tuple and new.index < len(tup.fields):
+            others = [f for i, f in enumerate(tup.fields) if i != new.index]
+            if all(self.effects.is_pure(f) for f in others):
+                return tup.fields[new.index]
+        return new
+
+    def visit_if(self, i: If) -> Expr:
+        cond = self.visit(i.cond)
+        if type(cond) is Constant and cond.data.size == 1:
+            return self.visit(i.true_branch if bool(cond.data.reshape(())) else i.false_branch)
+        return with_fields(i, cond=cond, true_branch=self.visit(i.true_branch),
+                           false_branch=self.visit(i.false_branch))
+
+
+def _size(v: Any) -> int:
+    if isinstance(v, tuple):
+        return sum(_size(x) for x in v)
+    return int(np.asarray(v).size)
+
+
+@dataclass(frozen=True)
+class FoldConstant(Pass):
+    """Evaluate operator calls on constants with the op's reference implementation.
+
+    Rules:
+      ``op(c1, ..., cn)  =>  c``       the op is not effectful; c = OpDef.impl(c1..cn) with
+                                       exactly the dtype of the call's type;
+      ``(c1, ..., cn).i  =>  ci``       (other fields pure), also through ``let t = (..)``;
+      ``if (c) {a} else {b}  =>  a or b``  for a constant condition;
+      ``let x = c; b  =>  b[x := c]``  constants propagate.
+
+    Never folds effects: reference operations, calls of functions, effectful ops. Results with
+    more than ``max_elements`` elements stay unfolded.
+    """
+
+    max_elements: int = 1 << 20
+    name: ClassVar[str] = "fold-constant"
+    opt_level: ClassVar[int] = 2
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        effects = Effects(mod)
+        changed = {}
+        for name, fn in mod.functions.items():
+            new = _Fold(effects, self.max_elements).visit(fn)
+            if new is not fn:
+                changed[name] = new
+        return mod.with_functions(changed) if changed else mod
+
+
+def fold_constant(expr: Expr, mod: IRModule | None = None) -> Expr:
+    """FoldConstant on one expression."""
+    return _Fold(Effects(mod), 1 << 20).visit(expr)

@@ -1,0 +1,213 @@
+"""Inline: replace calls of small, non-recursive functions by their bodies."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from relay_ir.expr import Call, Expr, Function, GlobalVar, Let, Var
+from relay_ir.functor import ExprMutator
+from relay_ir.module import IRModule
+from relay_ir.passes._analysis import (call_graph, count_occurrences, fresh_copy,
+                                       recursive_globals, ref_counts, sccs, use_children)
+from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.traversal import flatten_lets
+from relay_ir.ty import IncompleteType, ShapeVar, ANY
+
+
+def marked_inline(fn: Function) -> bool:
+    """True if the function carries ``Inline=1`` (or ``inline=1``)."""
+    return bool(fn.attrs.get("Inline", 0) or fn.attrs.get("inline", 0))
+
+
+def never_inline(fn: Function) -> bool:
+    """Primitive (fused), external or ``NoInline`` functions are never inlined."""
+    a = fn.attrs
+    return bool(a.get("Primitive", 0) or a.get("Compiler", None) or a.get("NoInline", 0))
+
+
+def beta_reduce(fn: Function, call: Call) -> Expr:
+    """``(fn (p1..pn) { b })(a1..an)  =>  let p1' = a1; ...; let pn' = an; b'`` (fresh vars).
+
+    Type parameters are replaced by the call's type arguments when it has them, otherwise the
+    annotations that mention them become incomplete (``_``; type inference fills them in).
+    """
+    tmap: dict[object, object] = {}
+    if fn.type_params:
+        if len(call.type_args) == len(fn.type_params):
+            tmap = dict(zip(fn.type_params, call.type_args))
+        else:
+            tmap = {tp: (ANY if isinstance(tp, ShapeVar) else IncompleteType())
+                    for tp in fn.type_params}
+    copy = fresh_copy(fn, tmap)  # type: ignore[arg-type]
+    assert isinstance(copy, Function)
+    body = copy.body
+    for p, a in reversed(list(zip(copy.params, call.args))):
+        body = Let(p, a, body, span=call.span)
+    return body
+
+
+def _references(fns: dict[str, Function]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per global name: all references, and references in callee position."""
+    total: dict[str, int] = {}
+    callee: dict[str, int] = {}
+    for fn in fns.values():
+        seen: set[int] = set()
+        stack: list[Expr] = [fn]
+        while stack:
+            e = stack.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            for c in use_children(e):
+                if type(c) is GlobalVar:
+                    total[c.name_hint] = total.get(c.name_hint, 0) + 1
+                    if type(e) is Call and e.op is c:
+                        callee[c.name_hint] = callee.get(c.name_hint, 0) + 1
+                elif id(c) not in seen:
+                    stack.append(c)
+    return total, callee
+
+
+def _local_candidates(fn: Expr) -> set[Var]:
+    """Let-bound functions to inline: non-recursive, only called, once or marked Inline."""
+    total: dict[Var, int] = {}
+    callee: dict[Var, int] = {}
+    bound: dict[Var, Function] = {}
+    seen: set[int] = set()
+    stack: list[Expr] = [fn]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if type(e) is Let and type(e.value) is Function:
+            bound[e.var] = e.value
+        for c in use_children(e):
+            if type(c) is Var:
+                total[c] = total.get(c, 0) + 1
+                if type(e) is Call and e.op is c:
+                    callee[c] = callee.get(c, 0) + 1
+            elif id(c) not in seen:
+                stack.append(c)
+    out: set[Var] = set()
+    for var, f in bound.items():
+        n, k = total.get(var, 0), callee.get(var, 0)
+        if n == 0 or n != k or never_inline(f):
+            continue
+        if not (n == 1 or marked_inline(f)):
+            continue
+        if count_occurrences(var, f):
+            continue  # recursive closure
+        out.add(var)
+    return out
+
+
+class _Inliner(ExprMutator):
+    def __init__(self, fn: Function, globals_: dict[str, Function]) -> None:
+        super().__init__()
+        self.globals = globals_
+        self.candidates = _local_candidates(fn)
+        self.local: dict[Var, Function] = {}
+        self.counts = ref_counts(fn)
+
+    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+        if var in self.candidates:
+            self.local[var] = self.visit(value)  # type: ignore[assignment]
+            return None
+        return super().visit_binding(var, value)
+
+    def visit_call(self, c: Call) -> Expr:
+        new = super().visit_call(c)
+        if type(new) is not Call:
+            return new
+        op = new.op
+        if type(op) is Var and op in self.local:
+            return beta_reduce(self.local[op], new)
+        if type(op) is GlobalVar and op.name_hint in self.globals:
+            fn = self.globals[op.name_hint]
+            if len(fn.params) == len(new.args):
+                return beta_reduce(fn, new)
+        return new
+
+    def visit_let(self, let: Let) -> Expr:
+        # NOTE: like ExprMutator.visit_let, but an inlined body in a binding is spliced into the
+        # spine: `let r = (let p = a; b); e  =>  let p = a; let r = b; e`.
+        out_bindings: list[tuple[Var, Expr, object]] = []
+        node = let
+        while True:
+            b = self.visit_binding(node.var, node.value)
+            if b is not None:
+                var, value = b
+                # NOTE: a call node shared by several positions keeps its inlined body as one
+                # shared (unspliced) let, so its variables stay bound once
+                if type(value) is Let and value is not node.value and \
+                        self.counts.get(node.value, 1) <= 1:
+                    inner, last = flatten_lets(value)
+                    out_bindings.extend((lt.var, lt.value, lt.span) for lt in inner)
+                    value = last
+                out_bindings.append((var, value, node))
+            body = node.body
+            if type(body) is not Let or body in self.memo:  # NOTE: a shared let ends the spine
+                break
+            node = body
+        out = self.visit(body)
+        for var, value, src in reversed(out_bindings):
+            if isinstance(src, Let):
+                if var is src.var and value is src.value and out is src.body:
+                    out = src
+                else:
+                    out = Let(var, value, out, span=src.span)
+            else:
+                out = Let(var, value, out, span=src)  # type: ignore[arg-type]
+        return out
+
+
+@dataclass(frozen=True)
+class Inline(Pass):
+    """Inline calls of non-recursive functions that are called once or marked ``Inline=1``.
+
+    Rules:
+      ``let f = fn (p) { b }; ... f(a) ...  =>  ... (let p' = a; b') ...``
+          if ``f`` is only called (never passed as a value), not recursive, and called once
+          or marked ``Inline=1``; the binding of ``f`` goes away;
+      ``@g(a)  =>  let p' = a; b'``   for a global ``@g = fn (p) { b }`` that is called once
+          (and never used as a value) or marked ``Inline=1``, and is in no recursive group.
+
+    Inlined bodies are alpha-renamed (``b'``: fresh variables, so every variable stays bound
+    once) and spliced into the enclosing let chain. Recursive groups, ``main``, primitive
+    (fused) functions and functions marked ``NoInline=1`` are never inlined. Globals whose
+    every call was inlined are removed when ``remove_inlined`` (default).
+    """
+
+    remove_inlined: bool = True
+    name: ClassVar[str] = "inline"
+    opt_level: ClassVar[int] = 1
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        graph = call_graph(mod)
+        rec = recursive_globals(mod, graph)
+        total, callee = _references(dict(mod.functions))
+        cands = set()
+        for name, fn in mod.functions.items():
+            if name == "main" or name in rec or never_inline(fn):
+                continue
+            n, k = total.get(name, 0), callee.get(name, 0)
+            if n and n == k and (n == 1 or marked_inline(fn)):
+                cands.add(name)
+        done: dict[str, Function] = {}
+        ready: dict[str, Function] = {}  # processed candidate bodies
+        for comp in sccs(graph):  # callees first
+            for name in comp:
+                fn = mod[name]
+                new = _Inliner(fn, ready).visit(fn)
+                done[name] = new  # type: ignore[assignment]
+                if name in cands:
+                    ready[name] = new  # type: ignore[assignment]
+        changed = {n: f for n, f in done.items() if f is not mod[n]}
+        out = mod.with_functions(changed) if changed else mod
+        if self.remove_inlined and cands:
+            still, _ = _references(dict(out.functions))
+            for name in cands:
+                if not still.get(name):
+                    out = out.without_function(name)
+        return out

@@ -1,0 +1,59 @@
+"""The default optimization pipeline: ``passes.optimize(mod, opt_level=2)``.
+
+NOTE: the module is named ``optimizer`` so that it never shadows the function ``optimize`` as
+an attribute of ``relay_ir.passes``.
+"""
+from __future__ import annotations
+
+from relay_ir.module import IRModule
+from relay_ir.passes.pass_manager import PassContext, Sequential
+
+# NOTE: names, in order. Passes above the context's opt_level are skipped by Sequential;
+# "partial-eval" is used only when its module is importable.
+DEFAULT_PIPELINE: tuple[str, ...] = (
+    "infer-type",     # 0  types for the rules below
+    "to-anf",         # 0  canonical form: every intermediate value named once
+    "simplify-expr",  # 2  x*1, x+0, x*0, negative(negative(x)), reshape(reshape(x)), ...
+    "fold-constant",  # 2  evaluate constant sub-programs with the reference implementations
+    "inline",         # 1  functions called once or marked Inline=1
+    "partial-eval",   # 1  static values, closures, known branches (if available)
+    "fold-constant",  # 2  constants exposed by inlining / partial evaluation
+    "cse",            # 3  share identical pure computations
+    "dce",            # 1  drop unused pure bindings (effects are kept)
+    "to-anf",         # 0  back to the canonical form
+)
+
+
+def default_pipeline(names: tuple[str, ...] = DEFAULT_PIPELINE) -> Sequential:
+    """The default pipeline as a :class:`Sequential` (unavailable passes left out)."""
+    from relay_ir.passes import PASS_REGISTRY, get_pass
+    passes = []
+    for n in names:
+        if n not in PASS_REGISTRY:
+            continue
+        try:
+            passes.append(get_pass(n))
+        except (ImportError, AttributeError):
+            continue  # NOTE: an optional pass whose module is not there
+    return Sequential(tuple(passes), seq_name="optimize")
+
+
+def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...] = (),
+             required_pass: tuple[str, ...] = ()) -> IRModule:
+    """Run the default pipeline; the result computes the same values as ``mod``.
+
+    Pipeline (a pass runs when its level <= ``opt_level``)::
+
+        infer-type (0) -> to-anf (0) -> simplify-expr (2) -> fold-constant (2) -> inline (1)
+        -> partial-eval (1, when available) -> fold-constant (2) -> cse (3) -> dce (1)
+        -> to-anf (0)
+
+    Passes that need types (simplify-expr) re-run ``infer-type`` first when the module changed.
+    The instruments of the current :class:`PassContext` (timing, printing, well-formedness
+    checks) apply to every pass.
+    """
+    outer = PassContext.current()
+    with PassContext(opt_level=opt_level, disabled_pass=tuple(disabled_pass),
+                     required_pass=tuple(required_pass), instruments=outer.instruments,
+                     config=outer.config) as ctx:
+        return default_pipeline()(mod, ctx)

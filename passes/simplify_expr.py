@@ -1,0 +1,233 @@
+"""SimplifyExpr: algebraic identities (a rule table), only where the result type is unchanged."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Optional
+
+import numpy as np
+
+from relay_ir.expr import Call, Constant, Expr, Op, Var
+from relay_ir.functor import ExprMutator
+from relay_ir.module import IRModule
+from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.ty import TensorType, Type
+
+
+def type_of(e: Expr) -> Type | None:
+    """The known type of ``e``: inferred, a variable's annotation, or a constant's own."""
+    if e.checked_type_ is not None:
+        return e.checked_type_
+    if type(e) is Var:
+        return e.type_annotation
+    if type(e) is Constant:
+        return TensorType(tuple(e.data.shape), str(e.data.dtype))
+    return None
+
+
+class Site:
+    """What a rule sees: the rewritten call, its original (typed) form, and the let env."""
+
+    __slots__ = ("call", "orig", "env")
+
+    def __init__(self, call: Call, orig: Call, env: dict[Var, Expr]) -> None:
+        self.call = call
+        self.orig = orig
+        self.env = env
+
+    def arg(self, i: int) -> Expr:
+        """Argument ``i`` (rewritten)."""
+        return self.call.args[i]
+
+    def value(self, i: int) -> Expr:
+        """Argument ``i`` seen through let-bound variables."""
+        e = self.call.args[i]
+        for _ in range(64):  # NOTE: alias chains are short; bounded, never recursive
+            if type(e) is Var and e in self.env:
+                e = self.env[e]
+            else:
+                break
+        return e
+
+    def out_type(self) -> Type | None:
+        return self.orig.checked_type_
+
+    def arg_type(self, i: int) -> Type | None:
+        return type_of(self.orig.args[i])
+
+    def keeps_type(self, i: int) -> bool:
+        """True if argument ``i`` has exactly the call's result type (shape and dtype)."""
+        a, r = self.arg_type(i), self.out_type()
+        return isinstance(r, TensorType) and a == r
+
+    def is_const(self, i: int, v: float) -> bool:
+        """Argument ``i`` is a tensor filled with ``v`` (a constant, or zeros/ones[_like])."""
+        e = self.value(i)
+        if type(e) is Constant:
+            d = e.data
+            return d.size > 0 and d.dtype != np.bool_ and bool(np.all(d == v))
+        if type(e) is Call and type(e.op) is Op:
+            name = e.op.name
+            if v == 0:
+                return name in ("zeros", "zeros_like")
+            if v == 1:
+                return name in ("ones", "ones_like")
+        return False
+
+    def is_op(self, i: int, name: str) -> Call | None:
+        e = self.value(i)
+        if type(e) is Call and type(e.op) is Op and e.op.name == name:
+            return e
+        return None
+
+
+def _call(name: str, *args: Expr, span: object = None, **attrs: object) -> Call:
+    from relay_ir.op import get_opdef
+    od = get_opdef(name)
+    return Call(od.op, tuple(args), od.make_attrs(attrs), span=span)  # type: ignore[arg-type]
+
+
+def _zeros(s: Site, like: int) -> Expr | None:
+    r = s.out_type()
+    if isinstance(r, TensorType) and r.is_static:
+        return _call("zeros", shape=tuple(r.shape), dtype=r.dtype, span=s.call.span)
+    if s.keeps_type(like):
+        return _call("zeros_like", s.arg(like), span=s.call.span)
+    return None
+
+
+Rule = Callable[[Site], Optional[Expr]]
+
+# (op name, rule): each rule returns the replacement or None. Every rule checks that the
+# result type (shape and dtype) is unchanged.
+RULES: list[tuple[str, Rule]] = [
+    # x * 1 -> x
+    ("multiply", lambda s: s.arg(0) if s.is_const(1, 1) and s.keeps_type(0) else None),
+    # 1 * x -> x
+    ("multiply", lambda s: s.arg(1) if s.is_const(0, 1) and s.keeps_type(1) else None),
+    # x * 0 -> zeros (static result type, or zeros_like(x) when x has the result type)
+    ("multiply", lambda s: _zeros(s, 0) if s.is_const(1, 0) else None),
+    # 0 * x -> zeros
+    ("multiply", lambda s: _zeros(s, 1) if s.is_const(0, 0) else None),
+    # x + 0 -> x
+    ("add", lambda s: s.arg(0) if s.is_const(1, 0) and s.keeps_type(0) else None),
+    # 0 + x -> x
+    ("add", lambda s: s.arg(1) if s.is_const(0, 0) and s.keeps_type(1) else None),
+    # x - 0 -> x
+    ("subtract", lambda s: s.arg(0) if s.is_const(1, 0) and s.keeps_type(0) else None),
+    # 0 - x -> negative(x)
+    ("subtract", lambda s: _call("negative", s.arg(1), span=s.call.span)
+     if s.is_const(0, 0) and s.keeps_type(1) else None),
+    # x / 1 -> x
+    ("divide", lambda s: s.arg(0) if s.is_const(1, 1) and s.keeps_type(0) else None),
+    # negative(negative(x)) -> x
+    ("negative", lambda s: _neg_neg(s)),
+    # reshape(x, s) -> x   when the shape does not change
+    ("reshape", lambda s: s.arg(0) if s.keeps_type(0) else None),
+    # reshape(reshape(x, s1), s2) -> reshape(x, result shape)
+    ("reshape", lambda s: _reshape_reshape(s)),
+    # zeros_like(z) -> z   when z is already zeros of that type
+    ("zeros_like", lambda s: s.arg(0) if s.is_const(0, 0) and s.keeps_type(0) else None),
+    # ones_like(o) -> o   when o is already ones of that type
+    ("ones_like", lambda s: s.arg(0) if s.is_const(0, 1) and s.keeps_type(0) else None),
+    # zeros_like(x) -> zeros(shape, dtype)   when the type is static (x no longer needed)
+    ("zeros_like", lambda s: _static_init(s, "zeros")),
+    # ones_like(x) -> ones(shape, dtype)   when the type is static
+    ("ones_like", lambda s: _static_init(s, "ones")),
+]
+
+
+def _neg_neg(s: Site) -> Expr | None:
+    inner = s.is_op(0, "negative")
+    if inner is None:
+        return None
+    x = inner.args[0]
+    tx = type_of(x)
+    r = s.out_type()
+    if isinstance(r, TensorType) and tx == r:
+        return x
+    return None
+
+
+def _reshape_reshape(s: Site) -> Expr | None:
+    inner = s.is_op(0, "reshape")
+    r = s.out_type()
+    if inner is None or not isinstance(r, TensorType) or not r.is_static:
+        return None
+    x = inner.args[0]
+    tx = type_of(x)
+    if not isinstance(tx, TensorType) or tx.dtype != r.dtype:
+        return None
+    if tx == r:
+        return x
+    return _call("reshape", x, newshape=tuple(r.shape), span=s.call.span)
+
+
+def _static_init(s: Site, name: str) -> Expr | None:
+    r = s.out_type()
+    if isinstance(r, TensorType) and r.is_static:
+        return _call(name, shape=tuple(r.shape), dtype=r.dtype, span=s.call.span)
+    return None
+
+
+_BY_OP: dict[str, list[Rule]] = {}
+for _name, _rule in RULES:
+    _BY_OP.setdefault(_name, []).append(_rule)
+
+
+class _Simplify(ExprMutator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.env: dict[Var, Expr] = {}
+        self.fired = 0
+
+    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+        new = self.visit(value)
+        if type(new) is Var and new is not value:
+            self.memo[var] = new  # NOTE: a rule left an alias: `let y = x; b => b[y := x]`
+            return None
+        self.env[var] = new
+        return self.visit(var), new  # type: ignore[return-value]
+
+    def visit_call(self, c: Call) -> Expr:
+        new = super().visit_call(c)
+        if type(new) is not Call or type(new.op) is not Op:
+            return new
+        rules = _BY_OP.get(new.op.name)
+        if not rules:
+            return new
+        site = Site(new, c, self.env)
+        for rule in rules:
+            out = rule(site)
+            if out is not None:
+                self.fired += 1
+                return out
+        return new
+
+
+@dataclass(frozen=True)
+class SimplifyExpr(Pass):
+    """Apply algebraic identities from the rule table :data:`RULES` (one rule per line).
+
+    Rules (each only when the result type -- shape and dtype -- is unchanged):
+      ``x*1 => x``, ``1*x => x``, ``x*0 => zeros``, ``0*x => zeros``, ``x+0 => x``,
+      ``0+x => x``, ``x-0 => x``, ``0-x => negative(x)``, ``x/1 => x``,
+      ``negative(negative(x)) => x``, ``reshape(x) => x`` (same shape),
+      ``reshape(reshape(x)) => reshape(x)``, ``zeros_like(zeros) => zeros``,
+      ``ones_like(ones) => ones``, ``zeros_like(x) => zeros(shape)`` (static shape),
+      ``ones_like(x) => ones(shape)``.
+    "0" and "1" are constants filled with that value, ``zeros``/``ones`` calls and their
+    ``_like`` forms, also through let-bound variables. Needs inferred types (requires
+    ``infer-type``); IEEE corner cases (``inf*0``) are not preserved, as in TVM.
+    """
+
+    name: ClassVar[str] = "simplify-expr"
+    opt_level: ClassVar[int] = 2
+    required: ClassVar[tuple[str, ...]] = ("infer-type",)
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        changed = {}
+        for name, fn in mod.functions.items():
+            new = _Simplify().visit(fn)
+            if new is not fn:
+                changed[name] = new
+        return mod.with_functions(changed) if changed else mod

@@ -1,0 +1,54 @@
+"""ToGraphNormalForm: let-bound pure values become dataflow sharing (a graph)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from relay_ir.expr import Expr, Function, Var
+from relay_ir.functor import ExprMutator
+from relay_ir.module import IRModule
+from relay_ir.passes._analysis import Effects, count_occurrences, to_fixpoint
+from relay_ir.passes.pass_manager import Pass, PassContext
+
+
+class _GNF(ExprMutator):
+    def __init__(self, effects: Effects) -> None:
+        super().__init__()
+        self.effects = effects
+
+    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+        if type(value) is Function:
+            self.effects.add_local_function(var, value)
+        new = self.visit(value)
+        # NOTE: recursion is judged on the rewritten closure (its body may have lost the call)
+        if self.effects.is_pure(value) and not (
+                type(new) is Function and count_occurrences(var, new) > 0):
+            self.memo[var] = new
+            return None
+        return self.visit(var), new  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ToGraphNormalForm(Pass):
+    """Replace lets of pure values by sharing: the value node is used wherever its var was.
+
+    Rule: ``let x = e; b  =>  b[x := e]   if e is pure and x is not free in e`` (the one node
+    ``e`` is shared by every use; unused pure lets disappear).
+
+    Lets that must stay are kept: values with effects (reference operations, calls of unknown
+    or recursive functions, effectful ops) -- their order matters -- and recursive closures
+    (``let f = fn ... f(...) ...``). ToANormalForm is the inverse (up to where bindings land).
+    """
+
+    name: ClassVar[str] = "to-gnf"
+    opt_level: ClassVar[int] = 0
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        def one_round(mod: IRModule, effects: Effects) -> IRModule:
+            changed = {}
+            for name, fn in mod.functions.items():
+                new = _GNF(effects).visit(fn)
+                if new is not fn:
+                    changed[name] = new
+            return mod.with_functions(changed) if changed else mod
+        return to_fixpoint(mod, one_round)
