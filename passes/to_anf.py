@@ -11,7 +11,7 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import fresh_copy
 from relay_ir.passes.pass_manager import Pass, PassContext
-from relay_ir.traversal import children
+from relay_ir.traversal import children, same_scope_children
 
 
 _ATOMS = frozenset({Var, GlobalVar, Constant, Op, Constructor})
@@ -82,27 +82,6 @@ def _shares_with(fn: Function, outside: set[Expr]) -> bool:
         seen.add(id(e))
         stack.extend(children(e))
     return False
-
-
-def _same_scope_children(e: Expr) -> tuple[Expr, ...]:
-    t = type(e)
-    if t is Call:
-        return (e.op, *e.args)
-    if t is Tuple:
-        return e.fields
-    if t is TupleGetItem:
-        return (e.tuple_value,)
-    if t is RefCreate:
-        return (e.value,)
-    if t is RefRead:
-        return (e.ref,)
-    if t is RefWrite:
-        return (e.ref, e.value)
-    if t is If:
-        return (e.cond,)
-    if t is Match:
-        return (e.data,)
-    return ()
 
 
 class _ANF:
@@ -211,7 +190,7 @@ class _ANF:
                 continue
             if not ready:
                 stack.append((n, True))
-                for c in reversed(_same_scope_children(n)):
+                for c in reversed(same_scope_children(n)):
                     if not _is_atom(c) and c not in memo:
                         stack.append((c, False))
                 continue
@@ -236,7 +215,7 @@ class _ANF:
                                              self.scope.get(value) is home):
                 # NOTE: bind the let's own variable to the value; a shared value whose uses all
                 # lie in this scope is first met here, so every other use is in the let body
-                for c in _same_scope_children(value):
+                for c in same_scope_children(value):
                     self.atom(c)
                 new = self.rebuild(value)
                 if self.uses.get(value, 1) > 1:

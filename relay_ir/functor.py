@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Generic, TypeVar as TV
 
 from relay_ir.expr import (EXPR_TYPES, Call, Clause, Constant, Constructor, Expr, Function,
                            GlobalVar, If, Let, Match, Op, Pattern, PatternConstructor,
-                           PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead,
-                           RefWrite, Tuple, TupleGetItem, Var, with_fields)
+                           PatternTuple, PatternVar, RefCreate, RefRead, RefWrite,
+                           Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.ty import (FuncType, RefType, TensorType, TupleType, Type, TypeCall)
 from relay_ir.traversal import dataflow_children as _dataflow_children
 

@@ -54,9 +54,8 @@ from lark import Token
 from relay_ir.attrs import EMPTY_ATTRS, Attrs
 from relay_ir.errors import DiagnosticError, ParseError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
-                           Let, Match, Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
-                           PatternWildcard, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem,
-                           Var)
+                           Let, Match, Op, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+                           RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.span import SourceFile, Span
 from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, IncompleteType, Kind, RefType, ShapeVar,

@@ -14,11 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from relay_ir.attrs import Attrs
-from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
-                           Let, Match, Op, Pattern, PatternConstructor, PatternTuple,
-                           PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
-                           TupleGetItem, Var)
+from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let,
+                           Match, Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
+                           RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.ty import (AnyDim, DimExpr, FuncType, GlobalTypeVar, IncompleteType, RefType,
                          ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData, TypeVar,

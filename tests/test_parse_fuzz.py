@@ -6,7 +6,6 @@ import random
 import re
 import sys
 
-import pytest
 
 from relay_ir.errors import ParseError
 from relay_ir.expr import Call, Constant, Let, Tuple, Var

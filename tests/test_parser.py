@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import relay_ir as rly
-from relay_ir.attrs import EMPTY_ATTRS, Attrs
-from relay_ir.expr import (Call, Clause, Constant, Constructor, Function, GlobalVar, If, Let,
-                           Match, Op, PatternConstructor, PatternTuple, PatternVar,
-                           PatternWildcard, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem,
-                           Var, const)
+from relay_ir.attrs import Attrs
+from relay_ir.expr import (Call, Constant, Constructor, Function, GlobalVar, If, Let, Match,
+                           Op, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+                           RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var,
+                           const)
 from relay_ir.module import IRModule
 from relay_ir.op import get_op, get_opdef
 from relay_ir.parser import parse, parse_expr, parse_type

@@ -190,8 +190,7 @@ def _forms(mod: IRModule) -> set[str]:
     from relay_ir.expr import (Constant, Constructor, GlobalVar, Let, Match, Op,
                                PatternConstructor, PatternTuple, PatternVar)
     from relay_ir.traversal import children, post_order
-    from relay_ir.ty import (AnyDim, DimExpr, FuncType, IncompleteType, RefType, ShapeVar,
-                             TensorType, TupleType, TypeCall, TypeVar, type_children)
+    from relay_ir.ty import (FuncType, TensorType, type_children)
     out: set[str] = set()
     types: list = []
     for td in mod.type_definitions.values():
