@@ -16,7 +16,7 @@ from relay_ir.errors import DiagnosticError
 COMMANDS = {
     "fmt": "print canonical text (--check, -i)",
     "check": "type-check and print the type of every global",
-    "run": "run a program (interpreter, or --target llvm|cuda)",
+    "run": "run a program with the interpreter",
     "opt": "run a pass pipeline and print the result",
 }
 
