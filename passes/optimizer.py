@@ -8,11 +8,11 @@ from __future__ import annotations
 from relay_ir.module import IRModule
 from relay_ir.passes.pass_manager import PassContext, Sequential
 
-# NOTE: names, in order. Passes above the context's opt_level are skipped by Sequential;
-# "partial-eval" is used only when its module is importable.
+# NOTE: names, in order. Passes above the context's opt_level are skipped by Sequential.
+# to-anf runs before infer-type so that the types simplify-expr needs are inferred once.
 DEFAULT_PIPELINE: tuple[str, ...] = (
-    "infer-type",     # 0  types for the rules below
     "to-anf",         # 0  canonical form: every intermediate value named once
+    "infer-type",     # 0  types for the rules below
     "simplify-expr",  # 2  x*1, x+0, x*0, negative(negative(x)), reshape(reshape(x)), ...
     "fold-constant",  # 2  evaluate constant sub-programs with the reference implementations
     "inline",         # 1  functions called once or marked Inline=1
@@ -25,17 +25,9 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
 
 
 def default_pipeline(names: tuple[str, ...] = DEFAULT_PIPELINE) -> Sequential:
-    """The default pipeline as a :class:`Sequential` (unavailable passes left out)."""
-    from relay_ir.passes import PASS_REGISTRY, get_pass
-    passes = []
-    for n in names:
-        if n not in PASS_REGISTRY:
-            continue
-        try:
-            passes.append(get_pass(n))
-        except (ImportError, AttributeError):
-            continue  # NOTE: an optional pass whose module is not there
-    return Sequential(tuple(passes), seq_name="optimize")
+    """The default pipeline as a :class:`Sequential`."""
+    from relay_ir.passes import get_pass
+    return Sequential(tuple(get_pass(n) for n in names), seq_name="optimize")
 
 
 def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...] = (),
@@ -44,9 +36,8 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
 
     Pipeline (a pass runs when its level <= ``opt_level``)::
 
-        infer-type (0) -> to-anf (0) -> simplify-expr (2) -> fold-constant (2) -> inline (1)
-        -> partial-eval (1, when available) -> fold-constant (2) -> cse (3) -> dce (1)
-        -> to-anf (0)
+        to-anf (0) -> infer-type (0) -> simplify-expr (2) -> fold-constant (2) -> inline (1)
+        -> partial-eval (1) -> fold-constant (2) -> cse (3) -> dce (1) -> to-anf (0)
 
     Passes that need types (simplify-expr) re-run ``infer-type`` first when the module changed.
     The instruments of the current :class:`PassContext` (timing, printing, well-formedness

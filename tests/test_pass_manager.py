@@ -240,6 +240,7 @@ def test_optimize_pipeline_levels() -> None:
         out2 = passes.optimize(mod)
     ran = names_run(rec)
     assert "cse" not in ran and "dce" in ran and "fold-constant" in ran
+    assert ran.count("infer-type") == 1  # to-anf runs first, so types are inferred once
     rec = Recorder()
     with PassContext(instruments=[rec]):
         out0 = passes.optimize(mod, opt_level=0)
