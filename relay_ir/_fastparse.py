@@ -13,7 +13,9 @@ counter, ``Token.__new__``, and ``ParserState.feed_token``) costs more than the 
   methods with the same arguments as Lark's rule callbacks do: Lark's generic child filters
   (drop anonymous tokens, splice inlined ``_rules``, return the only child of a ``?rule``) are
   replaced by closures specialised to each rule (:func:`_rule_entry`), and tokens no rule keeps
-  (``,``, ``=``, ...) are not built at all.
+  (``,``, ``=``, ...) are not built at all; a run of one-child reductions (``atomic`` ->
+  ``postfix`` -> ``binop`` -> ...) is taken in one step, memoized per (state below, top state,
+  lookahead).
 
 It is only a fast path for valid input: any deviation from the ordinary way -- no token
 matches, an unexpected token, an exception in a callback -- raises :class:`Fallback`, and the
@@ -53,17 +55,22 @@ def _is_tree_builder(cb: Any, name: str) -> bool:
             and len(cb.args) == 1 and cb.args[0] == name and name.startswith("_"))
 
 
-def _rule_entry(rule: Any, cb: Any) -> tuple[int, str, Any]:
+def _rule_entry(rule: Any, cb: Any, singles: frozenset[str] = frozenset()) -> tuple[int, str, Any]:
     """``(size, origin name, callback)`` for a rule; callback None means "keep the one child".
 
     Lark's wrappers are replaced by equivalents that do the same with fewer Python calls:
 
     * ``ExpandSingleChild`` on a one-symbol rule returns its only child, so the reduction only
       changes the state (callback None);
-    * an inlined ``_rule`` reduces to the plain list of its (filtered) children instead of a
-      ``Tree`` whose ``children`` the parent splices: Lark reads nothing else from it;
+    * an inlined ``_rule`` whose every alternative is one kept, non-inlined symbol (``singles``:
+      ``_item: match | block | binop``) also keeps its child (callback None); its parents take
+      that child as one child instead of splicing a one-item list;
+    * any other inlined ``_rule`` reduces to the plain list of its (filtered) children instead
+      of a ``Tree`` whose ``children`` the parent splices: Lark reads nothing else from it;
     * a ``ChildFilterLALR_NoPlaceholders`` (drop anonymous tokens, splice inlined rules)
-      becomes a closure specialised to its index list.
+      becomes a closure specialised to its index list; a builder method marked
+      ``one_child_identity`` (it returns its only child unchanged) on a one-symbol rule that
+      keeps one plain child becomes callback None.
 
     Raises ValueError for any other wrapper (the driver then stays unused).
     """
@@ -73,22 +80,45 @@ def _rule_entry(rule: Any, cb: Any) -> tuple[int, str, Any]:
     splices = any(not sym.is_term and sym.name.startswith("_") for sym in rule.expansion)
     if type(cb) is ExpandSingleChild and size == 1 and not splices:
         return size, name, None
+    if name in singles:
+        return size, name, None
     if _is_tree_builder(cb, name) and not splices:
-        return size, name, list
+        return size, name, _same  # the children list is already a fresh list
     if type(cb) is ChildFilterLALR_NoPlaceholders:
-        return size, name, _child_filter(cb.to_include, cb.node_builder, name)
+        to_include = [(i, expand and str(rule.expansion[i].name) not in singles)
+                      for i, expand in cb.to_include]
+        nb = cb.node_builder
+        if (size == 1 and len(to_include) == 1 and not to_include[0][1]
+                and getattr(nb, "one_child_identity", False) is True):
+            return size, name, None
+        return size, name, _child_filter(to_include, nb, name, size)
     if splices or name.startswith("_"):
         raise ValueError(f"unsupported callback for rule {name}")
     return size, name, cb
 
 
-def _child_filter(to_include: list[tuple[int, bool]], nb: Any, name: str) -> Any:
+def _single_inlined(callbacks: Any) -> frozenset[str]:
+    """Inlined rules each of whose alternatives is exactly one kept, non-inlined symbol."""
+    ok: dict[str, bool] = {}
+    for rule, cb in callbacks.items():
+        name = str(rule.origin.name)
+        if not name.startswith("_"):
+            continue
+        exp = rule.expansion
+        single = (len(exp) == 1 and _is_tree_builder(cb, name)
+                  and (exp[0].is_term or not exp[0].name.startswith("_")))
+        ok[name] = ok.get(name, True) and single
+    return frozenset(n for n, good in ok.items() if good)
+
+
+def _child_filter(to_include: list[tuple[int, bool]], nb: Any, name: str, size: int) -> Any:
     """A closure doing what Lark's child filter does for ``to_include``, then calling ``nb``.
 
     ``(i, True)`` entries are inlined rules: child ``i`` is a list whose items are spliced in.
     As in Lark, a leading inlined rule's list is extended in place, so a left-recursive
     repetition stays linear. For an inlined rule itself (``nb`` builds its ``Tree``) the
-    filtered list is the result.
+    filtered list is the result. When every child is kept as it is, the (fresh) list of
+    children is passed on unchanged.
     """
     if _is_tree_builder(nb, name):
         nb = None
@@ -96,6 +126,8 @@ def _child_filter(to_include: list[tuple[int, bool]], nb: Any, name: str) -> Any
         raise ValueError(f"unsupported callback for rule {name}")
     idx = tuple(i for i, _ in to_include)
     if not any(expand for _, expand in to_include):
+        if idx == tuple(range(size)):
+            return _same if nb is None else nb
         if len(idx) == 1:
             i0 = idx[0]
             if nb is None:
@@ -193,6 +225,7 @@ class FastDriver:
 
         # rules: index -> (size of the expansion, origin name, callback)
         rule_index: dict[Any, int] = {}
+        singles = _single_inlined(callbacks)
         rules: list[tuple[int, str, Any]] = []
         actions: list[dict[str, int]] = [{} for _ in range(nstates)]
         for st, acts in table.states.items():
@@ -205,13 +238,15 @@ class FastDriver:
                     idx = rule_index.get(arg)
                     if idx is None:
                         idx = rule_index[arg] = len(rules)
-                        rules.append(_rule_entry(arg, callbacks[arg]))
+                        rules.append(_rule_entry(arg, callbacks[arg], singles))
                     d[name] = ~idx                 # reduce: a negative rule index
         self.actions = actions
         self.rules = rules
         self.dropped = _dropped_terminals(callbacks)
         self.start_states = dict(table.start_states)
         self.end_states = dict(table.end_states)
+        #: (state below, top state, lookahead) -> state after a chain of one-child reductions
+        self.unit_memo: dict[tuple[int, int, str], int] = {}
 
         # per-state lexers: Lark's own scanner regex, behind a whitespace skip
         compiled: dict[int, tuple[Any, dict[str, dict[str, str]]]] = {}
@@ -251,6 +286,24 @@ class FastDriver:
         self.lex_unless = lex_unless
         self.newline_types = frozenset(newline_types - {"WS"})
 
+    def _unit_chain(self, under: int, origin: str, typ: str) -> int:
+        """The state after a one-child reduction to ``origin`` above state ``under`` and all
+        the one-child reductions that follow it on the same lookahead ``typ``.
+
+        Those reductions all replace the top state and leave ``under`` below it, so the
+        result depends only on (``under``, the top state, ``typ``); :meth:`_parse` memoizes it.
+        """
+        actions, rules = self.actions, self.rules
+        state = actions[under][origin]
+        while True:
+            act = actions[state].get(typ)
+            if act is None or act >= 0:
+                return state
+            _, origin, cb = rules[~act]
+            if cb is not None:
+                return state
+            state = actions[under][origin]
+
     def parse(self, text: str, start: str) -> Any:
         """Parse ``text`` from start symbol ``start``; raises :class:`Fallback` on any trouble."""
         try:
@@ -276,6 +329,7 @@ class FastDriver:
         count = text.count
         rindex = text.rindex
         dropped = self.dropped
+        unit_memo = self.unit_memo
         pos = 0
         line = 1
         line_start = 0
@@ -333,9 +387,16 @@ class FastDriver:
                     break
                 size, origin, cb = rules[~act]
                 if cb is None:  # a one-child rule that returns its child
-                    state = states[-1] = actions[states[-2]][origin]
-                    if at_end and state == end_state:
-                        return values[-1]
+                    if at_end:
+                        state = states[-1] = actions[states[-2]][origin]
+                        if state == end_state:
+                            return values[-1]
+                    else:  # the whole chain of such reductions at once
+                        key = (states[-2], state, typ)
+                        nxt = unit_memo.get(key)
+                        if nxt is None:
+                            nxt = unit_memo[key] = self._unit_chain(states[-2], origin, typ)
+                        state = states[-1] = nxt
                     acts = actions[state]
                     continue
                 if size:

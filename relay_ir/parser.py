@@ -145,6 +145,9 @@ def _literal_array(text: str) -> np.ndarray:
     return arr
 
 
+_ATTR_NUMBERS: dict[str, int | float] = {}  # attribute literal text -> its value
+_NOT_CACHED = object()
+
 _TRUE = np.array(True)
 _TRUE.flags.writeable = False
 _FALSE = np.array(False)
@@ -372,6 +375,7 @@ class _Attr:
 
 
 _LET, _GRAPH, _FREE, _ANON = 0, 1, 2, 3
+_GRAPH_REC = (_GRAPH,)
 _REF_TYPES = frozenset((Var, GlobalVar, Op, Constructor))
 _REF_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_/.%@")
 _KEYWORDS = frozenset(("let", "fn", "def", "if", "else", "type", "match", "extern", "free_var",
@@ -388,6 +392,25 @@ def _attrs_dict(items: list[_Attr]) -> dict[str, Any]:
     return out
 
 
+def _attrs_key(items: list[_Attr]) -> tuple | None:
+    """A hashable key that tells attribute lists apart exactly (None: do not cache).
+
+    Only int and str values (exact types: ``True == 1``) are keyed; floats by ``repr`` (``0.0``
+    and ``-0.0`` are equal but differ).
+    """
+    out = []
+    for a in items:
+        v = a.value
+        t = type(v)
+        if t is int or t is str:
+            out.append((a.key, t, v))
+        elif t is float:
+            out.append((a.key, t, repr(v)))
+        else:
+            return None
+    return tuple(out)
+
+
 # ----------------------------------------------------------------------------- builder
 class _Builder:
     """Lark internal transformer: one method per grammar rule / alias, building IR."""
@@ -401,6 +424,7 @@ class _Builder:
         self.gnodes: set[int] = set()         # ids of graph-bound values (shared by reference)
         self.last_obj: Any = None             # the most recent reference and its token
         self.last_tok: Any = None
+        self.ident_ends: dict[int, Any] = {}  # end offset -> token of a name reference
         self.mode = mode
         self.scope: dict[str, list] = {}      # "%x" / "%0" -> stack of Var / graph node
         self.bound: list[str] = []            # push order, for popping
@@ -419,6 +443,7 @@ class _Builder:
         self.gtvs: dict[str, GlobalTypeVar] = {}
         self.ops: dict[str, Expr] = {}
         self.default_attrs: dict[str, Attrs] = {}
+        self.attrs_cache: dict[tuple, Attrs] = {}  # (op name, attribute key) -> Attrs
         self.init_funcs: dict[str, Function] = {}
         if init_module is not None:
             self.gvars.update(init_module.global_vars)
@@ -466,12 +491,18 @@ class _Builder:
 
     def start_of(self, x: Any, nxt: Any) -> tuple[int, int]:
         """Start (line, column) of child ``x``, which ends before the kept token ``nxt``."""
-        if type(x) is Token:
+        tx = type(x)
+        if tx is Token:
             return x.line, x.column
-        if not self.is_ref(x) and x.span is not None:
-            return x.span.line, x.span.column
+        if tx not in _REF_TYPES and id(x) not in self.gnodes:  # not self.is_ref(x)
+            s = x.span
+            if s is not None:
+                return s.line, s.column
         text = self.clean
         i = nxt.start_pos
+        t = self.ident_ends.get(i)
+        if t is not None and (t.start_pos == 0 or text[t.start_pos - 1] not in _REF_CHARS):
+            return t.line, t.column  # the name right before `nxt`: what the scan finds
         while i > 0 and text[i - 1] in " \t\r\n":
             i -= 1
         j = i
@@ -658,6 +689,9 @@ class _Builder:
             self.pop(pops)
         return body
 
+    # `seq([x])` is `x`: the fast driver may skip the call for a one-item sequence
+    seq.one_child_identity = True  # type: ignore[attr-defined]
+
     def let_head(self, c: list) -> tuple:
         tok = c[1]
         var = Var(tok[1:], c[2] if len(c) > 2 else None, span=self.tspan(tok))
@@ -674,9 +708,15 @@ class _Builder:
         if st:
             raise ParseError(f"graph variable `{tok}` is already defined in this scope",
                              self.tspan(tok))
-        self.push(str(tok), c[1])
-        self.gnodes.add(id(c[1]))
-        return (_GRAPH,)
+        value = c[1]
+        key = tok.value
+        if st is None:
+            self.scope[key] = [value]
+        else:
+            st.append(value)
+        self.bound.append(key)
+        self.gnodes.add(id(value))
+        return _GRAPH_REC
 
     def free_var_stmt(self, c: list) -> tuple:
         tok = c[1]
@@ -778,12 +818,15 @@ class _Builder:
                 attrs.append(x)
             else:
                 args.append(x)
-        span = self.span_of(callee, c[1], rpar)
+        l0, c0 = self.start_of(callee, c[1])
+        span = Span(self.src, l0, c0, rpar.end_line, rpar.end_column)
         if id(callee) in self.auto:
             callee = callee.op  # `Nil()`: the nullary constructor was auto-applied
         if type(callee) is Op:
             if not attrs:
-                a = self._default_attrs(callee)
+                a = self.default_attrs.get(callee.name)
+                if a is None:
+                    a = self._default_attrs(callee)
             else:
                 a = self._op_attrs(callee, attrs)
         elif attrs:
@@ -800,6 +843,16 @@ class _Builder:
         return Call(callee, tuple(args), a, span=span)
 
     def _op_attrs(self, op: Op, attrs: list[_Attr]) -> Attrs:
+        key = _attrs_key(attrs)
+        if key is None:
+            return self._make_op_attrs(op, attrs)
+        key = (op.name, key)
+        a = self.attrs_cache.get(key)
+        if a is None:  # Attrs are immutable: equal attribute lists share one record
+            a = self.attrs_cache[key] = self._make_op_attrs(op, attrs)
+        return a
+
+    def _make_op_attrs(self, op: Op, attrs: list[_Attr]) -> Attrs:
         from relay_ir.op import AttrError, get_opdef
         od = get_opdef(op.name)
         given = _attrs_dict(attrs)
@@ -838,10 +891,14 @@ class _Builder:
 
     def attr_number(self, c: list) -> int | float:
         tok = c[0]
-        try:
-            v, dtype = _number_value(tok)
-        except ValueError as e:
-            raise ParseError(str(e), self.tspan(tok)) from None
+        v = _ATTR_NUMBERS.get(tok.value, _NOT_CACHED)
+        if v is _NOT_CACHED:
+            try:
+                v, dtype = _number_value(tok)
+            except ValueError as e:
+                raise ParseError(str(e), self.tspan(tok)) from None
+            if len(_ATTR_NUMBERS) < 100_000:
+                _ATTR_NUMBERS[tok.value] = v
         return v
 
     def attr_true(self, c: list) -> bool:
@@ -917,7 +974,7 @@ class _Builder:
 
     def ident(self, c: list) -> Expr:
         tok = c[0]
-        name = str(tok)
+        name = tok.value
         k = self.ctors.get(name)
         if k is None and name in _KEYWORDS:
             if name == "match":
@@ -932,9 +989,14 @@ class _Builder:
                 return call
             self.last_obj = k
             self.last_tok = tok
+            self.ident_ends[tok.end_pos] = tok
             return k
-        op = self.last_obj = self._op(name, tok)
+        op = self.ops.get(name)
+        if op is None:
+            op = self._op(name, tok)
+        self.last_obj = op
         self.last_tok = tok
+        self.ident_ends[tok.end_pos] = tok
         return op
 
     def meta_ref(self, c: list) -> Constant:
