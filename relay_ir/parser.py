@@ -58,6 +58,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.span import SourceFile, Span
+from relay_ir.tvm_metadata import decode_tvm_metadata, is_tvm_metadata
 from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, IncompleteType, Kind, RefType, ShapeVar,
                          TensorType, TupleType, Type, TypeCall, TypeData, TypeVar, dim_add,
                          dim_mul, dim_sub, is_dtype_name)
@@ -304,6 +305,11 @@ def _load_metadata(text: str, meta: int, src: SourceFile) -> dict[str, list]:
                          _offset_span(src, body_start + e.pos)) from None
     except RecursionError:
         raise ParseError("malformed metadata JSON: nested too deeply", head) from None
+    if is_tvm_metadata(obj):  # NOTE: a section written by TVM's own Relay printer
+        try:
+            return decode_tvm_metadata(obj)
+        except ValueError as e:
+            raise ParseError(f"malformed TVM metadata section: {e}", head) from None
     if not isinstance(obj, dict) or not all(isinstance(v, list) for v in obj.values()):
         raise ParseError("the metadata section must be a JSON object mapping type keys to "
                          "lists (e.g. {\"relay.Constant\": [...]})", head)
@@ -616,7 +622,8 @@ class _Builder:
         name = gtok[1:]
         fn = self._function(c[0], c[2:])
         if name in self.funcs or name in self.init_funcs:
-            where = "in the initial module" if name in self.init_funcs else "earlier"
+            where = ("in the initial module (the prelude, with prelude=True / --prelude)"
+                     if name in self.init_funcs else "earlier")
             raise ParseError(f"global `@{name}` is already defined {where}", self.tspan(gtok))
         if name not in self.gvars:
             self.gvars[name] = GlobalVar(name, span=self.tspan(gtok))
@@ -634,7 +641,9 @@ class _Builder:
             raise ParseError(f"invalid type name `{name}` (names starting with int, uint, float "
                              f"or bool read as dtypes)", self.tspan(tok))
         if name in self.types:
-            raise ParseError(f"type `{name}` is already defined", self.tspan(tok))
+            where = "" if name in self.new_types else (
+                " in the initial module (the prelude, with prelude=True / --prelude)")
+            raise ParseError(f"type `{name}` is already defined{where}", self.tspan(tok))
         gtv = self._gtv(name)
         params = self.pop_tparams(tps)
         ctors = []
@@ -643,8 +652,11 @@ class _Builder:
             if "." in cname:
                 raise ParseError(f"invalid constructor name `{cname}`", self.tspan(ctok))
             if cname in self.ctors or any(k.name_hint == cname for k in ctors):
-                raise ParseError(f"a constructor with the name `{cname}` was previously defined",
-                                 self.tspan(ctok))
+                old = self.ctors.get(cname)
+                where = "" if old is None or old.belong_to.name_hint in self.new_types else (
+                    " in the initial module (the prelude, with prelude=True / --prelude)")
+                raise ParseError(f"a constructor with the name `{cname}` was previously "
+                                 f"defined{where}", self.tspan(ctok))
             ctors.append(Constructor(cname, tuple(fields), gtv, tag, span=self.tspan(ctok)))
         td = TypeData(gtv, params, tuple(ctors),  # type: ignore[arg-type]
                       span=self.tspan(tok))

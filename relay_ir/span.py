@@ -10,10 +10,14 @@ class SourceFile:
 
     name: str
     text: str = field(repr=False)
+    _lines: list[str] | None = field(default=None, repr=False, compare=False)
 
     def line(self, lineno: int) -> str | None:
         """Return line ``lineno`` (1-based) without its newline, or None."""
-        lines = self.text.splitlines()
+        lines = self._lines
+        if lines is None:  # NOTE: split once; error reports may ask for many lines
+            lines = self.text.splitlines()
+            object.__setattr__(self, "_lines", lines)
         if 1 <= lineno <= len(lines):
             return lines[lineno - 1]
         return None
