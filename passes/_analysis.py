@@ -10,7 +10,8 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
                            Op, Tuple, TupleGetItem, Var)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.traversal import bound_vars, children, flatten_lets
+from relay_ir.traversal import (bound_vars, children, flatten_lets, post_order,
+                                use_children)
 from relay_ir.ty import Type
 
 _ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
@@ -35,20 +36,12 @@ _EFFECTFUL: dict[str, bool] = {}
 def global_calls(fn: Function, callees_only: bool = False) -> set[str]:
     """Names of the globals mentioned in ``fn`` (only those called directly if ``callees_only``)."""
     out: set[str] = set()
-    seen: set[int] = set()
-    stack: list[Expr] = [fn]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in post_order(fn):
         if type(e) is GlobalVar:
             if not callees_only:
                 out.add(e.name_hint)
-            continue
-        if callees_only and type(e) is Call and type(e.op) is GlobalVar:
+        elif callees_only and type(e) is Call and type(e.op) is GlobalVar:
             out.add(e.op.name_hint)
-        stack.extend(children(e))
     return out
 
 
@@ -294,16 +287,6 @@ def ref_counts(e: Expr, functions: dict[Var, Function] | None = None) -> dict[Ex
                 if type(c) not in atoms:
                     stack.append(c)
     return counts
-
-
-def use_children(e: Expr) -> tuple[Expr, ...]:
-    """The children of ``e`` that are uses (not the binders of lets, params or patterns)."""
-    t = type(e)
-    if t is Let:
-        return (e.value, e.body)
-    if t is Function:
-        return (e.body,)
-    return children(e)
 
 
 def count_occurrences(var: Var, e: Expr) -> int:

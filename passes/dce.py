@@ -7,10 +7,9 @@ from typing import ClassVar
 from relay_ir.expr import Expr, Function, If, Let, Match, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes._analysis import (Effects, count_occurrences, ref_counts, to_fixpoint,
-                                       use_children)
+from relay_ir.passes._analysis import Effects, count_occurrences, ref_counts, to_fixpoint
 from relay_ir.passes.pass_manager import Pass, PassContext
-from relay_ir.traversal import children
+from relay_ir.traversal import children, use_children
 
 
 class _DCE(ExprMutator):

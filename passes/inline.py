@@ -8,9 +8,9 @@ from relay_ir.expr import Call, Expr, Function, GlobalVar, Let, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import (call_graph, count_occurrences, fresh_copy,
-                                       recursive_globals, ref_counts, sccs, use_children)
+                                       recursive_globals, ref_counts, sccs)
 from relay_ir.passes.pass_manager import Pass, PassContext
-from relay_ir.traversal import flatten_lets
+from relay_ir.traversal import flatten_lets, post_order, use_children
 from relay_ir.ty import IncompleteType, ShapeVar, ANY
 
 
@@ -51,20 +51,12 @@ def _references(fns: dict[str, Function]) -> tuple[dict[str, int], dict[str, int
     total: dict[str, int] = {}
     callee: dict[str, int] = {}
     for fn in fns.values():
-        seen: set[int] = set()
-        stack: list[Expr] = [fn]
-        while stack:
-            e = stack.pop()
-            if id(e) in seen:
-                continue
-            seen.add(id(e))
+        for e in post_order(fn):
             for c in use_children(e):
                 if type(c) is GlobalVar:
                     total[c.name_hint] = total.get(c.name_hint, 0) + 1
                     if type(e) is Call and e.op is c:
                         callee[c.name_hint] = callee.get(c.name_hint, 0) + 1
-                elif id(c) not in seen:
-                    stack.append(c)
     return total, callee
 
 
@@ -73,13 +65,7 @@ def _local_candidates(fn: Expr) -> set[Var]:
     total: dict[Var, int] = {}
     callee: dict[Var, int] = {}
     bound: dict[Var, Function] = {}
-    seen: set[int] = set()
-    stack: list[Expr] = [fn]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in post_order(fn):
         if type(e) is Let and type(e.value) is Function:
             bound[e.var] = e.value
         for c in use_children(e):
@@ -87,8 +73,6 @@ def _local_candidates(fn: Expr) -> set[Var]:
                 total[c] = total.get(c, 0) + 1
                 if type(e) is Call and e.op is c:
                     callee[c] = callee.get(c, 0) + 1
-            elif id(c) not in seen:
-                stack.append(c)
     out: set[Var] = set()
     for var, f in bound.items():
         n, k = total.get(var, 0), callee.get(var, 0)

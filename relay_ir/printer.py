@@ -38,7 +38,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import lookup_opdef
-from relay_ir.traversal import pattern_vars, same_scope_children
+from relay_ir.traversal import pattern_vars, same_scope_children, use_children
 from relay_ir.ty import (DimExpr, FuncType, GlobalTypeVar, IncompleteType, RefType,
                          ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData, TypeVar,
                          format_dim, is_dtype_name)
@@ -310,7 +310,7 @@ class _Unit:
             elif t is Match:
                 for cl in node.clauses:
                     bound.update(pattern_vars(cl.lhs))
-            for c in reversed(_children(node)):
+            for c in reversed(use_children(node)):
                 n = uses.get(c)
                 if n is None:
                     uses[c] = 1
@@ -395,32 +395,6 @@ class _Unit:
             else:
                 for c in _nic(node):
                     use(c, s)
-
-
-def _children(e: Expr) -> tuple:
-    """Sub-expressions of ``e`` without its binders (let vars and parameters are not uses)."""
-    t = type(e)
-    if t is Call:
-        return (e.op, *e.args)
-    if t is Tuple:
-        return e.fields
-    if t is TupleGetItem:
-        return (e.tuple_value,)
-    if t is Let:
-        return (e.value, e.body)
-    if t is Function:
-        return (e.body,)
-    if t is If:
-        return (e.cond, e.true_branch, e.false_branch)
-    if t is Match:
-        return (e.data, *(c.rhs for c in e.clauses))
-    if t is RefCreate:
-        return (e.value,)
-    if t is RefRead:
-        return (e.ref,)
-    if t is RefWrite:
-        return (e.ref, e.value)
-    return ()
 
 
 class _Block:

@@ -94,6 +94,16 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
+def use_children(e: Expr) -> tuple[Expr, ...]:
+    """The children of ``e`` that are uses: :func:`children` without let vars and params."""
+    t = type(e)
+    if t is Let:
+        return (e.value, e.body)
+    if t is Function:
+        return (e.body,)
+    return children(e)
+
+
 def post_order(e: Expr) -> Iterator[Expr]:
     """Every node reachable from ``e`` once, children before parents (a DAG walk)."""
     seen: set[int] = set()
