@@ -129,7 +129,7 @@ class DFPattern:
 
     # subclasses
     def _match_node(self, e: Expr, b: Bindings, env: Mapping[Var, Expr]) -> Bindings | None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define _match_node")
 
     sees_vars = False  # True: matched against a Var itself (no looking through lets)
 
