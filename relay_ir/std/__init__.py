@@ -1,0 +1,1 @@
+"""Package data: the standard prelude in Relay text (prelude.rly)."""
