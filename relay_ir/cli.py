@@ -11,7 +11,8 @@ import importlib
 import sys
 from typing import Sequence
 
-from relay_ir.errors import DiagnosticError
+from relay_ir.errors import DiagnosticError, ParseError
+from relay_ir.span import SourceFile, Span
 
 COMMANDS = {
     "fmt": "print canonical text (--check, -i)",
@@ -19,6 +20,28 @@ COMMANDS = {
     "run": "run a program with the interpreter",
     "opt": "run a pass pipeline and print the result",
 }
+
+
+def read_source(path: str) -> tuple[str, str]:
+    """The text of ``path`` (``-`` is standard input) and its display name.
+
+    Bytes that are not UTF-8 are a :class:`ParseError` pointing at the offending line and
+    column, never a traceback.
+    """
+    if path == "-":
+        data, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        with open(path, "rb") as f:
+            data, name = f.read(), path
+    try:
+        return data.decode("utf-8"), name
+    except UnicodeDecodeError as e:
+        good = data[:e.start].decode("utf-8")
+        line = good.count("\n") + 1
+        column = e.start - (good.rfind("\n") + 1 if "\n" in good else 0) + 1
+        text = good + data[e.start:].decode("utf-8", errors="replace")
+        raise ParseError(f"the file is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                         f"{e.start})", Span(SourceFile(name, text), line, column, line, column + 1)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

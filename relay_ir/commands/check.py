@@ -11,7 +11,6 @@ too only with ``--all``.
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,13 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Parse, infer types, print ``@name: type`` per global."""
+    from relay_ir.cli import read_source
     from relay_ir.parser import parse
     from relay_ir.passes.type_infer import InferType, fmt_type
-    if args.file == "-":
-        text, name = sys.stdin.read(), "<stdin>"
-    else:
-        with open(args.file, encoding="utf-8") as f:
-            text, name = f.read(), args.file
+    text, name = read_source(args.file)
     mod = parse(text, source_name=name, prelude=bool(args.prelude))
     typed = InferType()(mod)
     hidden: set[str] = set()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from relay_ir.cli import read_source
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``fmt`` options."""
@@ -31,8 +33,7 @@ def run(args: argparse.Namespace) -> int:
     """Format, check or rewrite each file; returns the exit status."""
     status = 0
     for path in args.files:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text, _ = read_source(path)
         out = canonical_text(text, path)
         if args.check:
             if out != text:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from relay_ir.cli import read_source
 from relay_ir.errors import PassError
 
 
@@ -55,11 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.file is None:
         print("rly opt: a FILE is required", file=sys.stderr)
         return 2
-    if args.file == "-":
-        text, source = sys.stdin.read(), "<stdin>"
-    else:
-        with open(args.file, encoding="utf-8") as fh:
-            text, source = fh.read(), args.file
+    text, source = read_source(args.file)
     mod = parse(text, source, prelude=args.prelude)
 
     instruments: list = list(PassContext.current().instruments)

@@ -13,6 +13,7 @@ import ast
 import os
 from typing import Any
 
+from relay_ir.cli import read_source
 from relay_ir.errors import DiagnosticError, InterpreterError
 
 
@@ -100,8 +101,7 @@ def run(args: argparse.Namespace) -> int:
     import relay_ir as rly
     from relay_ir.runtime.values import format_value
 
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
+    text, _ = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
     mod = rly.parse(text, source_name=args.file, **kwargs)
     if args.entry not in mod:
