@@ -136,16 +136,9 @@ class Effects:
 
     def collect_local_functions(self, e: Expr) -> None:
         """Record every let-bound function literal inside ``e``."""
-        seen: set[int] = set()
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
+        for x in post_order(e):
             if type(x) is Let and type(x.value) is Function:
                 self.local_fns[x.var] = x.value
-            stack.extend(children(x))
 
     # -- globals ------------------------------------------------------------
     def global_is_pure(self, name: str) -> bool:
@@ -292,18 +285,10 @@ def ref_counts(e: Expr, functions: dict[Var, Function] | None = None) -> dict[Ex
 def count_occurrences(var: Var, e: Expr) -> int:
     """Number of uses of ``var`` in the DAG ``e`` (each shared node counted once)."""
     n = 1 if e is var else 0
-    seen: set[int] = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
+    for x in post_order(e):
         for c in use_children(x):
             if c is var:
                 n += 1
-            elif id(c) not in seen:
-                stack.append(c)
     return n
 
 

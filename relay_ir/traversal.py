@@ -71,12 +71,6 @@ def children(e: Expr) -> tuple[Expr, ...]:
     arms. Pattern variables are reached through :func:`pattern_vars`.
     """
     t = type(e)
-    if t is Call:
-        return (e.op, *e.args)
-    if t is Tuple:
-        return e.fields
-    if t is TupleGetItem:
-        return (e.tuple_value,)
     if t is Let:
         return (e.var, e.value, e.body)
     if t is Function:
@@ -85,13 +79,7 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return (e.cond, e.true_branch, e.false_branch)
     if t is Match:
         return (e.data, *(c.rhs for c in e.clauses))
-    if t is RefCreate:
-        return (e.value,)
-    if t is RefRead:
-        return (e.ref,)
-    if t is RefWrite:
-        return (e.ref, e.value)
-    return ()
+    return dataflow_children(e)
 
 
 def use_children(e: Expr) -> tuple[Expr, ...]:
