@@ -14,10 +14,19 @@ An OpDef holds everything the project knows about an operator:
 * ``impl(args, attrs)`` -- numpy reference implementation (interpreter, constant folding):
   ``args`` is a list of numpy arrays (a tuple of arrays for a tuple-typed argument), the result
   an array or a tuple of arrays, with exactly the dtype the relation promises;
-* ``compute(attrs, inputs, out_type)`` -- TE/TOPI compute, importing tvm lazily;
+* ``compute(attrs, inputs, out_type)`` -- TE/TOPI compute, importing tvm lazily: ``inputs``
+  are ``te.Tensor`` (a list of them for a tuple-typed argument), ``out_type`` the call's
+  checked type; returns a ``te.Tensor`` (a list for a tuple-typed result);
 * ``pattern`` -- an :class:`OpPattern` for fusion;
-* ``grad(call, out_grad) -> tuple[Expr, ...]`` -- the gradient rule, or
-  ``non_differentiable=True``.
+* ``grad(call, out, out_grad) -> tuple[Expr, ...]`` -- the reverse-mode rule: ``call`` is the
+  primal call (its arguments are typed atoms), ``out`` an atom holding its value (so a rule
+  that needs the forward result never recomputes it), ``out_grad`` the adjoint of ``out``
+  (same type). It returns one adjoint per argument with that argument's exact type (a
+  ``Tuple`` for a tuple-typed argument), built only from registry operators so that the
+  result is differentiable again. Operators without derivative are marked
+  ``non_differentiable=True`` and contribute zero;
+* ``jvp(call, out, tangents) -> Expr`` -- the forward-mode rule: the tangent of ``out`` given
+  one tangent atom per argument.
 """
 from __future__ import annotations
 
@@ -127,6 +136,7 @@ class OpDef:
     compute: Callable[..., Any] | None = None
     pattern: OpPattern = OpPattern.OPAQUE
     grad: Callable[..., Any] | None = None
+    jvp: Callable[..., Any] | None = None
     non_differentiable: bool = False
     effectful: bool = False
     doc: str = ""

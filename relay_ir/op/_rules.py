@@ -43,17 +43,20 @@ DTYPES = frozenset({
 def defop(name: str, num_inputs: int, *, attrs: Sequence[AttrField] = (), attrs_type: str = "",
           rel: Callable[..., Any] | None = None, impl: Callable[..., Any] | None = None,
           pattern: OpPattern = OpPattern.OPAQUE, doc: str = "",
-          non_differentiable: bool = False, required: Sequence[str] = ()) -> OpDef:
+          non_differentiable: bool = False, required: Sequence[str] = (),
+          grad: Callable[..., Any] | None = None, jvp: Callable[..., Any] | None = None,
+          compute: Callable[..., Any] | None = None) -> OpDef:
     """Register one operator and return its OpDef.
 
     ``required`` names attributes without a usable default: the relation reports a missing one.
+    ``grad``, ``jvp`` and ``compute`` are the operator's rules (see :mod:`relay_ir.op`).
     """
     if required and rel is not None:
         rel = _requiring(name, tuple(required), rel)
     return register_op(OpDef(
         name=name, num_inputs=num_inputs, attrs=tuple(attrs), attrs_type=attrs_type,
         type_rel=rel, impl=impl, pattern=pattern, doc=doc,
-        non_differentiable=non_differentiable))
+        non_differentiable=non_differentiable, grad=grad, jvp=jvp, compute=compute))
 
 
 def _requiring(name: str, required: tuple[str, ...], rel: Callable[..., Any]
@@ -85,7 +88,9 @@ def wrap(r: Any, dtype: Any) -> np.ndarray:
 def def_elemwise(name: str, np_fn: Callable[[np.ndarray], Any], *, out_dtype: str | None = None,
                  doc: str = "", attrs: Sequence[AttrField] = (), attrs_type: str = "",
                  pattern: OpPattern = OpPattern.ELEMWISE, non_differentiable: bool = False,
-                 with_attrs: bool = False) -> OpDef:
+                 with_attrs: bool = False, grad: Callable[..., Any] | None = None,
+                 jvp: Callable[..., Any] | None = None,
+                 compute: Callable[..., Any] | None = None) -> OpDef:
     """Register a one-input elementwise op: identity relation, ``np_fn`` as reference.
 
     The result keeps the input dtype (or ``out_dtype``). With ``with_attrs`` the function is
@@ -112,12 +117,15 @@ def def_elemwise(name: str, np_fn: Callable[[np.ndarray], Any], *, out_dtype: st
             return wrap(np_fn(args[0]), odt)
     impl.__doc__ = f"Reference implementation of ``{name}``."
     return defop(name, 1, attrs=attrs, attrs_type=attrs_type, rel=rel, impl=impl,
-                 pattern=pattern, doc=doc, non_differentiable=non_differentiable)
+                 pattern=pattern, doc=doc, non_differentiable=non_differentiable,
+                 grad=grad, jvp=jvp, compute=compute)
 
 
 def def_broadcast(name: str, np_fn: Callable[[np.ndarray, np.ndarray], Any], *,
                   out_dtype: str | None = None, doc: str = "",
-                  non_differentiable: bool = False) -> OpDef:
+                  non_differentiable: bool = False, grad: Callable[..., Any] | None = None,
+                  jvp: Callable[..., Any] | None = None,
+                  compute: Callable[..., Any] | None = None) -> OpDef:
     """Register a two-input broadcasting op (equal dtypes; result: input dtype or ``out_dtype``)."""
     if out_dtype is None:
         rel = broadcast_rel
@@ -133,7 +141,7 @@ def def_broadcast(name: str, np_fn: Callable[[np.ndarray, np.ndarray], Any], *,
             return wrap(np_fn(args[0], args[1]), odt)
     impl.__doc__ = f"Reference implementation of ``{name}``."
     return defop(name, 2, rel=rel, impl=impl, pattern=OpPattern.BROADCAST, doc=doc,
-                 non_differentiable=non_differentiable)
+                 non_differentiable=non_differentiable, grad=grad, jvp=jvp, compute=compute)
 
 
 # ----------------------------------------------------------------------------- formatting
