@@ -17,7 +17,7 @@ def test_nested_scopes_print_as_expected():
     x = sb.let_(make_call("exp", a), "x")
     with sb.scope():
         y = sb.let_(make_call("add", x, x), "y")
-        inner = sb.build(Function((), y))
+        inner = Function((), sb.build(y))
     f = Function((a,), sb.build(inner))
     expected = rly.parse_expr("fn (%a: Tensor[(3), float32]) { let %x = exp(%a); "
                               "fn () { let %y = add(%x, %x); %y } }")
