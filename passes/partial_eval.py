@@ -39,7 +39,7 @@ nodes they came from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -54,7 +54,8 @@ from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
                                 free_type_vars, free_vars, post_order)
-from relay_ir.ty import Type
+from relay_ir.passes._analysis import substitute_type
+from relay_ir.ty import TensorType, Type
 
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
 _LEAF = (Var, Constant, GlobalVar, Op, Constructor)
@@ -150,14 +151,22 @@ class PValue:
 
 
 class Env:
-    """Variable environment (a chain of dicts) plus the memo of evaluated shared nodes."""
+    """Variable environment (a chain of dicts) plus the memo of evaluated shared nodes.
 
-    __slots__ = ("vars", "memo", "parent")
+    ``tsub`` maps the type (and shape) parameters of the function being specialized to the
+    types they stand for at the call site, in the residual program's terms (``None``: not
+    known, so annotations that mention it are dropped). It is inherited from ``parent``.
+    """
 
-    def __init__(self, parent: Env | None = None):
+    __slots__ = ("vars", "memo", "parent", "tsub")
+
+    def __init__(self, parent: Env | None = None, tsub: dict[Any, Any] | None = None):
         self.vars: dict[Var, PValue] = {}
         self.memo: dict[Expr, PValue] = {}
         self.parent = parent
+        if tsub is None:
+            tsub = parent.tsub if parent is not None else {}
+        self.tsub = tsub
 
     def lookup(self, v: Var) -> PValue | None:
         e: Env | None = self
@@ -228,6 +237,7 @@ class _PE:
         self.active: list[Function] = []
         self.reifying = 0
         self.bound_tvars: set = set()
+        self.tsub: dict[Any, Any] = {}
         self.scope = Scope(None)
         self._recursive: dict[Function, bool] = {}
         self._recursive_globals: set[str] | None = None
@@ -247,17 +257,66 @@ class _PE:
         return PValue(None, var, self.scope)
 
     def _closed_type(self, t: Type | None) -> Type | None:
-        """``t`` if every type variable in it is bound where the residual code goes, else None.
+        """``t`` with the current type substitution applied, if the result is closed, else None.
 
-        NOTE: the types inside an inlined polymorphic body mention that body's type parameters;
-        such annotations are dropped (type inference recomputes them).
+        ``t`` comes from the body being evaluated: in an inlined polymorphic global it mentions
+        that global's type parameters, which stand for the call's type arguments
+        (``self.tsub``). The result may only mention type variables bound where the residual
+        code goes (``self.bound_tvars``); an annotation that cannot be expressed there is
+        dropped (type inference recomputes it).
         """
         if t is None:
             return None
-        for tv in free_type_vars(t):
+        ftv = free_type_vars(t)
+        if not ftv:
+            return t
+        sub = self.tsub
+        if sub and any(tv in sub for tv in ftv):
+            if any(tv in sub and sub[tv] is None for tv in ftv):
+                return None
+            t = substitute_type(t, {tv: sub[tv] for tv in ftv if tv in sub})
+            ftv = free_type_vars(t)
+        for tv in ftv:
             if tv not in self.bound_tvars:
                 return None
         return t
+
+    def _call_tsub(self, g: Function, call: Call) -> dict[Any, Any]:
+        """The type substitution for inlining global ``g`` at ``call``.
+
+        ``@g[A, n](...)`` called with type arguments ``[T1, d1]`` maps ``A -> T1`` and ``n -> d1``
+        (in the residual program's terms); without type arguments (an untyped module), or with
+        one that mentions a type variable not bound here, the parameter maps to ``None`` and
+        annotations that mention it are dropped.
+        """
+        if not g.type_params:
+            return {}
+        if len(call.type_args) != len(g.type_params):
+            return {tp: None for tp in g.type_params}
+        out: dict[Any, Any] = {}
+        for tp, ta in zip(g.type_params, call.type_args):
+            if isinstance(ta, Type):
+                out[tp] = self._closed_type(ta)
+            else:
+                c = self._closed_type(TensorType((ta,), "int32"))
+                out[tp] = c.shape[0] if c is not None else None  # type: ignore[attr-defined]
+        return out
+
+    def _closed_type_args(self, targs: tuple) -> tuple:
+        """A call's type arguments in the residual program's terms; ``()`` if one is not."""
+        out = []
+        for ta in targs:
+            if isinstance(ta, Type):
+                c = self._closed_type(ta)
+                if c is None:
+                    return ()
+                out.append(c)
+            else:  # NOTE: a shape argument is a Dim
+                c = self._closed_type(TensorType((ta,), "int32"))
+                if c is None:
+                    return ()
+                out.append(c.shape[0])  # type: ignore[attr-defined]
+        return tuple(out)
 
     def _valid(self, pv: PValue) -> bool:
         return pv.dyn is not None and (pv.scope is None or self.scope.within(pv.scope))
@@ -308,11 +367,15 @@ class _PE:
     def _reify_closure(self, p: PValue, clo: SClosure) -> None:
         f = clo.func
         outer = self.scope
+        saved_tsub = self.tsub
+        self.tsub = clo.env.tsub
         var = Var("f", self._closed_type(f.checked_type_), span=f.span)
+        self.tsub = saved_tsub
         p.dyn, p.scope = var, outer  # NOTE: set first, so recursive references use `var`
         inner = Scope(outer)
         env = Env(clo.env)
-        saved_tvars = self.bound_tvars
+        saved_tvars, saved_tsub = self.bound_tvars, self.tsub
+        self.tsub = clo.env.tsub
         self.bound_tvars = saved_tvars | set(f.type_params)
         params = tuple(Var(q.name_hint, self._closed_type(q.type_annotation), span=q.span)
                        for q in f.params)
@@ -327,7 +390,7 @@ class _PE:
         try:
             atom = self.reify(self.eval(f.body, env))
         finally:
-            self.bound_tvars = saved_tvars
+            self.bound_tvars, self.tsub = saved_tvars, saved_tsub
             self.scope = outer
             self.reifying -= 1
             self.depth -= 1
@@ -450,7 +513,7 @@ class _PE:
             if folded is not None:
                 return folded
             return self.emit(Call(s.op, tuple(self.reify(a) for a in args), call.attrs,
-                                  call.type_args, span=call.span), hint, call.span,
+                                  self._closed_type_args(call.type_args), span=call.span), hint, call.span,
                              call.checked_type_)
         if isinstance(s, SConFn):
             return PValue(SCon(s.con, list(args)))
@@ -465,15 +528,16 @@ class _PE:
         elif isinstance(s, SGlobal) and s.gv.name_hint in self.mod:
             g = self.mod[s.gv.name_hint]
             if not g.is_primitive:
-                func, env = g, Env(None)
+                func, env = g, Env(None, self._call_tsub(g, call))
                 recursive = s.gv.name_hint in self._globals_in_cycles()
         if func is not None and env is not None and len(func.params) == len(args) \
                 and self._should_inline(callee, func, args, recursive):
             if tail:
                 return _TailCall(func, env, args)
             return self._inline(func, env, args)
+        targs = self._closed_type_args(call.type_args) if isinstance(s, SGlobal) else ()
         out = self.emit(Call(self.reify(callee), tuple(self.reify(a) for a in args),
-                             call.attrs, call.type_args, span=call.span), hint, call.span,
+                             call.attrs, targs, span=call.span), hint, call.span,
                         call.checked_type_)
         self.store = {}  # NOTE: unknown code may read or write any reference
         return out
@@ -486,9 +550,11 @@ class _PE:
         """
         self.depth += 1
         self.active.append(func)
+        saved_tsub = self.tsub
         try:
             while True:
                 self.fuel -= 1
+                self.tsub = env.tsub
                 body_env = Env(env)
                 for p, a in zip(func.params, args):
                     body_env.vars[p] = a
@@ -498,6 +564,7 @@ class _PE:
                 func, env, args = r.func, r.env, r.args
                 self.active[-1] = func
         finally:
+            self.tsub = saved_tsub
             self.active.pop()
             self.depth -= 1
 
@@ -615,7 +682,7 @@ class _PE:
         stores = []
         for clause in clauses:
             bind: dict[Var, PValue] = {}
-            lhs = _fresh_pattern(clause.lhs, bind)
+            lhs = _fresh_pattern(clause.lhs, bind, self._closed_type)
             rhs, st = self._branch(clause.rhs, env, saved, bind)
             stores.append(st)
             new_clauses.append(Clause(lhs, rhs, span=clause.span))
@@ -687,16 +754,19 @@ def _irrefutable(p: Pattern) -> bool:
     return True
 
 
-def _fresh_pattern(p: Pattern, bind: dict[Var, PValue]) -> Pattern:
+def _fresh_pattern(p: Pattern, bind: dict[Var, PValue],
+                   closed: Callable[[Type | None], Type | None]) -> Pattern:
+    """``p`` with fresh pattern variables (annotations through ``closed``), bound in ``bind``."""
     if isinstance(p, PatternVar):
-        nv = Var(p.var.name_hint, p.var.type_annotation, span=p.var.span)
+        nv = Var(p.var.name_hint, closed(p.var.type_annotation), span=p.var.span)
         bind[p.var] = PValue(None, nv, None)
         return PatternVar(nv, span=p.span)
     if isinstance(p, PatternConstructor):
-        return PatternConstructor(p.constructor, tuple(_fresh_pattern(q, bind)
+        return PatternConstructor(p.constructor, tuple(_fresh_pattern(q, bind, closed)
                                                        for q in p.patterns), span=p.span)
     if isinstance(p, PatternTuple):
-        return PatternTuple(tuple(_fresh_pattern(q, bind) for q in p.patterns), span=p.span)
+        return PatternTuple(tuple(_fresh_pattern(q, bind, closed) for q in p.patterns),
+                            span=p.span)
     return p
 
 

@@ -7,7 +7,11 @@
   type definitions;
 * where types are present they agree: a let variable's annotation with its value's inferred
   type, a function's return type with its body's inferred type (``?`` dimensions and
-  incomplete types match anything).
+  incomplete types match anything);
+* (modules) no type annotation mentions a free type or shape variable: every ``TypeVar`` /
+  ``ShapeVar`` in a variable's annotation, a function's return type or a call's type arguments
+  is bound by an enclosing function's ``type_params`` (the global's or a nested literal's), or
+  by a ``fn [A]`` type around it; constructor fields only use their ADT's type parameters.
 
 The check is iterative (an explicit stack), so 100,000-binding programs are fine. Shared
 sub-expressions are checked once, where they are first met (as TVM does).
@@ -20,13 +24,17 @@ from relay_ir.errors import WellFormednessError
 from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match,
                            Op, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
-from relay_ir.traversal import pattern_vars
+from relay_ir.traversal import free_type_vars, pattern_vars
 from relay_ir.ty import (AnyDim, FuncType, IncompleteType, RefType, TensorType, TupleType, Type,
-                         TypeCall)
+                         TypeCall, TypeVar)
 
 
 def _name(v: Var) -> str:
     return f"%{v.name_hint}"
+
+
+def _tv_name(tv: Any) -> str:
+    return str(getattr(tv, "name_hint", None) or getattr(tv, "name", None) or tv)
 
 
 def types_consistent(a: Type | None, b: Type | None) -> bool:
@@ -89,6 +97,9 @@ class _Checker:
         self.free_set: set[Var] = set()
         self.seen: set[int] = set()
         self.where = ""
+        # NOTE: type/shape variables in scope (a count per binder: nested literals may rebind).
+        # None: free type variables are not checked (an expression checked on its own).
+        self.tvars: dict[Any, int] | None = None if allow_free else {}
 
     def fail(self, msg: str, node: Any) -> None:
         where = f" (in @{self.where})" if self.where else ""
@@ -112,10 +123,21 @@ class _Checker:
             kind = ev[0]
             if kind == "b":
                 self.bind(ev[1], ev[2])
+                self.check_type_closed(ev[1].type_annotation, ev[1],
+                                       f"the annotation of {_name(ev[1])}")
+                continue
+            if kind == "r":
+                self.check_type_closed(ev[1].ret_type, ev[1], "the function's return type")
                 continue
             if kind == "u":
                 for v in ev[1]:
                     self.in_scope.discard(v)
+                continue
+            if kind == "tb" or kind == "tu":
+                if self.tvars is not None:
+                    step = 1 if kind == "tb" else -1
+                    for tv in ev[1]:
+                        self.tvars[tv] = self.tvars.get(tv, 0) + step
                 continue
             e = ev[1]
             t = type(e)
@@ -157,10 +179,13 @@ class _Checker:
                         not types_consistent(e.ret_type, e.body.checked_type_):
                     self.fail(f"function return type {e.ret_type!r} disagrees with its body's "
                               f"type {e.body.checked_type_!r}", e)
+                stack.append(("tu", e.type_params))
                 stack.append(("u", list(e.params)))
                 stack.append(("e", e.body))
                 for p in reversed(e.params):
                     stack.append(("b", p, e))
+                stack.append(("r", e))
+                stack.append(("tb", e.type_params))
             elif t is Match:
                 for c in reversed(e.clauses):
                     pvs = pattern_vars(c.lhs)
@@ -171,6 +196,10 @@ class _Checker:
                         stack.append(("b", v, c))
                 stack.append(("e", e.data))
             elif t is Call:
+                if self.tvars is not None and e.type_args and type(e.op) is not Op:
+                    for ta in e.type_args:  # NOTE: a shape argument is a Dim, not a Type
+                        ty = ta if isinstance(ta, Type) else TensorType((ta,), "int32")
+                        self.check_type_closed(ty, e, "a type argument of the call")
                 for a in reversed(e.args):
                     stack.append(("e", a))
                 stack.append(("e", e.op))
@@ -194,6 +223,30 @@ class _Checker:
                 stack.append(("e", e.ref))
             else:
                 self.fail(f"not an expression: {type(e).__name__}", e)
+
+    def check_type_closed(self, t: Type | None, node: Any, what: str) -> None:
+        """Fail if ``t`` mentions a type or shape variable that no enclosing binder binds."""
+        if t is None or self.tvars is None:
+            return
+        for tv in free_type_vars(t):
+            if not self.tvars.get(tv):
+                kind = "type" if isinstance(tv, TypeVar) else "shape"
+                self.fail(f"{what} mentions the {kind} variable `{_tv_name(tv)}`, which no "
+                          f"enclosing function or type binds", node)
+
+    def check_type_definitions(self) -> None:
+        """Constructor fields only use their ADT's type parameters."""
+        if self.mod is None:
+            return
+        for td in self.mod.type_definitions.values():
+            bound = set(td.type_params)
+            for c in td.constructors:
+                for inp in c.inputs:
+                    for tv in free_type_vars(inp):
+                        if tv not in bound:
+                            self.fail(f"constructor {c.name_hint} of type "
+                                      f"{td.header.name_hint} mentions `{_tv_name(tv)}`, which "
+                                      f"is not a type parameter of {td.header.name_hint}", c)
 
     def check_annotation(self, var: Var, value: Expr) -> None:
         vt = value.checked_type_  # NOTE: inferred types only; user annotations are InferType's
@@ -232,6 +285,7 @@ def check(node: IRModule | Expr, mod: IRModule | None = None, *, allow_free: boo
     """
     if isinstance(node, IRModule):
         c = _Checker(node, allow_free=False)
+        c.check_type_definitions()
         for name, fn in node.functions.items():
             c.where = name
             if not isinstance(fn, Function):

@@ -610,12 +610,96 @@ def @main(%z: float32, %k2: fn (fn (float32) -> float32) -> float32) -> float32 
 }
 """))
     out = run(before)
-    # @main got @wrap's body; the closure passed to %k2 is emitted without `A` annotations
+    # @main got @wrap's body; the closure passed to %k2 has `A` replaced by the call's type
+    # argument (float32), never the unbound `A`
     fns = [n for n in post_order(out["main"].body) if isinstance(n, Function)]
-    assert len(fns) == 1 and fns[0].params[0].type_annotation is None
-    assert fns[0].ret_type is None
+    assert len(fns) == 1 and fns[0].params[0].type_annotation == TensorType((), "float32")
+    assert fns[0].ret_type == TensorType((), "float32")
     # @wrap itself keeps its annotations (A is bound there)
     wrap_fns = [n for n in post_order(out["wrap"].body) if isinstance(n, Function)]
     assert wrap_fns[0].ret_type is not None
     typed = type_infer.InferType()(out)
     assert typed["main"].checked_type == before["main"].checked_type
+
+
+# Issue 8: a generic global specialized inside another generic function.
+GENERIC_FOLD = H + """
+type L[A] { C(A, L[A]), N }
+def @fold[A, B](%f: fn (A, B) -> A, %acc: A, %xs: L[B]) -> A {
+  match (%xs) { C(%x, %r) => @fold(%f, %f(%acc, %x), %r), N => %acc }
+}
+def @count[T](%xs: L[T]) -> int32 { @fold(fn (%a: int32, %x: T) { %a + 1 }, 0, %xs) }
+def @main(%a: L[int32], %b: L[float32]) -> (int32, int32) { (@count(%a), @count(%b)) }
+"""
+
+
+def _adt_list(mod: IRModule, items: list) -> object:
+    from relay_ir.runtime import values
+    out = values.ADTValue(mod.get_constructor("N"), ())
+    for x in reversed(items):
+        out = values.ADTValue(mod.get_constructor("C"), (x, out))
+    return out
+
+
+def test_specialized_generic_callee_type_variables_are_substituted():
+    from relay_ir import astext, parse
+    from relay_ir.passes import InferType
+    from relay_ir.runtime import evaluate
+    from relay_ir.traversal import free_type_vars, pattern_vars
+    typed = InferType()(parse(GENERIC_FOLD))
+    out = run(typed)  # the WellFormedCheck instrument rejects free type variables
+    count = out["count"]
+    (t,) = count.type_params
+    # every annotation in @count is in @count's own terms: B => T, A => int32
+    seen = []
+    for node in post_order(count.body):
+        vs = [node.var] if isinstance(node, Let) else []
+        if isinstance(node, Match):
+            for c in node.clauses:
+                vs.extend(pattern_vars(c.lhs))
+        for v in vs:
+            if v.type_annotation is not None:
+                seen.extend(free_type_vars(v.type_annotation))
+    assert seen and set(seen) == {t}
+    text = astext(out)
+    count_text = text[text.index("def @count"):text.index("def @fold")]
+    assert ": B" not in count_text and "L[B]" not in count_text and ": T" in count_text
+    again = InferType()(parse(text))  # re-parses and type-checks
+    from relay_ir.structural import structural_equal
+    assert structural_equal(again["count"].checked_type, typed["count"].checked_type,
+                            map_free_vars=True)
+    a = _adt_list(typed, [np.array(i, "int32") for i in range(5)])
+    b = _adt_list(typed, [np.array(0.5, "float32")] * 45)  # longer than the unrolling depth
+    res = evaluate(again, a, b)
+    assert [int(r) for r in res] == [5, 45]
+    res0 = evaluate(typed, a, b)
+    assert [int(r) for r in res0] == [5, 45]
+
+
+def test_specialization_without_type_arguments_drops_the_annotations():
+    from relay_ir import parse
+    from relay_ir.traversal import free_type_vars
+    mod = parse(GENERIC_FOLD)  # untyped: the calls carry no type arguments
+    out = run(mod)
+    for node in post_order(out["main"].body):
+        if isinstance(node, Let) and node.var.type_annotation is not None:
+            assert not free_type_vars(node.var.type_annotation)
+    from relay_ir.passes import InferType
+    InferType()(out)
+
+
+def test_cli_opt_partial_eval_output_type_checks(tmp_path, capsys, monkeypatch):
+    import io
+    import sys
+    from relay_ir.cli import main as cli_main
+    path = tmp_path / "fold.rly"
+    path.write_text(GENERIC_FOLD)
+    assert cli_main(["opt", "--passes", "infer-type,partial-eval", str(path)]) == 0
+    optimized, err = capsys.readouterr()
+    assert err == ""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(optimized.encode())))
+    assert cli_main(["check", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "@count: fn [T](L[T]) -> int32" in out
+    assert "@main: fn (L[int32], L[float32]) -> (int32, int32)" in out

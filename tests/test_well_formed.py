@@ -151,3 +151,71 @@ def test_100k_chain_is_checked_iteratively() -> None:
     bindings.append((bindings[5][0], x))  # rebinding deep inside is found
     with pytest.raises(WellFormednessError, match="%v5 is bound more than once"):
         check(main_of(build_lets(bindings, prev), x))
+
+
+def test_free_type_variable_in_an_annotation_is_caught() -> None:
+    from relay_ir.ty import TypeVar
+    a, b = TypeVar("A"), TypeVar("B")
+    x, y = Var("x", a), Var("y", b)
+    ok = IRModule({"id": Function((x,), x, a, (a,))})
+    check(ok)
+    # %y: B inside a function that binds only A
+    bad = IRModule({"f": Function((Var("x2", a),), Let(y, const(1.0), const(1.0)), None, (a,))})
+    with pytest.raises(WellFormednessError,
+                       match=r"annotation of %y mentions the type variable `B`.*\(in @f\)"):
+        check(bad)
+    # a parameter, a return type and a nested literal's binder
+    p = Var("p", b)
+    with pytest.raises(WellFormednessError, match="type variable `B`"):
+        check(IRModule({"g": Function((p,), p)}))
+    with pytest.raises(WellFormednessError, match="return type mentions the type variable `A`"):
+        check(IRModule({"h": Function((), const(1.0), a)}))
+    q = Var("q", b)
+    check(IRModule({"k": Function((), Function((q,), q, b, (b,)))}))  # bound by the literal
+    q2 = Var("q2", b)
+    inner = Function((q2,), q2, b, (b,))
+    z = Var("z", b)  # B used after the literal that bound it
+    with pytest.raises(WellFormednessError, match="type variable `B`"):
+        check(IRModule({"k2": Function((), Let(Var("f"), inner, Let(z, const(1.0), z)))}))
+    # expressions checked on their own may mention free type variables
+    check(Let(y, const(1.0), y))
+
+
+def test_free_type_variables_found_in_parsed_text_forms() -> None:
+    from relay_ir.ty import FuncType, ShapeVar, TypeVar
+    a = TypeVar("A")
+    n = ShapeVar("n")
+    # a `fn [A]` type binds its own A
+    f = Var("f", FuncType((a,), a, (a,)))
+    check(IRModule({"m": Function((f,), f)}))
+    x = Var("x", TensorType((n, 4), "float32"))
+    check(IRModule({"m": Function((x,), x, None, (n,))}))
+    x2 = Var("x2", TensorType((n, 4), "float32"))
+    with pytest.raises(WellFormednessError, match="shape variable `n`"):
+        check(IRModule({"m": Function((x2,), x2)}))
+    # a call's explicit type arguments are checked too
+    y = Var("y", a)
+    g = IRModule({"id": Function((y,), y, a, (a,))})
+    call = Call(g.get_global_var("id"), (const(1.0),), None, (a,))
+    with pytest.raises(WellFormednessError, match="type argument of the call"):
+        check(g.with_function("main", Function((), call)))
+
+
+def test_constructor_fields_use_only_their_adt_parameters() -> None:
+    from relay_ir.ty import TypeData, TypeVar
+    a, b = TypeVar("A"), TypeVar("B")
+    gtv = GlobalTypeVar("Box")
+    good = Constructor("Box1", (a,), gtv)
+    check(IRModule({}, {"Box": TypeData(gtv, (a,), (good,))}))
+    bad = Constructor("Box2", (a, b), gtv)
+    with pytest.raises(WellFormednessError, match="constructor Box2 of type Box mentions `B`"):
+        check(IRModule({}, {"Box": TypeData(gtv, (a,), (bad,))}))
+
+
+def test_generic_programs_and_the_prelude_stay_well_formed() -> None:
+    from relay_ir.passes import InferType
+    from relay_ir.prelude import prelude_module
+    mod = rly.parse(HDR + "def @main(%x: float32) { %x }", prelude=True)
+    check(mod)
+    check(InferType()(mod))
+    check(prelude_module())
