@@ -11,6 +11,7 @@ from relay_ir.passes.pass_manager import PassContext, Sequential
 # NOTE: names, in order. Passes above the context's opt_level are skipped by Sequential.
 # to-anf runs before infer-type so that the types simplify-expr needs are inferred once.
 DEFAULT_PIPELINE: tuple[str, ...] = (
+    "remove-unused-functions",  # 1  only what the entry reaches (skip the unused prelude)
     "to-anf",         # 0  canonical form: every intermediate value named once
     "infer-type",     # 0  types for the rules below
     "simplify-expr",  # 2  x*1, x+0, x*0, negative(negative(x)), reshape(reshape(x)), ...
@@ -20,31 +21,37 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "fold-constant",  # 2  constants exposed by inlining / partial evaluation
     "cse",            # 3  share identical pure computations
     "dce",            # 1  drop unused pure bindings (effects are kept)
+    "remove-unused-functions",  # 1  globals whose every use was specialized away
     "to-anf",         # 0  back to the canonical form
 )
 
 
-def default_pipeline(names: tuple[str, ...] = DEFAULT_PIPELINE) -> Sequential:
-    """The default pipeline as a :class:`Sequential`."""
+def default_pipeline(names: tuple[str, ...] = DEFAULT_PIPELINE, *,
+                     entry: str = "main") -> Sequential:
+    """The default pipeline as a :class:`Sequential` (``entry``: the global to keep)."""
     from relay_ir.passes import get_pass
-    return Sequential(tuple(get_pass(n) for n in names), seq_name="optimize")
+    return Sequential(tuple(get_pass(n, entry=entry) if n == "remove-unused-functions"
+                            else get_pass(n) for n in names), seq_name="optimize")
 
 
 def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...] = (),
-             required_pass: tuple[str, ...] = ()) -> IRModule:
+             required_pass: tuple[str, ...] = (), entry: str = "main") -> IRModule:
     """Run the default pipeline; the result computes the same values as ``mod``.
 
     Pipeline (a pass runs when its level <= ``opt_level``)::
 
-        to-anf (0) -> infer-type (0) -> simplify-expr (2) -> fold-constant (2) -> inline (1)
-        -> partial-eval (1) -> fold-constant (2) -> cse (3) -> dce (1) -> to-anf (0)
+        remove-unused-functions (1) -> to-anf (0) -> infer-type (0) -> simplify-expr (2)
+        -> fold-constant (2) -> inline (1) -> partial-eval (1) -> fold-constant (2) -> cse (3)
+        -> dce (1) -> remove-unused-functions (1) -> to-anf (0)
 
-    Passes that need types (simplify-expr) re-run ``infer-type`` first when the module changed.
-    The instruments of the current :class:`PassContext` (timing, printing, well-formedness
+    When the module has the global ``entry`` (default ``main``), only it and what it reaches
+    are kept (globals and type definitions); without it every global is kept. Passes that
+    need types (simplify-expr) re-run ``infer-type`` first when the module changed. The
+    instruments of the current :class:`PassContext` (timing, printing, well-formedness
     checks) apply to every pass.
     """
     outer = PassContext.current()
     with PassContext(opt_level=opt_level, disabled_pass=tuple(disabled_pass),
                      required_pass=tuple(required_pass), instruments=outer.instruments,
                      config=outer.config) as ctx:
-        return default_pipeline()(mod, ctx)
+        return default_pipeline(entry=entry)(mod, ctx)
