@@ -15,10 +15,11 @@ from relay_ir.errors import DiagnosticError, ParseError
 from relay_ir.span import SourceFile, Span
 
 COMMANDS = {
-    "fmt": "print canonical text (--check, -i)",
+    "fmt": "print canonical text (--check, -i, --prelude)",
     "check": "type-check and print the type of every global",
     "run": "run a program with the interpreter",
-    "opt": "run a pass pipeline and print the result",
+    "opt": "run a pass pipeline (default: optimize, keeping what @main reaches) and print "
+           "the result",
 }
 
 

@@ -82,3 +82,36 @@ def test_fmt_console_script_runs(files) -> None:  # type: ignore[no-untyped-def]
     r = subprocess.run([sys.executable, "-m", "relay_ir.cli", "fmt", "--check", str(messy)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "not in canonical form" in r.stderr
+
+
+USES_PRELUDE = """#[version = "0.0.5"]
+type T { A(List[int32]) }
+def @main(%x: int32) { @length(Cons(%x,   Nil)) }
+"""
+
+USES_PRELUDE_CANONICAL = """#[version = "0.0.5"]
+type T {
+  A(List[int32]),
+}
+
+def @main(%x: int32) {
+  %0 = Cons(%x, Nil);
+  @length(%0)
+}
+"""
+
+
+def test_fmt_prelude_prints_only_the_file(tmp_path, capsys) -> None:  # type: ignore
+    path = tmp_path / "p.rly"
+    path.write_text(USES_PRELUDE)
+    assert main(["fmt", str(path)]) == 1  # Cons is unknown without the prelude
+    _, err = capsys.readouterr()
+    assert "Cons" in err and "^" in err
+    assert main(["fmt", "--prelude", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out == USES_PRELUDE_CANONICAL
+    canon = tmp_path / "c.rly"
+    canon.write_text(USES_PRELUDE_CANONICAL)
+    assert main(["fmt", "--prelude", "--check", str(canon)]) == 0
+    assert main(["fmt", "--prelude", "-i", str(path)]) == 0
+    assert path.read_text() == USES_PRELUDE_CANONICAL

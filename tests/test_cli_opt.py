@@ -102,3 +102,30 @@ def test_list_passes(capsys: pytest.CaptureFixture[str]) -> None:
     for n in ("to-anf", "to-gnf", "dce", "fold-constant", "inline", "cse", "simplify-expr"):
         assert n in names
     assert "dce              level 1" in out
+
+
+def test_bad_opt_level_and_print_after_are_refused(capsys: pytest.CaptureFixture[str],
+                                                    prog: str) -> None:
+    for argv, needle in ((["--opt-level", "42"], "invalid level '42' (choose from 0, 1, 2, 3)"),
+                         (["--opt-level", "two"], "invalid level 'two'"),
+                         (["--print-after", "no-such-pass"],
+                          "unknown pass 'no-such-pass' (choose from all, cse, dce")):
+        with pytest.raises(SystemExit) as info:
+            main(["opt", prog, *argv])
+        assert info.value.code == 2
+        out, err = capsys.readouterr()
+        assert out == "" and needle in err and "Traceback" not in err
+    code, out, err = run(capsys, prog, "--opt-level", "3", "--print-after", "cse")
+    assert code == 0 and "// after pass cse" in err
+
+
+def test_entry_option_keeps_another_root(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: object) -> None:
+    path = os.path.join(str(tmp_path), "two.rly")
+    with open(path, "w") as fh:
+        fh.write(HDR + "def @f(%x: float32) { add(%x, 1f) }\n"
+                 "def @main(%x: float32) { %x }\n")
+    code, out, _ = run(capsys, path)
+    assert code == 0 and "@f" not in out and "@main" in out
+    code, out, _ = run(capsys, path, "--entry", "f")
+    assert code == 0 and "@f" in out and "@main" not in out

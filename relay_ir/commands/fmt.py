@@ -2,7 +2,9 @@
 
 Without options the canonical text goes to standard output. ``--check`` prints nothing for a
 canonical file and names each file that is not canonical (exit status 1). ``-i`` rewrites the
-files in place. Parse errors are reported with the source line and a caret (exit status 1).
+files in place. ``--prelude`` parses with the standard prelude in scope (so a file may use
+``List``, ``Cons``, ``@map``, ...); only the file's own definitions are printed. Parse errors
+are reported with the source line and a caret (exit status 1).
 """
 from __future__ import annotations
 
@@ -20,13 +22,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="exit with status 1 if a file is not in canonical form")
     mode.add_argument("-i", "--in-place", dest="in_place", action="store_true",
                       help="rewrite the files in canonical form")
+    parser.add_argument("--prelude", action="store_true",
+                        help="parse with the standard prelude in scope (List, Option, @map, "
+                             "...); only the file's own definitions are printed")
 
 
-def canonical_text(text: str, source_name: str) -> str:
-    """The canonical text of the module written in ``text``."""
+def canonical_text(text: str, source_name: str, prelude: bool = False) -> str:
+    """The canonical text of the module written in ``text`` (without the prelude's globals)."""
+    from relay_ir.module import IRModule
     from relay_ir.parser import parse
     from relay_ir.printer import astext
-    return astext(parse(text, source_name))
+    mod = parse(text, source_name, prelude=prelude)
+    if prelude:
+        from relay_ir.prelude import prelude_module
+        std = prelude_module()
+        mod = IRModule({mod.global_vars[n]: f for n, f in mod.functions.items()
+                        if n not in std.functions},
+                       {td.header: td for n, td in mod.type_definitions.items()
+                        if n not in std.type_definitions},
+                       source=mod.source, attrs=mod.attrs)
+    return astext(mod)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
         text, _ = read_source(path)
-        out = canonical_text(text, path)
+        out = canonical_text(text, path, prelude=args.prelude)
         if args.check:
             if out != text:
                 print(f"{path}: not in canonical form (run `rly fmt -i {path}`)",

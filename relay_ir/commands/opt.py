@@ -1,10 +1,12 @@
 """``rly opt FILE``: run a pass pipeline on a program and print the result.
 
 ``--passes to-anf,dce,fold-constant`` names the passes (they run whatever their level);
-without it the default ``optimize`` pipeline runs at ``--opt-level`` (default 2).
+without it the default ``optimize`` pipeline runs at ``--opt-level`` (0 to 3, default 2), and
+keeps only ``@main`` and what it reaches (``--entry`` names another root).
 ``--timing`` prints a per-pass time table on stderr, ``--print-after NAME`` prints the module
 after each run of pass NAME (repeatable; ``all`` for every pass) on stderr, ``--prelude``
-parses with the standard prelude, ``--show-types`` prints inferred types.
+parses with the standard prelude, ``--show-types`` prints inferred types. An unknown level or
+pass name is refused (exit status 2) with the valid choices.
 """
 from __future__ import annotations
 
@@ -15,6 +17,30 @@ from relay_ir.cli import read_source
 from relay_ir.errors import PassError
 
 
+OPT_LEVELS = (0, 1, 2, 3)
+
+
+def _opt_level(text: str) -> int:
+    """``--opt-level`` value: an integer in :data:`OPT_LEVELS`."""
+    try:
+        level = int(text)
+    except ValueError:
+        level = -1
+    if level not in OPT_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"invalid level {text!r} (choose from {', '.join(map(str, OPT_LEVELS))})")
+    return level
+
+
+def _pass_name(text: str) -> str:
+    """``--print-after`` value: a registered pass name or ``all``."""
+    from relay_ir.passes import PASS_REGISTRY
+    if text != "all" and text not in PASS_REGISTRY:
+        raise argparse.ArgumentTypeError(
+            f"unknown pass {text!r} (choose from all, {', '.join(sorted(PASS_REGISTRY))})")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``rly opt``."""
     parser.add_argument("file", metavar="FILE", nargs="?",
@@ -22,11 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--passes", default=None,
                         help="comma-separated pass names (default: the optimize pipeline); "
                              "known: run `rly opt --list-passes`")
-    parser.add_argument("--opt-level", type=int, default=2, dest="opt_level",
-                        help="optimization level for the default pipeline (default 2)")
+    parser.add_argument("--opt-level", type=_opt_level, default=2, dest="opt_level",
+                        metavar="{0,1,2,3}",
+                        help="optimization level for the default pipeline (default 2; 3 adds "
+                             "cse, 0 only normalizes and types)")
+    parser.add_argument("--entry", default="main", metavar="NAME",
+                        help="the default pipeline keeps this global and what it reaches "
+                             "(default main; a module without it keeps every global)")
     parser.add_argument("--timing", action="store_true", help="per-pass time table on stderr")
     parser.add_argument("--print-after", action="append", default=[], dest="print_after",
-                        metavar="NAME", help="print the module after pass NAME (on stderr)")
+                        metavar="NAME", type=_pass_name,
+                        help="print the module after pass NAME on stderr (a registered pass "
+                             "or `all`; repeatable)")
     parser.add_argument("--prelude", action="store_true",
                         help="parse with the standard prelude (List, Option, map, ...)")
     parser.add_argument("--show-types", action="store_true", dest="show_types",
@@ -79,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             out = pipeline(mod, ctx)
     else:
         with PassContext(opt_level=args.opt_level, instruments=instruments):
-            out = passes.optimize(mod, opt_level=args.opt_level)
+            out = passes.optimize(mod, opt_level=args.opt_level, entry=args.entry)
 
     text = astext(out, show_types=args.show_types)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
