@@ -196,6 +196,7 @@ def _ensure_loaded() -> None:
     if not _LOADED:
         _LOADED.append(True)
         from relay_ir.op import tensor, reduce, transform, nn  # noqa: F401
+        from relay_ir.op import dyn, annotation  # noqa: F401
 
 
 _LOADED: list[bool] = []

@@ -30,6 +30,12 @@ def _out_dtype(attrs: Attrs, dtype: str) -> str:
     return check_dtype(attrs.out_dtype, "out_dtype") if attrs.out_dtype else dtype
 
 
+def _input_dtypes(a: TensorType, b: TensorType, attrs: Attrs) -> None:
+    """Inputs must share a dtype unless ``out_dtype`` is given (Relay: uint8 x int8 -> int32)."""
+    if not attrs.out_dtype:
+        same_dtype(a, b)
+
+
 def _is_unknown(t: Type) -> bool:
     return isinstance(t, IncompleteType)
 
@@ -68,7 +74,7 @@ def _matmul_rel(arg_types: Sequence[Type], attrs: Attrs, name: str, ta: bool, tb
     assert w is not None
     if w.ndim != 2:
         raise TypeInferenceError(f"{name}: weight must have rank 2, found rank {w.ndim}")
-    same_dtype(data, w)
+    _input_dtypes(data, w, attrs)
     n, kw = (w.shape[0], w.shape[1]) if tb else (w.shape[1], w.shape[0])
     _check_inner(k, kw, name)
     if units is not None and not dim_compatible(n, units):
@@ -130,7 +136,7 @@ def batch_matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     if x.ndim != 3 or y.ndim != 3:
         raise TypeInferenceError(f"nn.batch_matmul: both inputs must have rank 3, found ranks "
                                  f"{x.ndim} and {y.ndim}")
-    same_dtype(x, y)
+    _input_dtypes(x, y, attrs)
     m, k = (x.shape[2], x.shape[1]) if attrs.transpose_a else (x.shape[1], x.shape[2])
     n, k2 = (y.shape[1], y.shape[2]) if attrs.transpose_b else (y.shape[2], y.shape[1])
     _check_inner(k, k2, "nn.batch_matmul")
@@ -352,7 +358,7 @@ def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
         assert w is not None
         if w.ndim != 4:
             raise TypeInferenceError(f"nn.conv2d: weight must have rank 4, found rank {w.ndim}")
-        same_dtype(data, w)
+        _input_dtypes(data, w, attrs)
         o, i = w.shape[ko], w.shape[ki]
         kh_d, kw_d = w.shape[kh_], w.shape[kw_]
         if not dim_compatible(i, c_per_group):

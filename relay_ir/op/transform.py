@@ -665,3 +665,138 @@ defop("repeat", 1, attrs=[F("repeats", "int", None, "how often"),
       pattern=OpPattern.INJECTIVE, doc="Repeat every element along an axis.",
       required=("repeats",))
 
+
+
+# ----------------------------------------------------------------------------- layout_transform
+def parse_layout(layout: str) -> list[tuple[str, int | None]]:
+    """TVM layout string -> axes: ``"NCHW16c"`` -> ``[N, C, H, W, (c, 16)]``.
+
+    An upper-case letter is a primal axis; ``<factor><lower-case letter>`` is a sub-axis: the
+    inner ``factor`` elements of the primal axis with the same letter (which must be present).
+    """
+    axes: list[tuple[str, int | None]] = []
+    i, n = 0, len(layout)
+    while i < n:
+        j = i
+        while j < n and layout[j].isdigit():
+            j += 1
+        if j >= n or not layout[j].isascii() or not layout[j].isalpha():
+            raise TypeInferenceError(f"invalid layout {layout!r}: expected an axis letter at "
+                                     f"position {j}")
+        c = layout[j]
+        if c.isupper():
+            if j > i:
+                raise TypeInferenceError(f"invalid layout {layout!r}: primal axis {c} cannot "
+                                         "have a factor")
+            axes.append((c, None))
+        else:
+            if j == i or int(layout[i:j]) <= 0:
+                raise TypeInferenceError(f"invalid layout {layout!r}: sub-axis {c} needs a "
+                                         "positive factor (e.g. 16c)")
+            axes.append((c, int(layout[i:j])))
+        i = j + 1
+    letters = [a for a, _ in axes]
+    for a in letters:
+        if letters.count(a) > 1:
+            raise TypeInferenceError(f"invalid layout {layout!r}: axis {a} appears twice")
+    for a, f in axes:
+        if f is not None and a.upper() not in letters:
+            raise TypeInferenceError(f"invalid layout {layout!r}: sub-axis {a} has no primal "
+                                     f"axis {a.upper()}")
+    return axes
+
+
+def _layout_pair(src: str | None, dst: str | None
+                 ) -> tuple[list[tuple[str, int | None]], list[tuple[str, int | None]]]:
+    if not src or not dst:
+        raise TypeInferenceError("layout_transform needs src_layout and dst_layout")
+    s, d = parse_layout(src), parse_layout(dst)
+    ps = sorted(a for a, f in s if f is None)
+    pd = sorted(a for a, f in d if f is None)
+    if ps != pd:
+        raise TypeInferenceError(f"layout_transform: {src!r} and {dst!r} do not have the same "
+                                 "primal axes")
+    return s, d
+
+
+def _primal_extents(axes: list[tuple[str, int | None]], shape: Sequence[Dim], layout: str
+                    ) -> dict[str, Dim]:
+    """Each primal axis' full extent: its dim times its sub-axis factor."""
+    if len(shape) != len(axes):
+        raise ShapeMismatchError(f"layout_transform: a tensor of rank {len(shape)} cannot have "
+                                 f"layout {layout!r} ({len(axes)} axes)")
+    full: dict[str, Dim] = {a: d for (a, f), d in zip(axes, shape) if f is None}
+    for (a, f), d in zip(axes, shape):
+        if f is None:
+            continue
+        if isinstance(d, int) and d != f:
+            raise ShapeMismatchError(f"layout_transform: axis {f}{a} of layout {layout!r} has "
+                                     f"size {d}, not {f}")
+        full[a.upper()] = dim_mul(full[a.upper()], f)
+    return full
+
+
+def layout_transform_shape(shape: Sequence[Dim], src: str, dst: str) -> tuple[Dim, ...]:
+    """The shape of a ``src``-layout tensor of ``shape`` once transformed to ``dst``."""
+    s, d = _layout_pair(src, dst)
+    full = _primal_extents(s, shape, src)
+    factors = {a.upper(): f for a, f in d if f is not None}
+    out: list[Dim] = []
+    for a, f in d:
+        if f is not None:
+            out.append(f)
+            continue
+        ext = full[a]
+        if a not in factors or is_any(ext):
+            out.append(ext)
+            continue
+        q = dim_div_exact(ext, factors[a])
+        if q is None:
+            raise ShapeMismatchError(f"layout_transform: axis {a} of size {format_dim(ext)} "
+                                     f"cannot be split by {factors[a]} for layout {dst!r}")
+        out.append(q)
+    return tuple(out)
+
+
+def layout_transform_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``layout_transform(x, src_layout, dst_layout)``: same elements in the new layout."""
+    t = tensor_arg(arg_types[0], "data")
+    if t is None:
+        return None
+    return TensorType(layout_transform_shape(t.shape, attrs.src_layout, attrs.dst_layout),
+                      t.dtype)
+
+
+def _to_primal_order(axes: list[tuple[str, int | None]]) -> list[int]:
+    """Positions of the axes ordered primal letter by letter, outer part before inner part."""
+    order: list[int] = []
+    for a in sorted(x for x, f in axes if f is None):
+        order.append(next(i for i, (x, f) in enumerate(axes) if x == a))
+        inner = [i for i, (x, f) in enumerate(axes) if f is not None and x.upper() == a]
+        order.extend(inner)
+    return order
+
+
+def layout_transform_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Transpose to (outer, inner) pairs in primal order, merge, split again, transpose."""
+    x = args[0]
+    src, dst = attrs.src_layout, attrs.dst_layout
+    out_shape = layout_transform_shape(x.shape, src, dst)
+    s, d = _layout_pair(src, dst)
+    so = _to_primal_order(s)
+    full = _primal_extents(s, x.shape, src)
+    primal = np.reshape(np.transpose(x, so), [full[a] for a in sorted(full)])
+    do = _to_primal_order(d)
+    split_shape = [out_shape[i] for i in do]
+    y = np.reshape(primal, split_shape)
+    inv = [0] * len(do)
+    for k, p in enumerate(do):
+        inv[p] = k
+    return np.ascontiguousarray(np.transpose(y, inv))
+
+
+defop("layout_transform", 1, attrs=[F("src_layout", "str", None, "the layout of the input"),
+                                    F("dst_layout", "str", None, "the layout of the result")],
+      attrs_type="LayoutTransformAttrs", rel=layout_transform_rel, impl=layout_transform_ref,
+      pattern=OpPattern.INJECTIVE, doc="Change the data layout (``NCHW`` <-> ``NCHW16c``).",
+      required=("src_layout", "dst_layout"))

@@ -1,0 +1,342 @@
+"""Dynamic-shape forms (``dyn.*``) of operators whose shape argument is a tensor.
+
+Relay's ``DynamicToStatic`` pass rewrites ``dyn.reshape(%x, %s)`` into ``reshape`` when ``%s``
+is a constant; a program that computes its shapes at run time keeps the ``dyn.*`` form. Each
+op here takes the shape (``newshape``, ``shape``, ``reps``, ``begin``/``end``/``strides``,
+``axis``, ``axes``) as a tensor argument instead of an attribute.
+
+Type relations follow TVM's convention: the result has a known rank -- read from the static
+length of the 1-d shape tensor -- and every dimension that depends on the tensor's values is
+``?``. The shape tensor must be a 1-d integer tensor whose length is a static int (TVM: "must
+have static rank"). The reference implementations read the runtime values and compute exactly
+what the static form computes with those values as attributes.
+
+The attribute records keep TVM's names (``dyn.broadcast_to`` carries ``InitOpAttrs`` with an
+unused ``shape=None``, as TVM prints it), so printed TVM programs parse unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from relay_ir.attrs import Attrs
+from relay_ir.errors import InterpreterError, ShapeMismatchError, TypeInferenceError
+from relay_ir.expr import Expr
+from relay_ir.op import OpPattern
+from relay_ir.op._rules import (F, check_dtype, defop, is_int_dtype, make_call, tensor_arg,
+                                tensor_args)
+from relay_ir.op.transform import (_check_broadcastable_to, _slices, expand_dims_shape,
+                                   reshape_dims, squeeze_shape)
+from relay_ir.ty import ANY, TensorType, Type
+
+
+# ----------------------------------------------------------------------------- helpers
+def shape_arg_length(t: TensorType, op: str, what: str) -> int:
+    """The static length of a 1-d integer shape tensor; a TypeInferenceError otherwise."""
+    if not is_int_dtype(t.dtype):
+        raise TypeInferenceError(f"{op}: {what} must be an integer tensor, found dtype "
+                                 f"{t.dtype}")
+    if t.ndim != 1:
+        raise TypeInferenceError(f"{op}: {what} must be a 1-d tensor, found rank {t.ndim}")
+    n = t.shape[0]
+    if not isinstance(n, int):
+        raise TypeInferenceError(f"{op}: the length of {what} must be static (the result rank "
+                                 f"depends on it), found {n!r}")
+    return n
+
+
+def _scalar_int_arg(t: TensorType, op: str, what: str) -> None:
+    if not is_int_dtype(t.dtype) or t.ndim != 0:
+        raise TypeInferenceError(f"{op}: {what} must be a 0-d integer tensor, found "
+                                 f"Tensor[{t.shape}, {t.dtype}]")
+
+
+def _any(n: int) -> tuple[Any, ...]:
+    return (ANY,) * n
+
+
+def runtime_ints(v: np.ndarray, op: str, what: str, *, nonneg: bool = False
+                 ) -> tuple[int, ...]:
+    """The values of a shape tensor as Python ints (checked non-negative with ``nonneg``)."""
+    vals = tuple(int(a) for a in np.asarray(v).reshape(-1))
+    if nonneg and any(a < 0 for a in vals):
+        raise InterpreterError(f"{op}: negative dimension in {what} {vals}")
+    return vals
+
+
+def _at_run_time(op: str, e: TypeInferenceError) -> InterpreterError:
+    """A relation's complaint about runtime shape values, as an InterpreterError naming ``op``."""
+    msg = e.message if e.message.startswith(op) else f"{op}: {e.message}"
+    return InterpreterError(msg)
+
+
+# ----------------------------------------------------------------------------- reshape
+def dyn_reshape_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.reshape(x, newshape: Tensor[(k), int]) : Tensor[(?, ..k times), x.dtype]``."""
+    ts = tensor_args(arg_types, ("data", "newshape"))
+    if ts is None:
+        return None
+    x, s = ts
+    return TensorType(_any(shape_arg_length(s, "dyn.reshape", "newshape")), x.dtype)
+
+
+def dyn_reshape_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``reshape`` with the runtime newshape (codes 0, -1, -3; -2 and -4 change the rank)."""
+    x, s = args
+    codes = runtime_ints(s, "dyn.reshape", "newshape")
+    bad = [c for c in codes if c in (-2, -4)]
+    if bad:
+        raise InterpreterError(f"dyn.reshape: code {bad[0]} in newshape {codes} is not allowed "
+                               "(the result rank must equal the length of newshape)")
+    try:
+        shape = reshape_dims(x.shape, codes, attrs.allowzero)
+    except TypeInferenceError as e:
+        raise _at_run_time("dyn.reshape", e) from None
+    return np.reshape(x, shape)
+
+
+def _reshape_back_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
+    # d/dx reshape(x, s) => reshape_like(g, x); the shape argument gets zeros
+    x, s = call.args[0], call.args[1]
+    return (make_call("reshape_like", g, x), make_call("zeros_like", s))
+
+
+defop("dyn.reshape", 2, attrs=[F("newshape", "ints?", None, "unused (the shape is an argument)"),
+                               F("allowzero", "bool", False, "0 is a literal zero")],
+      attrs_type="ReshapeAttrs", rel=dyn_reshape_rel, impl=dyn_reshape_ref,
+      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad,
+      doc="Reshape to a shape given as a 1-d integer tensor.")
+
+
+# ----------------------------------------------------------------------------- broadcast_to
+def dyn_broadcast_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.broadcast_to(x, shape: Tensor[(k), int]) : Tensor[(?, ..k times), x.dtype]``."""
+    ts = tensor_args(arg_types, ("data", "shape"))
+    if ts is None:
+        return None
+    x, s = ts
+    k = shape_arg_length(s, "dyn.broadcast_to", "shape")
+    if k < x.ndim:
+        raise ShapeMismatchError(f"dyn.broadcast_to: cannot broadcast a tensor of rank {x.ndim} "
+                                 f"to a shape of length {k}")
+    return TensorType(_any(k), x.dtype)
+
+
+def dyn_broadcast_to_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.broadcast_to`` the runtime shape, copied."""
+    x, s = args
+    shape = runtime_ints(s, "dyn.broadcast_to", "shape", nonneg=True)
+    try:
+        _check_broadcastable_to(x.shape, shape, "dyn.broadcast_to")
+    except ShapeMismatchError as e:
+        raise _at_run_time("dyn.broadcast_to", e) from None
+    return np.array(np.broadcast_to(x, shape))
+
+
+def _broadcast_to_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
+    # d/dx broadcast_to(x, s) => collapse_sum_like(g, x); the shape argument gets zeros
+    x, s = call.args[0], call.args[1]
+    return (make_call("collapse_sum_like", g, x), make_call("zeros_like", s))
+
+
+defop("dyn.broadcast_to", 2, attrs=[F("shape", "ints?", None, "unused (an argument here)")],
+      attrs_type="InitOpAttrs", rel=dyn_broadcast_to_rel, impl=dyn_broadcast_to_ref,
+      pattern=OpPattern.BROADCAST, grad=_broadcast_to_grad,
+      doc="Broadcast to a shape given as a 1-d integer tensor.")
+
+
+# ----------------------------------------------------------------------------- zeros/ones/full
+def _dyn_init_rel(name: str):  # type: ignore[no-untyped-def]
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+        s = tensor_arg(arg_types[0], "shape")
+        if s is None:
+            return None
+        return TensorType(_any(shape_arg_length(s, name, "shape")), check_dtype(attrs.dtype))
+    rel.__doc__ = f"``{name}(shape: Tensor[(k), int], dtype) : Tensor[(?, ..k times), dtype]``."
+    return rel
+
+
+def _dyn_init_ref(name: str, fill: int):  # type: ignore[no-untyped-def]
+    def impl(args: list, attrs: Attrs) -> np.ndarray:
+        shape = runtime_ints(args[0], name, "shape", nonneg=True)
+        return np.full(shape, fill, dtype=attrs.dtype)
+    impl.__doc__ = f"Reference implementation of ``{name}``."
+    return impl
+
+
+_DYN_INIT_ATTRS = [F("shape", "ints?", None, "unused (the shape is an argument)"),
+                   F("dtype", "dtype", "float32", "the result dtype")]
+defop("dyn.zeros", 1, attrs=_DYN_INIT_ATTRS, attrs_type="InitOpAttrs",
+      rel=_dyn_init_rel("dyn.zeros"), impl=_dyn_init_ref("dyn.zeros", 0),
+      pattern=OpPattern.ELEMWISE, non_differentiable=True,
+      doc="Zeros of a shape given as a 1-d integer tensor.")
+defop("dyn.ones", 1, attrs=_DYN_INIT_ATTRS, attrs_type="InitOpAttrs",
+      rel=_dyn_init_rel("dyn.ones"), impl=_dyn_init_ref("dyn.ones", 1),
+      pattern=OpPattern.ELEMWISE, non_differentiable=True,
+      doc="Ones of a shape given as a 1-d integer tensor.")
+
+
+def dyn_full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.full(value: 0-d, shape: Tensor[(k), int], dtype)``; dtype "" is the value's."""
+    ts = tensor_args(arg_types, ("fill_value", "shape"))
+    if ts is None:
+        return None
+    v, s = ts
+    if v.ndim != 0:
+        raise TypeInferenceError(f"dyn.full: fill_value must be a scalar, found rank {v.ndim}")
+    k = shape_arg_length(s, "dyn.full", "shape")
+    return TensorType(_any(k), check_dtype(attrs.dtype or v.dtype))
+
+
+def dyn_full_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.full`` with the runtime shape."""
+    v, s = args
+    shape = runtime_ints(s, "dyn.full", "shape", nonneg=True)
+    return np.full(shape, v, dtype=attrs.dtype or v.dtype)
+
+
+defop("dyn.full", 2, attrs=[F("shape", "ints?", None, "unused (the shape is an argument)"),
+                            F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
+      attrs_type="InitOpAttrs", rel=dyn_full_rel, impl=dyn_full_ref,
+      pattern=OpPattern.ELEMWISE, doc="A scalar filled into a shape given as a tensor.")
+
+
+# ----------------------------------------------------------------------------- tile
+def dyn_tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.tile(x, reps: Tensor[(k), int])``: rank ``max(rank x, k)``, every dim ``?``."""
+    ts = tensor_args(arg_types, ("data", "reps"))
+    if ts is None:
+        return None
+    x, r = ts
+    k = shape_arg_length(r, "dyn.tile", "reps")
+    return TensorType(_any(max(x.ndim, k)), x.dtype)
+
+
+def dyn_tile_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.tile`` with the runtime repetitions."""
+    x, r = args
+    reps = runtime_ints(r, "dyn.tile", "reps", nonneg=True)
+    return np.tile(x, reps) if reps else np.array(x, copy=True)
+
+
+defop("dyn.tile", 2, attrs=[F("reps", "ints?", None, "unused (the reps are an argument)")],
+      attrs_type="TileAttrs", rel=dyn_tile_rel, impl=dyn_tile_ref,
+      pattern=OpPattern.INJECTIVE, doc="Tile with repetitions given as a 1-d integer tensor.")
+
+
+# ----------------------------------------------------------------------------- strided_slice
+def dyn_strided_slice_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.strided_slice(x, begin, end, strides)``: the first ``len(begin)`` dims become ``?``.
+
+    ``begin``, ``end`` and ``strides`` are 1-d integer tensors of one static length ``k`` with
+    ``k <= rank x``; the remaining dims are kept.
+    """
+    ts = tensor_args(arg_types, ("data", "begin", "end", "strides"))
+    if ts is None:
+        return None
+    x = ts[0]
+    op = "dyn.strided_slice"
+    k = shape_arg_length(ts[1], op, "begin")
+    for t, what in zip(ts[2:], ("end", "strides")):
+        if shape_arg_length(t, op, what) != k:
+            raise ShapeMismatchError(f"{op}: begin, end and strides must have the same length "
+                                     f"({k} for begin, {t.shape[0]} for {what})")
+    if k > x.ndim:
+        raise ShapeMismatchError(f"{op}: {k} sliced axes for a tensor of rank {x.ndim}")
+    if attrs.slice_mode not in ("end", "size"):
+        raise TypeInferenceError(f"{op}: unknown slice_mode {attrs.slice_mode!r}")
+    return TensorType(_any(k) + tuple(x.shape[k:]), x.dtype)
+
+
+def dyn_strided_slice_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``strided_slice`` with the runtime begin/end/strides as its attributes."""
+    x, b, e, s = args
+    op = "dyn.strided_slice"
+    static = attrs.with_changes(begin=runtime_ints(b, op, "begin"),
+                                end=runtime_ints(e, op, "end"),
+                                strides=runtime_ints(s, op, "strides"), axes=None)
+    try:
+        slices = _slices(x.shape, static)
+    except TypeInferenceError as err:
+        raise _at_run_time(op, err) from None
+    idx: list[Any] = [slice(None)] * x.ndim
+    for a, lo, hi, st in slices:
+        idx[a] = slice(lo, hi, st)
+    return np.array(x[tuple(idx)], copy=True)
+
+
+defop("dyn.strided_slice", 4,
+      attrs=[F("begin", "ints?", None, "unused (an argument here)"),
+             F("end", "ints?", None, "unused (an argument here)"),
+             F("strides", "ints?", None, "unused (an argument here)"),
+             F("axes", "ints?", None, "unused"),
+             F("slice_mode", "str", "end", "\"end\" or \"size\"")],
+      attrs_type="StridedSliceAttrs", rel=dyn_strided_slice_rel, impl=dyn_strided_slice_ref,
+      pattern=OpPattern.INJECTIVE, doc="Strided slice with begin/end/strides given as tensors.")
+
+
+# ----------------------------------------------------------------------------- expand/squeeze
+def dyn_expand_dims_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.expand_dims(x, axis: 0-d int, num_newaxis)``: rank + num_newaxis, dims ``?``."""
+    ts = tensor_args(arg_types, ("data", "axis"))
+    if ts is None:
+        return None
+    x, a = ts
+    _scalar_int_arg(a, "dyn.expand_dims", "axis")
+    if attrs.num_newaxis < 0:
+        raise TypeInferenceError(f"dyn.expand_dims: num_newaxis must be >= 0, found "
+                                 f"{attrs.num_newaxis}")
+    return TensorType(_any(x.ndim + attrs.num_newaxis), x.dtype)
+
+
+def dyn_expand_dims_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``expand_dims`` at the runtime axis."""
+    x, a = args
+    try:
+        shape = expand_dims_shape(x.shape, int(a), attrs.num_newaxis)
+    except TypeInferenceError as e:
+        raise _at_run_time("dyn.expand_dims", e) from None
+    return np.reshape(x, shape)
+
+
+defop("dyn.expand_dims", 2, attrs=[F("num_newaxis", "int", 1, "how many unit axes")],
+      attrs_type="DynExpandDimsAttrs", rel=dyn_expand_dims_rel, impl=dyn_expand_dims_ref,
+      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad,
+      doc="Insert unit axes at an axis given as a 0-d tensor.")
+
+
+def dyn_squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.squeeze(x, axes: Tensor[(k), int])``: rank ``rank x - k``, dims ``?``."""
+    ts = tensor_args(arg_types, ("data", "axes"))
+    if ts is None:
+        return None
+    x, a = ts
+    k = shape_arg_length(a, "dyn.squeeze", "axes")
+    if k > x.ndim:
+        raise ShapeMismatchError(f"dyn.squeeze: {k} axes to remove from a tensor of rank "
+                                 f"{x.ndim}")
+    return TensorType(_any(x.ndim - k), x.dtype)
+
+
+def dyn_squeeze_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``squeeze`` of the runtime axes (distinct unit axes)."""
+    x, a = args
+    axes = runtime_ints(a, "dyn.squeeze", "axes")
+    norm = {ax + x.ndim if ax < 0 else ax for ax in axes}
+    if len(norm) != len(axes):
+        raise InterpreterError(f"dyn.squeeze: axes {axes} name an axis twice")
+    try:
+        shape = squeeze_shape(x.shape, axes)
+    except TypeInferenceError as e:
+        raise _at_run_time("dyn.squeeze", e) from None
+    return np.reshape(x, shape)
+
+
+defop("dyn.squeeze", 2, attrs=[F("axis", "ints?", None, "unused (the axes are an argument)")],
+      attrs_type="SqueezeAttrs", rel=dyn_squeeze_rel, impl=dyn_squeeze_ref,
+      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad,
+      doc="Remove the unit axes given as a 1-d integer tensor.")
+
+
+__all__ = ["shape_arg_length", "runtime_ints"]

@@ -1,0 +1,505 @@
+"""Operators that Relay programs written by TVM's developers use (issue 8).
+
+Mixed-dtype quantized ops (uint8 data, int8 weights, ``out_dtype="int32"``), ``layout_transform``
+with TVM layout strings, the ``dyn.*`` forms whose shape is a tensor, and the device annotations
+``on_device`` / ``device_copy``; then a few real programs from TVM's tests and docs, transcribed:
+they parse, type-check (to the types TVM printed, where it printed them) and run.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import relay_ir as rly
+from relay_ir import passes, runtime
+from relay_ir.errors import DiagnosticError, ShapeMismatchError, TypeInferenceError
+from relay_ir.expr import Call
+from relay_ir.op import OpPattern, get_opdef
+from relay_ir.op._rules import make_call
+from relay_ir.traversal import post_order
+from relay_ir.ty import ANY, TensorType, TupleType
+
+HEADER = '#[version = "0.0.5"]\n'
+
+
+def T(*shape, dtype="float32"):  # type: ignore[no-untyped-def]
+    return TensorType(tuple(shape), dtype)
+
+
+def rel(name, *args, **attrs):  # type: ignore[no-untyped-def]
+    od = get_opdef(name)
+    return od.type_rel(list(args), od.make_attrs(attrs))
+
+
+def run(name, *args, **attrs):  # type: ignore[no-untyped-def]
+    od = get_opdef(name)
+    return od.impl(list(args), od.make_attrs(attrs))
+
+
+def check_and_run(text: str, *args, **kw):  # type: ignore[no-untyped-def]
+    """Parse, infer types, print and re-parse (structurally equal), evaluate."""
+    mod = rly.parse(HEADER + text, **kw)
+    typed = passes.InferType()(mod)
+    again = rly.parse(rly.astext(mod), **kw)
+    rly.assert_structural_equal(again, mod)
+    return typed, runtime.evaluate(typed, *args)
+
+
+RNG = np.random.default_rng(8)
+U8 = RNG.integers(0, 256, (2, 3, 6, 5)).astype("uint8")
+I8 = RNG.integers(-128, 128, (4, 3, 3, 3)).astype("int8")
+
+
+# ----------------------------------------------------------------------------- mixed dtypes
+@pytest.mark.parametrize("name,a,b,attrs,want", [
+    ("nn.dense", T(2, 5, dtype="uint8"), T(3, 5, dtype="int8"), {}, T(2, 3, dtype="int32")),
+    ("nn.matmul", T(2, 5, dtype="uint8"), T(5, 3, dtype="int8"), {}, T(2, 3, dtype="int32")),
+    ("nn.batch_matmul", T(2, 4, 5, dtype="uint8"), T(2, 3, 5, dtype="int8"), {},
+     T(2, 4, 3, dtype="int32")),
+    ("nn.conv2d", T(2, 3, 6, 5, dtype="uint8"), T(4, 3, 3, 3, dtype="int8"),
+     {"padding": [1, 1]}, T(2, 4, 6, 5, dtype="int32")),
+])
+def test_mixed_input_dtypes_with_out_dtype(name, a, b, attrs, want):  # type: ignore[no-untyped-def]
+    assert rel(name, a, b, out_dtype="int32", **attrs) == want
+    with pytest.raises(ShapeMismatchError, match="uint8 and int8 do not match"):
+        rel(name, a, b, **attrs)  # without out_dtype the dtypes must still agree
+
+
+def test_quantized_dense_and_matmul_values_are_exact_int32():
+    x = RNG.integers(0, 256, (3, 40)).astype("uint8")
+    w = RNG.integers(-128, 128, (5, 40)).astype("int8")
+    want = x.astype(np.int64) @ w.astype(np.int64).T
+    assert np.abs(want).max() > 2 ** 15  # would overflow int16, and uint8/int8 arithmetic
+    got = run("nn.dense", x, w, out_dtype="int32")
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+    got = run("nn.matmul", x, np.ascontiguousarray(w.T), out_dtype="int32")
+    np.testing.assert_array_equal(got, want)
+    xb, wb = x.reshape(1, 3, 40), w.reshape(1, 5, 40)
+    np.testing.assert_array_equal(run("nn.batch_matmul", xb, wb, out_dtype="int32")[0], want)
+
+
+def test_quantized_conv2d_values_against_numpy():
+    got = run("nn.conv2d", U8, I8, padding=[1, 1], out_dtype="int32")
+    assert got.dtype == np.int32 and got.shape == (2, 4, 6, 5)
+    xp = np.pad(U8.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((2, 4, 6, 5), np.int64)
+    for i in range(6):
+        for j in range(5):
+            win = xp[:, :, i:i + 3, j:j + 3]
+            want[:, :, i, j] = np.einsum("nchw,ochw->no", win, I8.astype(np.int64))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_quantized_conv2d_program_runs():
+    text = """def @main(%x: Tensor[(2, 3, 6, 5), uint8], %w: Tensor[(4, 3, 3, 3), int8]) {
+  nn.conv2d(%x, %w, padding=[1, 1], channels=4, kernel_size=[3, 3], out_dtype="int32")
+}
+"""
+    typed, out = check_and_run(text, U8, I8)
+    assert rly.astext(typed["main"].checked_type.ret_type) == "Tensor[(2, 4, 6, 5), int32]"
+    np.testing.assert_array_equal(out, run("nn.conv2d", U8, I8, padding=[1, 1],
+                                           out_dtype="int32"))
+
+
+# ----------------------------------------------------------------------------- layout_transform
+@pytest.mark.parametrize("shape,src,dst,want", [
+    ((1, 32, 5, 7), "NCHW", "NCHW16c", (1, 2, 5, 7, 16)),
+    ((1, 2, 5, 7, 16), "NCHW16c", "NCHW", (1, 32, 5, 7)),
+    ((1, 2, 5, 7, 16), "NCHW16c", "NHWC", (1, 5, 7, 32)),
+    ((1, 2, 5, 7, 16), "NCHW16c", "NCHW8c", (1, 4, 5, 7, 8)),
+    ((32, 16, 3, 3), "OIHW", "OIHW4i8o", (4, 4, 3, 3, 4, 8)),
+    ((1, 56, 56, 64), "NHWC", "NCHW", (1, 64, 56, 56)),
+    ((ANY, 32, 5, 7), "NCHW", "NCHW16c", (ANY, 2, 5, 7, 16)),
+])
+def test_layout_transform_types(shape, src, dst, want):  # type: ignore[no-untyped-def]
+    assert rel("layout_transform", T(*shape), src_layout=src, dst_layout=dst) == T(*want)
+
+
+@pytest.mark.parametrize("shape,src,dst,msg", [
+    ((1, 30, 5, 7), "NCHW", "NCHW16c", "cannot be split by 16"),
+    ((1, 30, 5), "NCHW", "NHWC", "rank 3 cannot have layout 'NCHW'"),
+    ((1, 2, 5, 7, 8), "NCHW16c", "NCHW", "has size 8, not 16"),
+    ((1, 2, 5, 7), "NCHW", "NCDW", "same primal axes"),
+    ((1, 2, 5, 7), "NCHW", "NCH4w", "sub-axis w has no primal axis W"),
+    ((1, 2, 5, 7), "NCHW", "NCHWc", "needs a positive factor"),
+    ((1, 2, 5, 7), "NCHW", "NCHH", "appears twice"),
+])
+def test_layout_transform_errors(shape, src, dst, msg):  # type: ignore[no-untyped-def]
+    with pytest.raises(TypeInferenceError, match=re.escape(msg)):
+        rel("layout_transform", T(*shape), src_layout=src, dst_layout=dst)
+
+
+def test_layout_transform_values_and_round_trip():
+    x = RNG.standard_normal((2, 32, 3, 4)).astype("float32")
+    y = run("layout_transform", x, src_layout="NCHW", dst_layout="NCHW16c")
+    # NCHW16c[n, co, h, w, ci] = NCHW[n, co * 16 + ci, h, w]
+    want = x.reshape(2, 2, 16, 3, 4).transpose(0, 1, 3, 4, 2)
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(
+        run("layout_transform", y, src_layout="NCHW16c", dst_layout="NCHW"), x)
+    z = run("layout_transform", y, src_layout="NCHW16c", dst_layout="NHWC")
+    np.testing.assert_array_equal(z, x.transpose(0, 2, 3, 1))
+    w = RNG.standard_normal((32, 16, 3, 3)).astype("float32")
+    k = run("layout_transform", w, src_layout="OIHW", dst_layout="OIHW4i8o")
+    # OIHW4i8o[oo, io, h, w, ii, oi] = OIHW[oo * 8 + oi, io * 4 + ii, h, w]
+    assert k[3, 2, 1, 0, 1, 5] == w[3 * 8 + 5, 2 * 4 + 1, 1, 0]
+    np.testing.assert_array_equal(
+        k, w.reshape(4, 8, 4, 4, 3, 3).transpose(0, 2, 4, 5, 3, 1))
+
+
+def test_layout_transform_program_prints_and_parses():
+    text = """def @main(%x: Tensor[(1, 32, 3, 4), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+  %1 = nn.relu(%0);
+  layout_transform(%1, src_layout="NCHW16c", dst_layout="NCHW")
+}
+"""
+    x = RNG.standard_normal((1, 32, 3, 4)).astype("float32")
+    typed, out = check_and_run(text, x)
+    assert 'layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c")' in rly.astext(typed)
+    calls = [e for e in post_order(typed["main"].body) if isinstance(e, Call)]
+    assert rly.astext(calls[0].checked_type) == "Tensor[(1, 2, 3, 4, 16), float32]"
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+    assert get_opdef("layout_transform").pattern is OpPattern.INJECTIVE
+
+
+def test_layout_transform_needs_its_layouts():
+    with pytest.raises(DiagnosticError, match="src_layout") as e:
+        passes.InferType()(rly.parse(HEADER + "def @main(%x: Tensor[(1, 2), float32]) {\n"
+                                     "  layout_transform(%x, dst_layout=\"NC\")\n}\n"))
+    assert e.value.span is not None and e.value.span.line == 3
+
+
+# ----------------------------------------------------------------------------- dyn.*
+def _iv(*values: int, dtype: str = "int64") -> np.ndarray:
+    return np.array(values, dtype=dtype)
+
+
+@pytest.mark.parametrize("name,args,attrs,want", [
+    ("dyn.reshape", [T(2, 3, 4), T(2, dtype="int64")], {}, T(ANY, ANY)),
+    ("dyn.broadcast_to", [T(3, 1), T(3, dtype="int32")], {}, T(ANY, ANY, ANY)),
+    ("dyn.zeros", [T(2, dtype="int64")], {"dtype": "int8"}, T(ANY, ANY, dtype="int8")),
+    ("dyn.ones", [T(0, dtype="int64")], {}, T()),
+    ("dyn.full", [T(dtype="int32"), T(3, dtype="int64")], {}, T(ANY, ANY, ANY, dtype="int32")),
+    ("dyn.full", [T(), T(1, dtype="int64")], {"dtype": "float16"}, T(ANY, dtype="float16")),
+    ("dyn.tile", [T(2, 3), T(3, dtype="int64")], {}, T(ANY, ANY, ANY)),
+    ("dyn.tile", [T(2, 3, 4), T(1, dtype="int64")], {}, T(ANY, ANY, ANY)),
+    ("dyn.strided_slice", [T(5, 6, 7)] + [T(2, dtype="int64")] * 3, {}, T(ANY, ANY, 7)),
+    ("dyn.expand_dims", [T(5, 6), T(dtype="int32")], {"num_newaxis": 2}, T(ANY, ANY, ANY, ANY)),
+    ("dyn.squeeze", [T(1, 6, 1), T(2, dtype="int64")], {}, T(ANY)),
+])
+def test_dyn_relations_follow_tvm(name, args, attrs, want):  # type: ignore[no-untyped-def]
+    assert rel(name, *args, **attrs) == want
+
+
+@pytest.mark.parametrize("name,args,msg", [
+    ("dyn.reshape", [T(2, 3), T(ANY, dtype="int64")], "length of newshape must be static"),
+    ("dyn.reshape", [T(2, 3), T(2)], "newshape must be an integer tensor"),
+    ("dyn.reshape", [T(2, 3), T(2, 1, dtype="int64")], "newshape must be a 1-d tensor"),
+    ("dyn.broadcast_to", [T(2, 3), T(1, dtype="int64")], "rank 2 to a shape of length 1"),
+    ("dyn.full", [T(2), T(1, dtype="int64")], "fill_value must be a scalar"),
+    ("dyn.expand_dims", [T(2), T(1, dtype="int32")], "axis must be a 0-d integer tensor"),
+    ("dyn.squeeze", [T(1, 1), T(3, dtype="int64")], "3 axes to remove from a tensor of rank 2"),
+    ("dyn.strided_slice", [T(5, 6), T(2, dtype="int64"), T(1, dtype="int64"),
+                           T(2, dtype="int64")], "must have the same length"),
+])
+def test_dyn_relation_errors(name, args, msg):  # type: ignore[no-untyped-def]
+    with pytest.raises(TypeInferenceError, match=re.escape(msg)):
+        rel(name, *args)
+
+
+def test_dyn_values_match_the_static_ops():
+    x = RNG.standard_normal((2, 3, 4)).astype("float32")
+    np.testing.assert_array_equal(run("dyn.reshape", x, _iv(0, -1)), x.reshape(2, 12))
+    np.testing.assert_array_equal(run("dyn.reshape", x, _iv(-3, 4)), x.reshape(6, 4))
+    np.testing.assert_array_equal(run("dyn.reshape", x, _iv(4, 0, -1)), x.reshape(4, 3, 2))
+    b = run("dyn.broadcast_to", x[:, :1, :], _iv(5, 2, 3, 4, dtype="int32"))
+    np.testing.assert_array_equal(b, np.broadcast_to(x[:, :1, :], (5, 2, 3, 4)))
+    z = run("dyn.zeros", _iv(2, 3), dtype="int8")
+    assert z.dtype == np.int8 and z.shape == (2, 3) and not z.any()
+    o = run("dyn.ones", _iv(4))
+    assert o.dtype == np.float32 and (o == 1).all()
+    f = run("dyn.full", np.array(7, "int32"), _iv(2, 2), dtype="float16")
+    assert f.dtype == np.float16 and (f == 7).all() and f.shape == (2, 2)
+    np.testing.assert_array_equal(run("dyn.tile", x, _iv(2, 1, 1, 3)), np.tile(x, (2, 1, 1, 3)))
+    s = run("dyn.strided_slice", x, _iv(1, -1), _iv(2, -4), _iv(1, -2))
+    np.testing.assert_array_equal(s, x[1:2, -1:-4:-2])
+    e = run("dyn.expand_dims", x, np.array(-1, "int64"), num_newaxis=2)
+    assert e.shape == (2, 3, 4, 1, 1)
+    q = run("dyn.squeeze", x.reshape(1, 2, 1, 12), _iv(0, -2))
+    assert q.shape == (2, 12)
+
+
+@pytest.mark.parametrize("name,args,msg", [
+    ("dyn.reshape", [np.zeros((2, 3)), _iv(-2)], "code -2"),
+    ("dyn.reshape", [np.zeros((2, 3)), _iv(4, -1)], "cannot reshape"),
+    ("dyn.broadcast_to", [np.zeros((2, 3)), _iv(4, 3)], "cannot broadcast"),
+    ("dyn.zeros", [_iv(2, -1)], "negative dimension"),
+    ("dyn.squeeze", [np.zeros((1, 3)), _iv(1)], "axis 1 has size 3"),
+    ("dyn.squeeze", [np.zeros((1, 3)), _iv(0, -2)], "axis twice"),
+])
+def test_dyn_runtime_errors(name, args, msg):  # type: ignore[no-untyped-def]
+    with pytest.raises(DiagnosticError, match=re.escape(msg)):
+        run(name, *args)
+
+
+def test_dyn_program_computes_its_shapes_at_run_time():
+    text = """def @main(%x: Tensor[(2, 6), float32], %n: int64) {
+  %0 = shape_of(%x, dtype="int64");
+  %1 = (%n, -1i64);
+  %2 = stack(%1);
+  %3 = dyn.reshape(%x, %2);
+  %4 = dyn.zeros(shape_of(%3, dtype="int64"), dtype="int32");
+  %5 = dyn.full(2f, shape_of(%3, dtype="int64"));
+  (%3, %4, multiply(%3, %5), dyn.broadcast_to(%x, %0, shape=None))
+}
+"""
+    x = RNG.standard_normal((2, 6)).astype("float32")
+    typed, (r, z, m, b) = check_and_run(text, x, np.array(4, "int64"))
+    assert rly.astext(typed["main"].checked_type.ret_type) == (
+        "(Tensor[(?, ?), float32], Tensor[(?, ?), int32], Tensor[(?, ?), float32], "
+        "Tensor[(?, ?), float32])")
+    np.testing.assert_array_equal(r, x.reshape(4, 3))
+    assert z.shape == (4, 3) and z.dtype == np.int32
+    np.testing.assert_array_equal(m, 2 * x.reshape(4, 3))
+    np.testing.assert_array_equal(b, x)
+    assert "shape=None" not in rly.astext(typed)  # a default: not printed back
+
+
+def test_dyn_program_runtime_error_names_the_op():
+    text = """def @main(%x: Tensor[(2, 6), float32], %s: Tensor[(2), int64]) {
+  dyn.reshape(%x, %s)
+}
+"""
+    mod = passes.InferType()(rly.parse(HEADER + text))
+    with pytest.raises(DiagnosticError, match="dyn.reshape.*cannot reshape"):
+        runtime.evaluate(mod, np.zeros((2, 6), "float32"), _iv(5, -1))
+
+
+def test_dyn_zeros_and_ones_are_not_differentiable_and_reshape_has_a_rule():
+    assert get_opdef("dyn.zeros").non_differentiable
+    assert get_opdef("dyn.ones").non_differentiable
+    for name in ("dyn.reshape", "dyn.broadcast_to", "dyn.expand_dims", "dyn.squeeze"):
+        assert get_opdef(name).grad is not None, name
+
+
+@pytest.mark.parametrize("name,x,arg", [
+    ("dyn.reshape", (2, 3, 4), _iv(4, -1)),
+    ("dyn.broadcast_to", (3, 1), _iv(2, 3, 4)),
+    ("dyn.expand_dims", (3, 4), np.array(1, "int64")),
+    ("dyn.squeeze", (1, 3, 1), _iv(0)),
+])
+def test_dyn_gradient_rules_are_vector_jacobian_products(name, x, arg):  # type: ignore
+    """<g, f(x + eps d) - f(x)> / eps == <grad(g), d> for a linear op, exactly up to rounding."""
+    from relay_ir.expr import Var
+    xv = RNG.standard_normal(x)
+    y = run(name, xv, arg)
+    g = RNG.standard_normal(y.shape)
+    d = RNG.standard_normal(x)
+    lhs = float(np.sum(g * run(name, d, arg)))  # linear: J d = f(d)
+    xvar = Var("x", T(*x, dtype="float64"))
+    svar = Var("s", TensorType(arg.shape, "int64"))
+    gvar = Var("g", TensorType(tuple(ANY for _ in y.shape), "float64"))
+    call = make_call(name, xvar, svar)
+    outs = get_opdef(name).grad(call, call, gvar)
+    assert len(outs) == 2
+    body = rly.expr.Tuple(tuple(outs))
+    fn = rly.expr.Function((xvar, svar, gvar), body)
+    mod = passes.InferType()(rly.module.IRModule.from_expr(fn))
+    gx, gs = runtime.evaluate(mod, xv, arg, g)
+    assert gx.shape == x and gs.shape == arg.shape and not gs.any()
+    np.testing.assert_allclose(float(np.sum(gx * d)), lhs, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- device annotations
+def test_device_annotations_are_identity_and_keep_their_attributes():
+    text = """def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), float32]) {
+  %0 = add(%a, %b);
+  %1 = on_device(%0, virtual_device=1, constrain_result=True);
+  %2 = device_copy(%1, src_virtual_device=1, dst_virtual_device=2);
+  %3 = on_device((%2, %a), virtual_device="gpu", constrain_body=False);
+  subtract(%3.0, %3.1)
+}
+"""
+    a = RNG.standard_normal((5, 7)).astype("float32")
+    b = RNG.standard_normal((5, 7)).astype("float32")
+    typed, out = check_and_run(text, a, b)
+    np.testing.assert_array_equal(out, (a + b) - a)
+    printed = rly.astext(typed)
+    assert "on_device(%0, virtual_device=1, constrain_result=True)" in printed
+    assert "device_copy(%1, src_virtual_device=1, dst_virtual_device=2)" in printed
+    assert 'virtual_device="gpu", constrain_body=False)' in printed
+    calls = [e for e in post_order(typed["main"].body) if isinstance(e, Call)]
+    on = [c for c in calls if c.op.name == "on_device"]
+    assert on[0].attrs.virtual_device == 1 and on[0].attrs.constrain_result is True
+    assert on[0].attrs.constrain_body is True  # default
+    assert on[1].checked_type == TupleType((T(5, 7), T(5, 7)))
+
+
+def test_device_annotation_attribute_names_are_tvms():
+    def names(op: str) -> list[str]:
+        return [f.name for f in get_opdef(op).attrs]
+    assert names("on_device") == ["virtual_device", "constrain_result", "constrain_body"]
+    assert names("device_copy") == ["src_virtual_device", "dst_virtual_device"]
+    with pytest.raises(DiagnosticError, match="no attribute `is_fixed`"):
+        rly.parse(HEADER + "def @main(%x: float32) { on_device(%x, is_fixed=True) }\n")
+
+
+def test_device_annotation_gradients_pass_through():
+    from relay_ir.expr import Var
+    x = Var("x", T(2))
+    g = Var("g", T(2))
+    for name in ("on_device", "device_copy"):
+        od = get_opdef(name)
+        call = make_call(name, x)
+        assert od.grad(call, call, g) == (g,)
+        assert od.jvp(call, call, [g]) is g
+        assert not od.non_differentiable
+
+
+# ----------------------------------------------------------------------------- TVM programs
+# From TVM's docs (dev/convert_layout): a two-convolution NHWC network, then the same network
+# after ConvertLayout("NCHW") with its layout transforms; TVM printed the types.
+CONVERT_LAYOUT_BEFORE = """def @main(%x: Tensor[(1, 56, 56, 64), float32], %weight1: Tensor[(3, 3, 64, 32), float32], %weight2: Tensor[(3, 3, 32, 32), float32]) {
+  %0 = nn.conv2d(%x, %weight1, padding=[1, 1], channels=32, kernel_size=[3, 3], data_layout="NHWC", kernel_layout="HWIO");
+  %1 = nn.relu(%0);
+  %2 = nn.conv2d(%1, %weight2, padding=[1, 1], channels=32, kernel_size=[3, 3], data_layout="NHWC", kernel_layout="HWIO");
+  nn.relu(%2)
+}
+"""  # noqa: E501
+CONVERT_LAYOUT_AFTER = """def @main(%x: Tensor[(1, 56, 56, 64), float32], %weight1: Tensor[(3, 3, 64, 32), float32], %weight2: Tensor[(3, 3, 32, 32), float32]) {
+  %0 = layout_transform(%x, src_layout="NHWC", dst_layout="NCHW") /* ty=Tensor[(1, 64, 56, 56), float32] */;
+  %1 = layout_transform(%weight1, src_layout="HWIO", dst_layout="OIHW") /* ty=Tensor[(32, 64, 3, 3), float32] */;
+  %2 = nn.conv2d(%0, %1, padding=[1, 1], channels=32, kernel_size=[3, 3]) /* ty=Tensor[(1, 32, 56, 56), float32] */;
+  %3 = nn.relu(%2) /* ty=Tensor[(1, 32, 56, 56), float32] */;
+  %4 = layout_transform(%weight2, src_layout="HWIO", dst_layout="OIHW") /* ty=Tensor[(32, 32, 3, 3), float32] */;
+  %5 = nn.conv2d(%3, %4, padding=[1, 1], channels=32, kernel_size=[3, 3]) /* ty=Tensor[(1, 32, 56, 56), float32] */;
+  %6 = nn.relu(%5) /* ty=Tensor[(1, 32, 56, 56), float32] */;
+  layout_transform(%6, src_layout="NCHW", dst_layout="NHWC") /* ty=Tensor[(1, 56, 56, 32), float32] */
+}
+"""  # noqa: E501
+
+
+def test_tvm_convert_layout_example_types_and_values():
+    x = RNG.standard_normal((1, 56, 56, 64)).astype("float32")
+    w1 = (RNG.standard_normal((3, 3, 64, 32)) * 0.1).astype("float32")
+    w2 = (RNG.standard_normal((3, 3, 32, 32)) * 0.1).astype("float32")
+    typed, after = check_and_run(CONVERT_LAYOUT_AFTER, x, w1, w2)
+    calls = [e for e in post_order(typed["main"].body) if isinstance(e, Call)]
+    want = re.findall(r"/\* ty=(.*?) \*/", CONVERT_LAYOUT_AFTER)
+    assert [rly.astext(c.checked_type) for c in calls] == want
+    _, before = check_and_run(CONVERT_LAYOUT_BEFORE, x, w1, w2)
+    assert after.shape == before.shape == (1, 56, 56, 32)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5)
+    assert (after > 0).any() and (after == 0).any()
+
+
+# From TVM's C++ test of the indexed graph (tests/cpp/relay/ir/indexed_graph_test.cc), itself
+# taken from the ONNX frontend's loop test: a let-bound recursive while loop whose scan output
+# grows by one row per iteration through dyn.broadcast_to. The two metadata constants are
+# supplied as TVM's test supplies them (shape [1] int64 and an empty (0, 1) float32 tensor).
+ONNX_LOOP = """def @main(%trip_count: int64,                                        // 0
+          %cond: bool,                                               // 1
+          %y: Tensor[(1), float32])                                  // 2
+          -> (Tensor[(1), float32], Tensor[(?, ?), float32]) {
+  %17 = (
+    let %while_loop = fn (%iter_count: int64,                        // 3
+                          %max_count: int64,                         // 4
+                          %cond_in: bool,                            // 5
+                          %y_in: Tensor[(1), float32],               // 6
+                          %scan_out: Tensor[(?, ?), float32])        // 7
+                          -> (int64, int64, bool, Tensor[(1), float32], Tensor[(?, ?), float32]) {
+      %0 = equal(%cond_in, True);                                    // 11
+      %1 = less(%iter_count, %max_count);                            // 13
+      %2 = logical_and(%0, %1);                                      // 14
+      if (%2) {
+        %3 = cast(%iter_count, dtype="float32");                     // 20
+        %4 = add(%y_in, %3);                                         // 21
+        %5 = less(%4, 5f);                                           // 23
+        %6 = squeeze(%5);                                            // 24
+        %7 = reshape(%iter_count, newshape=[1]);                     // 29
+        %8 = (%7, meta[relay.Constant][0]);                          // 31
+        %9 = concatenate(%8);                                        // 32
+        %10 = copy(%4);                                              // 36
+        %11 = dyn.broadcast_to(%scan_out, %9, shape=None);           // 33
+        %12 = expand_dims(%10, axis=0);                              // 37
+        %13 = (%11, %12);                                            // 38
+        %14 = add(%iter_count, 1i64);                                // 17
+        %15 = cast(%6, dtype="bool");                                // 25
+        %16 = concatenate(%13);                                      // 39
+        %while_loop(%14, %max_count, %15, %4, %16)                   // 40
+      } else {
+        (%iter_count, %max_count, %cond_in, %y_in, %scan_out)        // 41
+      }                                                              // 42
+    };                                                               // 43
+    %while_loop                                                      // 44
+  );                                                                 // 45
+  %18 = %17(0i64, %trip_count, %cond, %y, meta[relay.Constant][1]);  // 48
+  %19 = %18.3;                                                       // 49
+  %20 = %18.4;                                                       // 50
+  (%19, %20)                                                         // 51
+}                                                                    // 52
+"""  # noqa: E501
+
+
+def test_tvm_onnx_loop_with_dyn_broadcast_to():
+    meta = {"relay.Constant": [np.array([1], "int64"), np.zeros((0, 1), "float32")]}
+    y = np.array([0.5], "float32")
+    typed, (y_out, scan) = check_and_run(ONNX_LOOP, np.array(10, "int64"), np.array(True), y,
+                                         metadata=meta)
+    assert rly.astext(typed["main"].checked_type.ret_type) == (
+        "(Tensor[(1), float32], Tensor[(?, ?), float32])")
+    # y_k = y + 0 + 1 + ... + (k-1); the loop stops once y_k >= 5 (after 4 steps: 0.5+0+1+2+3)
+    # or after trip_count steps; scan holds y_1, ..., y_k as rows
+    ys, cur, k = [], 0.5, 0
+    while k < 10:
+        cur += k
+        ys.append(cur)
+        k += 1
+        if not cur < 5:
+            break
+    np.testing.assert_allclose(y_out, [ys[-1]])
+    np.testing.assert_allclose(scan, np.array(ys, "float32").reshape(-1, 1))
+    assert scan.shape == (4, 1)
+    _, (y2, scan2) = check_and_run(ONNX_LOOP, np.array(2, "int64"), np.array(True), y,
+                                   metadata=meta)
+    np.testing.assert_allclose(scan2, [[0.5], [1.5]])
+    np.testing.assert_allclose(y2, [1.5])
+
+
+# From TVM's device-planning tests (tests/python/relay/test_pass_plan_devices.py): the inputs
+# of test_left_add_on_cpu_via_copy and test_let_on_cpu, with virtual devices as metadata.
+PLAN_DEVICES_COPY = """def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), float32],
+          %c: Tensor[(5, 7), float32], %d: Tensor[(5, 7), float32]) {
+  %0 = add(%a, %b);
+  %1 = device_copy(%0, src_virtual_device=meta[VirtualDevice][0], dst_virtual_device=meta[VirtualDevice][1]);
+  %2 = add(%c, %d);
+  subtract(%1, %2)
+}
+"""  # noqa: E501
+PLAN_DEVICES_LET = """def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), float32],
+          %c: Tensor[(5, 7), float32], %d: Tensor[(5, 7), float32]) {
+  let %l = add(%a, %b);
+  let %r = add(%c, %d);
+  %0 = on_device(%l, virtual_device=meta[VirtualDevice][0]);
+  subtract(%0, %r)
+}
+"""
+
+
+@pytest.mark.parametrize("text", [PLAN_DEVICES_COPY, PLAN_DEVICES_LET], ids=["copy", "let"])
+def test_tvm_plan_devices_inputs(text):  # type: ignore[no-untyped-def]
+    meta = {"VirtualDevice": [{"device_type": 1}, {"device_type": 2}]}
+    try:
+        rly.parse(HEADER + text, metadata=meta)
+    except rly.ParseError as e:
+        if "metadata references are not supported as attribute values" in e.message:
+            pytest.skip("needs the parser's metadata-reference attributes (issue 8, parser)")
+        raise
+    args = [RNG.standard_normal((5, 7)).astype("float32") for _ in range(4)]
+    typed, out = check_and_run(text, *args, metadata=meta)
+    np.testing.assert_allclose(out, (args[0] + args[1]) - (args[2] + args[3]), rtol=1e-6)
+    assert "meta[VirtualDevice][0]" in rly.astext(typed)
