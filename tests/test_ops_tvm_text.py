@@ -314,6 +314,51 @@ def test_dyn_gradient_rules_are_vector_jacobian_products(name, x, arg):  # type:
     np.testing.assert_allclose(float(np.sum(gx * d)), lhs, rtol=1e-12)
 
 
+def _eval_rule(params, exprs):  # type: ignore[no-untyped-def]
+    """Evaluate expressions built by a rule, as a function of ``params`` (Var, value) pairs."""
+    from relay_ir.expr import Function, Tuple
+    from relay_ir.module import IRModule
+    fn = Function(tuple(v for v, _ in params), Tuple(tuple(exprs)))
+    mod = passes.InferType()(IRModule.from_expr(fn))
+    return runtime.evaluate(mod, *[a for _, a in params])
+
+
+@pytest.mark.parametrize("name,x,args,attrs", [
+    ("layout_transform", (2, 8, 3, 1), [], {"src_layout": "NCHW", "dst_layout": "NHWC4c"}),
+    ("layout_transform", (8, 4, 3, 3), [], {"src_layout": "OIHW", "dst_layout": "OIHW2i4o"}),
+    ("dyn.reshape", (2, 3, 4), [_iv(4, -1)], {}),
+    ("dyn.broadcast_to", (3, 1), [_iv(2, 3, 4)], {}),
+    ("dyn.tile", (3, 2), [_iv(2, 1, 3)], {}),
+    ("dyn.strided_slice", (5, 4), [_iv(1), _iv(5), _iv(2)], {}),
+])
+def test_jvp_rules_of_linear_ops(name, x, args, attrs):  # type: ignore[no-untyped-def]
+    """Every op here is linear in its data: the tangent of f at x along d is f(d)."""
+    from relay_ir.expr import Var
+    xv, d = RNG.standard_normal(x), RNG.standard_normal(x)
+    xvar, dvar = Var("x", T(*x, dtype="float64")), Var("d", T(*x, dtype="float64"))
+    avars = [Var(f"a{i}", TensorType(a.shape, str(a.dtype))) for i, a in enumerate(args)]
+    call = make_call(name, xvar, *avars, **attrs)
+    tangent = get_opdef(name).jvp(call, call, [dvar] + avars)
+    params = [(xvar, xv), (dvar, d)] + list(zip(avars, args))
+    (got,) = _eval_rule(params, [tangent])
+    np.testing.assert_array_equal(got, run(name, d, *args, **attrs))
+
+
+def test_layout_transform_gradient_is_the_inverse_transform():
+    from relay_ir.expr import Var
+    attrs = {"src_layout": "NCHW", "dst_layout": "NCHW4c"}
+    x = RNG.standard_normal((2, 8, 3, 5))
+    y = run("layout_transform", x, **attrs)
+    g, d = RNG.standard_normal(y.shape), RNG.standard_normal(x.shape)
+    xvar, gvar = Var("x", T(*x.shape, dtype="float64")), Var("g", T(*y.shape, dtype="float64"))
+    call = make_call("layout_transform", xvar, **attrs)
+    (gx,) = _eval_rule([(xvar, x), (gvar, g)], get_opdef("layout_transform").grad(call, call,
+                                                                                  gvar))
+    assert gx.shape == x.shape
+    np.testing.assert_allclose(np.sum(gx * d), np.sum(g * run("layout_transform", d, **attrs)),
+                               rtol=1e-12)
+
+
 # ----------------------------------------------------------------------------- device annotations
 def test_device_annotations_are_identity_and_keep_their_attributes():
     text = """def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), float32]) {

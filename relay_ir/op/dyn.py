@@ -22,7 +22,7 @@ import numpy as np
 
 from relay_ir.attrs import Attrs
 from relay_ir.errors import InterpreterError, ShapeMismatchError, TypeInferenceError
-from relay_ir.expr import Expr
+from relay_ir.expr import Call, Expr
 from relay_ir.op import OpPattern
 from relay_ir.op._rules import (F, check_dtype, defop, is_int_dtype, make_call, tensor_arg,
                                 tensor_args)
@@ -96,6 +96,11 @@ def dyn_reshape_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.reshape(x, shape)
 
 
+def _linear_jvp(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
+    """Linear in the data: the op applied to the data's tangent with the same shape arguments."""
+    return Call(call.op, (tangents[0],) + tuple(call.args[1:]), call.attrs)
+
+
 def _reshape_back_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
     # d/dx reshape(x, s) => reshape_like(g, x); the shape argument gets zeros
     x, s = call.args[0], call.args[1]
@@ -105,7 +110,7 @@ def _reshape_back_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 defop("dyn.reshape", 2, attrs=[F("newshape", "ints?", None, "unused (the shape is an argument)"),
                                F("allowzero", "bool", False, "0 is a literal zero")],
       attrs_type="ReshapeAttrs", rel=dyn_reshape_rel, impl=dyn_reshape_ref,
-      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad,
+      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
       doc="Reshape to a shape given as a 1-d integer tensor.")
 
 
@@ -142,7 +147,7 @@ def _broadcast_to_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 
 defop("dyn.broadcast_to", 2, attrs=[F("shape", "ints?", None, "unused (an argument here)")],
       attrs_type="InitOpAttrs", rel=dyn_broadcast_to_rel, impl=dyn_broadcast_to_ref,
-      pattern=OpPattern.BROADCAST, grad=_broadcast_to_grad,
+      pattern=OpPattern.BROADCAST, grad=_broadcast_to_grad, jvp=_linear_jvp,
       doc="Broadcast to a shape given as a 1-d integer tensor.")
 
 
@@ -222,7 +227,8 @@ def dyn_tile_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 defop("dyn.tile", 2, attrs=[F("reps", "ints?", None, "unused (the reps are an argument)")],
       attrs_type="TileAttrs", rel=dyn_tile_rel, impl=dyn_tile_ref,
-      pattern=OpPattern.INJECTIVE, doc="Tile with repetitions given as a 1-d integer tensor.")
+      pattern=OpPattern.INJECTIVE, jvp=_linear_jvp,
+      doc="Tile with repetitions given as a 1-d integer tensor.")
 
 
 # ----------------------------------------------------------------------------- strided_slice
@@ -273,7 +279,8 @@ defop("dyn.strided_slice", 4,
              F("axes", "ints?", None, "unused"),
              F("slice_mode", "str", "end", "\"end\" or \"size\"")],
       attrs_type="StridedSliceAttrs", rel=dyn_strided_slice_rel, impl=dyn_strided_slice_ref,
-      pattern=OpPattern.INJECTIVE, doc="Strided slice with begin/end/strides given as tensors.")
+      pattern=OpPattern.INJECTIVE, jvp=_linear_jvp,
+      doc="Strided slice with begin/end/strides given as tensors.")
 
 
 # ----------------------------------------------------------------------------- expand/squeeze
@@ -302,7 +309,7 @@ def dyn_expand_dims_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 defop("dyn.expand_dims", 2, attrs=[F("num_newaxis", "int", 1, "how many unit axes")],
       attrs_type="DynExpandDimsAttrs", rel=dyn_expand_dims_rel, impl=dyn_expand_dims_ref,
-      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad,
+      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
       doc="Insert unit axes at an axis given as a 0-d tensor.")
 
 
@@ -335,7 +342,7 @@ def dyn_squeeze_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 defop("dyn.squeeze", 2, attrs=[F("axis", "ints?", None, "unused (the axes are an argument)")],
       attrs_type="SqueezeAttrs", rel=dyn_squeeze_rel, impl=dyn_squeeze_ref,
-      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad,
+      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
       doc="Remove the unit axes given as a 1-d integer tensor.")
 
 

@@ -795,8 +795,24 @@ def layout_transform_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.ascontiguousarray(np.transpose(y, inv))
 
 
+def layout_transform_grad(call: Any, out: Any, g: Any) -> tuple[Any, ...]:
+    """A permutation of elements: the adjoint goes back, ``g => layout_transform(g, dst, src)``."""
+    from relay_ir.op._rules import make_call
+    a = call.attrs
+    return (make_call("layout_transform", g, src_layout=a.dst_layout, dst_layout=a.src_layout),)
+
+
+def layout_transform_jvp(call: Any, out: Any, tangents: Sequence[Any]) -> Any:
+    """Linear: the tangent is transformed like the value."""
+    from relay_ir.op._rules import make_call
+    a = call.attrs
+    return make_call("layout_transform", tangents[0], src_layout=a.src_layout,
+                     dst_layout=a.dst_layout)
+
+
 defop("layout_transform", 1, attrs=[F("src_layout", "str", None, "the layout of the input"),
                                     F("dst_layout", "str", None, "the layout of the result")],
       attrs_type="LayoutTransformAttrs", rel=layout_transform_rel, impl=layout_transform_ref,
       pattern=OpPattern.INJECTIVE, doc="Change the data layout (``NCHW`` <-> ``NCHW16c``).",
-      required=("src_layout", "dst_layout"))
+      required=("src_layout", "dst_layout"), grad=layout_transform_grad,
+      jvp=layout_transform_jvp)
