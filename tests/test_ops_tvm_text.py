@@ -190,6 +190,7 @@ def _iv(*values: int, dtype: str = "int64") -> np.ndarray:
     ("dyn.strided_slice", [T(5, 6, 7)] + [T(2, dtype="int64")] * 3, {}, T(ANY, ANY, 7)),
     ("dyn.expand_dims", [T(5, 6), T(dtype="int32")], {"num_newaxis": 2}, T(ANY, ANY, ANY, ANY)),
     ("dyn.squeeze", [T(1, 6, 1), T(2, dtype="int64")], {}, T(ANY)),
+    ("dyn.nn.pad", [T(1, 6, 1), T(3, 2, dtype="int64"), T()], {}, T(ANY, ANY, ANY)),
 ])
 def test_dyn_relations_follow_tvm(name, args, attrs, want):  # type: ignore[no-untyped-def]
     assert rel(name, *args, **attrs) == want
@@ -205,6 +206,8 @@ def test_dyn_relations_follow_tvm(name, args, attrs, want):  # type: ignore[no-u
     ("dyn.squeeze", [T(1, 1), T(3, dtype="int64")], "3 axes to remove from a tensor of rank 2"),
     ("dyn.strided_slice", [T(5, 6), T(2, dtype="int64"), T(1, dtype="int64"),
                            T(2, dtype="int64")], "must have the same length"),
+    ("dyn.nn.pad", [T(5, 6), T(3, 2, dtype="int64"), T()], "must have shape (2, 2)"),
+    ("dyn.nn.pad", [T(5, 6), T(2, 2, dtype="int64"), T(1)], "pad_value must be a scalar"),
 ])
 def test_dyn_relation_errors(name, args, msg):  # type: ignore[no-untyped-def]
     with pytest.raises(TypeInferenceError, match=re.escape(msg)):
@@ -231,6 +234,12 @@ def test_dyn_values_match_the_static_ops():
     assert e.shape == (2, 3, 4, 1, 1)
     q = run("dyn.squeeze", x.reshape(1, 2, 1, 12), _iv(0, -2))
     assert q.shape == (2, 12)
+    pw = np.array([[0, 1], [2, 0], [1, 1]], "int32")
+    p = run("dyn.nn.pad", x, pw, np.array(9, "float32"))
+    np.testing.assert_array_equal(p, run("nn.pad", x, np.array(9, "float32"),
+                                         pad_width=[[0, 1], [2, 0], [1, 1]]))
+    p = run("dyn.nn.pad", x, pw, np.array(0, "float32"), pad_mode="edge")
+    np.testing.assert_array_equal(p, np.pad(x, [(0, 1), (2, 0), (1, 1)], mode="edge"))
 
 
 @pytest.mark.parametrize("name,args,msg", [
@@ -330,6 +339,7 @@ def _eval_rule(params, exprs):  # type: ignore[no-untyped-def]
     ("dyn.broadcast_to", (3, 1), [_iv(2, 3, 4)], {}),
     ("dyn.tile", (3, 2), [_iv(2, 1, 3)], {}),
     ("dyn.strided_slice", (5, 4), [_iv(1), _iv(5), _iv(2)], {}),
+    ("dyn.nn.pad", (3, 2), [np.array([[1, 0], [2, 1]], "int64"), np.array(0.0)], {}),
 ])
 def test_jvp_rules_of_linear_ops(name, x, args, attrs):  # type: ignore[no-untyped-def]
     """Every op here is linear in its data: the tangent of f at x along d is f(d)."""

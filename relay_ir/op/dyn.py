@@ -3,7 +3,7 @@
 Relay's ``DynamicToStatic`` pass rewrites ``dyn.reshape(%x, %s)`` into ``reshape`` when ``%s``
 is a constant; a program that computes its shapes at run time keeps the ``dyn.*`` form. Each
 op here takes the shape (``newshape``, ``shape``, ``reps``, ``begin``/``end``/``strides``,
-``axis``, ``axes``) as a tensor argument instead of an attribute.
+``axis``, ``axes``, ``pad_width``) as a tensor argument instead of an attribute.
 
 Type relations follow TVM's convention: the result has a known rank -- read from the static
 length of the 1-d shape tensor -- and every dimension that depends on the tensor's values is
@@ -344,6 +344,49 @@ defop("dyn.squeeze", 2, attrs=[F("axis", "ints?", None, "unused (the axes are an
       attrs_type="SqueezeAttrs", rel=dyn_squeeze_rel, impl=dyn_squeeze_ref,
       pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
       doc="Remove the unit axes given as a 1-d integer tensor.")
+
+
+# ----------------------------------------------------------------------------- nn.pad
+def dyn_pad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.nn.pad(x, pad_width: Tensor[(rank x, 2), int], pad_value: 0-d)``: dims ``?``."""
+    ts = tensor_args(arg_types, ("data", "pad_width", "pad_value"))
+    if ts is None:
+        return None
+    x, pw, v = ts
+    op = "dyn.nn.pad"
+    if not is_int_dtype(pw.dtype):
+        raise TypeInferenceError(f"{op}: pad_width must be an integer tensor, found dtype "
+                                 f"{pw.dtype}")
+    if pw.ndim != 2 or not all(isinstance(d, int) for d in pw.shape) or (
+            tuple(pw.shape) != (x.ndim, 2)):
+        raise TypeInferenceError(f"{op}: pad_width must have shape ({x.ndim}, 2) (one "
+                                 f"(before, after) pair per axis), found {pw.shape}")
+    if v.ndim != 0:
+        raise TypeInferenceError(f"{op}: pad_value must be a scalar, found rank {v.ndim}")
+    if attrs.pad_mode not in ("constant", "edge", "reflect"):
+        raise TypeInferenceError(f"{op}: unknown pad_mode {attrs.pad_mode!r}")
+    return TensorType(_any(x.ndim), x.dtype)
+
+
+def dyn_pad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``np.pad`` with the runtime pad widths (constant, edge or reflect)."""
+    x, pw, v = args
+    flat = runtime_ints(pw, "dyn.nn.pad", "pad_width", nonneg=True)
+    widths = [(flat[2 * i], flat[2 * i + 1]) for i in range(x.ndim)]
+    if attrs.pad_mode == "constant":
+        return np.pad(x, widths, constant_values=np.asarray(v, x.dtype))
+    return np.pad(x, widths, mode=attrs.pad_mode)
+
+
+def _pad_jvp(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
+    # pad is linear in (data, pad_value) jointly: pad(dx, pad_width, dv)
+    return Call(call.op, (tangents[0], call.args[1], tangents[2]), call.attrs)
+
+
+defop("dyn.nn.pad", 3, attrs=[F("pad_width", "any", None, "unused (an argument here)"),
+                              F("pad_mode", "str", "constant", "constant, edge or reflect")],
+      attrs_type="PadAttrs", rel=dyn_pad_rel, impl=dyn_pad_ref, pattern=OpPattern.INJECTIVE,
+      jvp=_pad_jvp, doc="Pad with widths given as an (N, 2) integer tensor.")
 
 
 __all__ = ["shape_arg_length", "runtime_ints"]
