@@ -525,6 +525,66 @@ def test_tvm_onnx_loop_with_dyn_broadcast_to():
     np.testing.assert_allclose(y2, [1.5])
 
 
+# From TVM's AOT tests (tests/python/relay/aot/test_cpp_aot.py, test_conv2d): a quantized
+# network, uint8 data and int8 weights convolved into int32, pooled, narrowed to int8 and
+# convolved again (int8 x int8 into int32).
+AOT_CONV2D = """def @main(%data : Tensor[(1, 3, 64, 64), uint8], %weight : Tensor[(3, 3, 5, 5), int8]) {
+    %1 = nn.conv2d(
+         %data,
+         %weight,
+         padding=[2, 2],
+         channels=3,
+         kernel_size=[5, 5],
+         data_layout="NCHW",
+         kernel_layout="OIHW",
+         out_dtype="int32");
+    %2 = cast(nn.max_pool2d(%1, pool_size=[3, 3]), dtype="int8");
+    %3 = nn.conv2d(
+         %2,
+         %weight,
+         padding=[2, 2],
+         channels=3,
+         kernel_size=[5, 5],
+         data_layout="NCHW",
+         kernel_layout="OIHW",
+         out_dtype="int32");
+    %4 = nn.max_pool2d(%3, pool_size=[3, 3]);
+    %4
+}
+"""
+
+
+def _np_conv_int(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+    """Direct NCHW/OIHW convolution in int64, one output pixel at a time."""
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    k = w.shape[2]
+    oh, ow = xp.shape[2] - k + 1, xp.shape[3] - k + 1
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow), np.int64)
+    for i in range(oh):
+        for j in range(ow):
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", xp[:, :, i:i + k, j:j + k],
+                                        w.astype(np.int64))
+    return out
+
+
+def _np_max_pool3(x: np.ndarray) -> np.ndarray:
+    win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))
+    return win.max(axis=(4, 5))
+
+
+def test_tvm_aot_quantized_conv2d_network():
+    data = RNG.integers(0, 256, (1, 3, 64, 64)).astype("uint8")
+    weight = RNG.integers(-128, 128, (3, 3, 5, 5)).astype("int8")
+    typed, out = check_and_run(AOT_CONV2D, data, weight)
+    assert rly.astext(typed["main"].checked_type.ret_type) == "Tensor[(1, 3, 60, 60), int32]"
+    c1 = _np_conv_int(data, weight, 2)
+    assert np.abs(c1).max() > 2 ** 16  # int32 accumulation is needed
+    p1 = _np_max_pool3(c1).astype(np.int32).astype(np.int8)  # cast wraps, as in TVM
+    want = _np_max_pool3(_np_conv_int(p1, weight, 2))
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, want)
+
+
 # From TVM's device-planning tests (tests/python/relay/test_pass_plan_devices.py): the inputs
 # of test_left_add_on_cpu_via_copy and test_let_on_cpu, with virtual devices as metadata.
 PLAN_DEVICES_COPY = """def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), float32],
