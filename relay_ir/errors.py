@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from relay_ir.span import Span
+from relay_ir.span import Span, escape_control
 
 
 class DiagnosticError(Exception):
@@ -24,7 +24,7 @@ class DiagnosticError(Exception):
 
     def __str__(self) -> str:
         head = f"{self.span}: {self.kind}: {self.message}" if self.span else self.message
-        parts = [head]
+        parts = [escape_control(head)]
         if self.span is not None:
             ctx = self.span.print_with_context()
             if ctx:

@@ -387,6 +387,9 @@ _REF_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 _KEYWORDS = frozenset(("let", "fn", "def", "if", "else", "type", "match", "extern", "free_var",
                        "ref", "ref_read", "ref_write", "Tensor"))
 _MODE_MODULE, _MODE_EXPR, _MODE_TYPE = 0, 1, 2
+# operators and types that only exist after TVM's lowering passes
+_LOWERING_PREFIXES = ("memory.", "vm.")
+_LOWERING_TYPES = frozenset(("Storage",))
 
 
 def _attrs_dict(items: list[_Attr]) -> dict[str, Any]:
@@ -415,6 +418,62 @@ def _attrs_key(items: list[_Attr]) -> tuple | None:
         else:
             return None
     return tuple(out)
+
+
+# ----------------------------------------------------------------------------- dtypes
+# TVM's DataType parser reads `<kind><bits>?(x<lanes>)?`: a missing (or zero) width is 32
+# bits, so `int`, `uint` and `float` are int32, uint32 and float32; `bool` is exact.
+# `bfloat16` is known to annotations (TVM has it) though no operator computes with it.
+_DTYPE_RE = re.compile(r"(u?int|b?float)([0-9]*)(?:x([0-9]*))?\Z")
+_DTYPE_CACHE: dict[str, str] = {}
+
+
+def _known_dtypes() -> frozenset[str]:
+    from relay_ir.op._rules import DTYPES
+    return DTYPES | {"bfloat16"}
+
+
+def _canonical_dtype(name: str, span: Span | None) -> str:
+    """The canonical dtype a type annotation names (``int`` -> ``int32``); else a ParseError.
+
+    Follows TVM's DataType string rules; vector dtypes (``x`` lanes other than 1) and widths
+    relay_ir has no values for are refused with the list of known dtypes.
+    """
+    got = _DTYPE_CACHE.get(name)
+    if got is not None:
+        return got
+    known = _known_dtypes()
+    out = name if name in known else None
+    if out is None:
+        m = _DTYPE_RE.match(name)
+        if m is not None:
+            kind, bits, lanes = m.groups()
+            width = int(bits) if bits else 0
+            out = f"{kind}{width or (16 if kind == 'bfloat' else 32)}"
+            if lanes is not None:
+                if not lanes or int(lanes) == 0:
+                    raise ParseError(f"invalid lanes in dtype `{name}`: `x` must be followed by "
+                                     f"a positive number of lanes", span)
+                if int(lanes) != 1:
+                    raise ParseError(f"vector dtype `{name}` ({int(lanes)} lanes) is not "
+                                     f"supported: tensors have scalar dtypes (known dtypes: "
+                                     f"{', '.join(sorted(known))})", span)
+            if out not in known:
+                out = None
+    if out is None:
+        raise ParseError(f"unknown dtype `{name}` (known dtypes: {', '.join(sorted(known))}; "
+                         f"`int`, `uint` and `float` mean 32 bits)", span)
+    if len(_DTYPE_CACHE) < 1024:
+        _DTYPE_CACHE[name] = out
+    return out
+
+
+def _annotation(c: list, i: int) -> Type | None:
+    """The type annotation at ``c[i]``, if any; a bare ``_`` means "no annotation" (as in TVM)."""
+    if len(c) <= i:
+        return None
+    t = c[i]
+    return None if type(t) is IncompleteType else t
 
 
 # ----------------------------------------------------------------------------- builder
@@ -587,7 +646,7 @@ class _Builder:
 
     def param(self, c: list) -> Var:
         tok = c[0]
-        var = Var(tok[1:], c[1] if len(c) > 1 else None, span=self.span(tok, tok))
+        var = Var(tok[1:], _annotation(c, 1), span=self.span(tok, tok))
         self.push(str(tok), var)
         return var
 
@@ -706,7 +765,7 @@ class _Builder:
 
     def let_head(self, c: list) -> tuple:
         tok = c[1]
-        var = Var(tok[1:], c[2] if len(c) > 2 else None, span=self.tspan(tok))
+        var = Var(tok[1:], _annotation(c, 2), span=self.tspan(tok))
         self.push(str(tok), var)
         return (var, c[0])
 
@@ -735,7 +794,7 @@ class _Builder:
         if self.mode != _MODE_EXPR:
             raise ParseError("`free_var` declarations are only allowed in expressions "
                              "(parse_expr), not in module definitions", self.tspan(c[0]))
-        var = Var(tok[1:], c[2] if len(c) > 2 else None, span=self.tspan(tok))
+        var = Var(tok[1:], _annotation(c, 2), span=self.tspan(tok))
         self.push(str(tok), var)
         return (_FREE,)
 
@@ -753,9 +812,22 @@ class _Builder:
             from relay_ir.op import lookup_opdef
             od = lookup_opdef(name)
             if od is None:
-                raise ParseError(f"operator `{name}` not found", self.tspan(tok))
+                raise ParseError(self._unknown_callee(name), self.tspan(tok))
             op = self.ops[name] = od.op
         return op
+
+    def _unknown_callee(self, name: str) -> str:
+        """The message for a name that is neither a constructor nor an operator."""
+        if name.startswith(_LOWERING_PREFIXES):
+            return (f"operator `{name}` is internal to TVM's lowering (memory planning and the "
+                    f"VM); relay_ir programs cannot use it")
+        import difflib
+        from relay_ir.op import list_ops
+        what = "operator" if "." in name else "constructor or operator"
+        names = [od.name for od in list_ops()] + list(self.ctors)
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = (" (did you mean " + " or ".join(f"`{c}`" for c in close) + "?)") if close else ""
+        return f"{what} `{name}` not found{hint}"
 
     def _default_attrs(self, op: Op) -> Attrs:
         a = self.default_attrs.get(op.name)
@@ -1091,7 +1163,7 @@ class _Builder:
     def pat_var(self, c: list) -> PatternVar:
         tok = c[0]
         sp = self.tspan(tok)
-        var = Var(tok[1:], c[1] if len(c) > 1 else None, span=sp)
+        var = Var(tok[1:], _annotation(c, 1), span=sp)
         self.push(str(tok), var)
         return PatternVar(var, span=sp)
 
@@ -1126,9 +1198,7 @@ class _Builder:
 
     def tensor_type(self, c: list) -> TensorType:
         tok = c[2]
-        if "." in tok or "/" in tok:
-            raise ParseError(f"invalid dtype `{tok}`", self.tspan(tok))
-        return TensorType(c[1], str(tok))
+        return TensorType(c[1], _canonical_dtype(str(tok), self.tspan(tok)))
 
     def _type_head(self, tok: Any) -> Type:
         name = str(tok)
@@ -1145,7 +1215,7 @@ class _Builder:
         tok = c[0]
         name = str(tok)
         if is_dtype_name(name) and not self.tscope.get(name):
-            return TensorType((), name)
+            return TensorType((), _canonical_dtype(name, self.tspan(tok)))
         head = self._type_head(tok)
         if type(head) is GlobalTypeVar:
             return TypeCall(head, ())
@@ -1308,6 +1378,9 @@ def _run(text: str, source_name: str, mode: int, init_module: IRModule | None,
          metadata: Mapping[str, Any] | None) -> tuple[Any, _Builder, SourceFile]:
     if not isinstance(text, str):
         raise TypeError(f"parse expects a str, got {type(text).__name__}")
+    if text.startswith("\ufeff"):
+        # NOTE: a UTF-8 byte order mark is dropped; columns of line 1 count from after it
+        text = text[1:]
     src = SourceFile(source_name, text)
     clean, meta_at = _preprocess(text, src)
     if mode != _MODE_TYPE:
@@ -1398,6 +1471,9 @@ def _guard(fn: Any) -> Any:
 def _check_names(st: Any, check_globals: bool) -> None:
     for name, span in st.tmention.items():
         if name not in st.types:
+            if name in _LOWERING_TYPES:
+                raise ParseError(f"type `{name}` is internal to TVM's lowering (memory "
+                                 f"planning and the VM); relay_ir programs cannot use it", span)
             raise ParseError(f"type `{name}` is not defined", span)
     if check_globals:
         for name, span in st.gmention.items():
@@ -1509,9 +1585,6 @@ def _open_brackets(clean: str, upto: int) -> list[tuple[str, int]]:
     return stack
 
 
-_EXPR_START = {"LOCAL", "NUMBER", "GLOBAL", "FN"}
-
-
 def _parser_expected(e: Any) -> set[str]:
     """The terminals the parser state accepts (the lexer's list also has always-accepted ones)."""
     st = getattr(e, "state", None)
@@ -1525,98 +1598,177 @@ def _parser_expected(e: Any) -> set[str]:
     return set(e.expected or ()) - {"WS"}
 
 
+# The syntax-error messages, as data: the first rule whose conditions all hold gives the
+# message. Messages are ``str.format`` templates over ``ch`` (the unexpected character),
+# ``val`` / ``shown`` (the unexpected token, whole / shortened), ``bare`` (``val`` without its
+# leading minus signs) and ``expected`` ("; expected one of: ..." or "").
+
+# (regex that must match at the unexpected character, message)
+_CHAR_RULES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(rx), msg) for rx, msg in (
+    (r"\r", "a carriage return (\\r) must be followed by a newline"),
+    (r"#\[", "unsupported attribute here: only the version header `#[version = \"0.0.5\"]` "
+              "(first line) and `#[metadata]` are allowed"),
+    (r"#", "`#` must start an attribute `#[...]`"),
+    (r'"', "unterminated string literal"),
+    (r"[^\x00-\x7f]", "unexpected character `{ch}` (identifiers are ASCII only; non-ASCII "
+                       "text is allowed in comments)"),
+    (r"%[ \t]", "`%` must be followed by a variable name or a number (Relay has no `%` "
+                "operator: for a remainder write `mod(a, b)`, or `floor_mod(a, b)`)"),
+    (r"%", "`%` must be followed by a variable name or a number"),
+    (r"@", "`@` must be followed by a global name"),
+    (r"", "unexpected character `{ch}`"),
+))
+
+
+class _Rule:
+    """One syntax-error rule: conditions on the unexpected token and the parser's expectations.
+
+    ``types`` / ``values``: the token's type / text is one of these; ``neg``: its text starts
+    with ``-``; ``expected_is``: the expected-terminal set equals one of these sets; ``needs``:
+    all of these are expected; ``needs_any``: one of these is expected; ``lacks``: none of these
+    is expected; ``before``: the text before the token matches this regex (at its end);
+    ``ends``: at end of input, the text ends with this string; ``brackets``: the rule is the
+    bracket-matching check (computed, see :func:`_bracket_error`).
+    """
+
+    __slots__ = ("message", "types", "values", "neg", "expected_is", "needs", "needs_any",
+                 "lacks", "before", "ends", "brackets")
+
+    def __init__(self, message: str, *, types: tuple[str, ...] = (),
+                 values: tuple[str, ...] = (), neg: bool = False,
+                 expected_is: tuple[frozenset[str], ...] = (), needs: tuple[str, ...] = (),
+                 needs_any: tuple[str, ...] = (), lacks: tuple[str, ...] = (),
+                 before: str | None = None, ends: str | None = None, brackets: bool = False):
+        self.message = message
+        self.types = frozenset(types)
+        self.values = frozenset(values)
+        self.neg = neg
+        self.expected_is = expected_is
+        self.needs = frozenset(needs)
+        self.needs_any = frozenset(needs_any)
+        self.lacks = frozenset(lacks)
+        self.before = re.compile(before + r"\Z") if before is not None else None
+        self.ends = ends
+        self.brackets = brackets
+
+    def matches(self, ttype: str, val: str, expected: set[str], before: str) -> bool:
+        """True if every condition of the rule holds."""
+        return ((not self.types or ttype in self.types)
+                and (not self.values or val in self.values)
+                and (not self.neg or val.startswith("-"))
+                and (not self.expected_is or expected in self.expected_is)
+                and self.needs <= expected
+                and (not self.needs_any or not self.needs_any.isdisjoint(expected))
+                and self.lacks.isdisjoint(expected)
+                and (self.before is None or self.before.search(before) is not None)
+                and (self.ends is None or before.endswith(self.ends)))
+
+
+_EXPR_START = ("LOCAL", "NUMBER", "GLOBAL", "FN")
+_ELSE_ONLY = (frozenset({"ELSE"}),)
+
+# At end of input (``before`` is the text without trailing whitespace).
+_END_RULES: tuple[_Rule, ...] = (
+    _Rule("", brackets=True),
+    _Rule("the input ends where `else` is expected: an `if` needs an `else` branch "
+          "(`if (c) {{ a }} else {{ b }}`)", expected_is=_ELSE_ONLY),
+    _Rule("the input ends after `;`: a `let`, graph binding or `a;` statement must be followed "
+          "by an expression", ends=";"),
+    _Rule("unexpected end of input{expected}"),
+)
+
+# At an unexpected token.
+_TOKEN_RULES: tuple[_Rule, ...] = (
+    _Rule("unary minus is not supported; use negative(...) (or glue `-` to a number literal: "
+          "`-1f`)", types=("BINOP",), values=("-",), needs_any=_EXPR_START),
+    _Rule("`{val}` reads as a negative literal; to subtract, put a space after the minus: "
+          "`- {bare}`", types=("NUMBER", "INF"), neg=True, needs=("BINOP",)),
+    _Rule("`let` binds local variables (`%x`), not globals", types=("GLOBAL",),
+          expected_is=(frozenset({"LOCAL"}),)),
+    _Rule("expected a local variable (`%x`) but found `{shown}`",
+          expected_is=(frozenset({"LOCAL"}),)),
+    _Rule("a `{{ ... }}` block cannot be used directly as a let or graph binding value; wrap it "
+          "in parentheses", types=("LBRACE",), needs_any=_EXPR_START),
+    _Rule("expected `{{` but found `{shown}`: function bodies and if/else branches need braces "
+          "`{{ ... }}`", expected_is=(frozenset({"LBRACE"}), frozenset({"LBRACE", "ARROW"}))),
+    _Rule("expected `else` but found `{shown}`: an `if` needs an `else` branch "
+          "(`if (c) {{ a }} else {{ b }}`)", expected_is=_ELSE_ONLY),
+    _Rule("an `extern type` has no constructors (drop the `{{ ... }}`)", types=("LBRACE",),
+          needs=("DEF",)),
+    _Rule("unexpected `=`: bind a local variable with `let %x = ...;` (only graph variables "
+          "`%0 = ...;` are bound without `let`)", types=("EQUAL",),
+          before=r"%[A-Za-z_][A-Za-z0-9_/]*\s*"),
+    _Rule("unexpected attribute: the version header `#[version = \"0.0.5\"]` must come first, "
+          "and `#[metadata]` last", types=("ATTRIBUTE",)),
+    _Rule("", brackets=True),
+    _Rule("unexpected `;`{expected} (a `let` or `a;` statement must be followed by an "
+          "expression)", types=("SEMI",), lacks=("SEMI",)),
+    _Rule("expected `;` after the bound value, found `{shown}`", needs=("SEMI", "BINOP"),
+          before=r"(?:\blet\s+%[A-Za-z_][A-Za-z0-9_/]*[^=;]*|%[0-9]+\s*)=[^;(){}\[\]=]*"),
+    _Rule("unexpected `{shown}`{expected}"),
+)
+
+
+def _bracket_error(clean: str, upto: int, val: str | None, expected: set[str],
+                   src: SourceFile, sp: Span) -> ParseError | None:
+    """An error about an unclosed / mismatched bracket before offset ``upto``, if there is one.
+
+    ``val`` is the unexpected token's text (None at end of input).
+    """
+    if val is None:
+        stack = _open_brackets(clean, upto)
+        if not stack:
+            return None
+        ch, off = stack[-1]
+        return ParseError(f"unclosed `{ch}`: the input ends before its matching `{_OPEN[ch]}`",
+                          _offset_span(src, off, off + 1))
+    if val not in _CLOSE:
+        return None
+    stack = _open_brackets(clean, upto)
+    if stack and _OPEN[stack[-1][0]] != val:
+        ch, off = stack[-1]
+        line, col = _pos(src.text, off)
+        return ParseError(f"unexpected `{val}`: the `{ch}` at {line}:{col} is still open"
+                          + _expected_text(expected), sp)
+    if not stack:
+        return ParseError(f"unmatched `{val}`", sp)
+    return None
+
+
 def _syntax_error(e: Any, clean: str, src: SourceFile) -> ParseError:
+    """The ParseError for a Lark syntax error: the first matching rule of the tables above."""
     from lark.exceptions import UnexpectedCharacters, UnexpectedToken
     if isinstance(e, UnexpectedCharacters):
         pos = e.pos_in_stream
         ch = clean[pos] if 0 <= pos < len(clean) else ""
         sp = _offset_span(src, pos, pos + 1)
-        if ch == "\r":
-            return ParseError("a carriage return (\\r) must be followed by a newline", sp)
-        if ch == "#":
-            if clean.startswith("#[", pos):
-                return ParseError("unsupported attribute here: only the version header "
-                                  "`#[version = \"0.0.5\"]` (first line) and `#[metadata]` "
-                                  "are allowed", sp)
-            return ParseError("`#` must start an attribute `#[...]`", sp)
-        if ch == '"':
-            return ParseError("unterminated string literal", sp)
-        if ch and ord(ch) > 127:
-            return ParseError(f"unexpected character `{ch}` (identifiers are ASCII only; "
-                              f"non-ASCII text is allowed in comments)", sp)
-        if ch == "%":
-            return ParseError("`%` must be followed by a variable name or a number", sp)
-        if ch == "@":
-            return ParseError("`@` must be followed by a global name", sp)
-        return ParseError(f"unexpected character `{ch}`", sp)
+        for rx, msg in _CHAR_RULES:
+            if rx.match(clean, pos) is not None:
+                return ParseError(msg.format(ch=ch), sp)
     if isinstance(e, UnexpectedToken):
         tok = e.token
         expected = _parser_expected(e)
         ttype = tok.type
         if ttype == "$END":
-            stack = _open_brackets(clean, len(clean))
-            if stack:
-                ch, off = stack[-1]
-                return ParseError(f"unclosed `{ch}`: the input ends before its matching "
-                                  f"`{_OPEN[ch]}`", _offset_span(src, off, off + 1))
             end = len(clean.rstrip())
             sp = _offset_span(src, max(end - 1, 0), end)
-            if expected == {"ELSE"}:
-                return ParseError("the input ends where `else` is expected: an `if` needs an "
-                                  "`else` branch (`if (c) { a } else { b }`)", sp)
-            if clean[:end].endswith(";"):
-                return ParseError("the input ends after `;`: a `let`, graph binding or `a;` "
-                                  "statement must be followed by an expression", sp)
-            return ParseError("unexpected end of input" + _expected_text(expected), sp)
-        sp = Span(src, tok.line, tok.column, tok.end_line, tok.end_column)
-        val = str(tok)
-        shown = val if len(val) <= 40 else val[:37] + "..."
-        if ttype == "BINOP" and val == "-" and expected & _EXPR_START:
-            return ParseError("unary minus is not supported; use negative(...) (or glue `-` "
-                              "to a number literal: `-1f`)", sp)
-        if ttype in ("NUMBER", "INF") and val.startswith("-") and "BINOP" in expected:
-            return ParseError(f"`{val}` reads as a negative literal; to subtract, put a space "
-                              f"after the minus: `- {val.lstrip('-')}`", sp)
-        if expected == {"LOCAL"}:
-            if ttype == "GLOBAL":
-                return ParseError("`let` binds local variables (`%x`), not globals", sp)
-            return ParseError(f"expected a local variable (`%x`) but found `{shown}`", sp)
-        if ttype == "MATCH" and expected & _EXPR_START:
-            return ParseError("a `match` cannot be used directly as a let or graph binding "
-                              "value; wrap it in parentheses: `(match ...)`", sp)
-        if ttype == "LBRACE" and expected & _EXPR_START:
-            return ParseError("a `{ ... }` block cannot be used directly as a let or graph "
-                              "binding value; wrap it in parentheses", sp)
-        if expected == {"LBRACE"} or expected == {"LBRACE", "ARROW"}:
-            return ParseError(f"expected `{{` but found `{shown}`: function bodies and if/else "
-                              f"branches need braces `{{ ... }}`", sp)
-        if expected == {"ELSE"}:
-            return ParseError(f"expected `else` but found `{shown}`: an `if` needs an `else` "
-                              f"branch (`if (c) {{ a }} else {{ b }}`)", sp)
-        if ttype == "LBRACE" and "DEF" in expected:
-            return ParseError("an `extern type` has no constructors (drop the `{ ... }`)", sp)
-        if ttype == "EQUAL" and re.search(r"%[A-Za-z_][A-Za-z0-9_/]*\s*\Z",
-                                          clean[:tok.start_pos or 0]):
-            return ParseError("unexpected `=`: bind a local variable with `let %x = ...;` "
-                              "(only graph variables `%0 = ...;` are bound without `let`)", sp)
-        if ttype == "ATTRIBUTE":
-            return ParseError("unexpected attribute: the version header `#[version = "
-                              "\"0.0.5\"]` must come first, and `#[metadata]` last", sp)
-        if ttype in ("RPAR", "RBRACE", "RSQB") or val in (")", "}", "]"):
-            stack = _open_brackets(clean, tok.start_pos if tok.start_pos is not None else 0)
-            if stack and _OPEN[stack[-1][0]] != val:
-                ch, off = stack[-1]
-                line, col = _pos(src.text, off)
-                return ParseError(f"unexpected `{val}`: the `{ch}` at {line}:{col} is still "
-                                  f"open" + _expected_text(expected), sp)
-            if not stack:
-                return ParseError(f"unmatched `{val}`", sp)
-        if ttype == "SEMI" and "SEMI" not in expected:
-            return ParseError("unexpected `;`" + _expected_text(expected) + " (a `let` or "
-                              "`a;` statement must be followed by an expression)", sp)
-        if "SEMI" in expected and "BINOP" in expected and "RBRACE" not in expected \
-                and "RPAR" not in expected and "$END" not in expected \
-                and "COMMA" not in expected:
-            return ParseError(f"expected `;` after the bound value, found `{shown}`", sp)
-        return ParseError(f"unexpected `{shown}`" + _expected_text(expected), sp)
+            rules, val, before = _END_RULES, None, clean[:end]
+            upto = len(clean)
+        else:
+            sp = Span(src, tok.line, tok.column, tok.end_line, tok.end_column)
+            val = str(tok)
+            upto = tok.start_pos if tok.start_pos is not None else 0
+            rules, before = _TOKEN_RULES, clean[:upto]
+        text = val or ""
+        fields = {"val": text, "shown": text if len(text) <= 40 else text[:37] + "...",
+                  "bare": text.lstrip("-"), "expected": _expected_text(expected)}
+        for rule in rules:
+            if not rule.matches(ttype, text, expected, before):
+                continue
+            if rule.brackets:
+                err = _bracket_error(clean, upto, val, expected, src, sp)
+                if err is not None:
+                    return err
+                continue
+            return ParseError(rule.message.format(**fields), sp)
     return ParseError(f"syntax error: {e}", _offset_span(src, 0))

@@ -141,8 +141,10 @@ def _float_attr(v: float) -> str:
 
 
 # ----------------------------------------------------------------------------- names
-def _sanitize(name: str, prefix: str) -> str:
+def _sanitize(name: str, prefix: str, underscore: bool = False) -> str:
     name = _IDENT_BAD.sub("_", name)
+    if underscore and name.startswith("_"):
+        return name  # `%_`, `%_t`: local names may start with `_` (type names may not)
     if not name or not name[0].isalpha() or not name[0].isascii():
         name = prefix + name
     return name
@@ -425,7 +427,7 @@ class _Printer:
 
     # -- leaves -------------------------------------------------------------
     def bind_var(self, v: Var) -> str:
-        name = self.names.fresh(_sanitize(v.name_hint, "v"))
+        name = self.names.fresh(_sanitize(v.name_hint, "v", underscore=True))
         self.var_names[v] = name
         return "%" + name
 

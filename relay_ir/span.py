@@ -1,7 +1,22 @@
 """Source spans: where a node came from, and how to show it with a caret."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+# C0 controls except tab and newline, DEL and C1 controls: never echoed raw to a terminal
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape_char(m: re.Match) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
+def escape_control(text: str) -> str:
+    """``text`` with raw control characters (NUL, ESC, BEL, ...) shown as ``\\xNN``."""
+    if _CONTROL_RE.search(text) is None:
+        return text
+    return _CONTROL_RE.sub(_escape_char, text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,11 @@ class Span:
         else:
             width = max(len(text) - start, 1)
         width = max(1, min(width, max(len(text) - start, 1)))
+        # NOTE: control characters are escaped, so the caret is placed by escaped widths
+        shown = escape_control(text)
+        if shown is not text:
+            width = max(1, len(escape_control(text[start:start + width])))
+            start = len(escape_control(text[:start]))
         gutter = f"{self.line:>4} | "
         caret = " " * (len(gutter) - 2) + "| " + " " * start + "^" + "~" * (width - 1)
-        return f"{gutter}{text}\n{caret}"
+        return f"{gutter}{shown}\n{caret}"
