@@ -751,6 +751,8 @@ def layout_transform_shape(shape: Sequence[Dim], src: str, dst: str) -> tuple[Di
             out.append(ext)
             continue
         q = dim_div_exact(ext, factors[a])
+        if q is None and not isinstance(ext, int):
+            q = ANY  # a symbolic extent not provably divisible: known at run time
         if q is None:
             raise ShapeMismatchError(f"layout_transform: axis {a} of size {format_dim(ext)} "
                                      f"cannot be split by {factors[a]} for layout {dst!r}")
