@@ -304,7 +304,8 @@ def test_dyn_program_runtime_error_names_the_op():
 def test_dyn_zeros_and_ones_are_not_differentiable_and_reshape_has_a_rule():
     assert get_opdef("dyn.zeros").non_differentiable
     assert get_opdef("dyn.ones").non_differentiable
-    for name in ("dyn.reshape", "dyn.broadcast_to", "dyn.expand_dims", "dyn.squeeze"):
+    for name in ("dyn.reshape", "dyn.broadcast_to", "dyn.expand_dims", "dyn.squeeze",
+                 "dyn.full"):
         assert get_opdef(name).grad is not None, name
 
 
@@ -313,6 +314,7 @@ def test_dyn_zeros_and_ones_are_not_differentiable_and_reshape_has_a_rule():
     ("dyn.broadcast_to", (3, 1), _iv(2, 3, 4)),
     ("dyn.expand_dims", (3, 4), np.array(1, "int64")),
     ("dyn.squeeze", (1, 3, 1), _iv(0)),
+    ("dyn.full", (), _iv(2, 3)),
 ])
 def test_dyn_gradient_rules_are_vector_jacobian_products(name, x, arg):  # type: ignore
     """<g, f(x + eps d) - f(x)> / eps == <grad(g), d> for a linear op, exactly up to rounding."""

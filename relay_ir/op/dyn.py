@@ -201,10 +201,16 @@ def dyn_full_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.full(shape, v, dtype=attrs.dtype or v.dtype)
 
 
+def _full_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
+    # d/dv full(v, s) => sum(g) in v's dtype; the shape argument gets zeros
+    v, s = call.args[0], call.args[1]
+    return (make_call("cast_like", make_call("sum", g), v), make_call("zeros_like", s))
+
+
 defop("dyn.full", 2, attrs=[F("shape", "ints?", None, "unused (the shape is an argument)"),
                             F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=dyn_full_rel, impl=dyn_full_ref,
-      pattern=OpPattern.ELEMWISE, doc="A scalar filled into a shape given as a tensor.")
+      pattern=OpPattern.ELEMWISE, grad=_full_grad, doc="A scalar filled into a shape given as a tensor.")
 
 
 # ----------------------------------------------------------------------------- tile
