@@ -1,6 +1,7 @@
 """Layout-free shape transformations: reshape (codes 0/-1/-2/-3/-4), reshape_like, transpose,
 expand_dims, squeeze, concatenate, stack, split, take, strided_slice, broadcast_to(_like),
-collapse_sum_like/collapse_sum_to, reverse, tile, repeat.
+collapse_sum_like/collapse_sum_to, reverse, tile, repeat; and layout_transform between TVM
+layout strings (``NCHW`` <-> ``NCHW16c``: an upper-case primal axis, ``16c`` its inner 16).
 
 Relations compute with symbolic dimensions where the answer is decidable (``dim_mul`` for
 sizes, ``dim_div_exact`` for ``-1``, ``dim_add`` for concatenation) and fall back to ``?``
