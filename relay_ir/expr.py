@@ -57,10 +57,15 @@ class Expr(Node):
 # ----------------------------------------------------------------------------- leaves
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Var(Expr):
-    """A local variable ``%name``, bound by let, a function parameter or a pattern."""
+    """A local variable ``%name``, bound by let, a function parameter or a pattern.
+
+    ``attrs`` are a parameter's attributes (``%x {virtual_device=meta[VirtualDevice][0]}: T``):
+    kept and printed, but, like ``span``, never compared by structural equality or hashing.
+    """
 
     name_hint: str
     type_annotation: Type | None = None
+    attrs: Attrs = field(default=EMPTY_ATTRS, kw_only=True)
 
     @property
     def checked_type(self) -> Type:

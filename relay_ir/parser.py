@@ -58,7 +58,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.span import SourceFile, Span
-from relay_ir.tvm_metadata import decode_tvm_metadata, is_tvm_metadata
+from relay_ir.tvm_metadata import MetaRef, decode_tvm_metadata, is_tvm_metadata
 from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, IncompleteType, Kind, RefType, ShapeVar,
                          TensorType, TupleType, Type, TypeCall, TypeData, TypeVar, dim_add,
                          dim_mul, dim_sub, is_dtype_name)
@@ -646,9 +646,15 @@ class _Builder:
 
     def param(self, c: list) -> Var:
         tok = c[0]
-        var = Var(tok[1:], _annotation(c, 1), span=self.span(tok, tok))
+        if len(c) > 1 and type(c[1]) is Attrs:
+            var = Var(tok[1:], _annotation(c, 2), attrs=c[1], span=self.span(tok, tok))
+        else:
+            var = Var(tok[1:], _annotation(c, 1), span=self.span(tok, tok))
         self.push(str(tok), var)
         return var
+
+    def param_attrs(self, c: list) -> Attrs:
+        return Attrs(_attrs_dict(c)) if c else EMPTY_ATTRS
 
     def params(self, c: list) -> _Params:
         vars_ = tuple(x for x in c[1:] if type(x) is Var)
@@ -1001,9 +1007,30 @@ class _Builder:
         raise ParseError(f"invalid attribute value `{tok}`: attribute values are numbers, "
                          f"True/False, \"strings\", [lists] or None", self.tspan(tok))
 
-    def attr_meta(self, c: list) -> Any:
-        raise ParseError("metadata references are not supported as attribute values",
-                         self.tspan(c[0]))
+    def attr_meta(self, c: list) -> MetaRef:
+        tok = c[0]
+        m = _META_TOKEN_RE.match(tok)
+        assert m is not None
+        key, idx = m.group(1), int(m.group(2))
+        sp = self.tspan(tok)
+        if key == "relay.Constant":
+            raise ParseError("a `relay.Constant` cannot be an attribute value (attribute "
+                             "metadata references name other entries, e.g. "
+                             "`meta[VirtualDevice][0]`)", sp)
+        return MetaRef(key, idx, self._meta_entry(tok, key, idx, sp))
+
+    def _meta_entry(self, tok: Any, key: str, idx: int, sp: Span) -> Any:
+        """Entry ``idx`` of metadata list ``key``; a ParseError if there is none."""
+        if not self.meta:
+            raise ParseError(f"`{tok}` refers to the metadata section, but there is none "
+                             f"(add `#[metadata]` and a JSON table at the end)", sp)
+        items = self.meta.get(key)
+        if items is None:
+            raise ParseError(f"the metadata section has no `{key}` entries", sp)
+        if idx >= len(items):
+            raise ParseError(f"`{tok}` is out of range: the metadata section has {len(items)} "
+                             f"`{key}` entries", sp)
+        return items[idx]
 
     def attr_list(self, c: list) -> tuple:
         return tuple(c[1:])
@@ -1101,14 +1128,9 @@ class _Builder:
         if key != "relay.Constant":
             raise ParseError(f"unsupported metadata type key `{key}` in expression position "
                              f"(only relay.Constant)", sp)
-        items = self.meta.get(key)
-        if items is None:
-            raise ParseError(f"the metadata section has no `{key}` entries", sp)
-        if idx >= len(items):
-            raise ParseError(f"`{tok}` is out of range: the metadata section has {len(items)} "
-                             f"`{key}` entries", sp)
+        entry = self._meta_entry(tok, key, idx, sp)
         try:
-            arr = _decode_constant(items[idx])
+            arr = _decode_constant(entry)
         except ValueError as e:
             raise ParseError(f"bad metadata entry {key}[{idx}]: {e}", sp) from None
         self.meta_cache[(key, idx)] = arr

@@ -39,6 +39,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
 from relay_ir.module import IRModule
 from relay_ir.op import lookup_opdef
 from relay_ir.traversal import pattern_vars, same_scope_children, use_children
+from relay_ir.tvm_metadata import MetaRef
 from relay_ir.ty import (DimExpr, FuncType, GlobalTypeVar, IncompleteType, RefType,
                          ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData, TypeVar,
                          format_dim, is_dtype_name)
@@ -111,7 +112,8 @@ def _scalar_literal(data: np.ndarray) -> str | None:
     return None
 
 
-def _attr_value(v: Any) -> str:
+def _attr_value(v: Any, meta: dict[str, dict[int, Any]] | None = None) -> str:
+    """The text of an attribute value; metadata references are recorded in ``meta``."""
     if v is None:
         return "None"
     if isinstance(v, bool):
@@ -123,9 +125,13 @@ def _attr_value(v: Any) -> str:
     if isinstance(v, str):
         return f'"{v}"'
     if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(_attr_value(x) for x in v) + "]"
+        return "[" + ", ".join(_attr_value(x, meta) for x in v) + "]"
     if isinstance(v, np.generic):
         return _attr_value(v.item())
+    if isinstance(v, MetaRef):
+        if meta is not None:
+            meta.setdefault(v.key, {})[v.index] = v.value
+        return str(v)
     if isinstance(v, Type):
         return _TypePrinter().text(v)
     return f'"{v}"'
@@ -419,6 +425,7 @@ class _Printer:
         self.names = _Names()
         self.var_names: dict[Var, str] = {}
         self.meta: list[Constant] = []
+        self.meta_refs: dict[str, dict[int, Any]] = {}  # entries named by attribute values
         self.meta_index: dict[tuple, int] = {}
         self.types = _TypePrinter(reserved_types)
         self.unit: _Unit | None = None
@@ -440,7 +447,10 @@ class _Printer:
     def binder(self, v: Var) -> str:
         """``%x`` or ``%x: T`` at a binding site (parameter, pattern, free_var)."""
         text = self.bind_var(v)
-        if v.type_annotation is not None:
+        if v.attrs:
+            text += " {" + ", ".join(f"{k}={_attr_value(x, self.meta_refs)}"
+                                     for k, x in v.attrs.items()) + "}"
+        if v.type_annotation is not None and type(v.type_annotation) is not IncompleteType:
             text += ": " + self.types.text(v.type_annotation)
         return text
 
@@ -498,7 +508,8 @@ class _Printer:
                 lines.append(self.inline(cur.value, blk, _LETVAL) + ";")
             else:
                 name = self.bind_var(var)
-                if var.type_annotation is not None:
+                if var.type_annotation is not None \
+                        and type(var.type_annotation) is not IncompleteType:
                     name += ": " + self.types.text(var.type_annotation)
                 lines.append(f"let {name} = {self.inline(cur.value, blk, _LETVAL)};")
             cur = cur.body
@@ -631,11 +642,11 @@ class _Printer:
                 pairs = opdef.non_default_attrs(attrs)
             else:
                 pairs = list(attrs.items())
-            args.extend(f"{k}={_attr_value(v)}" for k, v in pairs)
+            args.extend(f"{k}={_attr_value(v, self.meta_refs)}" for k, v in pairs)
         elif attrs or attrs.type_key:
             if attrs.type_key:
                 args.append(f'attrs_type_key="{attrs.type_key}"')
-            args.extend(f"{k}={_attr_value(v)}" for k, v in attrs.items())
+            args.extend(f"{k}={_attr_value(v, self.meta_refs)}" for k, v in attrs.items())
         return f"{self.ref(op)}({', '.join(args)})"
 
     def signature(self, f: Function) -> str:
@@ -643,7 +654,7 @@ class _Printer:
         names = self.types.bind(f.type_params)
         tp = f"[{', '.join(names)}]" if names else ""
         params = [self.binder(p) for p in f.params]
-        params.extend(f"{k}={_attr_value(v)}" for k, v in f.attrs.items())
+        params.extend(f"{k}={_attr_value(v, self.meta_refs)}" for k, v in f.attrs.items())
         ret = f" -> {self.types.text(f.ret_type)}" if f.ret_type is not None else ""
         return f"{tp}({', '.join(params)}){ret}"
 
@@ -708,14 +719,37 @@ class _Printer:
         return f"def @{name}{sig} {{\n{body}\n}}"
 
     def metadata(self) -> str:
-        if not self.meta:
+        if not self.meta and not self.meta_refs:
             return ""
         if not self.show_meta:
-            return (f"/* meta data section omitted: {len(self.meta)} "
-                    f"constant{'s' if len(self.meta) != 1 else ''} */")
-        entries = [json.dumps(_encode_constant(c.data)) for c in self.meta]
-        body = ",\n    ".join(entries)
-        return f'#[metadata]\n{{\n  "relay.Constant": [\n    {body}\n  ]\n}}'
+            if not self.meta_refs:
+                return (f"/* meta data section omitted: {len(self.meta)} "
+                        f"constant{'s' if len(self.meta) != 1 else ''} */")
+            n = len(self.meta) + sum(len(v) for v in self.meta_refs.values())
+            return f"/* meta data section omitted: {n} entr{'ies' if n != 1 else 'y'} */"
+        tables: list[tuple[str, list[str]]] = []
+        if self.meta:
+            tables.append(("relay.Constant",
+                           [json.dumps(_encode_constant(c.data)) for c in self.meta]))
+        for key in sorted(self.meta_refs):
+            # NOTE: references keep their indices, so unreferenced slots are `null`
+            got = self.meta_refs[key]
+            tables.append((key, [json.dumps(got.get(i), default=_json_fallback)
+                                 for i in range(max(got) + 1)]))
+        body = ",\n".join(f"  {json.dumps(key)}: [\n    " + ",\n    ".join(entries) + "\n  ]"
+                          for key, entries in tables)
+        return f"#[metadata]\n{{\n{body}\n}}"
+
+
+def _json_fallback(v: Any) -> Any:
+    """JSON for a metadata entry that is not JSON already (arrays; other objects by text)."""
+    if isinstance(v, np.ndarray):
+        return _encode_constant(v)
+    if isinstance(v, Constant):
+        return _encode_constant(v.data)
+    if isinstance(v, np.generic):
+        return v.item()
+    return str(v)
 
 
 def _encode_constant(a: np.ndarray) -> dict[str, Any]:

@@ -6,7 +6,9 @@ types) are matched where they are bound; a free variable must be the very same o
 ``map_free_vars=True``. Sharing is part of the structure: a compound node used twice on one
 side must correspond to one node used twice on the other (as the graph form ``%0 = ...``
 prints it). Globals, type names and constructors compare by name; constants by dtype, shape
-and bytes; attributes by value. Spans and inferred types are ignored.
+and bytes; attributes by value. Spans, inferred types and a variable's ``attrs`` (parameter
+attributes such as ``virtual_device``) are ignored. A variable annotated with a bare ``_``
+(an :class:`IncompleteType`) equals an unannotated one, as in TVM.
 """
 from __future__ import annotations
 
@@ -103,7 +105,7 @@ class _Equal:
                 self.type(x, y, path, stack)
             elif kind == "bindvar":
                 self.bind(x, y, path)
-                self.opt_type(x.type_annotation, y.type_annotation, (path, ":type"), stack)
+                self.opt_type(_annotation(x), _annotation(y), (path, ":type"), stack)
             elif kind == "bindpat":
                 self.pattern(x, y, path, stack)
             elif kind == "bindtparams":
@@ -348,6 +350,12 @@ def _map_dim(d: DimExpr, lmap: dict[int, Any]) -> Any:
     return out
 
 
+def _annotation(v: Var) -> Type | None:
+    """``v``'s annotation; a bare ``_`` (incomplete type) counts as none."""
+    t = v.type_annotation
+    return None if type(t) is IncompleteType else t
+
+
 def _name(x: Any) -> str:
     if isinstance(x, Var):
         return f"%{x.name_hint}"
@@ -438,7 +446,7 @@ def structural_hash(x: Any, map_free_vars: bool = False) -> int:
 
     def phash(p: Pattern) -> int:
         if isinstance(p, PatternVar):
-            return hash(("pv", num(p.var), thash(p.var.type_annotation)))
+            return hash(("pv", num(p.var), thash(_annotation(p.var))))
         if isinstance(p, PatternConstructor):
             return hash(("pc", p.constructor.name_hint, tuple(phash(q) for q in p.patterns)))
         if isinstance(p, PatternTuple):
@@ -457,7 +465,7 @@ def structural_hash(x: Any, map_free_vars: bool = False) -> int:
     for node in post_order(x):
         t = type(node)
         if t is Var:
-            h = hash(("var", num(node), thash(node.type_annotation)))
+            h = hash(("var", num(node), thash(_annotation(node))))
         elif t is GlobalVar:
             h = hash(("gv", node.name_hint))
         elif t is Op:

@@ -15,20 +15,39 @@ indexes ``b64ndarrays``. Each blob is a serialized DLTensor: u64 magic ``0xDD5E4
 u64 reserved, device (i32 type, i32 id), i32 ndim, dtype (u8 code, u8 bits, u16 lanes),
 i64 shape[ndim], i64 byte size, then the little-endian data.
 
-Only tensor constants are decoded (``relay.Constant``); entries of other type keys are kept as
-``None`` so that indices stay right, and using one is reported by the parser.
+Tensor constants (``relay.Constant``) are decoded to arrays and ``VirtualDevice`` nodes to
+dicts (``device_type_int``, ``virtual_device_id``, ``memory_scope``; the target is not kept);
+entries of other type keys are kept as ``None`` so that indices stay right, and using one is
+reported by the parser. :class:`MetaRef` is an attribute value that refers to an entry.
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 DLTENSOR_MAGIC = 0xDD5E40F096B4A13F
 _DTYPE_CODES = {0: "int", 1: "uint", 2: "float"}
+
+
+@dataclass(frozen=True, slots=True)
+class MetaRef:
+    """An attribute value ``meta[key][index]``: a metadata entry, printed back as written.
+
+    Equality and hashing use ``key`` and ``index`` only; ``value`` is the entry (a JSON value,
+    or whatever the ``metadata=`` argument of the parser supplied).
+    """
+
+    key: str
+    index: int
+    value: Any = field(default=None, compare=False, hash=False)
+
+    def __str__(self) -> str:
+        return f"meta[{self.key}][{self.index}]"
 
 
 def is_tvm_metadata(obj: Any) -> bool:
@@ -108,6 +127,9 @@ def decode_tvm_metadata(obj: dict) -> dict[str, list[np.ndarray | None]]:
         entries: list[np.ndarray | None] = []
         for item in arr.get("data", []):
             n = node(item)
+            if n.get("type_key") == "VirtualDevice":
+                entries.append(_virtual_device(n, node))
+                continue
             if n.get("type_key") != "relay.Constant":
                 entries.append(None)
                 continue
@@ -118,4 +140,22 @@ def decode_tvm_metadata(obj: dict) -> dict[str, list[np.ndarray | None]]:
                 raise ValueError(f"relay.Constant node {item} has no valid tensor data") from None
             entries.append(decode_dltensor(blob))
         out[key] = entries
+    return out
+
+
+def _virtual_device(n: dict, node: Any) -> dict[str, Any]:
+    """The fields of a ``VirtualDevice`` node (its target is not kept)."""
+    attrs = n.get("attrs", {})
+    if not isinstance(attrs, dict):
+        raise ValueError("a VirtualDevice node needs an `attrs` object")
+    out: dict[str, Any] = {}
+    for key in ("device_type_int", "virtual_device_id"):
+        try:
+            out[key] = int(attrs.get(key, -1))
+        except (TypeError, ValueError):
+            raise ValueError(f"VirtualDevice field `{key}` is not an integer") from None
+    scope = attrs.get("memory_scope", "")
+    if isinstance(scope, str) and scope.isdigit():
+        scope = node(scope).get("repr_str", "")  # a reference to a String node
+    out["memory_scope"] = scope if isinstance(scope, str) else ""
     return out

@@ -192,7 +192,8 @@ def _test_module_strings() -> list[str]:
     out: set[str] = set()
     here = os.path.dirname(os.path.abspath(__file__))
     for name in ("test_parser.py", "test_parse_errors.py", "test_parse_fuzz.py",
-                 "test_printer.py", "test_roundtrip.py", "test_pattern.py"):
+                 "test_printer.py", "test_roundtrip.py", "test_pattern.py",
+                 "test_text_hardening.py"):
         path = os.path.join(here, name)
         if not os.path.exists(path):
             continue

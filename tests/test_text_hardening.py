@@ -12,6 +12,7 @@ from relay_ir.expr import Let
 from relay_ir.parser import parse, parse_expr, parse_type
 from relay_ir.printer import astext
 from relay_ir.structural import structural_equal
+from relay_ir.tvm_metadata import MetaRef
 from relay_ir.ty import TensorType
 
 H = '#[version = "0.0.5"]\n'
@@ -195,3 +196,89 @@ def test_every_syntax_error_rule_is_reachable():
         assert any(re.fullmatch(pattern, m, re.S) for m in seen), tpl
     assert any("is still open" in m for m in seen) and any("unmatched" in m for m in seen)
     assert any(m.startswith("unclosed `{`") for m in seen)
+
+
+# ----------------------------------------------------------------------------- 4. attributes
+VD = ('#[metadata]\n{"VirtualDevice": [{"device_type_int": 1, "virtual_device_id": 0, '
+      '"memory_scope": ""}, {"device_type_int": 2, "virtual_device_id": 0, '
+      '"memory_scope": "global"}]}\n')
+PARAM_ATTRS = (H + "def @main(%x {virtual_device=meta[VirtualDevice][0]}: Tensor[(2), float32], "
+               "%y {}: float32, %z {a=1, b=\"s\"}, virtual_device=meta[VirtualDevice][1]) {\n"
+               "  add(%x, %y)\n}\n" + VD)
+
+
+def test_parameter_attributes_are_kept_on_the_var():
+    f = parse(PARAM_ATTRS)["main"]
+    x, y, z = f.params
+    ref = x.attrs["virtual_device"]
+    assert isinstance(ref, MetaRef) and (ref.key, ref.index) == ("VirtualDevice", 0)
+    assert ref.value == {"device_type_int": 1, "virtual_device_id": 0, "memory_scope": ""}
+    assert x.type_annotation == TensorType((2,), "float32")
+    assert not y.attrs and y.type_annotation == TensorType((), "float32")
+    assert dict(z.attrs) == {"a": 1, "b": "s"} and z.type_annotation is None
+    assert f.attrs["virtual_device"].value["memory_scope"] == "global"
+
+
+def test_parameter_attributes_and_metadata_refs_print_back():
+    m = parse(PARAM_ATTRS)
+    text = astext(m)
+    assert text.splitlines()[1] == (
+        "def @main(%x {virtual_device=meta[VirtualDevice][0]}: Tensor[(2), float32], "
+        "%y: float32, %z {a=1, b=\"s\"}, virtual_device=meta[VirtualDevice][1]) {")
+    assert text.endswith(
+        '#[metadata]\n{\n  "VirtualDevice": [\n'
+        '    {"device_type_int": 1, "virtual_device_id": 0, "memory_scope": ""},\n'
+        '    {"device_type_int": 2, "virtual_device_id": 0, "memory_scope": "global"}\n'
+        '  ]\n}\n')
+    again = parse(text)
+    assert structural_equal(again, m) and astext(again) == text
+    assert again["main"].params[0].attrs == m["main"].params[0].attrs
+
+
+def test_var_attrs_are_not_compared_structurally():
+    # NOTE: the documented choice: like spans, parameter attributes are annotations
+    a = parse_expr("fn (%x {virtual_device=meta[VirtualDevice][0]}) { %x }\n" + VD)
+    b = parse_expr("fn (%x) { %x }")
+    assert structural_equal(a, b)
+    from relay_ir.structural import structural_hash
+    assert structural_hash(a) == structural_hash(b)
+
+
+def test_metadata_refs_in_call_attrs_print_back_with_their_index():
+    text = (H + "def @f(%x: int32) { %x }\n"
+            "def @main() { @f(1, attrs_type_key=\"DictAttrs\", "
+            "virtual_device=meta[VirtualDevice][1]) }\n" + VD)
+    m = parse(text)
+    call = m["main"].body
+    assert call.attrs["virtual_device"] == MetaRef("VirtualDevice", 1)
+    out = astext(m)
+    assert "virtual_device=meta[VirtualDevice][1])" in out
+    # the unreferenced slot 0 is kept as null so that the index stays right
+    assert '"VirtualDevice": [\n    null,\n    {"device_type_int": 2' in out
+    assert structural_equal(parse(out), m)
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("fn (%x {vd=meta[VirtualDevice][0]}) { %x }", "there is none"),
+    ("fn (%x {vd=meta[VirtualDevice][2]}) { %x }\n" + VD, "out of range"),
+    ("fn (%x {vd=meta[Target][0]}) { %x }\n" + VD, "no `Target` entries"),
+    ("fn (%x {vd=meta[relay.Constant][0]}) { %x }\n" + VD, "cannot be an attribute value"),
+    ("fn (%x {a=1, a=2}) { %x }", "attribute `a` is given twice"),
+    ("fn (%x {a}) { %x }", "unexpected"),
+])
+def test_bad_parameter_attributes(text, msg):
+    assert msg in _error(parse_expr, text).message
+
+
+def test_tvm_metadata_virtual_devices_are_read():
+    # NOTE: the object-graph JSON layout TVM's printer writes (String nodes for the scope)
+    meta = ('{"root": 1, "nodes": [{"type_key": ""}, '
+            '{"type_key": "Map", "keys": ["VirtualDevice"], "data": [2]}, '
+            '{"type_key": "Array", "data": [3]}, '
+            '{"type_key": "VirtualDevice", "attrs": {"device_type_int": "2", '
+            '"virtual_device_id": "1", "target": "0", "memory_scope": "4"}}, '
+            '{"type_key": "runtime.String", "repr_str": "global"}], '
+            '"b64ndarrays": [], "attrs": {"tvm_version": "0.9.0"}}')
+    f = parse_expr("fn (%x {virtual_device=meta[VirtualDevice][0]}) { %x }\n#[metadata]\n" + meta)
+    assert f.params[0].attrs["virtual_device"].value == {
+        "device_type_int": 2, "virtual_device_id": 1, "memory_scope": "global"}
