@@ -179,6 +179,28 @@ def test_layout_transform_program_prints_and_parses():
     assert get_opdef("layout_transform").pattern is OpPattern.INJECTIVE
 
 
+@pytest.mark.parametrize("shape,src,dst", [
+    ((1, 32, 3, 4), "NCHW", "NCHW16c"),
+    ((1, 2, 3, 4, 16), "NCHW16c", "NHWC"),
+    ((1, 2, 3, 4, 16), "NCHW16c", "NCHW8c"),
+    ((32, 16, 3, 3), "OIHW", "OIHW4i8o"),
+])
+def test_layout_transform_tvm_compute_matches_reference(shape, src, dst):  # type: ignore
+    tvm = pytest.importorskip("tvm")
+    from tvm import te
+    attrs = get_opdef("layout_transform").make_attrs({"src_layout": src, "dst_layout": dst})
+    x = te.placeholder(shape, "float32", name="x")
+    out_type = rel("layout_transform", T(*shape), src_layout=src, dst_layout=dst)
+    y = get_opdef("layout_transform").compute(attrs, [x], out_type)
+    assert tuple(int(d) for d in y.shape) == tuple(out_type.shape)
+    lib = tvm.compile(te.create_prim_func([x, y]), target="llvm")
+    a = RNG.standard_normal(shape).astype("float32")
+    b = tvm.runtime.empty(tuple(out_type.shape), "float32")
+    lib(tvm.runtime.tensor(a), b)
+    np.testing.assert_array_equal(b.numpy(), run("layout_transform", a, src_layout=src,
+                                                 dst_layout=dst))
+
+
 def test_layout_transform_needs_its_layouts():
     with pytest.raises(DiagnosticError, match="src_layout") as e:
         passes.InferType()(rly.parse(HEADER + "def @main(%x: Tensor[(1, 2), float32]) {\n"
@@ -423,6 +445,7 @@ def test_device_annotation_gradients_pass_through():
         od = get_opdef(name)
         call = make_call(name, x)
         assert od.grad(call, call, g) == (g,)
+        assert od.compute(od.make_attrs({}), ["a te.Tensor"], T(2)) == "a te.Tensor"
         assert od.jvp(call, call, [g]) is g
         assert not od.non_differentiable
 

@@ -42,12 +42,18 @@ def annotation_jvp(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
     return tangents[0]
 
 
+def annotation_compute(attrs: Attrs, inputs: list, out_type: Type) -> Any:
+    """The input tensor(s) themselves: nothing is computed on a single device."""
+    return inputs[0]
+
+
 defop("on_device", 1,
       attrs=[F("virtual_device", "any", None, "the virtual device (e.g. meta[VirtualDevice][0])"),
              F("constrain_result", "bool", False, "the result is on that device too"),
              F("constrain_body", "bool", True, "the argument is computed on that device")],
       attrs_type="OnDeviceAttrs", rel=annotation_rel, impl=annotation_ref,
       pattern=OpPattern.OPAQUE, grad=annotation_grad, jvp=annotation_jvp,
+      compute=annotation_compute,
       doc="Device annotation: the identity here; the virtual device is kept.")
 
 defop("device_copy", 1,
@@ -55,4 +61,5 @@ defop("device_copy", 1,
              F("dst_virtual_device", "any", None, "where the result lives")],
       attrs_type="DeviceCopyAttrs", rel=annotation_rel, impl=annotation_ref,
       pattern=OpPattern.OPAQUE, grad=annotation_grad, jvp=annotation_jvp,
+      compute=annotation_compute,
       doc="Copy between virtual devices: the identity here; the devices are kept.")

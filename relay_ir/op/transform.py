@@ -813,9 +813,15 @@ def layout_transform_jvp(call: Any, out: Any, tangents: Sequence[Any]) -> Any:
                      dst_layout=a.dst_layout)
 
 
+def layout_transform_compute(attrs: Attrs, inputs: list, out_type: Type) -> Any:
+    """TOPI's ``layout_transform`` (the same layout strings)."""
+    from tvm import topi
+    return topi.layout_transform(inputs[0], attrs.src_layout, attrs.dst_layout)
+
+
 defop("layout_transform", 1, attrs=[F("src_layout", "str", None, "the layout of the input"),
                                     F("dst_layout", "str", None, "the layout of the result")],
       attrs_type="LayoutTransformAttrs", rel=layout_transform_rel, impl=layout_transform_ref,
       pattern=OpPattern.INJECTIVE, doc="Change the data layout (``NCHW`` <-> ``NCHW16c``).",
       required=("src_layout", "dst_layout"), grad=layout_transform_grad,
-      jvp=layout_transform_jvp)
+      jvp=layout_transform_jvp, compute=layout_transform_compute)
