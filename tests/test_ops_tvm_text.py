@@ -113,13 +113,13 @@ def test_quantized_conv2d_program_runs():
     ((32, 16, 3, 3), "OIHW", "OIHW4i8o", (4, 4, 3, 3, 4, 8)),
     ((1, 56, 56, 64), "NHWC", "NCHW", (1, 64, 56, 56)),
     ((ANY, 32, 5, 7), "NCHW", "NCHW16c", (ANY, 2, 5, 7, 16)),
+    ((1, 30, 5, 7), "NCHW", "NCHW16c", (1, 2, 5, 7, 16)),  # padded to whole blocks, as TVM
 ])
 def test_layout_transform_types(shape, src, dst, want):  # type: ignore[no-untyped-def]
     assert rel("layout_transform", T(*shape), src_layout=src, dst_layout=dst) == T(*want)
 
 
 @pytest.mark.parametrize("shape,src,dst,msg", [
-    ((1, 30, 5, 7), "NCHW", "NCHW16c", "cannot be split by 16"),
     ((1, 30, 5), "NCHW", "NHWC", "rank 3 cannot have layout 'NCHW'"),
     ((1, 2, 5, 7, 8), "NCHW16c", "NCHW", "has size 8, not 16"),
     ((1, 2, 5, 7), "NCHW", "NCDW", "same primal axes"),
@@ -130,6 +130,20 @@ def test_layout_transform_types(shape, src, dst, want):  # type: ignore[no-untyp
 def test_layout_transform_errors(shape, src, dst, msg):  # type: ignore[no-untyped-def]
     with pytest.raises(TypeInferenceError, match=re.escape(msg)):
         rel("layout_transform", T(*shape), src_layout=src, dst_layout=dst)
+
+
+def test_layout_transform_pads_a_split_that_does_not_divide():
+    x = np.arange(1, 31, dtype="float32").reshape(1, 30, 1, 1)
+    y = run("layout_transform", x, src_layout="NCHW", dst_layout="NCHW16c")
+    assert y.shape == (1, 2, 1, 1, 16)
+    np.testing.assert_array_equal(y.reshape(-1), np.r_[np.arange(1, 31), 0, 0])
+    back = run("layout_transform", y, src_layout="NCHW16c", dst_layout="NCHW")
+    np.testing.assert_array_equal(back.reshape(-1), np.r_[np.arange(1, 31), 0, 0])
+    w = RNG.standard_normal((6, 5, 1, 1)).astype("float32")
+    k = run("layout_transform", w, src_layout="OIHW", dst_layout="OIHW4i4o")
+    assert k.shape == (2, 2, 1, 1, 4, 4)
+    wp = np.pad(w, ((0, 2), (0, 3), (0, 0), (0, 0)))
+    np.testing.assert_array_equal(k, wp.reshape(2, 4, 2, 4, 1, 1).transpose(0, 2, 4, 5, 3, 1))
 
 
 def test_layout_transform_symbolic_dims():
@@ -184,6 +198,8 @@ def test_layout_transform_program_prints_and_parses():
     ((1, 2, 3, 4, 16), "NCHW16c", "NHWC"),
     ((1, 2, 3, 4, 16), "NCHW16c", "NCHW8c"),
     ((32, 16, 3, 3), "OIHW", "OIHW4i8o"),
+    ((1, 30, 3, 4), "NCHW", "NCHW16c"),
+    ((6, 5, 1, 1), "OIHW", "OIHW4i4o"),
 ])
 def test_layout_transform_tvm_compute_matches_reference(shape, src, dst):  # type: ignore
     tvm = pytest.importorskip("tvm")

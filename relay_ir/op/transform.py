@@ -1,7 +1,8 @@
 """Layout-free shape transformations: reshape (codes 0/-1/-2/-3/-4), reshape_like, transpose,
 expand_dims, squeeze, concatenate, stack, split, take, strided_slice, broadcast_to(_like),
 collapse_sum_like/collapse_sum_to, reverse, tile, repeat; and layout_transform between TVM
-layout strings (``NCHW`` <-> ``NCHW16c``: an upper-case primal axis, ``16c`` its inner 16).
+layout strings (``NCHW`` <-> ``NCHW16c``: an upper-case primal axis, ``16c`` its inner 16;
+a split that does not divide its axis is zero-padded to whole blocks, as in TVM).
 
 Relations compute with symbolic dimensions where the answer is decidable (``dim_mul`` for
 sizes, ``dim_div_exact`` for ``-1``, ``dim_add`` for concatenation) and fall back to ``?``
@@ -738,7 +739,10 @@ def _primal_extents(axes: list[tuple[str, int | None]], shape: Sequence[Dim], la
 
 
 def layout_transform_shape(shape: Sequence[Dim], src: str, dst: str) -> tuple[Dim, ...]:
-    """The shape of a ``src``-layout tensor of ``shape`` once transformed to ``dst``."""
+    """The shape of a ``src``-layout tensor of ``shape`` once transformed to ``dst``.
+
+    A split that does not divide its axis rounds the block count up (TVM pads with zeros).
+    """
     s, d = _layout_pair(src, dst)
     full = _primal_extents(s, shape, src)
     factors = {a.upper(): f for a, f in d if f is not None}
@@ -751,13 +755,11 @@ def layout_transform_shape(shape: Sequence[Dim], src: str, dst: str) -> tuple[Di
         if a not in factors or is_any(ext):
             out.append(ext)
             continue
+        if isinstance(ext, int):
+            out.append(-(-ext // factors[a]))  # as TVM: the last block is padded with zeros
+            continue
         q = dim_div_exact(ext, factors[a])
-        if q is None and not isinstance(ext, int):
-            q = ANY  # a symbolic extent not provably divisible: known at run time
-        if q is None:
-            raise ShapeMismatchError(f"layout_transform: axis {a} of size {format_dim(ext)} "
-                                     f"cannot be split by {factors[a]} for layout {dst!r}")
-        out.append(q)
+        out.append(ANY if q is None else q)  # symbolic, not provably divisible: run time
     return tuple(out)
 
 
@@ -791,6 +793,11 @@ def layout_transform_ref(args: list, attrs: Attrs) -> np.ndarray:
     primal = np.reshape(np.transpose(x, so), [full[a] for a in sorted(full)])
     do = _to_primal_order(d)
     split_shape = [out_shape[i] for i in do]
+    # NOTE: a split that does not divide its axis pads the axis with zeros up to whole blocks
+    padded = [shape_size([out_shape[i] for i, (ax, _) in enumerate(d) if ax.upper() == a])
+              for a in sorted(full)]
+    if list(primal.shape) != padded:
+        primal = np.pad(primal, [(0, p - n) for p, n in zip(padded, primal.shape)])
     y = np.reshape(primal, split_shape)
     inv = [0] * len(do)
     for k, p in enumerate(do):
