@@ -656,16 +656,35 @@ PLAN_DEVICES_LET = """def @main(%a: Tensor[(5, 7), float32], %b: Tensor[(5, 7), 
 """
 
 
-@pytest.mark.parametrize("text", [PLAN_DEVICES_COPY, PLAN_DEVICES_LET], ids=["copy", "let"])
-def test_tvm_plan_devices_inputs(text):  # type: ignore[no-untyped-def]
+# ... and the planned result of test_left_add_on_cpu: devices on the parameters and function.
+PLAN_DEVICES_PLANNED = """def @main(%a {virtual_device=meta[VirtualDevice][0]}: Tensor[(5, 7), float32], %b {virtual_device=meta[VirtualDevice][0]}: Tensor[(5, 7), float32],
+          %c {virtual_device= meta[VirtualDevice][1]}: Tensor[(5, 7), float32], %d {virtual_device= meta[VirtualDevice][1]}: Tensor[(5, 7), float32],
+          virtual_device=meta[VirtualDevice][1]) {
+  %0 = add(%a, %b);
+  %1 = on_device(%0, virtual_device=meta[VirtualDevice][0], constrain_result=True);
+  %2 = device_copy(%1, src_virtual_device=meta[VirtualDevice][0], dst_virtual_device=meta[VirtualDevice][1]);
+  %3 = add(%c, %d);
+  subtract(%2, %3)
+}
+"""  # noqa: E501
+
+
+@pytest.mark.parametrize("text", [PLAN_DEVICES_COPY, PLAN_DEVICES_LET, PLAN_DEVICES_PLANNED],
+                         ids=["copy", "let", "planned"])
+def test_tvm_plan_devices_programs(text):  # type: ignore[no-untyped-def]
     meta = {"VirtualDevice": [{"device_type": 1}, {"device_type": 2}]}
-    try:
-        rly.parse(HEADER + text, metadata=meta)
-    except rly.ParseError as e:
-        if "metadata references are not supported as attribute values" in e.message:
-            pytest.skip("needs the parser's metadata-reference attributes (issue 8, parser)")
-        raise
     args = [RNG.standard_normal((5, 7)).astype("float32") for _ in range(4)]
     typed, out = check_and_run(text, *args, metadata=meta)
     np.testing.assert_allclose(out, (args[0] + args[1]) - (args[2] + args[3]), rtol=1e-6)
-    assert "meta[VirtualDevice][0]" in rly.astext(typed)
+    printed = rly.astext(typed)
+    written = re.findall(r"(?:on_device|device_copy)\(%\w+, [^;\n]*\)", text)
+    assert written
+    for call in written:
+        assert call in printed  # the annotation with its metadata references, as written
+    calls = [e for e in post_order(typed["main"].body) if isinstance(e, Call)
+             and e.op.name in ("on_device", "device_copy")]
+    assert calls
+    for c in calls:
+        for k, v in c.attrs.items():
+            if k.endswith("virtual_device"):
+                assert v.key == "VirtualDevice" and v.index in (0, 1), (k, v)
