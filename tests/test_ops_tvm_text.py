@@ -104,6 +104,26 @@ def test_quantized_conv2d_program_runs():
                                            out_dtype="int32"))
 
 
+@pytest.mark.parametrize("call,xs,ws,out", [
+    ("nn.dense(%x, %w, units=3, out_dtype=\"int32\")", (2, 5), (3, 5), "(2, 3)"),
+    ("nn.matmul(%x, %w, out_dtype=\"int32\")", (2, 5), (5, 3), "(2, 3)"),
+    ("nn.batch_matmul(%x, %w, out_dtype=\"int32\")", (2, 4, 5), (2, 3, 5), "(2, 4, 3)"),
+])
+def test_quantized_matmul_programs_type_check_and_run(call, xs, ws, out):  # type: ignore
+    text = (f"def @main(%x: Tensor[{xs}, uint8], %w: Tensor[{ws}, int8]) {{\n  {call}\n}}\n")
+    x = RNG.integers(0, 256, xs).astype("uint8")
+    w = RNG.integers(-128, 128, ws).astype("int8")
+    typed, got = check_and_run(text, x, w)
+    assert rly.astext(typed["main"].checked_type.ret_type) == f"Tensor[{out}, int32]"
+    xi, wi = x.astype(np.int64), w.astype(np.int64)
+    if call.startswith("nn.dense") or call.startswith("nn.batch_matmul"):
+        want = np.matmul(xi, np.swapaxes(wi, -1, -2))
+    else:
+        want = xi @ wi
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
 # ----------------------------------------------------------------------------- layout_transform
 @pytest.mark.parametrize("shape,src,dst,want", [
     ((1, 32, 5, 7), "NCHW", "NCHW16c", (1, 2, 5, 7, 16)),
