@@ -282,3 +282,14 @@ def test_tvm_metadata_virtual_devices_are_read():
     f = parse_expr("fn (%x {virtual_device=meta[VirtualDevice][0]}) { %x }\n#[metadata]\n" + meta)
     assert f.params[0].attrs["virtual_device"].value == {
         "device_type_int": 2, "virtual_device_id": 1, "memory_scope": "global"}
+
+
+# ----------------------------------------------------------------------------- 9. negative zero
+def test_printer_keeps_the_sign_of_negative_zero():
+    import numpy as np
+    from relay_ir.expr import const
+    for dtype, suffix in (("float32", "f"), ("float16", "f16"), ("float64", "f64")):
+        text = astext(const(np.array(-0.0, dtype=dtype)))
+        assert text == H + f"-0{suffix}"
+        back = parse_expr(text).data
+        assert back.dtype == dtype and float(back) == 0.0 and np.signbit(back)
