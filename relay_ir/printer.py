@@ -444,10 +444,13 @@ class _Printer:
             return self.bind_var(v)
         return "%" + name
 
-    def binder(self, v: Var) -> str:
-        """``%x`` or ``%x: T`` at a binding site (parameter, pattern, free_var)."""
+    def binder(self, v: Var, param: bool = False) -> str:
+        """``%x`` or ``%x: T`` at a binding site (parameter, pattern, free_var).
+
+        A parameter (``param``) also shows its attributes: ``%x {virtual_device=...}: T``.
+        """
         text = self.bind_var(v)
-        if v.attrs:
+        if param and v.attrs:
             text += " {" + ", ".join(f"{k}={_attr_value(x, self.meta_refs)}"
                                      for k, x in v.attrs.items()) + "}"
         if v.type_annotation is not None and type(v.type_annotation) is not IncompleteType:
@@ -653,7 +656,7 @@ class _Printer:
         """``[A](%x: T, attr=v) -> R`` (the part after ``fn`` or ``def @name``)."""
         names = self.types.bind(f.type_params)
         tp = f"[{', '.join(names)}]" if names else ""
-        params = [self.binder(p) for p in f.params]
+        params = [self.binder(p, param=True) for p in f.params]
         params.extend(f"{k}={_attr_value(v, self.meta_refs)}" for k, v in f.attrs.items())
         ret = f" -> {self.types.text(f.ret_type)}" if f.ret_type is not None else ""
         return f"{tp}({', '.join(params)}){ret}"

@@ -293,3 +293,14 @@ def test_printer_keeps_the_sign_of_negative_zero():
         assert text == H + f"-0{suffix}"
         back = parse_expr(text).data
         assert back.dtype == dtype and float(back) == 0.0 and np.signbit(back)
+
+
+def test_only_parameters_print_their_attributes():
+    from relay_ir.attrs import Attrs
+    from relay_ir.expr import Function, Let, Tuple, Var
+    a = Var("a", attrs=Attrs({"k": 1}))
+    b = Var("b", attrs=Attrs({"k": 2}))
+    f = Function((a,), Let(b, a, b))
+    # NOTE: the text format has attribute syntax for parameters only; a let binder's are dropped
+    assert astext(f) == H + "fn (%a {k=1}) {\n  let %b = %a;\n  %b\n}"
+    assert astext(Tuple((b,))) == H + "free_var %b;\n(%b,)"
