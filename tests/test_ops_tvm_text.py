@@ -359,12 +359,77 @@ def test_dyn_program_runtime_error_names_the_op():
         runtime.evaluate(mod, np.zeros((2, 6), "float32"), _iv(5, -1))
 
 
-def test_dyn_zeros_and_ones_are_not_differentiable_and_reshape_has_a_rule():
+def test_every_dyn_op_has_a_gradient_rule_or_is_marked():
+    from relay_ir.op import list_ops
     assert get_opdef("dyn.zeros").non_differentiable
     assert get_opdef("dyn.ones").non_differentiable
-    for name in ("dyn.reshape", "dyn.broadcast_to", "dyn.expand_dims", "dyn.squeeze",
-                 "dyn.full"):
-        assert get_opdef(name).grad is not None, name
+    for od in list_ops():
+        if od.name.startswith("dyn.") or od.name in ("layout_transform", "on_device",
+                                                     "device_copy"):
+            assert od.grad is not None or od.non_differentiable, od.name
+
+
+def _vjp_check(name, xs, attrs, which):  # type: ignore[no-untyped-def]
+    """The rule of a (jointly) linear op as a transpose: <g, f(d)> == sum <rule_i(g), d_i>.
+
+    ``xs`` are the argument values; ``which`` the indices of the arguments the op is linear
+    in (the others -- shape tensors -- are held fixed and must get zero adjoints).
+    """
+    from relay_ir.expr import Var
+    vs = [Var(f"a{i}", TensorType(a.shape, str(a.dtype))) for i, a in enumerate(xs)]
+    y = run(name, *xs, **attrs)
+    g = RNG.standard_normal(y.shape).astype(y.dtype)
+    gvar = Var("g", TensorType(y.shape, str(y.dtype)))
+    call = make_call(name, *vs, **attrs)
+    grads = _eval_rule(list(zip(vs, xs)) + [(gvar, g)], get_opdef(name).grad(call, call, gvar))
+    ds = [RNG.standard_normal(a.shape).astype(a.dtype) if i in which else a
+          for i, a in enumerate(xs)]
+    lhs = float(np.sum(g * run(name, *ds, **attrs)))
+    rhs = sum(float(np.sum(gr * ds[i])) for i, gr in enumerate(grads) if i in which)
+    np.testing.assert_allclose(rhs, lhs, rtol=1e-10)
+    for i, gr in enumerate(grads):
+        assert gr.shape == xs[i].shape and gr.dtype == xs[i].dtype
+        if i not in which:
+            assert not gr.any()
+
+
+@pytest.mark.parametrize("name,xs,attrs,which", [
+    ("dyn.tile", [RNG.standard_normal((2, 3)), _iv(2, 1, 3)], {}, [0]),
+    ("dyn.tile", [RNG.standard_normal((2, 3, 2)), _iv(3)], {}, [0]),
+    ("dyn.tile_grad", [RNG.standard_normal((2, 2, 9)), RNG.standard_normal((2, 3)),
+                       _iv(2, 1, 3)], {}, [0]),
+    ("dyn.strided_slice", [RNG.standard_normal((7, 5)), _iv(1, -1), _iv(7, -6), _iv(2, -2)],
+     {}, [0]),
+    ("dyn.strided_slice", [RNG.standard_normal((7, 5)), _iv(1), _iv(3), _iv(1)],
+     {"slice_mode": "size"}, [0]),
+    ("dyn.strided_slice_grad", [RNG.standard_normal((3, 3)), RNG.standard_normal((7, 5)),
+                                _iv(1, -1), _iv(7, -6), _iv(2, -2)], {}, [0]),
+    ("dyn.nn.pad", [RNG.standard_normal((3, 4)), _iv(1, 2, 0, 3).reshape(2, 2),
+                    np.array(0.5)], {}, [0, 2]),
+    ("dyn.nn.pad", [RNG.standard_normal((3, 4)), _iv(2, 1, 0, 3).reshape(2, 2),
+                    np.array(0.5)], {"pad_mode": "edge"}, [0]),
+    ("dyn.nn.pad", [RNG.standard_normal((3, 4)), _iv(2, 1, 0, 3).reshape(2, 2),
+                    np.array(0.5)], {"pad_mode": "reflect"}, [0]),
+    ("dyn.nn.pad_grad", [RNG.standard_normal((6, 7)), RNG.standard_normal((3, 4)),
+                         _iv(2, 1, 0, 3).reshape(2, 2)], {"pad_mode": "reflect"}, [0]),
+    ("dyn.nn.pad_grad", [RNG.standard_normal((6, 7)), RNG.standard_normal((3, 4)),
+                         _iv(2, 1, 0, 3).reshape(2, 2)], {}, [0]),
+])
+def test_dyn_transpose_rules(name, xs, attrs, which):  # type: ignore[no-untyped-def]
+    _vjp_check(name, xs, attrs, which)
+
+
+def test_dyn_pad_gradient_values():
+    x = np.arange(6.0).reshape(2, 3)
+    pw = _iv(1, 0, 0, 2).reshape(2, 2)
+    g = np.arange(15.0).reshape(3, 5)
+    got = run("dyn.nn.pad_grad", g, x, pw, pad_mode="edge")
+    # edge padding copies row 0 upward and column 2 to the right twice
+    want = g[1:, :3].copy()
+    want[0] += g[0, :3]
+    want[:, 2] += g[1:, 3] + g[1:, 4]
+    want[0, 2] += g[0, 3] + g[0, 4]
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("name,x,arg", [

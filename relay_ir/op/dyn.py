@@ -13,6 +13,12 @@ what the static form computes with those values as attributes.
 
 The attribute records keep TVM's names (``dyn.broadcast_to`` carries ``InitOpAttrs`` with an
 unused ``shape=None``, as TVM prints it), so printed TVM programs parse unchanged.
+
+Gradients: ``dyn.zeros``/``dyn.ones`` are not differentiable; every other op is linear in its
+data, and its rule is the transpose. Where no registry operator is that transpose, a helper
+op computes it (``dyn.tile_grad``, ``dyn.strided_slice_grad``, ``dyn.nn.pad_grad``, like the
+library's ``strided_slice_grad``), whose own rule is the forward op again, so gradients can be
+differentiated again. Shape arguments get zero adjoints.
 """
 from __future__ import annotations
 
@@ -210,7 +216,8 @@ def _full_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 defop("dyn.full", 2, attrs=[F("shape", "ints?", None, "unused (the shape is an argument)"),
                             F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=dyn_full_rel, impl=dyn_full_ref,
-      pattern=OpPattern.ELEMWISE, grad=_full_grad, doc="A scalar filled into a shape given as a tensor.")
+      pattern=OpPattern.ELEMWISE, grad=_full_grad,
+      doc="A scalar filled into a shape given as a tensor.")
 
 
 # ----------------------------------------------------------------------------- tile
@@ -231,10 +238,56 @@ def dyn_tile_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.tile(x, reps) if reps else np.array(x, copy=True)
 
 
+def _tile_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
+    # dyn.tile(x, reps) => (dyn.tile_grad(g, x, reps), zeros): the tiles summed
+    x, r = call.args
+    return (make_call("dyn.tile_grad", g, x, r), make_call("zeros_like", r))
+
+
 defop("dyn.tile", 2, attrs=[F("reps", "ints?", None, "unused (the reps are an argument)")],
       attrs_type="TileAttrs", rel=dyn_tile_rel, impl=dyn_tile_ref,
-      pattern=OpPattern.INJECTIVE, jvp=_linear_jvp,
+      pattern=OpPattern.INJECTIVE, grad=_tile_grad, jvp=_linear_jvp,
       doc="Tile with repetitions given as a 1-d integer tensor.")
+
+
+def _like_rel(arg_types: Sequence[Type]) -> Type | None:
+    """``name(out_grad, data_like, ...)``: data_like's shape, out_grad's dtype (rank checked)."""
+    ts = tensor_args(arg_types[:2], ("out_grad", "data_like"))
+    if ts is None:
+        return None
+    for t in arg_types[2:]:
+        if tensor_arg(t) is None:
+            return None
+    return TensorType(ts[1].shape, ts[0].dtype)
+
+
+def dyn_tile_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.tile_grad(g, data_like, reps)``: the type of data_like, g's dtype."""
+    return _like_rel(arg_types)
+
+
+def dyn_tile_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Sum ``g`` over the tiles: split every axis into (reps, dim) and sum the reps parts."""
+    g, like, r = args
+    reps = runtime_ints(r, "dyn.tile_grad", "reps", nonneg=True)
+    n = max(like.ndim, len(reps))
+    dims = (1,) * (n - like.ndim) + tuple(like.shape)
+    reps = (1,) * (n - len(reps)) + tuple(reps)
+    split = [v for pair in zip(reps, dims) for v in pair]
+    s = np.sum(np.reshape(g, split), axis=tuple(range(0, 2 * n, 2)), dtype=g.dtype)
+    return np.reshape(s, like.shape).astype(g.dtype, copy=False)
+
+
+def _tile_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
+    # dyn.tile_grad is linear in g, the transpose of dyn.tile: dg = dyn.tile(h, reps)
+    g, like, r = call.args
+    return (make_call("dyn.tile", h, r), make_call("zeros_like", like),
+            make_call("zeros_like", r))
+
+
+defop("dyn.tile_grad", 3, rel=dyn_tile_grad_rel, impl=dyn_tile_grad_ref,
+      pattern=OpPattern.OPAQUE, grad=_tile_grad_grad,
+      doc="Gradient of dyn.tile: (out_grad, data_like, reps) -> the tiles of out_grad summed.")
 
 
 # ----------------------------------------------------------------------------- strided_slice
@@ -263,30 +316,72 @@ def dyn_strided_slice_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | Non
 
 def dyn_strided_slice_ref(args: list, attrs: Attrs) -> np.ndarray:
     """``strided_slice`` with the runtime begin/end/strides as its attributes."""
-    x, b, e, s = args
-    op = "dyn.strided_slice"
+    x = args[0]
+    return np.array(x[_dyn_index(x.shape, args[1:], attrs, "dyn.strided_slice")], copy=True)
+
+
+_DYN_SLICE_ATTRS = [F("begin", "ints?", None, "unused (an argument here)"),
+                    F("end", "ints?", None, "unused (an argument here)"),
+                    F("strides", "ints?", None, "unused (an argument here)"),
+                    F("axes", "ints?", None, "unused"),
+                    F("slice_mode", "str", "end", "\"end\" or \"size\"")]
+
+
+def _dyn_index(x_shape: Sequence[int], args: list, attrs: Attrs, op: str) -> tuple[Any, ...]:
+    """The numpy index of a dyn.strided_slice with runtime begin/end/strides ``args``."""
+    b, e, st = args
     static = attrs.with_changes(begin=runtime_ints(b, op, "begin"),
                                 end=runtime_ints(e, op, "end"),
-                                strides=runtime_ints(s, op, "strides"), axes=None)
+                                strides=runtime_ints(st, op, "strides"), axes=None)
     try:
-        slices = _slices(x.shape, static)
+        slices = _slices(x_shape, static)
     except TypeInferenceError as err:
         raise _at_run_time(op, err) from None
-    idx: list[Any] = [slice(None)] * x.ndim
-    for a, lo, hi, st in slices:
-        idx[a] = slice(lo, hi, st)
-    return np.array(x[tuple(idx)], copy=True)
+    idx: list[Any] = [slice(None)] * len(x_shape)
+    for a, lo, hi, step in slices:
+        idx[a] = slice(lo, hi, step)
+    return tuple(idx)
 
 
-defop("dyn.strided_slice", 4,
-      attrs=[F("begin", "ints?", None, "unused (an argument here)"),
-             F("end", "ints?", None, "unused (an argument here)"),
-             F("strides", "ints?", None, "unused (an argument here)"),
-             F("axes", "ints?", None, "unused"),
-             F("slice_mode", "str", "end", "\"end\" or \"size\"")],
+def _strided_slice_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
+    # dyn.strided_slice(x, b, e, s) => g written into zeros like x; zeros for b, e, s
+    x, b, e, st = call.args
+    return (make_call("dyn.strided_slice_grad", g, x, b, e, st,
+                      slice_mode=call.attrs.slice_mode),
+            make_call("zeros_like", b), make_call("zeros_like", e), make_call("zeros_like", st))
+
+
+defop("dyn.strided_slice", 4, attrs=_DYN_SLICE_ATTRS,
       attrs_type="StridedSliceAttrs", rel=dyn_strided_slice_rel, impl=dyn_strided_slice_ref,
-      pattern=OpPattern.INJECTIVE, jvp=_linear_jvp,
+      pattern=OpPattern.INJECTIVE, grad=_strided_slice_grad, jvp=_linear_jvp,
       doc="Strided slice with begin/end/strides given as tensors.")
+
+
+def dyn_strided_slice_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.strided_slice_grad(g, data_like, begin, end, strides)``: data_like's type."""
+    return _like_rel(arg_types)
+
+
+def dyn_strided_slice_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Zeros like ``data_like`` with ``g`` at the sliced positions."""
+    g, like = args[0], args[1]
+    out = np.zeros(like.shape, g.dtype)
+    out[_dyn_index(like.shape, args[2:], attrs, "dyn.strided_slice_grad")] = g
+    return out
+
+
+def _strided_slice_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
+    # linear in g, the transpose of dyn.strided_slice: dg = dyn.strided_slice(h, b, e, s)
+    g, like, b, e, st = call.args
+    return (make_call("dyn.strided_slice", h, b, e, st, slice_mode=call.attrs.slice_mode),
+            make_call("zeros_like", like), make_call("zeros_like", b),
+            make_call("zeros_like", e), make_call("zeros_like", st))
+
+
+defop("dyn.strided_slice_grad", 5, attrs=_DYN_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
+      rel=dyn_strided_slice_grad_rel, impl=dyn_strided_slice_grad_ref,
+      pattern=OpPattern.OPAQUE, grad=_strided_slice_grad_grad,
+      doc="Gradient of dyn.strided_slice: out_grad placed into zeros like the data.")
 
 
 # ----------------------------------------------------------------------------- expand/squeeze
@@ -389,10 +484,62 @@ def _pad_jvp(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
     return Call(call.op, (tangents[0], call.args[1], tangents[2]), call.attrs)
 
 
-defop("dyn.nn.pad", 3, attrs=[F("pad_width", "any", None, "unused (an argument here)"),
-                              F("pad_mode", "str", "constant", "constant, edge or reflect")],
+def _pad_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
+    # dyn.nn.pad(x, pw, v) => (pad_grad(g, x, pw), zeros, sum of the border for v)
+    x, pw, v = call.args
+    mode = call.attrs.pad_mode
+    gx = make_call("dyn.nn.pad_grad", g, x, pw, pad_mode=mode)
+    if mode == "constant":
+        border = make_call("subtract", make_call("sum", g), make_call("sum", gx))
+        gv = make_call("cast_like", border, v)
+    else:
+        gv = make_call("zeros_like", v)
+    return (gx, make_call("zeros_like", pw), gv)
+
+
+_PAD_ATTRS = [F("pad_width", "any", None, "unused (an argument here)"),
+              F("pad_mode", "str", "constant", "constant, edge or reflect")]
+defop("dyn.nn.pad", 3, attrs=_PAD_ATTRS,
       attrs_type="PadAttrs", rel=dyn_pad_rel, impl=dyn_pad_ref, pattern=OpPattern.INJECTIVE,
-      jvp=_pad_jvp, doc="Pad with widths given as an (N, 2) integer tensor.")
+      grad=_pad_grad, jvp=_pad_jvp, doc="Pad with widths given as an (N, 2) integer tensor.")
+
+
+def dyn_pad_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``dyn.nn.pad_grad(g, data_like, pad_width)``: data_like's type."""
+    return _like_rel(arg_types)
+
+
+def dyn_pad_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """The transpose of padding: every element of ``g`` added to the data element it copies.
+
+    The padded positions are found by padding an array of element numbers (constant mode
+    pads with -1: those positions copy the pad value, not the data).
+    """
+    g, like, pw = args
+    flat = runtime_ints(pw, "dyn.nn.pad_grad", "pad_width", nonneg=True)
+    widths = [(flat[2 * i], flat[2 * i + 1]) for i in range(like.ndim)]
+    ids = np.arange(like.size, dtype=np.int64).reshape(like.shape)
+    if attrs.pad_mode == "constant":
+        src = np.pad(ids, widths, constant_values=-1)
+    else:
+        src = np.pad(ids, widths, mode=attrs.pad_mode)
+    keep = src >= 0
+    out = np.zeros(like.size, g.dtype)
+    np.add.at(out, src[keep], g[keep])
+    return out.reshape(like.shape)
+
+
+def _pad_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
+    # linear in g, the transpose of padding with a zero pad value: dg = dyn.nn.pad(h, pw, 0)
+    g, like, pw = call.args
+    zero = make_call("sum", make_call("zeros_like", h))
+    return (make_call("dyn.nn.pad", h, pw, zero, pad_mode=call.attrs.pad_mode),
+            make_call("zeros_like", like), make_call("zeros_like", pw))
+
+
+defop("dyn.nn.pad_grad", 3, attrs=_PAD_ATTRS, attrs_type="PadAttrs", rel=dyn_pad_grad_rel,
+      impl=dyn_pad_grad_ref, pattern=OpPattern.OPAQUE, grad=_pad_grad_grad,
+      doc="Gradient of dyn.nn.pad: out_grad folded back onto the data positions.")
 
 
 __all__ = ["shape_arg_length", "runtime_ints"]
