@@ -29,7 +29,7 @@ class DiagnosticError(Exception):
             ctx = self.span.print_with_context()
             if ctx:
                 parts.append(ctx)
-        parts.extend(f"note: {n}" for n in self.notes)
+        parts.extend(f"note: {escape_control(n)}" for n in self.notes)
         return "\n".join(parts)
 
     def with_span(self, span: Span | None) -> DiagnosticError:

@@ -304,3 +304,9 @@ def test_only_parameters_print_their_attributes():
     # NOTE: the text format has attribute syntax for parameters only; a let binder's are dropped
     assert astext(f) == H + "fn (%a {k=1}) {\n  let %b = %a;\n  %b\n}"
     assert astext(Tuple((b,))) == H + "free_var %b;\n(%b,)"
+
+
+def test_messages_and_notes_never_carry_raw_control_bytes():
+    from relay_ir.errors import DiagnosticError
+    err = DiagnosticError("bad `\x1b[2J`", None, notes=("see \x07 here",))
+    assert str(err) == "bad `\\x1b[2J`\nnote: see \\x07 here"
