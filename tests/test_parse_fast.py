@@ -368,3 +368,13 @@ def test_errors_fall_back_to_lark() -> None:
         rly.parse_expr("let x = 1; ()")
     assert STATS["fallback"] == before["fallback"] + 2
     assert STATS["fast"] == before["fast"]
+
+
+def test_parameter_attributes_and_dtype_aliases_take_the_fast_path() -> None:
+    vd = ('#[metadata]\n{"VirtualDevice": [{"device_type_int": 1, "virtual_device_id": 0, '
+          '"memory_scope": ""}]}')
+    text = (H + "def @main(%x {virtual_device=meta[VirtualDevice][0]}: Tensor[(2), float], "
+            "%y {}: int, %z: _, virtual_device=meta[VirtualDevice][0]) { %x }\n" + vd)
+    assert check_same(rly.parse, text) == "fast"
+    assert check_same(rly.parse_expr, "let %_ : _ = (); ()") == "fast"
+    assert check_same(rly.parse_expr, "fn (%x {a=1}: Tensor[(2), float33]) { %x }") == "error"
