@@ -30,8 +30,8 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import InterpreterError, ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Call, Expr
 from relay_ir.op import OpPattern
-from relay_ir.op._rules import (F, check_dtype, defop, is_int_dtype, make_call, tensor_arg,
-                                tensor_args)
+from relay_ir.op._rules import (F, check_dtype, defop, fmt_type, is_int_dtype, make_call,
+                                tensor_arg, tensor_args)
 from relay_ir.op.transform import (_check_broadcastable_to, _slices, expand_dims_shape,
                                    reshape_dims, squeeze_shape)
 from relay_ir.ty import ANY, TensorType, Type
@@ -55,7 +55,7 @@ def shape_arg_length(t: TensorType, op: str, what: str) -> int:
 def _scalar_int_arg(t: TensorType, op: str, what: str) -> None:
     if not is_int_dtype(t.dtype) or t.ndim != 0:
         raise TypeInferenceError(f"{op}: {what} must be a 0-d integer tensor, found "
-                                 f"Tensor[{t.shape}, {t.dtype}]")
+                                 f"{fmt_type(t)}")
 
 
 def _any(n: int) -> tuple[Any, ...]:
@@ -251,7 +251,7 @@ defop("dyn.tile", 2, attrs=[F("reps", "ints?", None, "unused (the reps are an ar
 
 
 def _like_rel(arg_types: Sequence[Type]) -> Type | None:
-    """``name(out_grad, data_like, ...)``: data_like's shape, out_grad's dtype (rank checked)."""
+X
     ts = tensor_args(arg_types[:2], ("out_grad", "data_like"))
     if ts is None:
         return None
