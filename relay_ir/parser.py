@@ -1496,7 +1496,9 @@ def _check_names(st: Any, check_globals: bool) -> None:
             if name in _LOWERING_TYPES:
                 raise ParseError(f"type `{name}` is internal to TVM's lowering (memory "
                                  f"planning and the VM); relay_ir programs cannot use it", span)
-            raise ParseError(f"type `{name}` is not defined", span)
+            raise ParseError(f"type `{name}` is not defined: it is not a type parameter in "
+                             f"scope, a type definition or a dtype (known dtypes: "
+                             f"{', '.join(sorted(_known_dtypes()))})", span)
     if check_globals:
         for name, span in st.gmention.items():
             if name not in st.funcs and name not in st.init_funcs:

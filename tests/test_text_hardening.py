@@ -42,6 +42,13 @@ def test_unknown_dtype_is_a_parse_error_listing_known_dtypes(text, col, name):
     assert err.span.end_column - err.span.column == len(name)
 
 
+def test_bare_unknown_type_name_lists_known_dtypes():
+    err = _error(parse, H + "def @main(%x: banana) { %x }")
+    assert err.message == (f"type `banana` is not defined: it is not a type parameter in scope, "
+                           f"a type definition or a dtype (known dtypes: {KNOWN})")
+    assert (err.span.line, err.span.column, err.span.end_column) == (2, 15, 21)
+
+
 def test_unknown_dtype_in_a_module_annotation():
     err = _error(parse, H + "def @main(%x: Tensor[(2, 3), float33]) { %x }")
     assert "unknown dtype `float33`" in err.message
