@@ -251,7 +251,7 @@ defop("dyn.tile", 2, attrs=[F("reps", "ints?", None, "unused (the reps are an ar
 
 
 def _like_rel(arg_types: Sequence[Type]) -> Type | None:
-X
+    """``helper(out_grad, data_like, ...)``: data_like's shape, out_grad's dtype."""
     ts = tensor_args(arg_types[:2], ("out_grad", "data_like"))
     if ts is None:
         return None
