@@ -34,6 +34,13 @@ Interface decisions (the printer agrees):
   projection after a call (``f(x).0``), ``extern type`` anywhere in a module.
 * Graph bindings ``%N = e;`` are scoped like lets; redefining a visible ``%N`` is an error.
 * Unsuffixed integer literals are int32, or int64 when they do not fit int32.
+* dtypes are read as TVM's DataType parser reads them and stored canonically (``int`` is
+  ``int32``, ``float32x1`` is ``float32``); unknown and vector dtypes are errors. A bare ``_``
+  annotation on a binder means "no annotation" (``let %x: _ = ...`` is ``let %x = ...``).
+* Parameter attributes ``%x {k=v}: T`` go to ``Var.attrs``; a ``meta[Key][i]`` attribute value
+  is a :class:`~relay_ir.tvm_metadata.MetaRef` holding the entry (``relay.Constant`` excluded).
+* A leading UTF-8 byte order mark is dropped before anything else (line 1 columns count from
+  after it).
 * Literal constants hold read-only numpy arrays (shared between equal literals).
 """
 from __future__ import annotations
