@@ -158,6 +158,10 @@ SAMPLES.update({
     "on_device": [([T(2, 3)], {"virtual_device": 1, "constrain_result": True}),
                   ([TupleType((T(2), I()))], {})],
     "device_copy": [([T(2, 3)], {"src_virtual_device": 1, "dst_virtual_device": 2})],
+    "annotation.stop_fusion": [([T(2, 3)], {})],
+    "annotation.checkpoint": [([TupleType((T(2), I(3)))], {})],
+    "annotation.compiler_begin": [([T(2, 3)], {"compiler": "ccompiler"})],
+    "annotation.compiler_end": [([T(2, 3)], {"compiler": "ccompiler"})],
 })
 
 

@@ -530,6 +530,35 @@ def test_device_annotations_are_identity_and_keep_their_attributes():
     assert on[1].checked_type == TupleType((T(5, 7), T(5, 7)))
 
 
+def test_compiler_annotations_are_identities_kept_in_text():
+    text = """def @main(%x: Tensor[(8, 4), int32], %y: Tensor[(8, 4), int32]) {
+  %0 = annotation.compiler_begin(%x, compiler="ccompiler");
+  %1 = annotation.compiler_begin(%y, compiler="ccompiler");
+  %2 = add(%0, %1);
+  %3 = annotation.compiler_end(%2, compiler="ccompiler");
+  %4 = annotation.stop_fusion(%3);
+  %5 = (%4, %y);
+  %6 = annotation.compiler_end(%5, compiler="default");
+  %7 = annotation.checkpoint(%6);
+  subtract(%7.0, %7.1)
+}
+"""
+    x = RNG.integers(-50, 50, (8, 4)).astype("int32")
+    y = RNG.integers(-50, 50, (8, 4)).astype("int32")
+    typed, out = check_and_run(text, x, y)
+    np.testing.assert_array_equal(out, x)
+    printed = rly.astext(typed)
+    assert 'annotation.compiler_begin(%x, compiler="ccompiler")' in printed
+    assert 'annotation.compiler_end(%5, compiler="default")' in printed
+    assert "annotation.stop_fusion(%3)" in printed
+    calls = [e for e in post_order(typed["main"].body) if isinstance(e, Call)]
+    ckpt = [c for c in calls if c.op.name == "annotation.checkpoint"][0]
+    assert ckpt.checked_type == TupleType((T(8, 4, dtype="int32"), T(8, 4, dtype="int32")))
+    assert all(get_opdef(n).grad is not None for n in (
+        "annotation.stop_fusion", "annotation.checkpoint", "annotation.compiler_begin",
+        "annotation.compiler_end"))
+
+
 def test_device_annotation_attribute_names_are_tvms():
     def names(op: str) -> list[str]:
         return [f.name for f in get_opdef(op).attrs]
@@ -543,7 +572,8 @@ def test_device_annotation_gradients_pass_through():
     from relay_ir.expr import Var
     x = Var("x", T(2))
     g = Var("g", T(2))
-    for name in ("on_device", "device_copy"):
+    for name in ("on_device", "device_copy", "annotation.stop_fusion", "annotation.checkpoint",
+                 "annotation.compiler_begin", "annotation.compiler_end"):
         od = get_opdef(name)
         call = make_call(name, x)
         assert od.grad(call, call, g) == (g,)

@@ -1,4 +1,4 @@
-"""Device annotations: ``on_device`` and ``device_copy``, with TVM's attribute names.
+"""Annotations: ``on_device`` and ``device_copy`` (devices), ``annotation.*`` (compiler hints).
 
 TVM's device planner (``PlanDevices``) reads and writes these calls:
 
@@ -10,6 +10,10 @@ relay_ir runs everything on one device, so both are the identity in the interpre
 type is the argument's type (any type: tensor, tuple, function...). The device values are kept
 as written -- usually a metadata reference such as ``meta[VirtualDevice][0]`` -- in ``any``-kind
 attributes, and printed back. Gradients pass straight through: ``g => g``.
+
+TVM's compiler annotations are identities too: ``annotation.stop_fusion`` (a fusion barrier),
+``annotation.checkpoint`` (recompute in the backward pass) and the BYOC region markers
+``annotation.compiler_begin`` / ``annotation.compiler_end`` (``compiler="..."``).
 """
 from __future__ import annotations
 
@@ -63,3 +67,16 @@ defop("device_copy", 1,
       pattern=OpPattern.OPAQUE, grad=annotation_grad, jvp=annotation_jvp,
       compute=annotation_compute,
       doc="Copy between virtual devices: the identity here; the devices are kept.")
+
+
+for _name, _doc in [("annotation.stop_fusion", "Fusion barrier: the identity here."),
+                    ("annotation.checkpoint", "Recompute in the backward pass: the identity here.")]:
+    defop(_name, 1, rel=annotation_rel, impl=annotation_ref, pattern=OpPattern.OPAQUE,
+          grad=annotation_grad, jvp=annotation_jvp, compute=annotation_compute, doc=_doc)
+
+for _name, _doc in [("annotation.compiler_begin", "Start of a region for an external compiler."),
+                    ("annotation.compiler_end", "End of a region for an external compiler.")]:
+    defop(_name, 1, attrs=[F("compiler", "str", "", "the external compiler's name")],
+          attrs_type="CompilerAttrs", rel=annotation_rel, impl=annotation_ref,
+          pattern=OpPattern.OPAQUE, grad=annotation_grad, jvp=annotation_jvp,
+          compute=annotation_compute, doc=_doc + " The identity here.")
