@@ -70,7 +70,7 @@ defop("device_copy", 1,
 
 
 for _name, _doc in [("annotation.stop_fusion", "Fusion barrier: the identity here."),
-                    ("annotation.checkpoint", "Recompute in the backward pass: the identity here.")]:
+                    ("annotation.checkpoint", "Recompute for the backward pass: an identity.")]:
     defop(_name, 1, rel=annotation_rel, impl=annotation_ref, pattern=OpPattern.OPAQUE,
           grad=annotation_grad, jvp=annotation_jvp, compute=annotation_compute, doc=_doc)
 
