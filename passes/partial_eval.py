@@ -20,8 +20,8 @@ Rules:
 * ``f(a1..an)`` with ``f`` a known closure or global is specialized by evaluating the body
   with the arguments bound (inlining/unrolling). A recursive function is unrolled only while
   some argument is static data (a tensor, an ADT value, or a tuple holding one); calls in
-  tail position are unrolled in a loop, so long chains of closures do not grow the stack. Each unrolling costs one unit of ``fuel`` (per global
-  function, default 1000); nesting is also capped at ``max_depth`` (default 40) so Python's
+  tail position are unrolled in a loop, so long chains of closures do not grow the stack.
+  Each unrolling costs one unit of ``fuel`` (per global function, default 1000); nesting is also capped at ``max_depth`` (default 40) so Python's
   stack stays small. Out of fuel, the call is left as a residual call: every program
   terminates, including infinite static recursion.
 * Anything else is *residualized*: emitted as a ``let`` in evaluation order (the output is in
@@ -513,8 +513,8 @@ class _PE:
             if folded is not None:
                 return folded
             return self.emit(Call(s.op, tuple(self.reify(a) for a in args), call.attrs,
-                                  self._closed_type_args(call.type_args), span=call.span), hint, call.span,
-                             call.checked_type_)
+                                  self._closed_type_args(call.type_args), span=call.span),
+                             hint, call.span, call.checked_type_)
         if isinstance(s, SConFn):
             return PValue(SCon(s.con, list(args)))
         if isinstance(s, SCon) and not s.fields and not args:

@@ -41,8 +41,9 @@ def read_source(path: str) -> tuple[str, str]:
         line = good.count("\n") + 1
         column = e.start - (good.rfind("\n") + 1 if "\n" in good else 0) + 1
         text = good + data[e.start:].decode("utf-8", errors="replace")
+        span = Span(SourceFile(name, text), line, column, line, column + 1)
         raise ParseError(f"the file is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
-                         f"{e.start})", Span(SourceFile(name, text), line, column, line, column + 1)) from None
+                         f"{e.start})", span) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
