@@ -43,8 +43,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Sequence
 
-from relay_ir.errors import (DiagnosticError, TypeInferenceError, UnboundVarError,
-                             UnificationError)
+from relay_ir.errors import (DiagnosticError, IncompleteMatchError, IncompleteTypeError,
+                             TypeInferenceError, UnboundVarError, UnificationError)
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
                            Let, Match, Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
                            PatternWildcard, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem,
@@ -1126,7 +1126,7 @@ class Inferencer:
             missing = self._missing(rows, [dt], limit=5)
             if missing:
                 cases = ", ".join(f"`{_fmt_pattern(v[0])}`" for v in missing)
-                raise TypeInferenceError(
+                raise IncompleteMatchError(
                     f"incomplete match: the following cases are not handled: {cases} "
                     f"(add the cases, a `_` clause, or use `match?`)", m.span)
 
@@ -1207,7 +1207,7 @@ class Inferencer:
             return r
         if self.unknown_part(r):
             desc = what or _describe(node)
-            raise TypeInferenceError(
+            raise IncompleteTypeError(
                 f"unable to infer a type for {desc}: it is only known to be `{fmt_type(r)}` "
                 f"(add a type annotation)", node.span)
         return r
@@ -1359,7 +1359,7 @@ class Inferencer:
         if type(a) is ShapeVar:
             d = self.rdim(a)
             if any(v in self.flex for v in dim_vars(d)):
-                raise TypeInferenceError(
+                raise IncompleteTypeError(
                     f"unable to infer a type for {_describe(node)}: its shape parameter "
                     f"`{a.name}` is never determined", node.span)
             return d
@@ -1367,7 +1367,7 @@ class Inferencer:
         if self.unknown_part(r):
             p = self.param_of.get(a)
             name = p[0].name_hint if p else "?"
-            raise TypeInferenceError(
+            raise IncompleteTypeError(
                 f"unable to infer a type for {_describe(node)}: its type parameter `{name}` is "
                 f"only known to be `{fmt_type(r)}` (add a type annotation)", node.span)
         return r
