@@ -67,8 +67,7 @@ from relay_ir.expr import Constructor, Expr, Function, GlobalVar, Op
 from relay_ir.module import IRModule
 from relay_ir.op import get_op, get_opdef
 from relay_ir.runtime.compiler import CompiledFunction, CompiledProgram
-from relay_ir.runtime.values import (ADTValue, Closure, RefValue, check_arguments,
-                                     default_convert, format_value)
+from relay_ir.runtime.values import ADTValue, Closure, RefValue, check_arguments, format_value
 from relay_ir.span import Span
 from relay_ir.ty import Type
 
