@@ -88,10 +88,6 @@ class Constant(Expr):
     def dtype(self) -> str:
         return str(self.data.dtype)
 
-    @property
-    def is_scalar(self) -> bool:
-        return self.data.ndim == 0
-
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Op(Expr):

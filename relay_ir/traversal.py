@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from relay_ir.expr import (Call, Clause, Constructor, Expr, Function, If, Let, Match, Pattern,
-                           PatternConstructor, PatternTuple, PatternVar, RefCreate, RefRead,
-                           RefWrite, Tuple, TupleGetItem, Var)
+from relay_ir.expr import (Call, Expr, Function, If, Let, Match, Pattern, PatternConstructor,
+                           PatternTuple, PatternVar, RefCreate, RefRead, RefWrite, Tuple,
+                           TupleGetItem, Var)
 from relay_ir.ty import (FuncType, IncompleteType, RefType, ShapeVar, TensorType, TupleType,
                          Type, TypeCall, TypeVar, dim_vars)
 
@@ -154,27 +154,6 @@ def free_vars(e: Expr) -> list[Var]:
             continue
         stack.extend(reversed(children(node)))
     return list(out)
-
-
-def match_clauses(m: Match) -> tuple[Clause, ...]:
-    return m.clauses
-
-
-def constructors_used(e: Expr) -> set[Constructor]:
-    """Every constructor mentioned in ``e`` (as a value or in a pattern)."""
-    out: set[Constructor] = set()
-    for node in post_order(e):
-        if isinstance(node, Constructor):
-            out.add(node)
-        elif isinstance(node, Match):
-            stack: list[Pattern] = [c.lhs for c in node.clauses]
-            while stack:
-                q = stack.pop()
-                if isinstance(q, PatternConstructor):
-                    out.add(q.constructor)
-                if isinstance(q, (PatternConstructor, PatternTuple)):
-                    stack.extend(q.patterns)
-    return out
 
 
 def free_type_vars(t: Type) -> list[TypeVar | ShapeVar]:

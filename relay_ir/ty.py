@@ -195,10 +195,6 @@ def dim_vars(d: Dim) -> list[ShapeVar]:
     return []
 
 
-def is_static_dim(d: Dim) -> bool:
-    return isinstance(d, int)
-
-
 def format_dim(d: Dim) -> str:
     """Text of a dimension as the printer writes it (``3``, ``?``, ``n``, ``n + 1``, ``2*n``)."""
     if isinstance(d, bool):

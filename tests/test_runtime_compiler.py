@@ -229,3 +229,37 @@ def test_override_op_changes_the_facts_every_reader_sees():
     assert op.opdef is get_opdef("negative") and not op.opdef.effectful
     assert float(evaluate(rly.parse(HEADER + "def @main(%x: float32) { negative(%x) }"),
                           2.0)) == -2.0
+
+
+def test_new_op_template_has_working_grad_jvp_and_compute_rules():
+    import importlib.util
+    import os
+    from relay_ir.expr import Call, Expr, Var
+    from relay_ir.ty import TensorType
+    path = os.path.join(os.path.dirname(__file__), "..", "scripts", "new_op.py")
+    spec = importlib.util.spec_from_file_location("new_op", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import relay_ir.op.nn as family
+    captured: dict = {}
+    ns = dict(vars(family), Call=Call, Expr=Expr)
+    ns["defop"] = lambda name, n, **kw: captured.update(name=name, n=n, **kw)
+    exec(compile(mod.render("nn.my_twice", 2), "<new_op>", "exec"), ns)
+    x = Var("x", TensorType((2, 3), "float32"))
+    y = Var("y", TensorType((3,), "float32"))
+    g = Var("g", TensorType((2, 3), "float32"))
+    call = Call(get_opdef("add").op, (x, y))
+    dx, dy = captured["grad"](call, x, g)
+    assert dx is g
+    assert rly.astext(dy) == rly.astext(Call(get_opdef("zeros_like").op, (y,)))
+    assert captured["jvp"](call, x, [g, y]) is g
+    tvm = pytest.importorskip("tvm")
+    from tvm import te
+    a = te.placeholder((2, 3), "float32", name="a")
+    out = captured["compute"]({}, [a, te.placeholder((3,), "float32")], None)
+    f = tvm.compile(te.create_prim_func([a, out]), target="llvm")
+    data = np.arange(6, dtype="float32").reshape(2, 3)
+    res = tvm.runtime.empty((2, 3), "float32")
+    f(tvm.runtime.tensor(data), res)
+    np.testing.assert_array_equal(res.numpy(), data)
