@@ -9,7 +9,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import op_is_effectful
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 
 
 def _atom_key(e: Expr) -> Any:
@@ -159,7 +159,7 @@ class _CSE(ExprMutator):
 
 
 @dataclass(frozen=True)
-class EliminateCommonSubexpr(Pass):
+class EliminateCommonSubexpr(FunctionPass):
     """Share identical pure computations that are already available in a dominating scope.
 
     Rules:
@@ -176,10 +176,5 @@ class EliminateCommonSubexpr(Pass):
     name: ClassVar[str] = "cse"
     opt_level: ClassVar[int] = 3
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = _CSE().visit(fn)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return _CSE().visit(func)  # type: ignore[return-value]

@@ -36,7 +36,7 @@ from relay_ir.expr import (Expr, Function, Let, RefCreate, RefRead, RefWrite, Tu
                            is_atom, with_fields)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import children, flatten_lets, post_order
 from relay_ir.ty import RefType
@@ -239,7 +239,7 @@ class _DeadRef(ExprMutator):
 
 
 @dataclass(frozen=True)
-class DeadRefElimination(Pass):
+class DeadRefElimination(FunctionPass):
     """Store forwarding: a ``ref`` that never escapes its let spine becomes plain lets.
 
     ``let %r = ref(a); ...ref_read(%r)...ref_write(%r, b)...ref_read(%r)... =>`` the reads
@@ -250,16 +250,10 @@ class DeadRefElimination(Pass):
     name: ClassVar[str] = "dead-ref-elim"
     opt_level: ClassVar[int] = 1
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for gname, fn in mod.functions.items():
-            if not any(type(n) is RefCreate for n in post_order(fn.body)):
-                continue  # NOTE: a cheap scan; most programs have no references at all
-            new = _DeadRef().visit(fn)
-            if new is not fn:
-                assert isinstance(new, Function)
-                changed[gname] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        if not any(type(n) is RefCreate for n in post_order(func.body)):
+            return func  # NOTE: a cheap scan; most programs have no references at all
+        return _DeadRef().visit(func)  # type: ignore[return-value]
 
 
 def dead_ref_elim(expr: Expr) -> Expr:

@@ -504,12 +504,8 @@ def rewrite(rules: Iterable[tuple[DFPattern, Callback]] | Mapping[DFPattern, Cal
         if not isinstance(pat, DFPattern) or not callable(fn):
             raise TypeError("rewrite rules are (pattern, callback) pairs")
     if isinstance(expr_or_mod, IRModule):
-        changed = {}
-        for name, fn in expr_or_mod.functions.items():
-            new = _rewrite_expr(rule_list, fn, max_iterations)
-            if new is not fn:
-                changed[name] = new
-        return expr_or_mod.with_functions(changed) if changed else expr_or_mod
+        return expr_or_mod.map_functions(
+            lambda fn: _rewrite_expr(rule_list, fn, max_iterations))
     if not isinstance(expr_or_mod, Expr):
         raise TypeError(f"rewrite expects an Expr or IRModule, got {type(expr_or_mod).__name__}")
     return _rewrite_expr(rule_list, expr_or_mod, max_iterations)

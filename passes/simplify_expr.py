@@ -6,10 +6,10 @@ from typing import Callable, ClassVar, Optional
 
 import numpy as np
 
-from relay_ir.expr import Call, Constant, Expr, Op, Var
+from relay_ir.expr import Call, Constant, Expr, Function, Op, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, Type
 
 
@@ -205,7 +205,7 @@ class _Simplify(ExprMutator):
 
 
 @dataclass(frozen=True)
-class SimplifyExpr(Pass):
+class SimplifyExpr(FunctionPass):
     """Apply algebraic identities from the rule table :data:`RULES` (one rule per line).
 
     Rules (each only when the result type -- shape and dtype -- is unchanged):
@@ -224,10 +224,5 @@ class SimplifyExpr(Pass):
     opt_level: ClassVar[int] = 2
     required: ClassVar[tuple[str, ...]] = ("infer-type",)
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = _Simplify().visit(fn)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return _Simplify().visit(func)  # type: ignore[return-value]

@@ -10,7 +10,7 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
                            with_fields)
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import fresh_copy
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.traversal import children, same_scope_children
 
 
@@ -307,7 +307,7 @@ def to_anf_expr(e: Expr) -> Expr:
 
 
 @dataclass(frozen=True)
-class ToANormalForm(Pass):
+class ToANormalForm(FunctionPass):
     """Bind every non-atomic sub-expression to a let variable, one binding per shared node.
 
     Rule: ``f(g(x), y)  =>  let %a = g(x); let %b = f(%a, y); %b`` -- atoms (variables, globals,
@@ -325,11 +325,6 @@ class ToANormalForm(Pass):
     name: ClassVar[str] = "to-anf"
     opt_level: ClassVar[int] = 0
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = to_anf_function(fn)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return to_anf_function(func)
 
