@@ -34,7 +34,7 @@ from typing import ClassVar
 
 from relay_ir.expr import (Expr, Function, Let, RefCreate, RefRead, RefWrite, Tuple, Var,
                            is_atom, with_fields)
-from relay_ir.functor import ExprMutator
+from relay_ir.functor import ExprMutator, substitute
 from relay_ir.module import IRModule
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
@@ -60,15 +60,6 @@ def _vars_in(roots: list[Expr], wanted: dict[Var, int]) -> list[Var]:
             continue
         stack.extend(children(node))
     return out
-
-
-class _Subst(ExprMutator):
-    def __init__(self, subst: dict[Var, Expr]):
-        super().__init__()
-        self.subst = subst
-
-    def visit_var(self, v: Var) -> Expr:
-        return self.subst.get(v, v)
 
 
 def _fresh(r: Var, suffix: str) -> Var:
@@ -177,7 +168,7 @@ def forward_spine(spine: Let) -> Expr:
     for var, val, span in reversed(out):
         new = Let(var, val, new, span=span)
     if subst:
-        new = _Subst(subst).visit(new)
+        new = substitute(new, subst)
     return new
 
 

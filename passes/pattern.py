@@ -54,7 +54,7 @@ import numpy as np
 
 from relay_ir.attrs import _attr_eq, normalize_attr_value
 from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Op, RefCreate, RefRead,
-                           RefWrite, Tuple, TupleGetItem, Var)
+                           RefWrite, Tuple, TupleGetItem, Var, type_of)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.ty import TensorType, Type
@@ -91,21 +91,21 @@ class DFPattern:
 
     def has_type(self, ty: Type) -> ConstraintPattern:
         """Also require the matched node's type to equal ``ty``."""
-        return ConstraintPattern(self, lambda e: _type_of(e) == ty, f"has_type({ty})")
+        return ConstraintPattern(self, lambda e: type_of(e) == ty, f"has_type({ty})")
 
     def has_shape(self, shape: Sequence[Any]) -> ConstraintPattern:
         """Also require a tensor type with this shape."""
         want = tuple(shape)
 
         def pred(e: Expr) -> bool:
-            t = _type_of(e)
+            t = type_of(e)
             return isinstance(t, TensorType) and tuple(t.shape) == want
         return ConstraintPattern(self, pred, f"has_shape({want})")
 
     def has_dtype(self, dtype: str) -> ConstraintPattern:
         """Also require a tensor type with this dtype."""
         def pred(e: Expr) -> bool:
-            t = _type_of(e)
+            t = type_of(e)
             return isinstance(t, TensorType) and t.dtype == dtype
         return ConstraintPattern(self, pred, f"has_dtype({dtype})")
 
@@ -140,16 +140,6 @@ def _as_pattern(p: Any) -> DFPattern:
     if isinstance(p, Expr):
         return ExprPattern(p)
     raise TypeError(f"not a pattern: {p!r}")
-
-
-def _type_of(e: Expr) -> Type | None:
-    if e.checked_type_ is not None:
-        return e.checked_type_
-    if isinstance(e, Var):
-        return e.type_annotation
-    if isinstance(e, Constant):
-        return TensorType(tuple(e.data.shape), str(e.data.dtype))
-    return None
 
 
 def _has_attrs(e: Expr, want: Mapping[str, Any]) -> bool:

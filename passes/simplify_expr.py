@@ -6,22 +6,11 @@ from typing import Callable, ClassVar, Optional
 
 import numpy as np
 
-from relay_ir.expr import Call, Constant, Expr, Function, Op, Var
+from relay_ir.expr import Call, Constant, Expr, Function, Op, Var, type_of
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, Type
-
-
-def type_of(e: Expr) -> Type | None:
-    """The known type of ``e``: inferred, a variable's annotation, or a constant's own."""
-    if e.checked_type_ is not None:
-        return e.checked_type_
-    if type(e) is Var:
-        return e.type_annotation
-    if type(e) is Constant:
-        return TensorType(tuple(e.data.shape), str(e.data.dtype))
-    return None
 
 
 class Site:

@@ -52,6 +52,7 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
                            Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
                            PatternWildcard, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
+from relay_ir.passes._analysis import sccs
 from relay_ir.passes.match_coverage import MatchCoverage
 from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.passes.type_rebuild import TypedRebuild
@@ -240,8 +241,9 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                         ds[node.name_hint] = None
             deps[name] = list(ds)
         new_fns: dict[str, Function] = {}
-        for scc in _sccs(list(functions), deps):
-            for name in scc:
+        order = {name: i for i, name in enumerate(functions)}
+        for scc in sccs({name: deps.get(name, []) for name in functions}):
+            for name in sorted(scc, key=order.__getitem__):
                 f = functions[name]
                 sig = self.global_types[name]
                 self.gen_function(f, sig if not full[name] else
@@ -738,49 +740,6 @@ def _param_type_var(ft: FuncType, i: int) -> str | None:
     if type(pt) is TypeVar and pt in ft.type_params:
         return pt.name_hint
     return None
-
-
-def _sccs(nodes: list[str], deps: dict[str, list[str]]) -> list[list[str]]:
-    """Strongly connected components, dependencies first (iterative Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in nodes:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = counter
-                counter += 1
-                stack.append(v)
-                on.add(v)
-            ds = deps.get(v, [])
-            if i < len(ds):
-                work.append((v, i + 1))
-                w = ds[i]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(sorted(comp, key=nodes.index))
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-    return out
 
 
 # ----------------------------------------------------------------------------- the pass

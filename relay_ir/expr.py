@@ -19,7 +19,7 @@ import numpy as np
 
 from relay_ir.attrs import EMPTY_ATTRS, Attrs
 from relay_ir.span import Span
-from relay_ir.ty import FuncType, GlobalTypeVar, Type, TypeVar, ShapeVar
+from relay_ir.ty import FuncType, GlobalTypeVar, ShapeVar, TensorType, Type, TypeVar
 
 if TYPE_CHECKING:
     from relay_ir.op import OpDef
@@ -291,6 +291,20 @@ def const(value: Any, dtype: str | None = None, span: Span | None = None) -> Con
         elif arr.dtype == np.int64:
             arr = arr.astype("int32")
     return Constant(arr, span=span)
+
+
+def type_of(e: Expr) -> Type | None:
+    """The known type of ``e``, or None: the inferred type (``checked_type_``), else a
+    variable's annotation, else a constant's own tensor type. The one answer every pass uses.
+    """
+    if e.checked_type_ is not None:
+        return e.checked_type_
+    t = type(e)
+    if t is Var:
+        return e.type_annotation
+    if t is Constant:
+        return TensorType(tuple(e.data.shape), str(e.data.dtype))
+    return None
 
 
 def is_atom(e: Expr) -> bool:

@@ -18,7 +18,7 @@ Guarantees:
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, TypeVar as TV
+from typing import Any, ClassVar, Generic, Mapping, TypeVar as TV
 
 from relay_ir.expr import (EXPR_TYPES, Call, Clause, Constant, Constructor, Expr, Function,
                            GlobalVar, If, Let, Match, Op, Pattern, PatternConstructor,
@@ -310,6 +310,26 @@ class ExprMutator(ExprFunctor[Expr]):
         if all(a is b for a, b in zip(out, items)):
             return items
         return out
+
+
+class _Subst(ExprMutator):
+    """``e[x := v, ...]``: variables replaced per a mapping, everything else rebuilt."""
+
+    def __init__(self, subst: Mapping[Var, Expr]):
+        super().__init__()
+        self.subst = subst
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.subst.get(v, v)
+
+
+def substitute(e: Expr, subst: Mapping[Var, Expr]) -> Expr:
+    """``e`` with each variable in ``subst`` replaced by its expression (``e`` if none occurs).
+
+    Binders are not renamed: the replacements must not capture (callers substitute fresh or
+    global expressions, as lambda lifting and reference forwarding do).
+    """
+    return _Subst(subst).visit(e) if subst else e
 
 
 # ----------------------------------------------------------------------------- types
