@@ -272,6 +272,17 @@ def with_fields(node: Any, **changes: Any) -> Any:
     return dataclasses.replace(node, **changes)
 
 
+def with_same_type(node: Any, **changes: Any) -> Any:
+    """:func:`with_fields` for a rewrite that keeps the node's meaning: the inferred type stays.
+
+    Type-preserving passes (normal forms, substitution of equals) rebuild with this, so the
+    types InferType attached survive them without each pass threading ``checked_type_``.
+    """
+    if isinstance(node, Expr) and "checked_type_" not in changes:
+        changes["checked_type_"] = node.checked_type_
+    return with_fields(node, **changes)
+
+
 def const(value: Any, dtype: str | None = None, span: Span | None = None) -> Constant:
     """A Constant from a Python or numpy value (ints default to int32, floats to float32)."""
     if isinstance(value, np.ndarray):
