@@ -13,15 +13,13 @@ from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, Type
 
 
+@dataclass(slots=True, eq=False)
 class Site:
     """What a rule sees: the rewritten call, its original (typed) form, and the let env."""
 
-    __slots__ = ("call", "orig", "env")
-
-    def __init__(self, call: Call, orig: Call, env: dict[Var, Expr]) -> None:
-        self.call = call
-        self.orig = orig
-        self.env = env
+    call: Call
+    orig: Call
+    env: dict[Var, Expr]
 
     def arg(self, i: int) -> Expr:
         """Argument ``i`` (rewritten)."""

@@ -1,7 +1,7 @@
 """ToANormalForm: the pipeline's canonical form (every non-atomic sub-expression let-bound)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 from relay_ir.errors import InternalError
@@ -21,14 +21,15 @@ def _is_atom(e: Expr) -> bool:
     return type(e) in _ATOMS
 
 
+@dataclass(slots=True, eq=False)
 class _Scope:
     """A lexical scope: a function body, an if branch, a match arm (or the top level)."""
 
-    __slots__ = ("parent", "depth")
+    parent: _Scope | None
+    depth: int = field(init=False)
 
-    def __init__(self, parent: _Scope | None) -> None:
-        self.parent = parent
-        self.depth = 0 if parent is None else parent.depth + 1
+    def __post_init__(self) -> None:
+        self.depth = 0 if self.parent is None else self.parent.depth + 1
 
 
 def _lca(a: _Scope | None, b: _Scope) -> _Scope:

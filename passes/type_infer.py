@@ -69,20 +69,17 @@ UNIT_T = TupleType(())
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
 
 
+@dataclass(slots=True, eq=False)
 class _Relation:
     """A waiting type relation: ``out = fn(args, attrs)``."""
 
-    __slots__ = ("fn", "args", "attrs", "out", "span", "name", "arg_spans")
-
-    def __init__(self, fn: Callable[..., Any], args: list[Type], attrs: Any, out: Type,
-                 span: Span | None, name: str, arg_spans: Sequence[Span | None] = ()):
-        self.fn = fn
-        self.args = args
-        self.attrs = attrs
-        self.out = out
-        self.span = span
-        self.name = name
-        self.arg_spans = arg_spans
+    fn: Callable[..., Any]
+    args: list[Type]
+    attrs: Any
+    out: Type
+    span: Span | None
+    name: str
+    arg_spans: Sequence[Span | None] = ()
 
 
 def _has_type_params(t: Type) -> bool:

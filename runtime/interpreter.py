@@ -56,6 +56,7 @@ range, tuple arity, ADT type), naming the parameter. A match with no matching cl
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -80,21 +81,18 @@ RET = 2
 DEFAULT_MAX_DEPTH = 1_048_576
 
 
+@dataclass(slots=True, eq=False)
 class Code:
     """A compiled function for this backend: flat steps, their spans, the register template."""
 
-    __slots__ = ("steps", "spans", "kinds", "nparams", "ncap", "rest", "func", "name")
-
-    def __init__(self, steps: list, spans: list, kinds: list, nparams: int, ncap: int,
-                 rest: list, func: Function | None, name: str):
-        self.steps = steps
-        self.spans = spans
-        self.kinds = kinds
-        self.nparams = nparams
-        self.ncap = ncap
-        self.rest = rest
-        self.func = func
-        self.name = name
+    steps: list[Callable]
+    spans: list[Span | None]
+    kinds: list[str | None]         # the operator's name for an operator step, else None
+    nparams: int
+    ncap: int
+    rest: list[Any]                 # the register template after params and captures
+    func: Function | None
+    name: str
 
     def __repr__(self) -> str:
         return f"<Code {self.name or 'fn'}: {len(self.steps)} steps, " \
