@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from relay_ir.errors import DiagnosticError, TypeInferenceError, UnboundVarError, UnificationError
 from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match,
@@ -58,9 +58,9 @@ from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.passes.type_rebuild import TypedRebuild
 from relay_ir.passes.type_unify import Fail, Unifier, callee_name, fmt_type
 from relay_ir.span import Span
-from relay_ir.traversal import flatten_lets, post_order
+from relay_ir.traversal import dataflow_children, flatten_lets, post_order
 from relay_ir.ty import (AnyDim, Dim, FuncType, GlobalTypeVar, IncompleteType, RefType, ShapeVar,
-                         TensorType, TupleType, Type, TypeCall, TypeData, TypeVar)
+                         TensorType, TupleType, Type, TypeCall, TypeData, TypeVar, type_children)
 
 __all__ = ["InferType", "infer_type", "fmt_type", "Inferencer"]
 
@@ -102,17 +102,7 @@ def _contains_incomplete(t: Type) -> bool:
         tx = type(x)
         if tx is IncompleteType:
             return True
-        if tx is TensorType:
-            continue
-        if tx is TupleType:
-            stack.extend(x.fields)
-        elif tx is FuncType:
-            stack.extend(x.arg_types)
-            stack.append(x.ret_type)
-        elif tx is RefType:
-            stack.append(x.value)
-        elif tx is TypeCall:
-            stack.extend(x.args)
+        stack.extend(type_children(x))
     return False
 
 
@@ -291,15 +281,8 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                                 f"type `{g.name_hint}` expects {len(other.type_params)} type "
                                 f"argument(s), found {nargs} (in constructor `{c.name_hint}`)",
                                 c.span or td.span)
-                    if tx is TupleType:
-                        stack.extend(x.fields)
-                    elif tx is FuncType:
-                        stack.extend(x.arg_types)
-                        stack.append(x.ret_type)
-                    elif tx is RefType:
-                        stack.append(x.value)
-                    elif tx is TypeCall:
-                        stack.extend(x.args)
+                    # NOTE: a type call's head was checked above, with its arity
+                    stack.extend(x.args if tx is TypeCall else type_children(x))
 
     # ------------------------------------------------------------------ generation
     def gen(self, e: Expr) -> Type:
@@ -319,21 +302,7 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                     types[node] = self.gen_node(node)
                     continue
                 stack.append((node, True))
-                tn = type(node)
-                if tn is Call:
-                    kids: Iterable[Expr] = node.args if type(node.op) is Op else \
-                        (node.op, *node.args)
-                elif tn is Tuple:
-                    kids = node.fields
-                elif tn is TupleGetItem:
-                    kids = (node.tuple_value,)
-                elif tn is RefCreate:
-                    kids = (node.value,)
-                elif tn is RefRead:
-                    kids = (node.ref,)
-                else:
-                    kids = (node.ref, node.value)
-                for c in reversed(tuple(kids)):
+                for c in reversed(dataflow_children(node)):
                     if type(c) in _DATAFLOW and c not in types:
                         stack.append((c, False))
             return types[e]
@@ -452,21 +421,10 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
         stack = [t]
         while stack:
             x = stack.pop()
-            tx = type(x)
-            if tx is TypeCall:
-                stack.append(x.func)
-                stack.extend(x.args)
-            elif tx is GlobalTypeVar:
-                if x.name_hint not in self.mod.type_definitions:
-                    raise UnboundVarError(f"type `{x.name_hint}` is not defined (and is not a "
-                                          f"type parameter in scope)", span)
-            elif tx is TupleType:
-                stack.extend(x.fields)
-            elif tx is FuncType:
-                stack.extend(x.arg_types)
-                stack.append(x.ret_type)
-            elif tx is RefType:
-                stack.append(x.value)
+            if type(x) is GlobalTypeVar and x.name_hint not in self.mod.type_definitions:
+                raise UnboundVarError(f"type `{x.name_hint}` is not defined (and is not a "
+                                      f"type parameter in scope)", span)
+            stack.extend(type_children(x))
         for v in free_type_vars(t):
             if v not in self.tv_scope:
                 name = v.name if isinstance(v, ShapeVar) else v.name_hint

@@ -15,7 +15,7 @@ from relay_ir.errors import IncompleteTypeError, TypeInferenceError, UnboundVarE
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let,
                            Match, Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
-from relay_ir.traversal import flatten_lets
+from relay_ir.traversal import dataflow_children, flatten_lets
 from relay_ir.ty import FuncType, IncompleteType, ShapeVar, TensorType, Type, dim_vars
 
 from relay_ir.passes.type_unify import describe_node, fmt_type
@@ -96,20 +96,7 @@ class TypedRebuild:
                     memo[node] = self.build(node, memo)
                     continue
                 stack.append((node, True))
-                tn = type(node)
-                if tn is Call:
-                    kids: tuple = (node.op, *node.args)
-                elif tn is Tuple:
-                    kids = node.fields
-                elif tn is TupleGetItem:
-                    kids = (node.tuple_value,)
-                elif tn is RefCreate:
-                    kids = (node.value,)
-                elif tn is RefRead:
-                    kids = (node.ref,)
-                else:
-                    kids = (node.ref, node.value)
-                for c in reversed(kids):
+                for c in reversed(dataflow_children(node)):
                     if c not in memo:
                         if type(c) in _DATAFLOW:
                             stack.append((c, False))

@@ -16,7 +16,7 @@ from relay_ir.expr import Call, Constructor, Expr, Function, GlobalVar, If, Op, 
 from relay_ir.span import Span
 from relay_ir.ty import (AnyDim, Dim, DimExpr, FuncType, GlobalTypeVar, IncompleteType,
                          RefType, ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData,
-                         TypeVar, dim_add, dim_mul, dim_sub, dim_vars, format_dim)
+                         TypeVar, dim_add, dim_mul, dim_sub, dim_vars, format_dim, type_children)
 
 
 __all__ = ["Unifier", "Fail", "fmt_type", "describe_node", "callee_name"]
@@ -211,15 +211,8 @@ class Unifier:
                             return True
             elif tx is IncompleteType:
                 return True
-            elif tx is TupleType:
-                stack.extend(x.fields)
-            elif tx is FuncType:
-                stack.extend(x.arg_types)
-                stack.append(x.ret_type)
-            elif tx is RefType:
-                stack.append(x.value)
-            elif tx is TypeCall:
-                stack.extend(x.args)
+            else:
+                stack.extend(type_children(x))
         return False
 
     # ------------------------------------------------------------------ unification
@@ -236,16 +229,7 @@ class Unifier:
             x = self.find(stack.pop())
             if x is v:
                 return True
-            tx = type(x)
-            if tx is TupleType:
-                stack.extend(x.fields)
-            elif tx is FuncType:
-                stack.extend(x.arg_types)
-                stack.append(x.ret_type)
-            elif tx is RefType:
-                stack.append(x.value)
-            elif tx is TypeCall:
-                stack.extend(x.args)
+            stack.extend(type_children(x))
         return False
 
     def unify(self, a: Type, b: Type) -> None:
