@@ -1,4 +1,12 @@
-"""SimplifyExpr: algebraic identities (a rule table), only where the result type is unchanged."""
+"""SimplifyExpr: algebraic identities (a rule table), only where the result type is unchanged.
+
+NOTE: why not the dataflow pattern language (``passes.pattern``)? These rules match through
+let-bound variables (``Site.value`` follows the let environment, so ``let %o = ones_like(%x);
+multiply(%y, %o)`` simplifies in A-normal form) and compare against the types of the original,
+typed call. Patterns match the expression graph as written and carry no environment, so the
+rules would either miss every ANF program or need an environment-aware matcher; one table of
+``(op name, rule)`` pairs with a ``# lhs -> rhs`` comment each is the smaller thing to keep.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
