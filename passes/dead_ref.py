@@ -38,28 +38,10 @@ from relay_ir.functor import ExprMutator, substitute
 from relay_ir.module import IRModule
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
-from relay_ir.traversal import children, flatten_lets, post_order
+from relay_ir.traversal import flatten_lets, post_order, vars_in
 from relay_ir.ty import RefType
 
 _NEVER = 1 << 62
-
-
-def _vars_in(roots: list[Expr], wanted: dict[Var, int]) -> list[Var]:
-    """Candidate variables occurring anywhere in ``roots`` (iterative, DAG-aware)."""
-    out: list[Var] = []
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if type(node) is Var:
-            if node in wanted:
-                out.append(node)
-            continue
-        stack.extend(children(node))
-    return out
 
 
 def _fresh(r: Var, suffix: str) -> Var:
@@ -82,8 +64,8 @@ def forward_spine(spine: Let) -> Expr:
     last_write: dict[Var, int] = {}
 
     def note_escapes(roots: list[Expr], i: int) -> None:
-        for u in _vars_in(roots, cands):
-            if escape[u] > i:
+        for u in vars_in(roots):
+            if u in cands and escape[u] > i:
                 escape[u] = i
 
     for i, node in enumerate(lets):
@@ -188,17 +170,7 @@ def drop_dead_literals(spine: Let) -> Expr:
     used: set[Var] = set()
 
     def note(e: Expr) -> None:
-        stack = [e]
-        seen: set[int] = set()
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if type(node) is Var:
-                used.add(node)
-            else:
-                stack.extend(children(node))
+        used.update(vars_in((e,)))
     note(body)
     keep: list[bool] = [True] * len(lets)
     for i in range(len(lets) - 1, -1, -1):

@@ -137,23 +137,27 @@ def bound_vars(e: Expr) -> list[Var]:
     return out
 
 
-def free_vars(e: Expr) -> list[Var]:
-    """Variables used in ``e`` but not bound in it, in order of first use (pre-order)."""
-    bound = set(bound_vars(e))
-    out: dict[Var, None] = {}
+def vars_in(roots: Iterable[Expr]) -> list[Var]:
+    """Every variable occurring in ``roots`` (binders too), once, in pre-order; DAG-aware."""
+    out: list[Var] = []
     seen: set[int] = set()
-    stack = [e]
+    stack = list(roots)[::-1]
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         if type(node) is Var:
-            if node not in bound:
-                out[node] = None
+            out.append(node)
             continue
         stack.extend(reversed(children(node)))
-    return list(out)
+    return out
+
+
+def free_vars(e: Expr) -> list[Var]:
+    """Variables used in ``e`` but not bound in it, in order of first use (pre-order)."""
+    bound = set(bound_vars(e))
+    return [v for v in vars_in((e,)) if v not in bound]
 
 
 def free_type_vars(t: Type) -> list[TypeVar | ShapeVar]:

@@ -16,7 +16,7 @@ fine): ``Cons(1, Cons(2, Nil))``, ``ref(1f)``, ``<closure fn (%x) ...>``, ``(1, 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -385,15 +385,19 @@ def _short(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _all_ints(v: Any) -> bool:
+def leaves(v: Any) -> Iterator[Any]:
+    """The items of a nested list/tuple that are not lists or tuples (``v`` itself if none)."""
     stack = [v]
     while stack:
         x = stack.pop()
         if isinstance(x, (list, tuple)):
             stack.extend(x)
-        elif isinstance(x, bool) or not isinstance(x, int):
-            return False
-    return True
+        else:
+            yield x
+
+
+def _all_ints(v: Any) -> bool:
+    return all(isinstance(x, int) and not isinstance(x, bool) for x in leaves(v))
 
 
 def _check_int_range(raw: np.ndarray | None, v: Any, dtype: str, prefix: str) -> None:
@@ -410,15 +414,7 @@ def _check_int_range(raw: np.ndarray | None, v: Any, dtype: str, prefix: str) ->
             return
         bad = lo if lo < info.min else hi
     else:
-        bad = v
-        stack = [v]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, (list, tuple)):
-                stack.extend(x)
-            elif not info.min <= x <= info.max:
-                bad = x
-                break
+        bad = next((x for x in leaves(v) if not info.min <= x <= info.max), v)
     raise _ArgError(f"{prefix}the integer {bad} is out of range for {dtype} "
                     f"({info.min} to {info.max})")
 

@@ -76,14 +76,8 @@ def _looks_literal(text: str) -> bool:
 
 
 def _is_plain(v: Any) -> bool:
-    stack = [v]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif not isinstance(x, (bool, int, float)):
-            return False
-    return True
+    from relay_ir.runtime.values import leaves
+    return all(isinstance(x, (bool, int, float)) for x in leaves(v))
 
 
 def _split_options(args: argparse.Namespace) -> list[str]:
