@@ -251,6 +251,17 @@ class OperatorPattern(DFPattern):
         return f"is_op({self.op_name!r})"
 
 
+def _match_all(pats: Sequence[DFPattern], exprs: Sequence[Expr], b: Bindings,
+               env: Mapping[Var, Expr]) -> Bindings | None:
+    """Match patterns and expressions pairwise, threading the bindings; None at a failure."""
+    out: Bindings | None = b
+    for p, e in zip(pats, exprs):
+        out = _match(p, e, out, env)  # type: ignore[arg-type]
+        if out is None:
+            return None
+    return out
+
+
 class CallPattern(DFPattern):
     """Matches a call whose callee and arguments match (``args=None``: any arguments)."""
 
@@ -268,11 +279,7 @@ class CallPattern(DFPattern):
         out = _match(self.op, e.op, Bindings(b), env)
         if out is None or self.args is None:
             return out
-        for pa, a in zip(self.args, e.args):
-            out = _match(pa, a, out, env)
-            if out is None:
-                return None
-        return out
+        return _match_all(self.args, e.args, out, env)
 
 
 class TuplePattern(DFPattern):
@@ -289,12 +296,7 @@ class TuplePattern(DFPattern):
             return b
         if len(self.fields) != len(e.fields):
             return None
-        out: Bindings | None = Bindings(b)
-        for pf, f in zip(self.fields, e.fields):
-            out = _match(pf, f, out, env)  # type: ignore[arg-type]
-            if out is None:
-                return None
-        return out
+        return _match_all(self.fields, e.fields, Bindings(b), env)
 
 
 class TupleGetItemPattern(DFPattern):

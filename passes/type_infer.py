@@ -58,7 +58,7 @@ from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.passes.type_rebuild import TypedRebuild
 from relay_ir.passes.type_unify import Fail, Unifier, callee_name, fmt_type
 from relay_ir.span import Span
-from relay_ir.traversal import dataflow_children, flatten_lets, post_order
+from relay_ir.traversal import dataflow_post_order, flatten_lets, has_incomplete, post_order
 from relay_ir.ty import (AnyDim, Dim, FuncType, GlobalTypeVar, IncompleteType, RefType, ShapeVar,
                          TensorType, TupleType, Type, TypeCall, TypeData, TypeVar, type_children)
 
@@ -90,20 +90,9 @@ def _fully_annotated(f: Function) -> bool:
     if f.ret_type is None:
         return False
     for p in f.params:
-        if p.type_annotation is None or _contains_incomplete(p.type_annotation):
+        if p.type_annotation is None or has_incomplete(p.type_annotation):
             return False
-    return not _contains_incomplete(f.ret_type)
-
-
-def _contains_incomplete(t: Type) -> bool:
-    stack = [t]
-    while stack:
-        x = stack.pop()
-        tx = type(x)
-        if tx is IncompleteType:
-            return True
-        stack.extend(type_children(x))
-    return False
+    return not has_incomplete(f.ret_type)
 
 
 # ----------------------------------------------------------------------------- the inferencer
@@ -293,18 +282,8 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
         te = type(e)
         if te in _DATAFLOW:
             types = self.types
-            stack: list[tuple[Expr, bool]] = [(e, False)]
-            while stack:
-                node, ready = stack.pop()
-                if node in types:
-                    continue
-                if ready:
-                    types[node] = self.gen_node(node)
-                    continue
-                stack.append((node, True))
-                for c in reversed(dataflow_children(node)):
-                    if type(c) in _DATAFLOW and c not in types:
-                        stack.append((c, False))
+            for node in dataflow_post_order(e, types):
+                types[node] = self.gen_node(node)
             return types[e]
         if te is Let:
             return self.gen_let(e)

@@ -15,7 +15,7 @@ from relay_ir.errors import IncompleteTypeError, TypeInferenceError, UnboundVarE
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let,
                            Match, Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
-from relay_ir.traversal import dataflow_children, flatten_lets
+from relay_ir.traversal import dataflow_children, dataflow_post_order, flatten_lets
 from relay_ir.ty import FuncType, IncompleteType, ShapeVar, TensorType, Type, dim_vars
 
 from relay_ir.passes.type_unify import describe_node, fmt_type
@@ -87,21 +87,11 @@ class TypedRebuild:
                     memo[let] = self.build(let, memo)
             return
         if te in _DATAFLOW:
-            stack: list[tuple[Expr, bool]] = [(e, False)]
-            while stack:
-                node, ready = stack.pop()
-                if node in memo:
-                    continue
-                if ready:
-                    memo[node] = self.build(node, memo)
-                    continue
-                stack.append((node, True))
-                for c in reversed(dataflow_children(node)):
-                    if c not in memo:
-                        if type(c) in _DATAFLOW:
-                            stack.append((c, False))
-                        else:
-                            self._walk(c, memo)
+            for node in dataflow_post_order(e, memo):
+                for c in dataflow_children(node):
+                    if c not in memo and type(c) not in _DATAFLOW:
+                        self._walk(c, memo)  # NOTE: recursion across nesting only
+                memo[node] = self.build(node, memo)
             return
         if te is Function:
             for p in e.params:

@@ -25,7 +25,7 @@ from relay_ir.expr import (EXPR_TYPES, Call, Clause, Constant, Constructor, Expr
                            PatternTuple, PatternVar, RefCreate, RefRead, RefWrite,
                            Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.ty import (FuncType, RefType, TensorType, TupleType, Type, TypeCall)
-from relay_ir.traversal import dataflow_children as _dataflow_children
+from relay_ir.traversal import dataflow_post_order
 
 R = TV("R")
 
@@ -78,18 +78,8 @@ class ExprFunctor(Generic[R]):
 
     def _visit_dataflow(self, root: Expr) -> None:
         memo = self.memo
-        stack: list[tuple[Expr, bool]] = [(root, False)]
-        while stack:
-            node, ready = stack.pop()
-            if node in memo:
-                continue
-            if ready:
-                memo[node] = self._handle(node)
-                continue
-            stack.append((node, True))
-            for c in reversed(_dataflow_children(node)):
-                if type(c) in DATAFLOW_TYPES and c not in memo:
-                    stack.append((c, False))
+        for node in dataflow_post_order(root, memo):
+            memo[node] = self._handle(node)
 
     def visit_pattern(self, p: Pattern) -> Any:
         """Visit a match pattern (not memoized)."""
