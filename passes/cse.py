@@ -1,8 +1,9 @@
 """EliminateCommonSubexpr: compute identical pure expressions once."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let,
                            Match, Op, Tuple, TupleGetItem, Var, with_fields)
@@ -39,6 +40,15 @@ class _CSE(ExprMutator):
         self.keep: list[Expr] = []  # keeps nodes alive so id-based keys stay valid
 
     # -- scoped table ---------------------------------------------------------
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """A nested scope: what is remembered inside is forgotten at its end."""
+        self.push()
+        try:
+            yield
+        finally:
+            self.pop()
+
     def push(self) -> None:
         self.undo.append([])
         self.memo_marks.append(len(self.memo))
@@ -120,39 +130,24 @@ class _CSE(ExprMutator):
     def visit_let(self, let: Let) -> Expr:
         # NOTE: a let nested in a value or argument is a scope of its own: its bindings are not
         # available after it (for a function body or branch this changes nothing)
-        self.push()
-        try:
+        with self.scope():
             return super().visit_let(let)
-        finally:
-            self.pop()
 
     def visit_function(self, f: Function) -> Expr:
-        self.push()
-        try:
+        with self.scope():
             return super().visit_function(f)
-        finally:
-            self.pop()
 
     def visit_if(self, i: If) -> Expr:
         cond = self.visit(i.cond)
-        self.push()
-        try:
+        with self.scope():
             tb = self.visit(i.true_branch)
-        finally:
-            self.pop()
-        self.push()
-        try:
+        with self.scope():
             fb = self.visit(i.false_branch)
-        finally:
-            self.pop()
         return with_fields(i, cond=cond, true_branch=tb, false_branch=fb)
 
     def visit_clause(self, c: Clause) -> Clause:
-        self.push()
-        try:
+        with self.scope():
             return super().visit_clause(c)
-        finally:
-            self.pop()
 
     def visit_match(self, m: Match) -> Expr:
         return super().visit_match(m)
