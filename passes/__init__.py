@@ -27,21 +27,11 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "remove-unused-functions": ("relay_ir.passes.remove_unused", "RemoveUnusedFunctions"),
 }
 
-# Class names re-exported lazily from their modules: `from relay_ir.passes import InferType`.
+# Names re-exported lazily from their modules: `from relay_ir.passes import InferType`. Every
+# registered pass class is one of them (listed once, above); these are the other names.
 _LAZY: dict[str, str] = {
-    "InferType": "relay_ir.passes.type_infer",
+    **{cls: module for module, cls in PASS_REGISTRY.values()},
     "infer_type": "relay_ir.passes.type_infer",
-    "PartialEvaluate": "relay_ir.passes.partial_eval",
-    "LambdaLift": "relay_ir.passes.lambda_lift",
-    "DeadRefElimination": "relay_ir.passes.dead_ref",
-    "ToANormalForm": "relay_ir.passes.to_anf",
-    "ToGraphNormalForm": "relay_ir.passes.to_gnf",
-    "DeadCodeElimination": "relay_ir.passes.dce",
-    "FoldConstant": "relay_ir.passes.fold_constant",
-    "Inline": "relay_ir.passes.inline",
-    "EliminateCommonSubexpr": "relay_ir.passes.cse",
-    "SimplifyExpr": "relay_ir.passes.simplify_expr",
-    "RemoveUnusedFunctions": "relay_ir.passes.remove_unused",
     "optimize": "relay_ir.passes.optimizer",
     "default_pipeline": "relay_ir.passes.optimizer",
     "DEFAULT_PIPELINE": "relay_ir.passes.optimizer",

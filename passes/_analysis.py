@@ -10,6 +10,7 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
                            Op, Tuple, TupleGetItem, Var)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
+from relay_ir.op import lookup_opdef
 from relay_ir.traversal import (bound_vars, children, flatten_lets, post_order,
                                 use_children)
 from relay_ir.ty import Type
@@ -21,15 +22,8 @@ _IMPURE = object()
 
 def op_is_effectful(op: Op) -> bool:
     """True when the operator has side effects (or is unknown: assume the worst)."""
-    r = _EFFECTFUL.get(op.name)
-    if r is None:
-        from relay_ir.op import lookup_opdef
-        opdef = lookup_opdef(op.name)
-        r = _EFFECTFUL[op.name] = opdef is None or bool(getattr(opdef, "effectful", False))
-    return r
-
-
-_EFFECTFUL: dict[str, bool] = {}
+    opdef = lookup_opdef(op.name)
+    return opdef is None or opdef.effectful
 
 
 # ----------------------------------------------------------------------------- call graph

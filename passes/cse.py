@@ -1,15 +1,16 @@
 """EliminateCommonSubexpr: compute identical pure expressions once."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let,
                            Match, Op, Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import op_is_effectful
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 
 
 def _atom_key(e: Expr) -> Any:
@@ -39,6 +40,15 @@ class _CSE(ExprMutator):
         self.keep: list[Expr] = []  # keeps nodes alive so id-based keys stay valid
 
     # -- scoped table ---------------------------------------------------------
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """A nested scope: what is remembered inside is forgotten at its end."""
+        self.push()
+        try:
+            yield
+        finally:
+            self.pop()
+
     def push(self) -> None:
         self.undo.append([])
         self.memo_marks.append(len(self.memo))
@@ -120,46 +130,31 @@ class _CSE(ExprMutator):
     def visit_let(self, let: Let) -> Expr:
         # NOTE: a let nested in a value or argument is a scope of its own: its bindings are not
         # available after it (for a function body or branch this changes nothing)
-        self.push()
-        try:
+        with self.scope():
             return super().visit_let(let)
-        finally:
-            self.pop()
 
     def visit_function(self, f: Function) -> Expr:
-        self.push()
-        try:
+        with self.scope():
             return super().visit_function(f)
-        finally:
-            self.pop()
 
     def visit_if(self, i: If) -> Expr:
         cond = self.visit(i.cond)
-        self.push()
-        try:
+        with self.scope():
             tb = self.visit(i.true_branch)
-        finally:
-            self.pop()
-        self.push()
-        try:
+        with self.scope():
             fb = self.visit(i.false_branch)
-        finally:
-            self.pop()
         return with_fields(i, cond=cond, true_branch=tb, false_branch=fb)
 
     def visit_clause(self, c: Clause) -> Clause:
-        self.push()
-        try:
+        with self.scope():
             return super().visit_clause(c)
-        finally:
-            self.pop()
 
     def visit_match(self, m: Match) -> Expr:
         return super().visit_match(m)
 
 
 @dataclass(frozen=True)
-class EliminateCommonSubexpr(Pass):
+class EliminateCommonSubexpr(FunctionPass):
     """Share identical pure computations that are already available in a dominating scope.
 
     Rules:
@@ -176,10 +171,5 @@ class EliminateCommonSubexpr(Pass):
     name: ClassVar[str] = "cse"
     opt_level: ClassVar[int] = 3
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = _CSE().visit(fn)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return _CSE().visit(func)  # type: ignore[return-value]

@@ -149,16 +149,10 @@ class DeadCodeElimination(Pass):
     opt_level: ClassVar[int] = 1
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        def one_round(mod: IRModule, effects: Effects) -> IRModule:
-            changed = {}
-            for name, fn in mod.functions.items():
-                new = _DCE(fn, effects, False).visit(fn)
-                if self.inline_once:
-                    new = _DCE(new, effects, True).visit(new)
-                if new is not fn:
-                    changed[name] = new
-            return mod.with_functions(changed) if changed else mod
-        return to_fixpoint(mod, one_round)
+        def one_fn(fn: Function, effects: Effects) -> Function:
+            new = _DCE(fn, effects, False).visit(fn)
+            return _DCE(new, effects, True).visit(new) if self.inline_once else new
+        return to_fixpoint(mod, lambda m, effects: m.map_functions(lambda f: one_fn(f, effects)))
 
 
 def dead_code_elimination(expr: Expr, mod: IRModule | None = None, inline_once: bool = False

@@ -34,41 +34,14 @@ from typing import ClassVar
 
 from relay_ir.expr import (Expr, Function, Let, RefCreate, RefRead, RefWrite, Tuple, Var,
                            is_atom, with_fields)
-from relay_ir.functor import ExprMutator
+from relay_ir.functor import ExprMutator, substitute
 from relay_ir.module import IRModule
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
-from relay_ir.traversal import children, flatten_lets, post_order
+from relay_ir.traversal import flatten_lets, post_order, vars_in
 from relay_ir.ty import RefType
 
 _NEVER = 1 << 62
-
-
-def _vars_in(roots: list[Expr], wanted: dict[Var, int]) -> list[Var]:
-    """Candidate variables occurring anywhere in ``roots`` (iterative, DAG-aware)."""
-    out: list[Var] = []
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if type(node) is Var:
-            if node in wanted:
-                out.append(node)
-            continue
-        stack.extend(children(node))
-    return out
-
-
-class _Subst(ExprMutator):
-    def __init__(self, subst: dict[Var, Expr]):
-        super().__init__()
-        self.subst = subst
-
-    def visit_var(self, v: Var) -> Expr:
-        return self.subst.get(v, v)
 
 
 def _fresh(r: Var, suffix: str) -> Var:
@@ -91,8 +64,8 @@ def forward_spine(spine: Let) -> Expr:
     last_write: dict[Var, int] = {}
 
     def note_escapes(roots: list[Expr], i: int) -> None:
-        for u in _vars_in(roots, cands):
-            if escape[u] > i:
+        for u in vars_in(roots):
+            if u in cands and escape[u] > i:
                 escape[u] = i
 
     for i, node in enumerate(lets):
@@ -177,7 +150,7 @@ def forward_spine(spine: Let) -> Expr:
     for var, val, span in reversed(out):
         new = Let(var, val, new, span=span)
     if subst:
-        new = _Subst(subst).visit(new)
+        new = substitute(new, subst)
     return new
 
 
@@ -197,17 +170,7 @@ def drop_dead_literals(spine: Let) -> Expr:
     used: set[Var] = set()
 
     def note(e: Expr) -> None:
-        stack = [e]
-        seen: set[int] = set()
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if type(node) is Var:
-                used.add(node)
-            else:
-                stack.extend(children(node))
+        used.update(vars_in((e,)))
     note(body)
     keep: list[bool] = [True] * len(lets)
     for i in range(len(lets) - 1, -1, -1):
@@ -239,7 +202,7 @@ class _DeadRef(ExprMutator):
 
 
 @dataclass(frozen=True)
-class DeadRefElimination(Pass):
+class DeadRefElimination(FunctionPass):
     """Store forwarding: a ``ref`` that never escapes its let spine becomes plain lets.
 
     ``let %r = ref(a); ...ref_read(%r)...ref_write(%r, b)...ref_read(%r)... =>`` the reads
@@ -250,16 +213,10 @@ class DeadRefElimination(Pass):
     name: ClassVar[str] = "dead-ref-elim"
     opt_level: ClassVar[int] = 1
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for gname, fn in mod.functions.items():
-            if not any(type(n) is RefCreate for n in post_order(fn.body)):
-                continue  # NOTE: a cheap scan; most programs have no references at all
-            new = _DeadRef().visit(fn)
-            if new is not fn:
-                assert isinstance(new, Function)
-                changed[gname] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        if not any(type(n) is RefCreate for n in post_order(func.body)):
+            return func  # NOTE: a cheap scan; most programs have no references at all
+        return _DeadRef().visit(func)  # type: ignore[return-value]
 
 
 def dead_ref_elim(expr: Expr) -> Expr:

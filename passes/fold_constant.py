@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from relay_ir.expr import (Call, Constant, Expr, If, Op, Tuple, TupleGetItem, Var, is_atom,
-                           with_fields)
+from relay_ir.expr import (Call, Constant, Expr, Function, If, Op, Tuple, TupleGetItem, Var,
+                           is_atom, with_fields)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import Effects, op_is_effectful
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, TupleType
 
 
@@ -122,7 +122,7 @@ def _size(v: Any) -> int:
 
 
 @dataclass(frozen=True)
-class FoldConstant(Pass):
+class FoldConstant(FunctionPass):
     """Evaluate operator calls on constants with the op's reference implementation.
 
     Rules:
@@ -140,14 +140,10 @@ class FoldConstant(Pass):
     name: ClassVar[str] = "fold-constant"
     opt_level: ClassVar[int] = 2
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        effects = Effects(mod)
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = _Fold(effects, self.max_elements).visit(fn)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+    def function_transformer(self, mod: IRModule, ctx: PassContext
+                             ) -> Callable[[Function], Function]:
+        effects = Effects(mod)  # NOTE: one purity analysis of the globals, shared
+        return lambda fn: _Fold(effects, self.max_elements).visit(fn)  # type: ignore
 
 
 def fold_constant(expr: Expr, mod: IRModule | None = None) -> Expr:

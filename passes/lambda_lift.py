@@ -36,25 +36,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from relay_ir.attrs import Attrs
-from relay_ir.expr import Call, Expr, Function, GlobalVar, Var, with_fields
-from relay_ir.functor import ExprMutator
+from relay_ir.expr import Call, Expr, Function, GlobalVar, Var, type_of, with_fields
+from relay_ir.functor import ExprMutator, substitute
 from relay_ir.module import IRModule
 from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.traversal import bound_vars, free_type_vars, free_vars, post_order
 from relay_ir.ty import FuncType, Type
-
-
-class _Subst(ExprMutator):
-    def __init__(self, subst: dict[Var, Expr]):
-        super().__init__()
-        self.subst = subst
-
-    def visit_var(self, v: Var) -> Expr:
-        return self.subst.get(v, v)
-
-
-def _var_type(v: Var) -> Type | None:
-    return v.type_annotation if v.type_annotation is not None else v.checked_type_
 
 
 def is_closure_global(fn: Function) -> bool:
@@ -96,18 +83,18 @@ class _Lifter(ExprMutator):
         gv = self._fresh_global()
         tparams = _free_type_params(f2, fvs)
         if not fvs:
-            inner = _Subst({self_var: gv}).visit(f2) if self_var is not None else f2
+            inner = substitute(f2, {self_var: gv}) if self_var is not None else f2
             assert isinstance(inner, Function)
             glob = Function(inner.params, inner.body, inner.ret_type,
                             tuple(tparams) + tuple(inner.type_params), inner.attrs,
                             span=f.span)
             self.lifted[gv.name_hint] = glob
             return gv
-        env = [Var(v.name_hint, _var_type(v), span=v.span) for v in fvs]
+        env = [Var(v.name_hint, type_of(v), span=v.span) for v in fvs]
         subst: dict[Var, Expr] = dict(zip(fvs, env))
         if self_var is not None:
             subst[self_var] = Call(gv, tuple(env), span=f.span)
-        inner = _Subst(subst).visit(f2)
+        inner = substitute(f2, subst)
         assert isinstance(inner, Function)
         try:
             ret: Type | None = inner.checked_type
@@ -125,7 +112,7 @@ def _free_type_params(f: Function, fvs: list[Var]) -> list:
     """Type/shape variables the lifted global must bind (free in ``f`` and its environment)."""
     types: list[Type] = []
     for v in (*fvs, *bound_vars(f)):
-        t = _var_type(v)
+        t = type_of(v)
         if t is not None:
             types.append(t)
     if f.ret_type is not None:

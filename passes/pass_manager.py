@@ -153,15 +153,17 @@ class FunctionPass(Pass):
     """A pass applied to every global function independently: override ``transform_function``."""
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        """The rewritten ``func`` (``func`` itself when nothing changes)."""
         raise NotImplementedError(f"pass {self.name} has no transform_function")
 
+    def function_transformer(self, mod: IRModule, ctx: PassContext
+                             ) -> Callable[[Function], Function]:
+        """The per-function rewrite for ``mod``; override to share per-module state (an
+        analysis of the whole module) between the functions."""
+        return lambda fn: self.transform_function(fn, mod, ctx)
+
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = self.transform_function(fn, mod, ctx)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+        return mod.map_functions(self.function_transformer(mod, ctx))
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ import numpy as np
 
 from relay_ir.attrs import _attr_eq, normalize_attr_value
 from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Op, RefCreate, RefRead,
-                           RefWrite, Tuple, TupleGetItem, Var)
+                           RefWrite, Tuple, TupleGetItem, Var, type_of)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.ty import TensorType, Type
@@ -91,21 +91,21 @@ class DFPattern:
 
     def has_type(self, ty: Type) -> ConstraintPattern:
         """Also require the matched node's type to equal ``ty``."""
-        return ConstraintPattern(self, lambda e: _type_of(e) == ty, f"has_type({ty})")
+        return ConstraintPattern(self, lambda e: type_of(e) == ty, f"has_type({ty})")
 
     def has_shape(self, shape: Sequence[Any]) -> ConstraintPattern:
         """Also require a tensor type with this shape."""
         want = tuple(shape)
 
         def pred(e: Expr) -> bool:
-            t = _type_of(e)
+            t = type_of(e)
             return isinstance(t, TensorType) and tuple(t.shape) == want
         return ConstraintPattern(self, pred, f"has_shape({want})")
 
     def has_dtype(self, dtype: str) -> ConstraintPattern:
         """Also require a tensor type with this dtype."""
         def pred(e: Expr) -> bool:
-            t = _type_of(e)
+            t = type_of(e)
             return isinstance(t, TensorType) and t.dtype == dtype
         return ConstraintPattern(self, pred, f"has_dtype({dtype})")
 
@@ -140,16 +140,6 @@ def _as_pattern(p: Any) -> DFPattern:
     if isinstance(p, Expr):
         return ExprPattern(p)
     raise TypeError(f"not a pattern: {p!r}")
-
-
-def _type_of(e: Expr) -> Type | None:
-    if e.checked_type_ is not None:
-        return e.checked_type_
-    if isinstance(e, Var):
-        return e.type_annotation
-    if isinstance(e, Constant):
-        return TensorType(tuple(e.data.shape), str(e.data.dtype))
-    return None
 
 
 def _has_attrs(e: Expr, want: Mapping[str, Any]) -> bool:
@@ -261,6 +251,17 @@ class OperatorPattern(DFPattern):
         return f"is_op({self.op_name!r})"
 
 
+def _match_all(pats: Sequence[DFPattern], exprs: Sequence[Expr], b: Bindings,
+               env: Mapping[Var, Expr]) -> Bindings | None:
+    """Match patterns and expressions pairwise, threading the bindings; None at a failure."""
+    out: Bindings | None = b
+    for p, e in zip(pats, exprs):
+        out = _match(p, e, out, env)  # type: ignore[arg-type]
+        if out is None:
+            return None
+    return out
+
+
 class CallPattern(DFPattern):
     """Matches a call whose callee and arguments match (``args=None``: any arguments)."""
 
@@ -278,11 +279,7 @@ class CallPattern(DFPattern):
         out = _match(self.op, e.op, Bindings(b), env)
         if out is None or self.args is None:
             return out
-        for pa, a in zip(self.args, e.args):
-            out = _match(pa, a, out, env)
-            if out is None:
-                return None
-        return out
+        return _match_all(self.args, e.args, out, env)
 
 
 class TuplePattern(DFPattern):
@@ -299,12 +296,7 @@ class TuplePattern(DFPattern):
             return b
         if len(self.fields) != len(e.fields):
             return None
-        out: Bindings | None = Bindings(b)
-        for pf, f in zip(self.fields, e.fields):
-            out = _match(pf, f, out, env)  # type: ignore[arg-type]
-            if out is None:
-                return None
-        return out
+        return _match_all(self.fields, e.fields, Bindings(b), env)
 
 
 class TupleGetItemPattern(DFPattern):
@@ -504,12 +496,8 @@ def rewrite(rules: Iterable[tuple[DFPattern, Callback]] | Mapping[DFPattern, Cal
         if not isinstance(pat, DFPattern) or not callable(fn):
             raise TypeError("rewrite rules are (pattern, callback) pairs")
     if isinstance(expr_or_mod, IRModule):
-        changed = {}
-        for name, fn in expr_or_mod.functions.items():
-            new = _rewrite_expr(rule_list, fn, max_iterations)
-            if new is not fn:
-                changed[name] = new
-        return expr_or_mod.with_functions(changed) if changed else expr_or_mod
+        return expr_or_mod.map_functions(
+            lambda fn: _rewrite_expr(rule_list, fn, max_iterations))
     if not isinstance(expr_or_mod, Expr):
         raise TypeError(f"rewrite expects an Expr or IRModule, got {type(expr_or_mod).__name__}")
     return _rewrite_expr(rule_list, expr_or_mod, max_iterations)

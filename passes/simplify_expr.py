@@ -1,4 +1,12 @@
-"""SimplifyExpr: algebraic identities (a rule table), only where the result type is unchanged."""
+"""SimplifyExpr: algebraic identities (a rule table), only where the result type is unchanged.
+
+NOTE: why not the dataflow pattern language (``passes.pattern``)? These rules match through
+let-bound variables (``Site.value`` follows the let environment, so ``let %o = ones_like(%x);
+multiply(%y, %o)`` simplifies in A-normal form) and compare against the types of the original,
+typed call. Patterns match the expression graph as written and carry no environment, so the
+rules would either miss every ANF program or need an environment-aware matcher; one table of
+``(op name, rule)`` pairs with a ``# lhs -> rhs`` comment each is the smaller thing to keep.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,33 +14,20 @@ from typing import Callable, ClassVar, Optional
 
 import numpy as np
 
-from relay_ir.expr import Call, Constant, Expr, Op, Var
+from relay_ir.expr import Call, Constant, Expr, Function, Op, Var, type_of
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, Type
 
 
-def type_of(e: Expr) -> Type | None:
-    """The known type of ``e``: inferred, a variable's annotation, or a constant's own."""
-    if e.checked_type_ is not None:
-        return e.checked_type_
-    if type(e) is Var:
-        return e.type_annotation
-    if type(e) is Constant:
-        return TensorType(tuple(e.data.shape), str(e.data.dtype))
-    return None
-
-
+@dataclass(slots=True, eq=False)
 class Site:
     """What a rule sees: the rewritten call, its original (typed) form, and the let env."""
 
-    __slots__ = ("call", "orig", "env")
-
-    def __init__(self, call: Call, orig: Call, env: dict[Var, Expr]) -> None:
-        self.call = call
-        self.orig = orig
-        self.env = env
+    call: Call
+    orig: Call
+    env: dict[Var, Expr]
 
     def arg(self, i: int) -> Expr:
         """Argument ``i`` (rewritten)."""
@@ -205,7 +200,7 @@ class _Simplify(ExprMutator):
 
 
 @dataclass(frozen=True)
-class SimplifyExpr(Pass):
+class SimplifyExpr(FunctionPass):
     """Apply algebraic identities from the rule table :data:`RULES` (one rule per line).
 
     Rules (each only when the result type -- shape and dtype -- is unchanged):
@@ -224,10 +219,5 @@ class SimplifyExpr(Pass):
     opt_level: ClassVar[int] = 2
     required: ClassVar[tuple[str, ...]] = ("infer-type",)
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = _Simplify().visit(fn)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return _Simplify().visit(func)  # type: ignore[return-value]

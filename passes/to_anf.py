@@ -1,16 +1,16 @@
 """ToANormalForm: the pipeline's canonical form (every non-atomic sub-expression let-bound)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 from relay_ir.errors import InternalError
 from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If,
                            Let, Match, Op, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var,
-                           with_fields)
+                           with_fields, with_same_type)
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import fresh_copy
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.traversal import children, same_scope_children
 
 
@@ -21,14 +21,15 @@ def _is_atom(e: Expr) -> bool:
     return type(e) in _ATOMS
 
 
+@dataclass(slots=True, eq=False)
 class _Scope:
     """A lexical scope: a function body, an if branch, a match arm (or the top level)."""
 
-    __slots__ = ("parent", "depth")
+    parent: _Scope | None
+    depth: int = field(init=False)
 
-    def __init__(self, parent: _Scope | None) -> None:
-        self.parent = parent
-        self.depth = 0 if parent is None else parent.depth + 1
+    def __post_init__(self) -> None:
+        self.depth = 0 if self.parent is None else self.parent.depth + 1
 
 
 def _lca(a: _Scope | None, b: _Scope) -> _Scope:
@@ -232,42 +233,40 @@ class _ANF:
     def rebuild(self, n: Expr) -> Expr:
         """``n`` with atomic children (same-scope children must already be in the memo)."""
         t = type(n)
-        ct = n.checked_type_
         a = self._a
         if t is Call:
             args = tuple(a(x) for x in n.args)
             if all(x is y for x, y in zip(args, n.args)):
                 args = n.args
-            return with_fields(n, op=a(n.op), args=args, checked_type_=ct)
+            return with_same_type(n, op=a(n.op), args=args)
         if t is Tuple:
             fields = tuple(a(x) for x in n.fields)
             if all(x is y for x, y in zip(fields, n.fields)):
                 fields = n.fields
-            return with_fields(n, fields=fields, checked_type_=ct)
+            return with_same_type(n, fields=fields)
         if t is TupleGetItem:
-            return with_fields(n, tuple_value=a(n.tuple_value), checked_type_=ct)
+            return with_same_type(n, tuple_value=a(n.tuple_value))
         if t is RefCreate:
-            return with_fields(n, value=a(n.value), checked_type_=ct)
+            return with_same_type(n, value=a(n.value))
         if t is RefRead:
-            return with_fields(n, ref=a(n.ref), checked_type_=ct)
+            return with_same_type(n, ref=a(n.ref))
         if t is RefWrite:
-            return with_fields(n, ref=a(n.ref), value=a(n.value), checked_type_=ct)
+            return with_same_type(n, ref=a(n.ref), value=a(n.value))
         if t is If:
-            return with_fields(n, cond=a(n.cond),
-                               true_branch=self.fill_scope(n.true_branch, self._nested(n, 1)),
-                               false_branch=self.fill_scope(n.false_branch, self._nested(n, 2)),
-                               checked_type_=ct)
+            return with_same_type(
+                n, cond=a(n.cond),
+                true_branch=self.fill_scope(n.true_branch, self._nested(n, 1)),
+                false_branch=self.fill_scope(n.false_branch, self._nested(n, 2)))
         if t is Match:
             clauses = tuple(with_fields(c, rhs=self.fill_scope(c.rhs, self._nested(n, i + 1)))
                             for i, c in enumerate(n.clauses))
             if all(a is b for a, b in zip(clauses, n.clauses)):
                 clauses = n.clauses
-            return with_fields(n, data=a(n.data), clauses=clauses, checked_type_=ct)
+            return with_same_type(n, data=a(n.data), clauses=clauses)
         if t is Function:
             if n.is_primitive:  # NOTE: fused (Primitive=1) functions stay dataflow, as in TVM
                 return fresh_copy(n) if n in self.copy_prims else n
-            return with_fields(n, body=self.fill_scope(n.body, self._nested(n, 0)),
-                               checked_type_=ct)
+            return with_same_type(n, body=self.fill_scope(n.body, self._nested(n, 0)))
         raise InternalError(f"to-anf: unexpected {t.__name__}")
 
     def _nested(self, n: Expr, slot: int) -> _Scope:
@@ -297,7 +296,7 @@ def to_anf_function(fn: Function) -> Function:
 def _to_anf_function(fn: Function, fresh: Callable[[], str]) -> Function:
     anf = _ANF(fn.body, fresh)
     body = anf.fill_scope(fn.body, anf.root)
-    return with_fields(fn, body=body, checked_type_=fn.checked_type_)
+    return with_same_type(fn, body=body)
 
 
 def to_anf_expr(e: Expr) -> Expr:
@@ -307,7 +306,7 @@ def to_anf_expr(e: Expr) -> Expr:
 
 
 @dataclass(frozen=True)
-class ToANormalForm(Pass):
+class ToANormalForm(FunctionPass):
     """Bind every non-atomic sub-expression to a let variable, one binding per shared node.
 
     Rule: ``f(g(x), y)  =>  let %a = g(x); let %b = f(%a, y); %b`` -- atoms (variables, globals,
@@ -325,11 +324,6 @@ class ToANormalForm(Pass):
     name: ClassVar[str] = "to-anf"
     opt_level: ClassVar[int] = 0
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for name, fn in mod.functions.items():
-            new = to_anf_function(fn)
-            if new is not fn:
-                changed[name] = new
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        return to_anf_function(func)
 

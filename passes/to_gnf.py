@@ -44,11 +44,5 @@ class ToGraphNormalForm(Pass):
     opt_level: ClassVar[int] = 0
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        def one_round(mod: IRModule, effects: Effects) -> IRModule:
-            changed = {}
-            for name, fn in mod.functions.items():
-                new = _GNF(effects).visit(fn)
-                if new is not fn:
-                    changed[name] = new
-            return mod.with_functions(changed) if changed else mod
-        return to_fixpoint(mod, one_round)
+        return to_fixpoint(mod, lambda m, effects: m.map_functions(
+            lambda f: _GNF(effects).visit(f)))  # type: ignore[arg-type, return-value]

@@ -36,26 +36,31 @@ How it works (Relay's design):
 
 Every error is a :class:`~relay_ir.errors.TypeInferenceError` (or subclass) carrying the span
 of the offending expression, naming what was expected and what was found.
+
+Modules: this one is the constraint generator (:class:`Inferencer`, steps 1-3) and the pass;
+``type_unify`` the unifier (substitution, ``unify``, instantiation, :func:`fmt_type`),
+``match_coverage`` the exhaustiveness check and ``type_rebuild`` the typed rebuild (step 4).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
-from relay_ir.errors import (DiagnosticError, TypeInferenceError, UnboundVarError,
-                             UnificationError)
-from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
-                           Let, Match, Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
-                           PatternWildcard, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem,
-                           Var)
+from relay_ir.errors import DiagnosticError, TypeInferenceError, UnboundVarError, UnificationError
+from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match,
+                           Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
+                           PatternWildcard, RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
+from relay_ir.passes._analysis import sccs
+from relay_ir.passes.match_coverage import MatchCoverage
 from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.type_rebuild import TypedRebuild
+from relay_ir.passes.type_unify import Fail, Unifier, callee_name, fmt_type
 from relay_ir.span import Span
-from relay_ir.traversal import flatten_lets, post_order
-from relay_ir.ty import (AnyDim, Dim, DimExpr, FuncType, GlobalTypeVar, IncompleteType,
-                         RefType, ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData,
-                         TypeVar, dim_add, dim_mul, dim_sub, dim_vars, format_dim)
+from relay_ir.traversal import dataflow_post_order, flatten_lets, has_incomplete, post_order
+from relay_ir.ty import (AnyDim, Dim, FuncType, GlobalTypeVar, IncompleteType, RefType, ShapeVar,
+                         TensorType, TupleType, Type, TypeCall, TypeData, TypeVar, type_children)
 
 __all__ = ["InferType", "infer_type", "fmt_type", "Inferencer"]
 
@@ -64,85 +69,17 @@ UNIT_T = TupleType(())
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
 
 
-# ----------------------------------------------------------------------------- formatting
-def fmt_type(t: Any) -> str:
-    """Text of a type as the printer writes it (``Tensor[(2, 3), float32]``, ``fn (A) -> B``).
-
-    Generic function types print as ``fn [A, n](A) -> A``; an unknown type prints as ``_``.
-    """
-    if t is None:
-        return "_"
-    tt = type(t)
-    if tt is TensorType:
-        if not t.shape:
-            return t.dtype
-        return f"Tensor[({', '.join(format_dim(d) for d in t.shape)}), {t.dtype}]"
-    if tt is TupleType:
-        if len(t.fields) == 1:
-            return f"({fmt_type(t.fields[0])},)"
-        return "(" + ", ".join(fmt_type(f) for f in t.fields) + ")"
-    if tt is FuncType:
-        tps = ""
-        if t.type_params:
-            tps = "[" + ", ".join(p.name if isinstance(p, ShapeVar) else p.name_hint
-                                  for p in t.type_params) + "]"
-        args = ", ".join(fmt_type(a) for a in t.arg_types)
-        return f"fn {tps}({args}) -> {fmt_type(t.ret_type)}" if tps else \
-            f"fn ({args}) -> {fmt_type(t.ret_type)}"
-    if tt is RefType:
-        return f"ref({fmt_type(t.value)})"
-    if tt is TypeCall:
-        head = fmt_type(t.func)
-        if not t.args:
-            return head
-        return f"{head}[{', '.join(fmt_type(a) for a in t.args)}]"
-    if tt is GlobalTypeVar or tt is TypeVar:
-        return t.name_hint
-    if tt is IncompleteType:
-        return "_"
-    if tt is TypeData:
-        return t.header.name_hint
-    if isinstance(t, (int, AnyDim, ShapeVar, DimExpr)):
-        return format_dim(t)
-    return repr(t)
-
-
-def _fmt_pattern(p: Any) -> str:
-    """Text of a (missing-case) pattern: ``Cons(_, Nil)``, ``(_, _)``, ``_``."""
-    kind = p[0]
-    if kind == "_":
-        return "_"
-    if kind == "tuple":
-        inner = [_fmt_pattern(q) for q in p[1]]
-        return f"({inner[0]},)" if len(inner) == 1 else "(" + ", ".join(inner) + ")"
-    name, subs = p[1], p[2]
-    if not subs:
-        return name
-    return f"{name}({', '.join(_fmt_pattern(q) for q in subs)})"
-
-
-class _Fail(Exception):
-    """A unification failure; ``reason`` says which parts disagreed."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
+@dataclass(slots=True, eq=False)
 class _Relation:
     """A waiting type relation: ``out = fn(args, attrs)``."""
 
-    __slots__ = ("fn", "args", "attrs", "out", "span", "name", "arg_spans")
-
-    def __init__(self, fn: Callable[..., Any], args: list[Type], attrs: Any, out: Type,
-                 span: Span | None, name: str, arg_spans: Sequence[Span | None] = ()):
-        self.fn = fn
-        self.args = args
-        self.attrs = attrs
-        self.out = out
-        self.span = span
-        self.name = name
-        self.arg_spans = arg_spans
+    fn: Callable[..., Any]
+    args: list[Type]
+    attrs: Any
+    out: Type
+    span: Span | None
+    name: str
+    arg_spans: Sequence[Span | None] = ()
 
 
 def _has_type_params(t: Type) -> bool:
@@ -153,44 +90,21 @@ def _fully_annotated(f: Function) -> bool:
     if f.ret_type is None:
         return False
     for p in f.params:
-        if p.type_annotation is None or _contains_incomplete(p.type_annotation):
+        if p.type_annotation is None or has_incomplete(p.type_annotation):
             return False
-    return not _contains_incomplete(f.ret_type)
-
-
-def _contains_incomplete(t: Type) -> bool:
-    stack = [t]
-    while stack:
-        x = stack.pop()
-        tx = type(x)
-        if tx is IncompleteType:
-            return True
-        if tx is TensorType:
-            continue
-        if tx is TupleType:
-            stack.extend(x.fields)
-        elif tx is FuncType:
-            stack.extend(x.arg_types)
-            stack.append(x.ret_type)
-        elif tx is RefType:
-            stack.append(x.value)
-        elif tx is TypeCall:
-            stack.extend(x.args)
-    return False
+    return not has_incomplete(f.ret_type)
 
 
 # ----------------------------------------------------------------------------- the inferencer
-class Inferencer:
-    """One type-inference run over a module (see the module docstring)."""
+class Inferencer(Unifier, MatchCoverage, TypedRebuild):
+    """One type-inference run over a module: the constraint generator (see the module
+    docstring); unification, the match-coverage check and the rebuild are its mixins."""
 
     def __init__(self, mod: IRModule):
         self.mod = mod
-        self.subst: dict[IncompleteType, Type] = {}
-        self.dim_subst: dict[ShapeVar, Dim] = {}
-        self.flex: set[ShapeVar] = set()
+        self.init_unifier()
         self.types: dict[Expr, Type] = {}
         self.pending: list[_Relation] = []
-        self.progress = 0
         self.inst: dict[Call, list[Any]] = {}       # call -> instantiation (type args)
         self.op_call_args: dict[Call, list[Type]] = {}
         self.fn_ret: dict[Function, Type] = {}
@@ -199,352 +113,10 @@ class Inferencer:
         self.tv_scope: set[Any] = set()
         self.var_map: dict[Var, Var] = {}
         self.ctor_types: dict[str, FuncType] = {}
-        self.param_of: dict[IncompleteType, tuple[Any, str]] = {}
         self.opdefs: dict[Op, Any] = {}
 
-    # ------------------------------------------------------------------ substitution
-    def find(self, t: Type) -> Type:
-        """The representative of ``t`` (follows variable bindings, path-compressed)."""
-        if type(t) is not IncompleteType:
-            return t
-        subst = self.subst
-        nxt = subst.get(t)
-        if nxt is None:
-            return t
-        path = [t]
-        root = nxt
-        while type(root) is IncompleteType:
-            n2 = subst.get(root)
-            if n2 is None:
-                break
-            path.append(root)
-            root = n2
-        for p in path:
-            subst[p] = root
-        return root
-
-    def rdim(self, d: Dim) -> Dim:
-        """``d`` with bound flexible shape variables substituted."""
-        if type(d) is int or not self.dim_subst:
-            return d
-        if type(d) is ShapeVar:
-            seen = 0
-            while type(d) is ShapeVar and d in self.dim_subst:
-                d = self.dim_subst[d]
-                seen += 1
-                if seen > 10000:  # pragma: no cover - occurs check prevents cycles
-                    break
-            if type(d) is DimExpr:
-                return self.rdim(d)
-            return d
-        if type(d) is DimExpr:
-            if not any(v in self.dim_subst for v in dim_vars(d)):
-                return d
-            out: Dim = 0
-            for mono, c in d.terms:
-                term: Dim = c
-                for v in mono:
-                    term = dim_mul(term, self.rdim(v))
-                out = dim_add(out, term)
-            return out
-        return d
-
-    def resolve(self, t: Type) -> Type:
-        """``t`` with every bound variable (type and dimension) substituted, deeply."""
-        t = self.find(t)
-        tt = type(t)
-        if tt is TensorType:
-            if not self.dim_subst:
-                return t
-            shape = t.shape
-            new = tuple(self.rdim(d) for d in shape)
-            for a, b in zip(shape, new):
-                if a is not b:
-                    return TensorType(new, t.dtype)
-            return t
-        if tt is TupleType:
-            fs = tuple(self.resolve(f) for f in t.fields)
-            return t if all(a is b for a, b in zip(fs, t.fields)) else TupleType(fs)
-        if tt is FuncType:
-            args = tuple(self.resolve(a) for a in t.arg_types)
-            ret = self.resolve(t.ret_type)
-            if ret is t.ret_type and all(a is b for a, b in zip(args, t.arg_types)):
-                return t
-            return FuncType(args, ret, t.type_params, t.type_constraints)
-        if tt is RefType:
-            v = self.resolve(t.value)
-            return t if v is t.value else RefType(v)
-        if tt is TypeCall:
-            if not t.args:
-                return t
-            args = tuple(self.resolve(a) for a in t.args)
-            return t if all(a is b for a, b in zip(args, t.args)) else TypeCall(t.func, args)
-        return t
-
-    def unknown_part(self, t: Type) -> bool:
-        """True if resolved ``t`` still holds an unknown type or an unsolved shape variable."""
-        stack = [t]
-        flex = self.flex
-        while stack:
-            x = stack.pop()
-            tx = type(x)
-            if tx is TensorType:
-                if flex:
-                    for d in x.shape:
-                        if type(d) is not int and any(v in flex for v in dim_vars(d)):
-                            return True
-            elif tx is IncompleteType:
-                return True
-            elif tx is TupleType:
-                stack.extend(x.fields)
-            elif tx is FuncType:
-                stack.extend(x.arg_types)
-                stack.append(x.ret_type)
-            elif tx is RefType:
-                stack.append(x.value)
-            elif tx is TypeCall:
-                stack.extend(x.args)
-        return False
-
-    # ------------------------------------------------------------------ unification
-    def _bind(self, v: IncompleteType, t: Type) -> None:
-        if type(t) is not TensorType and self._occurs(v, t):
-            raise _Fail(f"occurs check failed: `{fmt_type(self.resolve(t))}` contains the "
-                        f"type being inferred for it (a type would contain itself)")
-        self.subst[v] = t
-        self.progress += 1
-
-    def _occurs(self, v: IncompleteType, t: Type) -> bool:
-        stack = [t]
-        while stack:
-            x = self.find(stack.pop())
-            if x is v:
-                return True
-            tx = type(x)
-            if tx is TupleType:
-                stack.extend(x.fields)
-            elif tx is FuncType:
-                stack.extend(x.arg_types)
-                stack.append(x.ret_type)
-            elif tx is RefType:
-                stack.append(x.value)
-            elif tx is TypeCall:
-                stack.extend(x.args)
-        return False
-
-    def unify(self, a: Type, b: Type) -> None:
-        """Make ``a`` and ``b`` equal or raise :class:`_Fail` (``a`` is the expected side)."""
-        stack = [(a, b)]
-        find = self.find
-        while stack:
-            x, y = stack.pop()
-            if type(x) is IncompleteType:
-                x = find(x)
-            if type(y) is IncompleteType:
-                y = find(y)
-            if x is y:
-                continue
-            tx, ty = type(x), type(y)
-            if tx is IncompleteType:
-                self._bind(x, y)
-                continue
-            if ty is IncompleteType:
-                self._bind(y, x)
-                continue
-            if tx is TensorType and ty is TensorType:
-                if x == y:
-                    continue
-                if x.dtype != y.dtype:
-                    raise _Fail(f"dtype mismatch: {x.dtype} does not match {y.dtype}")
-                if len(x.shape) != len(y.shape):
-                    raise _Fail(f"rank mismatch: `{fmt_type(x)}` has {len(x.shape)} "
-                                f"dimension(s), while `{fmt_type(y)}` has {len(y.shape)}")
-                for i, (dx, dy) in enumerate(zip(x.shape, y.shape)):
-                    self.unify_dim(dx, dy, i)
-                continue
-            if tx is GlobalTypeVar:
-                x, tx = TypeCall(x, ()), TypeCall
-            if ty is GlobalTypeVar:
-                y, ty = TypeCall(y, ()), TypeCall
-            if tx is not ty:
-                raise _Fail(f"`{fmt_type(self.resolve(x))}` does not match "
-                            f"`{fmt_type(self.resolve(y))}`")
-            if tx is TupleType:
-                if len(x.fields) != len(y.fields):
-                    raise _Fail(f"a tuple of {len(x.fields)} field(s) does not match a tuple of "
-                                f"{len(y.fields)} field(s)")
-                stack.extend(zip(x.fields, y.fields))
-            elif tx is FuncType:
-                if x.type_params or y.type_params:
-                    if len(x.type_params) == len(y.type_params) and all(
-                            type(p) is type(q) for p, q in zip(x.type_params, y.type_params)):
-                        y = self.substitute(y, dict(zip(y.type_params, x.type_params)),
-                                            drop_params=True)
-                        x = dataclasses.replace(x, type_params=())
-                    elif x.type_params and not y.type_params:
-                        x = self.instantiate(x)[0]
-                    elif y.type_params and not x.type_params:
-                        y = self.instantiate(y)[0]
-                    else:
-                        raise _Fail(f"`{fmt_type(x)}` and `{fmt_type(y)}` have different type "
-                                    f"parameters")
-                if len(x.arg_types) != len(y.arg_types):
-                    raise _Fail(f"a function of {len(x.arg_types)} argument(s) does not match a "
-                                f"function of {len(y.arg_types)} argument(s)")
-                stack.append((x.ret_type, y.ret_type))
-                stack.extend(reversed(list(zip(x.arg_types, y.arg_types))))
-            elif tx is RefType:
-                stack.append((x.value, y.value))
-            elif tx is TypeCall:
-                fx, fy = x.func, y.func
-                if type(fx) is GlobalTypeVar and type(fy) is GlobalTypeVar:
-                    if fx.name_hint != fy.name_hint:
-                        raise _Fail(f"`{fmt_type(self.resolve(x))}` does not match "
-                                    f"`{fmt_type(self.resolve(y))}` (ADT {fx.name_hint} is "
-                                    f"not {fy.name_hint})")
-                elif fx is not fy:
-                    raise _Fail(f"`{fmt_type(x)}` does not match `{fmt_type(y)}`")
-                if len(x.args) != len(y.args):
-                    raise _Fail(f"`{fmt_type(x)}` and `{fmt_type(y)}` have different numbers of "
-                                f"type arguments")
-                stack.extend(zip(x.args, y.args))
-            else:
-                # TypeVar (rigid), or anything else that is not identical
-                raise _Fail(f"`{fmt_type(self.resolve(x))}` does not match "
-                            f"`{fmt_type(self.resolve(y))}`")
-
-    def unify_dim(self, a: Dim, b: Dim, i: int) -> None:
-        """Make dimension ``a`` equal ``b`` (binding flexible shape variables)."""
-        a = self.rdim(a)
-        b = self.rdim(b)
-        if a is b or (type(a) is type(b) and type(a) in (int, DimExpr) and a == b):
-            return
-        ta, tb = type(a), type(b)
-        if ta is AnyDim or tb is AnyDim:
-            if ta is ShapeVar and a in self.flex:
-                self._bind_dim(a, b)
-            elif tb is ShapeVar and b in self.flex:
-                self._bind_dim(b, a)
-            return
-        if ta is ShapeVar and a in self.flex:
-            self._bind_dim(a, b)
-            return
-        if tb is ShapeVar and b in self.flex:
-            self._bind_dim(b, a)
-            return
-        if ta is not int or tb is not int:
-            if self._solve_linear(dim_sub(a, b)):
-                return
-        raise _Fail(f"dimension {i} conflicts: {format_dim(a)} does not match {format_dim(b)}")
-
-    def _bind_dim(self, v: ShapeVar, d: Dim) -> None:
-        if v in dim_vars(d):
-            raise _Fail(f"occurs check failed: dimension {v.name} would equal "
-                        f"{format_dim(d)}")
-        self.dim_subst[v] = d
-        self.progress += 1
-
-    def _solve_linear(self, diff: Dim) -> bool:
-        """Solve ``diff == 0`` for one flexible variable occurring linearly; True if solved."""
-        if type(diff) is ShapeVar:
-            if diff in self.flex:
-                self._bind_dim(diff, 0)
-                return True
-            return False
-        if type(diff) is not DimExpr:
-            return False
-        cands = [v for v in dim_vars(diff) if v in self.flex]
-        for v in cands:
-            coef = None
-            ok = True
-            rest: Dim = 0
-            for mono, c in diff.terms:
-                if v in mono:
-                    if mono == (v,):
-                        coef = c
-                    else:
-                        ok = False
-                        break
-                else:
-                    term: Dim = c
-                    for w in mono:
-                        term = dim_mul(term, w)
-                    rest = dim_add(rest, term)
-            if not ok or coef is None:
-                continue
-            from relay_ir.ty import dim_div_exact
-            val = dim_div_exact(dim_mul(-1, rest), coef)
-            if val is None or (type(val) is int and val < 0):
-                continue
-            self._bind_dim(v, val)
-            return True
-        return False
-
-    # ------------------------------------------------------------------ polymorphism
-    def substitute(self, t: Type, m: dict, drop_params: bool = False) -> Type:
-        """Replace type and shape variables of ``t`` per ``m`` (after resolving ``t``)."""
-        t = self.resolve(t)
-
-        def dim(d: Dim) -> Dim:
-            if type(d) is ShapeVar:
-                return m.get(d, d)
-            if type(d) is DimExpr:
-                if not any(v in m for v in dim_vars(d)):
-                    return d
-                out: Dim = 0
-                for mono, c in d.terms:
-                    term: Dim = c
-                    for v in mono:
-                        term = dim_mul(term, m.get(v, v))
-                    out = dim_add(out, term)
-                return out
-            return d
-
-        def go(x: Type) -> Type:
-            x = self.find(x)
-            tx = type(x)
-            if tx is TypeVar:
-                return m.get(x, x)
-            if tx is TensorType:
-                if all(type(d) is int for d in x.shape):
-                    return x
-                return TensorType(tuple(dim(d) for d in x.shape), x.dtype)
-            if tx is TupleType:
-                return TupleType(tuple(go(f) for f in x.fields))
-            if tx is FuncType:
-                return FuncType(tuple(go(a) for a in x.arg_types), go(x.ret_type),
-                                x.type_params, x.type_constraints)
-            if tx is RefType:
-                return RefType(go(x.value))
-            if tx is TypeCall:
-                return TypeCall(go(x.func), tuple(go(a) for a in x.args))
-            return x
-
-        out = go(t)
-        if drop_params and type(out) is FuncType:
-            out = dataclasses.replace(out, type_params=())
-        return out
-
-    def instantiate(self, ft: FuncType, span: Span | None = None) -> tuple[FuncType, list]:
-        """``ft`` with its type parameters replaced by fresh variables; also returns them."""
-        m: dict = {}
-        fresh: list = []
-        for p in ft.type_params:
-            if type(p) is ShapeVar:
-                nv = ShapeVar(p.name)
-                self.flex.add(nv)
-                m[p] = nv
-                fresh.append(nv)
-            else:
-                iv = IncompleteType(span=span)
-                self.param_of[iv] = (p, "")
-                m[p] = iv
-                fresh.append(iv)
-        out = self.substitute(ft, m, drop_params=True)
-        return out, fresh  # type: ignore[return-value]
-
     # ------------------------------------------------------------------ errors
-    def fail(self, e: _Fail, what: str, expected: Type, found: Type, span: Span | None,
+    def fail(self, e: Fail, what: str, expected: Type, found: Type, span: Span | None,
              cls: type = UnificationError) -> DiagnosticError:
         """A diagnostic: ``what``, the expected and found types and the reason."""
         exp = fmt_type(self.resolve(expected))
@@ -561,7 +133,7 @@ class Inferencer:
         """Unify, turning a failure into a diagnostic at ``span``."""
         try:
             self.unify(expected, found)
-        except _Fail as e:
+        except Fail as e:
             raise self.fail(e, what, expected, found, span) from None
 
     # ------------------------------------------------------------------ relations
@@ -596,7 +168,7 @@ class Inferencer:
             out = res
         try:
             self.unify(rel.out, out)
-        except _Fail as e:
+        except Fail as e:
             raise self.fail(e, f"the result of `{rel.name}`", rel.out, out, rel.span) from None
         return True
 
@@ -645,8 +217,9 @@ class Inferencer:
                         ds[node.name_hint] = None
             deps[name] = list(ds)
         new_fns: dict[str, Function] = {}
-        for scc in _sccs(list(functions), deps):
-            for name in scc:
+        order = {name: i for i, name in enumerate(functions)}
+        for scc in sccs({name: deps.get(name, []) for name in functions}):
+            for name in sorted(scc, key=order.__getitem__):
                 f = functions[name]
                 sig = self.global_types[name]
                 self.gen_function(f, sig if not full[name] else
@@ -697,15 +270,8 @@ class Inferencer:
                                 f"type `{g.name_hint}` expects {len(other.type_params)} type "
                                 f"argument(s), found {nargs} (in constructor `{c.name_hint}`)",
                                 c.span or td.span)
-                    if tx is TupleType:
-                        stack.extend(x.fields)
-                    elif tx is FuncType:
-                        stack.extend(x.arg_types)
-                        stack.append(x.ret_type)
-                    elif tx is RefType:
-                        stack.append(x.value)
-                    elif tx is TypeCall:
-                        stack.extend(x.args)
+                    # NOTE: a type call's head was checked above, with its arity
+                    stack.extend(x.args if tx is TypeCall else type_children(x))
 
     # ------------------------------------------------------------------ generation
     def gen(self, e: Expr) -> Type:
@@ -716,32 +282,8 @@ class Inferencer:
         te = type(e)
         if te in _DATAFLOW:
             types = self.types
-            stack: list[tuple[Expr, bool]] = [(e, False)]
-            while stack:
-                node, ready = stack.pop()
-                if node in types:
-                    continue
-                if ready:
-                    types[node] = self.gen_node(node)
-                    continue
-                stack.append((node, True))
-                tn = type(node)
-                if tn is Call:
-                    kids: Iterable[Expr] = node.args if type(node.op) is Op else \
-                        (node.op, *node.args)
-                elif tn is Tuple:
-                    kids = node.fields
-                elif tn is TupleGetItem:
-                    kids = (node.tuple_value,)
-                elif tn is RefCreate:
-                    kids = (node.value,)
-                elif tn is RefRead:
-                    kids = (node.ref,)
-                else:
-                    kids = (node.ref, node.value)
-                for c in reversed(tuple(kids)):
-                    if type(c) in _DATAFLOW and c not in types:
-                        stack.append((c, False))
+            for node in dataflow_post_order(e, types):
+                types[node] = self.gen_node(node)
             return types[e]
         if te is Let:
             return self.gen_let(e)
@@ -842,7 +384,7 @@ class Inferencer:
                 raise err.with_span(_at(value, let.span)) from None
             try:
                 self.unify(vt, t)
-            except _Fail as err:
+            except Fail as err:
                 raise self.fail(err, f"the value of `%{var.name_hint}` does not match its "
                                      f"annotation", vt, t, _at(value, let.span)) from None
         bt = self.gen(body)
@@ -858,21 +400,10 @@ class Inferencer:
         stack = [t]
         while stack:
             x = stack.pop()
-            tx = type(x)
-            if tx is TypeCall:
-                stack.append(x.func)
-                stack.extend(x.args)
-            elif tx is GlobalTypeVar:
-                if x.name_hint not in self.mod.type_definitions:
-                    raise UnboundVarError(f"type `{x.name_hint}` is not defined (and is not a "
-                                          f"type parameter in scope)", span)
-            elif tx is TupleType:
-                stack.extend(x.fields)
-            elif tx is FuncType:
-                stack.extend(x.arg_types)
-                stack.append(x.ret_type)
-            elif tx is RefType:
-                stack.append(x.value)
+            if type(x) is GlobalTypeVar and x.name_hint not in self.mod.type_definitions:
+                raise UnboundVarError(f"type `{x.name_hint}` is not defined (and is not a "
+                                      f"type parameter in scope)", span)
+            stack.extend(type_children(x))
         for v in free_type_vars(t):
             if v not in self.tv_scope:
                 name = v.name if isinstance(v, ShapeVar) else v.name_hint
@@ -910,7 +441,7 @@ class Inferencer:
                 raise err.with_span(_at(f.body, f.span)) from None
             try:
                 self.unify(ret, bt)
-            except _Fail as err:
+            except Fail as err:
                 if f.ret_type is not None:
                     raise self.fail(err, "return annotation mismatch: the function is annotated "
                                          "to return one type but its body has another",
@@ -926,7 +457,7 @@ class Inferencer:
         ct = self.gen(e.cond)
         try:
             self.unify(BOOL_T, ct)
-        except _Fail:
+        except Fail:
             raise UnificationError(
                 f"the condition of `if` must have type `bool` (Tensor[(), bool]), found "
                 f"`{fmt_type(self.resolve(ct))}`", _at(e.cond, e.span)) from None
@@ -934,7 +465,7 @@ class Inferencer:
         ft = self.gen(e.false_branch)
         try:
             self.unify(tt, ft)
-        except _Fail as err:
+        except Fail as err:
             raise self.fail(err, "the branches of `if` have different types: the `else` branch "
                                  "must match the `then` branch", tt, ft,
                             _at(e.false_branch, e.span)) from None
@@ -990,23 +521,23 @@ class Inferencer:
             if n != m:
                 many = "too many" if m > n else "too few"
                 raise TypeInferenceError(
-                    f"wrong argument count: {callee} `{_callee_name(op)}` of type "
+                    f"wrong argument count: {callee} `{callee_name(op)}` of type "
                     f"`{fmt_type(self.resolve(orig))}` is given {many} arguments: expected {n}, "
                     f"found {m}", e.span)
             for i, (pt, at) in enumerate(zip(ft.arg_types, arg_types)):
                 try:
                     self.unify(pt, at)
-                except _Fail as err:
+                except Fail as err:
                     arg = e.args[i]
                     tp = _param_type_var(orig, i) if fresh else None
                     src = "an explicit type argument" if e.type_args else "an earlier argument"
                     if tp is not None:
                         raise UnificationError(
                             f"conflicting type parameter: `{tp}` of {callee} "
-                            f"`{_callee_name(op)}` would be both `{fmt_type(self.resolve(pt))}` "
+                            f"`{callee_name(op)}` would be both `{fmt_type(self.resolve(pt))}` "
                             f"(from {src}) and `{fmt_type(self.resolve(at))}` "
                             f"(argument {i + 1})", _at(arg, e.span)) from None
-                    what = f"argument {i + 1} of {callee} `{_callee_name(op)}` has the wrong type"
+                    what = f"argument {i + 1} of {callee} `{callee_name(op)}` has the wrong type"
                     if fresh:
                         what += " (the type parameters conflict)"
                     raise self.fail(err, what, pt, at, _at(arg, e.span)) from None
@@ -1014,11 +545,11 @@ class Inferencer:
         if type(ft) is IncompleteType:
             ret = IncompleteType(span=e.span)
             self.expect(ft, FuncType(tuple(arg_types), ret), e.span,
-                        f"the called expression `{_callee_name(op)}` has the wrong type")
+                        f"the called expression `{callee_name(op)}` has the wrong type")
             return ret
         raise TypeInferenceError(
             f"calling a non-function: only expressions with function types can be called, but "
-            f"`{_callee_name(op)}` has type `{fmt_type(self.resolve(ft))}`", e.span)
+            f"`{callee_name(op)}` has type `{fmt_type(self.resolve(ft))}`", e.span)
 
     def gen_op_call(self, e: Call, arg_types: list[Type]) -> Type:
         op = e.op
@@ -1060,7 +591,7 @@ class Inferencer:
             else:
                 try:
                     self.unify(out, rt)
-                except _Fail as err:
+                except Fail as err:
                     raise self.fail(err, "the arms of `match` have different types", out, rt,
                                     _at(clause.rhs, clause.span or e.span)) from None
         if e.complete:
@@ -1093,7 +624,7 @@ class Inferencer:
                     f"field(s), but the pattern gives {len(p.patterns)}", p.span)
             try:
                 self.unify(inst.ret_type, t)
-            except _Fail:
+            except Fail:
                 built = fmt_type(self.resolve(inst.ret_type))
                 raise UnificationError(
                     f"the pattern `{c.name_hint}` builds a `{built}` but the matched value has "
@@ -1119,279 +650,6 @@ class Inferencer:
         raise TypeInferenceError(f"unknown pattern {type(p).__name__}", p.span)
 
     # ------------------------------------------------------------------ exhaustiveness
-    def check_matches(self) -> None:
-        for m in self.matches:
-            dt = self.resolve(self.types[m.data])
-            rows = [[c.lhs] for c in m.clauses]
-            missing = self._missing(rows, [dt], limit=5)
-            if missing:
-                cases = ", ".join(f"`{_fmt_pattern(v[0])}`" for v in missing)
-                raise TypeInferenceError(
-                    f"incomplete match: the following cases are not handled: {cases} "
-                    f"(add the cases, a `_` clause, or use `match?`)", m.span)
-
-    def _adt_ctors(self, t: Type) -> tuple[list[tuple[str, list[Type]]], bool] | None:
-        """Constructors of ADT type ``t`` with field types instantiated, or None."""
-        if type(t) is GlobalTypeVar:
-            head, args = t, ()
-        elif type(t) is TypeCall and type(t.func) is GlobalTypeVar:
-            head, args = t.func, t.args
-        else:
-            return None
-        td = self.mod.type_definitions.get(head.name_hint)
-        if td is None:
-            return None
-        m = dict(zip(td.type_params, args))
-        out = []
-        for c in td.constructors:
-            out.append((c.name_hint, [self.substitute(ft, m) for ft in c.inputs]))
-        return out, True
-
-    def _missing(self, rows: list[list[Pattern]], tys: list[Type], limit: int) -> list[list]:
-        """Value vectors (as pattern descriptions) not matched by any row (Maranget)."""
-        if not tys:
-            return [] if rows else [[]]
-        t = self.find(tys[0])
-        rest_t = tys[1:]
-        heads = [r[0] for r in rows]
-
-        def default() -> list[list]:
-            sub = [r[1:] for r in rows if type(r[0]) in (PatternWildcard, PatternVar)]
-            return [[("_",)] + v for v in self._missing(sub, rest_t, limit)]
-
-        if type(t) is TupleType:
-            n = len(t.fields)
-            sub = []
-            for r in rows:
-                h = r[0]
-                if type(h) is PatternTuple and len(h.patterns) == n:
-                    sub.append(list(h.patterns) + r[1:])
-                elif type(h) in (PatternWildcard, PatternVar):
-                    sub.append([PatternWildcard()] * n + r[1:])
-            out = []
-            for v in self._missing(sub, list(t.fields) + rest_t, limit):
-                out.append([("tuple", v[:n])] + v[n:])
-            return out
-        info = self._adt_ctors(t)
-        if info is None or not any(type(h) is PatternConstructor for h in heads):
-            if info is not None and not info[0]:
-                return []  # a type without constructors has no values
-            return default()
-        ctors = info[0]
-        out: list[list] = []
-        for name, fields in ctors:
-            k = len(fields)
-            sub = []
-            for r in rows:
-                h = r[0]
-                if type(h) is PatternConstructor:
-                    if h.constructor.name_hint == name:
-                        sub.append(list(h.patterns) + r[1:])
-                elif type(h) in (PatternWildcard, PatternVar):
-                    sub.append([PatternWildcard()] * k + r[1:])
-            for v in self._missing(sub, fields + rest_t, limit):
-                out.append([("ctor", name, v[:k])] + v[k:])
-                if len(out) >= limit:
-                    return out
-        return out
-
-    # ------------------------------------------------------------------ rebuild
-    def final(self, t: Type, node: Any, what: str | None = None) -> Type:
-        """The resolved type of ``node``; an unknown part is "unable to infer a type"."""
-        if type(t) is IncompleteType:
-            t = self.find(t)
-        if type(t) is TensorType and not self.dim_subst and not self.flex:
-            return t
-        r = self.resolve(t)
-        if type(r) is TensorType and (not self.flex or all(type(d) is int for d in r.shape)):
-            return r
-        if self.unknown_part(r):
-            desc = what or _describe(node)
-            raise TypeInferenceError(
-                f"unable to infer a type for {desc}: it is only known to be `{fmt_type(r)}` "
-                f"(add a type annotation)", node.span)
-        return r
-
-    def new_var(self, v: Var) -> Var:
-        nv = self.var_map.get(v)
-        if nv is None:
-            t = self.types.get(v)
-            if t is None:
-                raise UnboundVarError(f"variable `%{v.name_hint}` is not bound here", v.span)
-            t = self.final(t, v, f"`%{v.name_hint}`")
-            nv = Var(v.name_hint, t, span=v.span, checked_type_=t)
-            self.var_map[v] = nv
-        return nv
-
-    def rebuild(self, f: Function, memo: dict) -> Function:
-        """The typed copy of function ``f`` (sharing kept; no recursion per binding)."""
-        self._walk(f, memo)
-        return memo[f]
-
-    def _walk(self, e: Expr, memo: dict) -> None:
-        """Rebuild ``e`` and everything below it into ``memo`` (children first).
-
-        Let spines are walked as lists and dataflow with an explicit stack; Python recursion
-        happens only across function / if / match nesting.
-        """
-        if e in memo:
-            return
-        te = type(e)
-        if te is Let:
-            lets, body = flatten_lets(e)
-            for let in lets:
-                if let.var not in memo:
-                    memo[let.var] = self.new_var(let.var)
-                self._walk(let.value, memo)
-            self._walk(body, memo)
-            for let in reversed(lets):
-                if let not in memo:
-                    memo[let] = self.build(let, memo)
-            return
-        if te in _DATAFLOW:
-            stack: list[tuple[Expr, bool]] = [(e, False)]
-            while stack:
-                node, ready = stack.pop()
-                if node in memo:
-                    continue
-                if ready:
-                    memo[node] = self.build(node, memo)
-                    continue
-                stack.append((node, True))
-                tn = type(node)
-                if tn is Call:
-                    kids: tuple = (node.op, *node.args)
-                elif tn is Tuple:
-                    kids = node.fields
-                elif tn is TupleGetItem:
-                    kids = (node.tuple_value,)
-                elif tn is RefCreate:
-                    kids = (node.value,)
-                elif tn is RefRead:
-                    kids = (node.ref,)
-                else:
-                    kids = (node.ref, node.value)
-                for c in reversed(kids):
-                    if c not in memo:
-                        if type(c) in _DATAFLOW:
-                            stack.append((c, False))
-                        else:
-                            self._walk(c, memo)
-            return
-        if te is Function:
-            for p in e.params:
-                if p not in memo:
-                    memo[p] = self.new_var(p)
-            self._walk(e.body, memo)
-        elif te is If:
-            self._walk(e.cond, memo)
-            self._walk(e.true_branch, memo)
-            self._walk(e.false_branch, memo)
-        elif te is Match:
-            self._walk(e.data, memo)
-            for c in e.clauses:
-                self._walk(c.rhs, memo)
-        memo[e] = self.build(e, memo)
-
-    def build(self, node: Expr, memo: dict) -> Expr:
-        """The typed copy of ``node``, whose children are already in ``memo``."""
-        types = self.types
-        tn = type(node)
-        if tn is Var:
-            return self.new_var(node)
-        if tn is Op or tn is Constructor:
-            return node
-        if tn is Let:
-            bt = memo[node.body].checked_type_
-            if bt is None:
-                bt = self.final(types[node], node)
-            return Let(memo[node.var], memo[node.value], memo[node.body], span=node.span,
-                       checked_type_=bt)
-        if tn is Function:
-            params = tuple(memo[p] for p in node.params)
-            ret = self.final(self.fn_ret[node], node, "the function's return value")
-            ft = FuncType(tuple(p.type_annotation for p in params), ret,  # type: ignore
-                          node.type_params)
-            return Function(params, memo[node.body], ret, node.type_params, node.attrs,
-                            span=node.span, checked_type_=ft)
-        if tn is GlobalVar:
-            return GlobalVar(node.name_hint, span=node.span,
-                             checked_type_=self.final(self.gen_global_var(node), node))
-        if tn is Call:
-            inst = self.inst.get(node)
-            if inst is not None:
-                targs = tuple(self.final_arg(a, node) for a in inst)
-            t = self.final(types[node], node)
-            args = tuple(memo[a] for a in node.args)
-            if inst is None and node in self.op_call_args:
-                targs = tuple(a.checked_type_ if a.checked_type_ is not None
-                              else self.final(at, node)
-                              for a, at in zip(args, self.op_call_args[node]))
-            elif inst is None:
-                targs = node.type_args
-            return Call(memo[node.op], args, node.attrs, targs, span=node.span, checked_type_=t)
-        t = self.final(types[node], node)
-        if tn is Tuple:
-            return Tuple(tuple(memo[x] for x in node.fields), span=node.span, checked_type_=t)
-        if tn is TupleGetItem:
-            return TupleGetItem(memo[node.tuple_value], node.index, span=node.span,
-                                checked_type_=t)
-        if tn is If:
-            return If(memo[node.cond], memo[node.true_branch], memo[node.false_branch],
-                      span=node.span, checked_type_=t)
-        if tn is Match:
-            clauses = tuple(Clause(self.rebuild_pattern(c.lhs), memo[c.rhs], span=c.span)
-                            for c in node.clauses)
-            return Match(memo[node.data], clauses, node.complete, span=node.span,
-                         checked_type_=t)
-        if tn is RefCreate:
-            return RefCreate(memo[node.value], span=node.span, checked_type_=t)
-        if tn is RefRead:
-            return RefRead(memo[node.ref], span=node.span, checked_type_=t)
-        if tn is RefWrite:
-            return RefWrite(memo[node.ref], memo[node.value], span=node.span, checked_type_=t)
-        if tn is Constant:
-            return dataclasses.replace(node, checked_type_=t)
-        raise TypeInferenceError(f"unknown node {tn.__name__}", node.span)  # pragma: no cover
-
-    def final_arg(self, a: Any, node: Any) -> Any:
-        """The resolved instantiation ``a`` of a type parameter at call ``node``."""
-        if type(a) is ShapeVar:
-            d = self.rdim(a)
-            if any(v in self.flex for v in dim_vars(d)):
-                raise TypeInferenceError(
-                    f"unable to infer a type for {_describe(node)}: its shape parameter "
-                    f"`{a.name}` is never determined", node.span)
-            return d
-        r = self.resolve(a)
-        if self.unknown_part(r):
-            p = self.param_of.get(a)
-            name = p[0].name_hint if p else "?"
-            raise TypeInferenceError(
-                f"unable to infer a type for {_describe(node)}: its type parameter `{name}` is "
-                f"only known to be `{fmt_type(r)}` (add a type annotation)", node.span)
-        return r
-
-    def rebuild_pattern(self, p: Pattern) -> Pattern:
-        tp = type(p)
-        if tp is PatternVar:
-            return PatternVar(self.new_var(p.var), span=p.span)
-        if tp is PatternConstructor:
-            return PatternConstructor(p.constructor,
-                                      tuple(self.rebuild_pattern(q) for q in p.patterns),
-                                      span=p.span)
-        if tp is PatternTuple:
-            return PatternTuple(tuple(self.rebuild_pattern(q) for q in p.patterns), span=p.span)
-        return p
-
-
-_GEN = {Var: "gen_var", GlobalVar: "gen_global_var", Constant: "gen_constant", Op: "gen_op",
-        Constructor: "gen_constructor", Tuple: "gen_tuple",
-        TupleGetItem: "gen_tuple_get_item", Let: "gen_let", Function: "gen_function",
-        Call: "gen_call", If: "gen_if", Match: "gen_match", RefCreate: "gen_ref_create",
-        RefRead: "gen_ref_read", RefWrite: "gen_ref_write"}
-
-
 def _at(node: Expr, fallback: Span | None) -> Span | None:
     """Where to report a problem with sub-expression ``node``.
 
@@ -1403,26 +661,11 @@ def _at(node: Expr, fallback: Span | None) -> Span | None:
     return node.span
 
 
-def _callee_name(op: Expr) -> str:
-    if type(op) is GlobalVar:
-        return f"@{op.name_hint}"
-    if type(op) is Var:
-        return f"%{op.name_hint}"
-    if type(op) is Constructor:
-        return op.name_hint
-    if type(op) is Op:
-        return op.name
-    if type(op) is Function:
-        return "fn (...)"
-    return type(op).__name__.lower()
-
-
-def _describe(node: Any) -> str:
-    if type(node) is Var:
-        return f"`%{node.name_hint}`"
-    if type(node) is Call:
-        return f"this call of `{_callee_name(node.op)}`"
-    return f"this {type(node).__name__} expression"
+_GEN = {Var: "gen_var", GlobalVar: "gen_global_var", Constant: "gen_constant", Op: "gen_op",
+        Constructor: "gen_constructor", Tuple: "gen_tuple",
+        TupleGetItem: "gen_tuple_get_item", Let: "gen_let", Function: "gen_function",
+        Call: "gen_call", If: "gen_if", Match: "gen_match", RefCreate: "gen_ref_create",
+        RefRead: "gen_ref_read", RefWrite: "gen_ref_write"}
 
 
 def _param_type_var(ft: FuncType, i: int) -> str | None:
@@ -1431,49 +674,6 @@ def _param_type_var(ft: FuncType, i: int) -> str | None:
     if type(pt) is TypeVar and pt in ft.type_params:
         return pt.name_hint
     return None
-
-
-def _sccs(nodes: list[str], deps: dict[str, list[str]]) -> list[list[str]]:
-    """Strongly connected components, dependencies first (iterative Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in nodes:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = counter
-                counter += 1
-                stack.append(v)
-                on.add(v)
-            ds = deps.get(v, [])
-            if i < len(ds):
-                work.append((v, i + 1))
-                w = ds[i]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(sorted(comp, key=nodes.index))
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-    return out
 
 
 # ----------------------------------------------------------------------------- the pass

@@ -54,6 +54,14 @@ class TypeInferenceError(DiagnosticError):
     kind = "type error"
 
 
+class IncompleteTypeError(TypeInferenceError):
+    """A type is not determined by the program (nothing inconsistent; add an annotation)."""
+
+
+class IncompleteMatchError(TypeInferenceError):
+    """A total ``match`` does not cover every value of its type (use ``match?`` or add cases)."""
+
+
 class ShapeMismatchError(TypeInferenceError):
     """Shapes (or dtypes) given to an operator do not agree."""
 

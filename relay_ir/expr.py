@@ -19,7 +19,7 @@ import numpy as np
 
 from relay_ir.attrs import EMPTY_ATTRS, Attrs
 from relay_ir.span import Span
-from relay_ir.ty import FuncType, GlobalTypeVar, Type, TypeVar, ShapeVar
+from relay_ir.ty import FuncType, GlobalTypeVar, ShapeVar, TensorType, Type, TypeVar
 
 if TYPE_CHECKING:
     from relay_ir.op import OpDef
@@ -92,10 +92,6 @@ class Constant(Expr):
     @property
     def dtype(self) -> str:
         return str(self.data.dtype)
-
-    @property
-    def is_scalar(self) -> bool:
-        return self.data.ndim == 0
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -281,6 +277,17 @@ def with_fields(node: Any, **changes: Any) -> Any:
     return dataclasses.replace(node, **changes)
 
 
+def with_same_type(node: Any, **changes: Any) -> Any:
+    """:func:`with_fields` for a rewrite that keeps the node's meaning: the inferred type stays.
+
+    Type-preserving passes (normal forms, substitution of equals) rebuild with this, so the
+    types InferType attached survive them without each pass threading ``checked_type_``.
+    """
+    if isinstance(node, Expr) and "checked_type_" not in changes:
+        changes["checked_type_"] = node.checked_type_
+    return with_fields(node, **changes)
+
+
 def const(value: Any, dtype: str | None = None, span: Span | None = None) -> Constant:
     """A Constant from a Python or numpy value (ints default to int32, floats to float32)."""
     if isinstance(value, np.ndarray):
@@ -300,6 +307,20 @@ def const(value: Any, dtype: str | None = None, span: Span | None = None) -> Con
         elif arr.dtype == np.int64:
             arr = arr.astype("int32")
     return Constant(arr, span=span)
+
+
+def type_of(e: Expr) -> Type | None:
+    """The known type of ``e``, or None: the inferred type (``checked_type_``), else a
+    variable's annotation, else a constant's own tensor type. The one answer every pass uses.
+    """
+    if e.checked_type_ is not None:
+        return e.checked_type_
+    t = type(e)
+    if t is Var:
+        return e.type_annotation
+    if t is Constant:
+        return TensorType(tuple(e.data.shape), str(e.data.dtype))
+    return None
 
 
 def is_atom(e: Expr) -> bool:

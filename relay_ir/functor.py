@@ -18,14 +18,14 @@ Guarantees:
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, TypeVar as TV
+from typing import Any, ClassVar, Generic, Mapping, TypeVar as TV
 
 from relay_ir.expr import (EXPR_TYPES, Call, Clause, Constant, Constructor, Expr, Function,
                            GlobalVar, If, Let, Match, Op, Pattern, PatternConstructor,
                            PatternTuple, PatternVar, RefCreate, RefRead, RefWrite,
                            Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.ty import (FuncType, RefType, TensorType, TupleType, Type, TypeCall)
-from relay_ir.traversal import dataflow_children as _dataflow_children
+from relay_ir.traversal import dataflow_post_order
 
 R = TV("R")
 
@@ -78,18 +78,8 @@ class ExprFunctor(Generic[R]):
 
     def _visit_dataflow(self, root: Expr) -> None:
         memo = self.memo
-        stack: list[tuple[Expr, bool]] = [(root, False)]
-        while stack:
-            node, ready = stack.pop()
-            if node in memo:
-                continue
-            if ready:
-                memo[node] = self._handle(node)
-                continue
-            stack.append((node, True))
-            for c in reversed(_dataflow_children(node)):
-                if type(c) in DATAFLOW_TYPES and c not in memo:
-                    stack.append((c, False))
+        for node in dataflow_post_order(root, memo):
+            memo[node] = self._handle(node)
 
     def visit_pattern(self, p: Pattern) -> Any:
         """Visit a match pattern (not memoized)."""
@@ -310,6 +300,26 @@ class ExprMutator(ExprFunctor[Expr]):
         if all(a is b for a, b in zip(out, items)):
             return items
         return out
+
+
+class _Subst(ExprMutator):
+    """``e[x := v, ...]``: variables replaced per a mapping, everything else rebuilt."""
+
+    def __init__(self, subst: Mapping[Var, Expr]):
+        super().__init__()
+        self.subst = subst
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.subst.get(v, v)
+
+
+def substitute(e: Expr, subst: Mapping[Var, Expr]) -> Expr:
+    """``e`` with each variable in ``subst`` replaced by its expression (``e`` if none occurs).
+
+    Binders are not renamed: the replacements must not capture (callers substitute fresh or
+    global expressions, as lambda lifting and reference forwarding do).
+    """
+    return _Subst(subst).visit(e) if subst else e
 
 
 # ----------------------------------------------------------------------------- types

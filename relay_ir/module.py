@@ -6,7 +6,7 @@ a new module (``mod.with_function("f", fn)``, ``mod.with_type(type_data)``).
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from relay_ir.expr import Constructor, Expr, Function, GlobalVar
 from relay_ir.span import SourceFile
@@ -135,6 +135,15 @@ class IRModule:
             if name not in m._global_vars:
                 m._global_vars[name] = key if isinstance(key, GlobalVar) else GlobalVar(name)
         return m
+
+    def map_functions(self, f: Callable[[Function], Function]) -> IRModule:
+        """A module with ``f`` applied to every global function (``self`` if none changed)."""
+        changed = {}
+        for name, fn in self._functions.items():
+            new = f(fn)
+            if new is not fn:
+                changed[name] = new
+        return self.with_functions(changed) if changed else self
 
     def with_type(self, td: TypeData) -> IRModule:
         """A new module with the ADT ``td`` added or replaced."""

@@ -514,7 +514,6 @@ class _Builder:
         self.ctors: dict[str, Constructor] = {}
         self.gtvs: dict[str, GlobalTypeVar] = {}
         self.ops: dict[str, Expr] = {}
-        self.default_attrs: dict[str, Attrs] = {}
         self.attrs_cache: dict[tuple, Attrs] = {}  # (op name, attribute key) -> Attrs
         self.init_funcs: dict[str, Function] = {}
         if init_module is not None:
@@ -843,11 +842,7 @@ class _Builder:
         return f"{what} `{name}` not found{hint}"
 
     def _default_attrs(self, op: Op) -> Attrs:
-        a = self.default_attrs.get(op.name)
-        if a is None:
-            from relay_ir.op import get_opdef
-            a = self.default_attrs[op.name] = get_opdef(op.name).make_attrs({})
-        return a
+        return op.opdef.default_attrs
 
     def binop(self, c: list) -> Expr:
         # operand positions: (start line, col, end line, col) of every operand
@@ -921,9 +916,7 @@ class _Builder:
             callee = callee.op  # `Nil()`: the nullary constructor was auto-applied
         if type(callee) is Op:
             if not attrs:
-                a = self.default_attrs.get(callee.name)
-                if a is None:
-                    a = self._default_attrs(callee)
+                a = self._default_attrs(callee)
             else:
                 a = self._op_attrs(callee, attrs)
         elif attrs:

@@ -27,6 +27,14 @@ from relay_ir.ty import (AnyDim, DimExpr, FuncType, GlobalTypeVar, IncompleteTyp
 _LEAVES = (Var, GlobalVar, Constant, Op, Constructor)
 
 
+# node type -> (the attribute naming it, how a mismatch message writes the name)
+_NAMED: dict[type, tuple[str, str]] = {
+    GlobalVar: ("name_hint", "@{}"),
+    Op: ("name", "op {}"),
+    Constructor: ("name_hint", "constructor {}"),
+}
+
+
 class _Mismatch(Exception):
     def __init__(self, path: Any, why: str):
         self.path = path
@@ -136,17 +144,12 @@ class _Equal:
         if ta is Var:
             self.use(a, b, path)
             return
-        if ta is GlobalVar:
-            if a.name_hint != b.name_hint:
-                raise _Mismatch(path, f"@{a.name_hint} vs @{b.name_hint}")
-            return
-        if ta is Op:
-            if a.name != b.name:
-                raise _Mismatch(path, f"op {a.name} vs {b.name}")
-            return
-        if ta is Constructor:
-            if a.name_hint != b.name_hint:
-                raise _Mismatch(path, f"constructor {a.name_hint} vs {b.name_hint}")
+        named = _NAMED.get(ta)
+        if named is not None:  # globals, operators, constructors: equal when their names are
+            attr, fmt = named
+            x, y = getattr(a, attr), getattr(b, attr)
+            if x != y:
+                raise _Mismatch(path, f"{fmt.format(x)} vs {fmt.format(y)}")
             return
         if ta is Constant:
             da, db = a.data, b.data

@@ -5,13 +5,13 @@ is walked with an explicit stack.
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Container, Iterable, Iterator
 
-from relay_ir.expr import (Call, Clause, Constructor, Expr, Function, If, Let, Match, Pattern,
-                           PatternConstructor, PatternTuple, PatternVar, RefCreate, RefRead,
-                           RefWrite, Tuple, TupleGetItem, Var)
+from relay_ir.expr import (Call, Expr, Function, If, Let, Match, Pattern, PatternConstructor,
+                           PatternTuple, PatternVar, RefCreate, RefRead, RefWrite, Tuple,
+                           TupleGetItem, Var)
 from relay_ir.ty import (FuncType, IncompleteType, RefType, ShapeVar, TensorType, TupleType,
-                         Type, TypeCall, TypeVar, dim_vars)
+                         Type, TypeCall, TypeVar, dim_vars, type_children)
 
 
 def flatten_lets(e: Expr) -> tuple[list[Let], Expr]:
@@ -46,6 +46,29 @@ def dataflow_children(e: Expr) -> tuple[Expr, ...]:
     if t is RefWrite:
         return (e.ref, e.value)
     return ()
+
+
+_DATAFLOW_TYPES = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
+
+
+def dataflow_post_order(root: Expr, done: Container[Expr]) -> Iterator[Expr]:
+    """The dataflow nodes of ``root`` (itself included) not in ``done``, children first.
+
+    Iterative (an explicit stack). The consumer records each yielded node in ``done`` (a memo)
+    before asking for the next, so a node shared in the DAG is yielded once.
+    """
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if node in done:
+            continue
+        if ready:
+            yield node
+            continue
+        stack.append((node, True))
+        for c in reversed(dataflow_children(node)):
+            if type(c) in _DATAFLOW_TYPES and c not in done:
+                stack.append((c, False))
 
 
 def same_scope_children(e: Expr, op_last: bool = False) -> tuple[Expr, ...]:
@@ -137,44 +160,27 @@ def bound_vars(e: Expr) -> list[Var]:
     return out
 
 
-def free_vars(e: Expr) -> list[Var]:
-    """Variables used in ``e`` but not bound in it, in order of first use (pre-order)."""
-    bound = set(bound_vars(e))
-    out: dict[Var, None] = {}
+def vars_in(roots: Iterable[Expr]) -> list[Var]:
+    """Every variable occurring in ``roots`` (binders too), once, in pre-order; DAG-aware."""
+    out: list[Var] = []
     seen: set[int] = set()
-    stack = [e]
+    stack = list(roots)[::-1]
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         if type(node) is Var:
-            if node not in bound:
-                out[node] = None
+            out.append(node)
             continue
         stack.extend(reversed(children(node)))
-    return list(out)
-
-
-def match_clauses(m: Match) -> tuple[Clause, ...]:
-    return m.clauses
-
-
-def constructors_used(e: Expr) -> set[Constructor]:
-    """Every constructor mentioned in ``e`` (as a value or in a pattern)."""
-    out: set[Constructor] = set()
-    for node in post_order(e):
-        if isinstance(node, Constructor):
-            out.add(node)
-        elif isinstance(node, Match):
-            stack: list[Pattern] = [c.lhs for c in node.clauses]
-            while stack:
-                q = stack.pop()
-                if isinstance(q, PatternConstructor):
-                    out.add(q.constructor)
-                if isinstance(q, (PatternConstructor, PatternTuple)):
-                    stack.extend(q.patterns)
     return out
+
+
+def free_vars(e: Expr) -> list[Var]:
+    """Variables used in ``e`` but not bound in it, in order of first use (pre-order)."""
+    bound = set(bound_vars(e))
+    return [v for v in vars_in((e,)) if v not in bound]
 
 
 def free_type_vars(t: Type) -> list[TypeVar | ShapeVar]:
@@ -208,14 +214,7 @@ def has_incomplete(t: Type) -> bool:
     stack = [t]
     while stack:
         ty = stack.pop()
-        if isinstance(ty, IncompleteType):
+        if type(ty) is IncompleteType:
             return True
-        if isinstance(ty, (TupleType,)):
-            stack.extend(ty.fields)
-        elif isinstance(ty, FuncType):
-            stack.extend((*ty.arg_types, ty.ret_type))
-        elif isinstance(ty, RefType):
-            stack.append(ty.value)
-        elif isinstance(ty, TypeCall):
-            stack.extend(ty.args)
+        stack.extend(type_children(ty))
     return False

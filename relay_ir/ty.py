@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 if TYPE_CHECKING:
     from relay_ir.expr import Constructor
@@ -195,10 +195,6 @@ def dim_vars(d: Dim) -> list[ShapeVar]:
     return []
 
 
-def is_static_dim(d: Dim) -> bool:
-    return isinstance(d, int)
-
-
 def format_dim(d: Dim) -> str:
     """Text of a dimension as the printer writes it (``3``, ``?``, ``n``, ``n + 1``, ``2*n``)."""
     if isinstance(d, bool):
@@ -342,13 +338,14 @@ def is_dtype_name(name: str) -> bool:
 
 
 def type_children(t: Type) -> tuple[Type, ...]:
-    """The immediate sub-types of ``t``."""
-    if isinstance(t, TupleType):
-        return t.fields
-    if isinstance(t, FuncType):
-        return (*t.arg_types, t.ret_type)
-    if isinstance(t, RefType):
-        return (t.value,)
-    if isinstance(t, TypeCall):
-        return (t.func, *t.args)
-    return ()
+    """The immediate sub-types of ``t`` (a type call's head first); every type walk uses it."""
+    get = _TYPE_CHILDREN.get(type(t))
+    return get(t) if get is not None else ()
+
+
+_TYPE_CHILDREN: dict[type, Callable[[Any], tuple[Type, ...]]] = {
+    TupleType: lambda t: t.fields,
+    FuncType: lambda t: (*t.arg_types, t.ret_type),
+    RefType: lambda t: (t.value,),
+    TypeCall: lambda t: (t.func, *t.args),
+}

@@ -16,11 +16,14 @@ fine): ``Cons(1, Cons(2, Nil))``, ``ref(1f)``, ``<closure fn (%x) ...>``, ``(1, 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from relay_ir.errors import InterpreterError
 from relay_ir.expr import Constructor, Function, Op
+from relay_ir.ty import (AnyDim, DimExpr, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
+                         TupleType, Type, TypeCall, format_dim)
 
 TensorValue = np.ndarray
 
@@ -69,16 +72,19 @@ class RefValue:
 class Closure:
     """A function value: compiled code plus the values it captured from its environment.
 
-    ``func`` is the :class:`~relay_ir.expr.Function` it came from; ``name`` is the global's
-    name for globals (``""`` for local closures). Calling a closure from Python runs it with the
-    interpreter: ``clo(np.float32(1))``.
+    ``code`` is an opaque per-backend code object (the interpreter's step list; the compiled
+    executor's own), or None for a global not compiled yet: ``force()`` asks ``program`` (the
+    backend's prepared module) to compile it. ``func`` is the :class:`~relay_ir.expr.Function`
+    it came from (None for a closure of a program read back from JSON); ``name`` is the
+    global's name for globals (``""`` for local closures). Calling a closure from Python runs it
+    with the interpreter: ``clo(np.float32(1))``.
     """
 
     __slots__ = ("code", "captured", "func", "name", "program")
 
-    def __init__(self, code: Any, captured: list, func: Function, name: str = "",
+    def __init__(self, code: Any, captured: list, func: Function | None, name: str = "",
                  program: Any = None):
-        self.code = code            # interpreter Code, or None until first call (globals)
+        self.code = code            # the backend's code object, None until first call (globals)
         self.captured = captured    # list of captured values, in the code's capture order
         self.func = func
         self.name = name
@@ -115,7 +121,8 @@ def format_scalar(arr: Any) -> str:
         if f != f or f in (float("inf"), float("-inf")):
             body = str(f)
         elif f == int(f) and abs(f) < 1e16:
-            body = str(int(f))
+            # NOTE: str(int(-0.0)) is "0": keep the sign of a negative zero
+            body = str(int(f)) if f or np.copysign(1.0, f) > 0 else "-0"
         else:
             body = np.format_float_positional(x, unique=True, trim="-") if abs(f) >= 1e-4 \
                 else np.format_float_scientific(x, unique=True, trim="-")
@@ -162,7 +169,7 @@ def format_value(value: Any) -> str:
             stack.append((True, ")"))
             stack.append((False, v.value))
         elif isinstance(v, Closure):
-            params = ", ".join("%" + p.name_hint for p in v.func.params)
+            params = ", ".join("%" + p.name_hint for p in v.func.params) if v.func else "..."
             prefix = f"@{v.name} " if v.name else ""
             out.append(f"<closure {prefix}fn ({params}) ...>")
         elif isinstance(v, Constructor):
@@ -186,5 +193,232 @@ def is_callable_value(v: Any) -> bool:
     return isinstance(v, (Closure, Constructor, Op))
 
 
+# ----------------------------------------------------------------------------- argument checks
+def _fmt_type(t: Type | None) -> str:
+    """A parameter type as messages show it (``Tensor[(3,), float32]``)."""
+    if isinstance(t, TensorType):
+        shape = ", ".join(format_dim(d) for d in t.shape)
+        if len(t.shape) == 1:
+            shape += ","
+        return f"Tensor[({shape}), {t.dtype}]"
+    if isinstance(t, TupleType):
+        return "(" + ", ".join(_fmt_type(f) for f in t.fields) + ("," if len(t.fields) == 1
+                                                                  else "") + ")"
+    try:
+        from relay_ir.printer import astext
+        return astext(t)
+    except Exception:
+        return repr(t)
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"an array of shape {v.shape} and dtype {v.dtype}"
+    if isinstance(v, np.generic):
+        return f"a numpy {v.dtype} scalar"
+    if isinstance(v, ADTValue):
+        return f"an ADT value {v.constructor.name_hint}(...)"
+    if isinstance(v, RefValue):
+        return "a reference"
+    if isinstance(v, Closure):
+        return "a closure"
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)} fields"
+    return f"a Python {type(v).__name__} {v!r}"[:120]
+
+
+class _ArgError(Exception):
+    """An argument does not fit its parameter (turned into an InterpreterError naming it)."""
+
+
+def check_arguments(fn: Function | None, ptypes: Sequence[Type | None], args: Sequence[Any]
+                    ) -> list:
+    """Check (and convert) ``args`` against ``fn``'s parameter types; returns the values.
+
+    With ``fn`` None (a builtin, or a closure read back without its source) the arguments are
+    only converted, against ``ptypes``. Errors name the parameter.
+    """
+    if fn is not None:
+        params = fn.params
+        if len(args) != len(params):
+            names = ", ".join("%" + p.name_hint for p in params) or "no parameters"
+            raise InterpreterError(f"expected {len(params)} arguments ({names}), "
+                                   f"got {len(args)}", fn.span)
+    env: dict[ShapeVar, int] = {}
+    out = []
+    for i, (t, v) in enumerate(zip(ptypes, args)):
+        try:
+            out.append(_convert(v, t, env))
+        except _ArgError as e:
+            p = fn.params[i] if fn is not None else None
+            where = f"argument {i + 1}" + (f" (%{p.name_hint})" if p is not None else "")
+            raise InterpreterError(f"{where}: {e}", p.span if p is not None else None) from None
+    return out
+
+
+def _convert(v: Any, t: Type | None, env: dict[ShapeVar, int]) -> Any:
+    if t is None:
+        return default_convert(v)
+    if isinstance(t, TensorType):
+        return _convert_tensor(v, t, env)
+    if isinstance(t, TupleType):
+        if isinstance(v, list):
+            v = tuple(v)
+        if not isinstance(v, tuple) or len(v) != len(t.fields):
+            raise _ArgError(f"expected {_fmt_type(t)}, got {_describe(v)}")
+        out = []
+        for j, (x, ft) in enumerate(zip(v, t.fields)):
+            try:
+                out.append(_convert(x, ft, env))
+            except _ArgError as e:
+                raise _ArgError(f"field {j}: {e}") from None
+        return tuple(out)
+    if isinstance(t, (TypeCall, GlobalTypeVar)):
+        head = t.func if isinstance(t, TypeCall) else t
+        if not isinstance(v, ADTValue):
+            raise _ArgError(f"expected {_fmt_type(t)}, got {_describe(v)}")
+        if isinstance(head, GlobalTypeVar) and \
+                v.constructor.belong_to.name_hint != head.name_hint:
+            raise _ArgError(f"expected {_fmt_type(t)}, got a value of type "
+                            f"{v.constructor.belong_to.name_hint}")
+        return v
+    if isinstance(t, RefType):
+        if not isinstance(v, RefValue):
+            raise _ArgError(f"expected {_fmt_type(t)}, got {_describe(v)}")
+        return v
+    if isinstance(t, FuncType):
+        if not isinstance(v, (Closure, Constructor, Op)):
+            raise _ArgError(f"expected a function of type {_fmt_type(t)}, got {_describe(v)}")
+        return v
+    return default_convert(v)
+
+
+def default_convert(v: Any) -> Any:
+    """Python scalars and lists with no known type: ints to int32, floats to float32."""
+    if isinstance(v, np.generic):
+        return np.asarray(v)
+    if isinstance(v, bool):
+        return np.asarray(v, dtype="bool")
+    if isinstance(v, int):
+        _check_int_range(np.asarray(v) if -2**63 <= v < 2**64 else None, v, "int32", "")
+        return np.asarray(v, dtype="int32")
+    if isinstance(v, float):
+        return np.asarray(v, dtype="float32")
+    if isinstance(v, list):
+        try:
+            arr = np.asarray(v)
+        except (ValueError, OverflowError):
+            raise _ArgError(f"cannot convert {_short(v)} to a tensor") from None
+        if arr.dtype == np.float64:
+            arr = arr.astype("float32")
+        elif arr.dtype == np.int64:
+            _check_int_range(arr, v, "int32", "")
+            arr = arr.astype("int32")
+        elif arr.dtype == object:
+            _check_int_range(None, v, "int32", "")
+        return arr
+    if isinstance(v, tuple):
+        return tuple(default_convert(x) for x in v)
+    return v
+
+
+def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarray:
+    expect = f"expected {_fmt_type(t)}"
+    if isinstance(v, np.ndarray):
+        arr = v
+    elif isinstance(v, np.generic):
+        arr = np.asarray(v)
+    elif isinstance(v, (bool, int, float, list)):
+        try:
+            raw = np.asarray(v)
+        except ValueError:
+            raise _ArgError(f"{expect}, got a ragged nested list") from None
+        kind = raw.dtype.kind
+        target = np.dtype(t.dtype)
+        if target.kind in "iu" and (kind in "iu" or (kind == "O" and _all_ints(v))):
+            _check_int_range(raw if kind != "O" else None, v, t.dtype, expect + ": ")
+        if kind not in "biuf":
+            raise _ArgError(f"{expect}, got {_describe(v)}")
+        if (target.kind in "iu" and kind == "f") or (target.kind == "b" and kind != "b"):
+            raise _ArgError(f"{expect}, got a Python value of kind {raw.dtype.name} "
+                            f"({_short(v)})")
+        arr = raw.astype(target)
+    else:
+        raise _ArgError(f"{expect}, got {_describe(v)}")
+    if str(arr.dtype) != t.dtype or arr.ndim != len(t.shape):
+        raise _ArgError(f"{expect}, got {_describe(arr)}")
+    for got, want in zip(arr.shape, t.shape):
+        if isinstance(want, int):
+            ok = got == want
+        elif isinstance(want, AnyDim):
+            ok = True
+        elif isinstance(want, ShapeVar):
+            bound = env.setdefault(want, got)
+            ok = bound == got
+            if not ok:
+                raise _ArgError(f"{expect}, got {_describe(arr)} (dimension {want.name} is "
+                                f"{bound} in an earlier argument)")
+        elif isinstance(want, DimExpr):
+            val = _eval_dim(want, env)
+            ok = val is None or val == got
+        else:
+            ok = True
+        if not ok:
+            raise _ArgError(f"{expect}, got {_describe(arr)}")
+    return arr
+
+
+def _eval_dim(d: DimExpr, env: dict[ShapeVar, int]) -> int | None:
+    total = 0
+    for mono, coef in d.terms:
+        prod = coef
+        for var in mono:
+            if var not in env:
+                return None
+            prod *= env[var]
+        total += prod
+    return total
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def leaves(v: Any) -> Iterator[Any]:
+    """The items of a nested list/tuple that are not lists or tuples (``v`` itself if none)."""
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        else:
+            yield x
+
+
+def _all_ints(v: Any) -> bool:
+    return all(isinstance(x, int) and not isinstance(x, bool) for x in leaves(v))
+
+
+def _check_int_range(raw: np.ndarray | None, v: Any, dtype: str, prefix: str) -> None:
+    """Refuse Python integers that ``dtype`` cannot hold (numpy would wrap them silently).
+
+    ``raw`` is ``v`` as a numpy integer array, or None when numpy could not hold it at all.
+    """
+    info = np.iinfo(dtype)
+    if raw is not None:
+        if raw.size == 0:
+            return
+        lo, hi = int(raw.min()), int(raw.max())
+        if info.min <= lo and hi <= info.max:
+            return
+        bad = lo if lo < info.min else hi
+    else:
+        bad = next((x for x in leaves(v) if not info.min <= x <= info.max), v)
+    raise _ArgError(f"{prefix}the integer {bad} is out of range for {dtype} "
+                    f"({info.min} to {info.max})")
+
+
 __all__ = ["TensorValue", "ADTValue", "RefValue", "Closure", "RecClosure", "format_value",
-           "format_tensor", "format_scalar", "is_callable_value"]
+           "format_tensor", "format_scalar", "is_callable_value", "check_arguments",
+           "default_convert"]

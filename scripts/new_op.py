@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Scaffold a new operator: ``make new-op NAME=nn.my_op [FAMILY=nn] [INPUTS=1]``.
 
-Appends a skeleton (type relation, numpy reference, one ``defop`` registration) to
-``relay_ir/op/<family>.py``. The family defaults to ``nn`` for ``nn.*`` names and ``tensor``
-otherwise. The skeleton is an identity operator that works as is; edit the relation and the
-reference, then add sample inputs for the op to ``SAMPLES`` in ``tests/test_op_registry.py``
+Appends a skeleton (type relation, numpy reference, reverse-mode ``grad``, forward-mode
+``jvp`` and TE ``compute`` rules, one ``defop`` registration) to ``relay_ir/op/<family>.py``.
+The family defaults to ``nn`` for ``nn.*`` names and ``tensor`` otherwise. The skeleton is an
+identity operator (of its first input) whose rules are all correct as they stand; edit them
+together, then add sample inputs for the op to ``SAMPLES`` in ``tests/test_op_registry.py``
 (the registry test fails until you do) and value tests to ``tests/test_ops.py``.
 ``--dry-run`` prints the code instead of writing it.
 """
@@ -36,7 +37,26 @@ def {fn}_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.array(x, copy=True), x.dtype)
 
 
+def {fn}_te(attrs: Attrs, inputs: list, out_type: Type) -> Any:
+    """TE compute (TODO; must agree with the reference). Imports tvm lazily."""
+    from tvm import te
+    x = inputs[0]
+    return te.compute(x.shape, lambda *i: x(*i), name="{fn}")
+
+
+def {fn}_grad(call: "Call", out: "Expr", out_grad: "Expr") -> "tuple[Expr, ...]":
+    """Reverse mode (TODO): one adjoint per input, each of that input's type."""
+    from relay_ir.op._rules import make_call
+    return (out_grad,{zero_rest})
+
+
+def {fn}_jvp(call: "Call", out: "Expr", tangents: "Sequence[Expr]") -> "Expr":
+    """Forward mode (TODO): the result's tangent from one tangent per input."""
+    return tangents[0]
+
+
 defop("{name}", {n}, attrs=[], attrs_type="", rel={fn}_rel, impl={fn}_ref,
+      compute={fn}_te, grad={fn}_grad, jvp={fn}_jvp,
       pattern=OpPattern.OPAQUE, doc="TODO one-line summary of {name}.")
 '''
 
@@ -46,7 +66,11 @@ def render(name: str, inputs: int) -> str:
     fn = re.sub(r"\W", "_", name.replace("nn.", "", 1))
     names = ["data"] if inputs == 1 else [f"x{i}" for i in range(inputs)]
     quoted = "(" + ", ".join(f'"{n}"' for n in names) + ",)"
-    return TEMPLATE.format(name=name, fn=fn, n=inputs, names=quoted, params=", ".join(names))
+    # NOTE: the skeleton is the identity of its first input: the others get zero adjoints
+    zero_rest = "".join(f'\n            make_call("zeros_like", call.args[{i}]),'
+                        for i in range(1, inputs))
+    return TEMPLATE.format(name=name, fn=fn, n=inputs, names=quoted, params=", ".join(names),
+                           zero_rest=zero_rest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(ROOT, "relay_ir", "op", f"{family}.py")
     with open(path, encoding="utf-8") as f:
         src = f.read()
-    needed = ["Sequence", "Attrs", "Type", "tensor_args", "wrap", "defop", "OpPattern", "np"]
+    needed = ["Any", "Sequence", "Attrs", "Type", "Call", "Expr", "tensor_args", "wrap", "defop",
+              "OpPattern", "np"]
     missing = [n for n in needed if not re.search(rf"\b{n}\b", src.split("\ndefop(")[0])]
     if missing:
         print(f"note: add imports for {', '.join(missing)} at the top of {path}")

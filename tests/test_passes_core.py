@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -536,10 +537,11 @@ def test_100k_result_value(big: IRModule) -> None:
 
 # ============================================================================ more effects
 @pytest.fixture()
-def negative_is_effectful(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pretend ``negative`` has side effects (no registered op has; the cache is per pass)."""
-    from relay_ir.passes import _analysis
-    monkeypatch.setitem(_analysis._EFFECTFUL, "negative", True)
+def negative_is_effectful() -> Iterator[None]:
+    """Pretend ``negative`` has side effects (no registered op has), through the registry."""
+    from relay_ir.op import override_op
+    with override_op("negative", effectful=True):
+        yield
 
 
 def test_effectful_ops_are_never_dropped_merged_or_folded(negative_is_effectful: None) -> None:

@@ -1,10 +1,13 @@
-"""``rly run FILE [ARGS...]``: run a program with the interpreter and print its result.
+"""``rly run FILE [ARGS...]``: type-check a program, run it with the interpreter, print its result.
 
-An argument is a literal -- ``3`` (int), ``2.5`` (float), ``True``/``False``, a nested list
-``[[1,2],[3,4]]``, a tuple ``(1, 2.5)`` -- converted with the entry parameter's dtype when it is
-known (ints to int32 and floats to float32 otherwise), or the path of a ``.npy`` file (loaded
-with ``allow_pickle=False``). Wrong argument count, shape or dtype is an error naming the
-parameter (exit status 1).
+The program is type-checked first (``InferType``, as ``runtime.evaluate`` does); a type error
+is printed as a diagnostic (exit status 1) and nothing runs. An argument is a literal -- ``3``
+(int), ``2.5`` (float), ``True``/``False``, a nested list ``[[1,2],[3,4]]``, a tuple
+``(1, 2.5)`` -- converted with the entry parameter's dtype when it is known (ints to int32 and
+floats to float32 otherwise), or the path of a ``.npy`` file (loaded with
+``allow_pickle=False``). Wrong argument count, shape or dtype, and an integer the dtype cannot
+hold (``300`` for a uint8), are errors naming the parameter (exit status 1). ``--max-depth N``
+bounds the nesting of non-tail calls (default ``runtime.interpreter.DEFAULT_MAX_DEPTH``).
 """
 from __future__ import annotations
 
@@ -29,6 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="parse with the standard prelude (List, Option, map, foldl, ...)")
     parser.add_argument("--target", default=None,
                         help="run compiled for this target (llvm, cuda); not available yet")
+    parser.add_argument("--max-depth", default=None, type=_positive_int, metavar="N",
+                        help="the interpreter's limit on nested (non-tail) calls "
+                             "(default 1,048,576)")
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {n}")
+    return n
 
 
 def parse_argument(text: str, index: int) -> Any:
@@ -59,18 +76,12 @@ def _looks_literal(text: str) -> bool:
 
 
 def _is_plain(v: Any) -> bool:
-    stack = [v]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif not isinstance(x, (bool, int, float)):
-            return False
-    return True
+    from relay_ir.runtime.values import leaves
+    return all(isinstance(x, (bool, int, float)) for x in leaves(v))
 
 
 def _split_options(args: argparse.Namespace) -> list[str]:
-    """Move --entry/--prelude/--target found among ARGS onto ``args``; return the rest."""
+    """Move the options found among ARGS (--entry, --max-depth, ...) onto ``args``; return rest."""
     rest: list[str] = []
     items = list(args.args)
     i = 0
@@ -80,13 +91,19 @@ def _split_options(args: argparse.Namespace) -> list[str]:
             rest.extend(items[i + 1:])
             break
         name, eq, val = tok.partition("=")
-        if name in ("--entry", "--target"):
+        if name in ("--entry", "--target", "--max-depth"):
             if not eq:
                 if i + 1 >= len(items):
                     raise DiagnosticError(f"rly run: {name} needs a value")
                 i += 1
                 val = items[i]
-            setattr(args, name[2:], val)
+            if name == "--max-depth":
+                try:
+                    args.max_depth = _positive_int(val)
+                except argparse.ArgumentTypeError as e:
+                    raise DiagnosticError(f"rly run: --max-depth: {e}") from None
+            else:
+                setattr(args, name[2:], val)
         elif tok == "--prelude":
             args.prelude = True
         else:
@@ -116,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
                                   f"available yet")
         result = build(mod, target=args.target)(*values, entry=args.entry)
     else:
-        from relay_ir.runtime.interpreter import evaluate
-        result = evaluate(mod, *values, entry=args.entry)
+        from relay_ir.runtime.interpreter import DEFAULT_MAX_DEPTH, evaluate
+        result = evaluate(mod, *values, entry=args.entry,
+                          max_depth=args.max_depth or DEFAULT_MAX_DEPTH)
     print(format_value(result))
     return 0

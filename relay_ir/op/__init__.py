@@ -30,9 +30,11 @@ An OpDef holds everything the project knows about an operator:
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from relay_ir.attrs import Attrs, _attr_eq, normalize_attr_value
 from relay_ir.errors import DiagnosticError
@@ -123,9 +125,14 @@ class AttrField:
         raise ValueError(f"bad attribute kind {k!r}")  # pragma: no cover
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class OpDef:
-    """Everything about one operator (see the module docstring)."""
+    """Everything about one operator (see the module docstring); frozen once built.
+
+    ``op`` is the operator's unique :class:`~relay_ir.expr.Op` node (made here unless given:
+    :func:`override_op` keeps it, so existing programs see the replaced facts);
+    ``default_attrs`` is the attribute record with every default, computed once.
+    """
 
     name: str
     num_inputs: int
@@ -140,13 +147,20 @@ class OpDef:
     non_differentiable: bool = False
     effectful: bool = False
     doc: str = ""
-    op: Op = field(init=False)
+    op: Op = field(default=None, repr=False)  # type: ignore[assignment]
+    default_attrs: Attrs = field(init=False, repr=False)
+    _fields: dict[str, AttrField] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.op = Op(self.name)
-        self._fields = {f.name: f for f in self.attrs}
+        init = object.__setattr__  # NOTE: the derived fields of a frozen record
+        if self.op is None:
+            init(self, "op", Op(self.name))
+        init(self, "_fields", {f.name: f for f in self.attrs})
+        init(self, "default_attrs", Attrs({f.name: f.default for f in self.attrs},
+                                          self.attrs_type))
 
     def attr_field(self, name: str) -> AttrField | None:
+        """The schema entry of attribute ``name``, or None."""
         return self._fields.get(name)
 
     def make_attrs(self, given: Mapping[str, Any] | None = None, span: Span | None = None
@@ -190,6 +204,23 @@ def register_op(opdef: OpDef) -> OpDef:
         raise ValueError(f"operator {opdef.name!r} is already registered")
     _REGISTRY[opdef.name] = opdef
     return opdef
+
+
+@contextlib.contextmanager
+def override_op(name: str, **changes: Any) -> Iterator[OpDef]:
+    """Replace facts of a registered operator for the duration of a ``with`` block (tests).
+
+    ``with override_op("negative", effectful=True): ...`` -- the registry holds a copy of the
+    OpDef with ``changes`` (same :class:`~relay_ir.expr.Op` node) and gets the original back
+    afterwards. Every fact is read from the registry, so nothing else needs patching.
+    """
+    old = get_opdef(name)
+    new = dataclasses.replace(old, **changes)
+    _REGISTRY[name] = new
+    try:
+        yield new
+    finally:
+        _REGISTRY[name] = old
 
 
 def _ensure_loaded() -> None:

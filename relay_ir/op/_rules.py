@@ -208,11 +208,6 @@ def same_dtype(a: TensorType, b: TensorType) -> str:
     return a.dtype
 
 
-def is_int_dtype(dtype: str) -> bool:
-    """True for signed and unsigned integer dtypes."""
-    return dtype.startswith(("int", "uint"))
-
-
 # ----------------------------------------------------------------------------- dimensions
 def is_any(d: Dim) -> bool:
     """True for the ``?`` dimension."""
@@ -282,11 +277,6 @@ def norm_axis(axis: int, ndim: int, *, extra: int = 0) -> int:
     if not -n <= axis < n:
         raise TypeInferenceError(f"axis {axis} is out of range for a tensor of rank {ndim}")
     return axis + n if axis < 0 else axis
-
-
-def static_int(d: Dim) -> int | None:
-    """``d`` as an int if it is one."""
-    return d if isinstance(d, int) else None
 
 
 # ----------------------------------------------------------------------------- shared relations
