@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "EliminateCommonSubexpr": "relay_ir.passes.cse",
     "SimplifyExpr": "relay_ir.passes.simplify_expr",
     "optimize": "relay_ir.passes.optimizer",
+    "gradient": "relay_ir.passes.gradient",
     "default_pipeline": "relay_ir.passes.optimizer",
     "DEFAULT_PIPELINE": "relay_ir.passes.optimizer",
     "PassInstrument": "relay_ir.passes.instrument",
