@@ -50,8 +50,8 @@ from relay_ir.builder import ScopeBuilder
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
 from relay_ir.span import Span
-from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type,
-                         TypeCall, TypeData)
+from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
+                         TupleType, Type, TypeCall, TypeData, TypeVar)
 
 __all__ = ["gradient", "GradientError"]
 
@@ -121,6 +121,7 @@ class _Types:
         self.adt_map: dict[str, GlobalTypeVar] = {}
         self.ctor_map: dict[str, Constructor] = {}
         self.new_types: list[TypeData] = []
+        self.subst: dict = {}  # the type params of the global being transformed -> fresh ones
         tds = dict(mod.type_definitions)
         changed: set[str] = set()
         # A fixed point: an ADT changes if a field holds a float tensor, a function, or a
@@ -171,18 +172,24 @@ class _Types:
         return False
 
     def map(self, t: Type) -> Type:
-        """``T => T'`` (see the module docstring)."""
+        """``T => T'`` (see the module docstring), renaming the current global's type params."""
+        if self.subst:
+            from relay_ir.passes._analysis import substitute_type
+            t = substitute_type(t, self.subst)
+        return self._map(t)
+
+    def _map(self, t: Type) -> Type:
         if isinstance(t, TensorType):
             return TupleType((t, RefType(t))) if is_float(t) else t
         if isinstance(t, TupleType):
-            return TupleType(tuple(self.map(f) for f in t.fields))
+            return TupleType(tuple(self._map(f) for f in t.fields))
         if isinstance(t, FuncType):
-            return FuncType(tuple(self.map(a) for a in t.arg_types) + (BP_TYPE,),
-                            self.map(t.ret_type), t.type_params, t.type_constraints)
+            return FuncType(tuple(self._map(a) for a in t.arg_types) + (BP_TYPE,),
+                            self._map(t.ret_type), t.type_params, t.type_constraints)
         if isinstance(t, RefType):
-            return RefType(self.map(t.value))
+            return RefType(self._map(t.value))
         if isinstance(t, TypeCall):
-            return TypeCall(self.map(t.func), tuple(self.map(a) for a in t.args))
+            return TypeCall(self._map(t.func), tuple(self._map(a) for a in t.args))
         if isinstance(t, GlobalTypeVar):
             return self.adt_map.get(t.name_hint, t)
         return t
@@ -241,7 +248,13 @@ class _AD:
         while self.work:
             name = self.work.pop()
             fn = self.mod[name]
-            out[self.gmap[name].name_hint] = self.function(fn, keep_type_params=True)
+            fresh = tuple(ShapeVar(tp.name) if isinstance(tp, ShapeVar)
+                          else TypeVar(tp.name_hint, tp.kind) for tp in fn.type_params)
+            self.types.subst = dict(zip(fn.type_params, fresh))
+            try:
+                out[self.gmap[name].name_hint] = self.function(fn, fresh)
+            finally:
+                self.types.subst = {}
         return out
 
     # ---------------------------------------------------------------- variables
@@ -256,7 +269,7 @@ class _AD:
         return nv
 
     # ---------------------------------------------------------------- scopes
-    def function(self, fn: Function, keep_type_params: bool = False) -> Function:
+    def function(self, fn: Function, type_params: tuple | None = None) -> Function:
         """``fn (x: T) -> R { e }`` => ``fn (x: T', bp: ref(fn () -> ())) -> R' { e' }``."""
         params = tuple(self.map_var(p, annotate=True) for p in fn.params)
         bp = Var("bp", BP_TYPE, checked_type_=BP_TYPE)
@@ -266,7 +279,8 @@ class _AD:
         elif isinstance(fn.checked_type_, FuncType):
             ret = self.types.map(fn.checked_type_.ret_type)
         body = self.scope(fn.body, bp)
-        return Function(params + (bp,), body, ret, fn.type_params, fn.attrs, span=fn.span)
+        tps = fn.type_params if type_params is None else type_params
+        return Function(params + (bp,), body, ret, tps, fn.attrs, span=fn.span)
 
     def scope(self, e: Expr, bp: Var) -> Expr:
         """Transform a let spine (a function body, branch or arm) in a fresh scope."""
