@@ -17,8 +17,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from relay_ir.attrs import Attrs
-from relay_ir.errors import ShapeMismatchError, TypeInferenceError
+from relay_ir.errors import InternalError, ShapeMismatchError, TypeInferenceError
+from relay_ir.expr import Expr, TupleGetItem
 from relay_ir.op import OpPattern
+from relay_ir.op._grad import (grad_rule, op, scalar, static_shape, sum_to, tensor_type,
+                               zeros_for)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
                                 dim_compatible, fmt_shape, is_any, norm_axis,
                                 same_dtype, shape_size, tensor_arg, tensor_args, wrap)
@@ -90,9 +93,33 @@ def dense_ref(args: list, attrs: Attrs) -> np.ndarray:
                           (w.astype(dt) if w.dtype.kind in "iu" else _acc(w)).T), dt)
 
 
+def _g_in(g: Expr, call: Any) -> Expr:
+    """``g`` cast to the first argument's dtype when ``out_dtype`` changed it."""
+    x = call.args[0]
+    if tensor_type(x).dtype != call.checked_type.dtype:
+        return op("cast_like", g, x)
+    return g
+
+
+def _rows(e: Expr, cols: Any) -> Expr:
+    """``e`` flattened to a matrix of ``cols`` columns."""
+    return op("reshape", e, newshape=(-1, cols))
+
+
+@grad_rule
+def dense_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``dense(x, w) = x wT``: ``dx = g w``, ``dw = gT x`` (leading dims of x flattened)."""
+    x, w = call.args
+    g = _g_in(g, call)
+    units, k = tensor_type(w).shape
+    dx = op("nn.matmul", g, w)
+    dw = op("nn.matmul", _rows(g, units), _rows(x, k), transpose_a=True)
+    return (dx, dw)
+
+
 _DENSE_ATTRS = [F("units", "int?", None, "the number of output units"),
                 F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
-defop("nn.dense", 2, attrs=_DENSE_ATTRS, attrs_type="DenseAttrs", rel=dense_rel,
+defop("nn.dense", 2, attrs=_DENSE_ATTRS, grad=dense_grad, attrs_type="DenseAttrs", rel=dense_rel,
       impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Fully connected layer: ``x @ w.T``.")
 
@@ -115,7 +142,28 @@ def matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.matmul(a, b), dt)
 
 
-defop("nn.matmul", 2, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
+@grad_rule
+def matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``matmul(a, b) = A B`` (A, B: optionally transposed): ``dA = g BT``, ``dB = AT g``."""
+    a, b = call.args
+    ta, tb = call.attrs.transpose_a, call.attrs.transpose_b
+    g = _g_in(g, call)
+    if ta:
+        da = op("nn.matmul", b, g, transpose_a=tb, transpose_b=True)
+        a2, g2 = a, g
+    else:
+        da = op("nn.matmul", g, b, transpose_b=not tb)
+        at, bt = tensor_type(a), tensor_type(b)
+        n = bt.shape[0] if tb else bt.shape[1]
+        a2, g2 = _rows(a, at.shape[-1]), _rows(g, n)
+    if tb:
+        db = op("nn.matmul", g2, a2, transpose_a=True, transpose_b=ta)
+    else:
+        db = op("nn.matmul", a2, g2, transpose_a=not ta)
+    return (da, db)
+
+
+defop("nn.matmul", 2, grad=matmul_grad, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
                                             F("transpose_b", "bool", False)],
       attrs_type="MatmulAttrs", rel=matmul_rel, impl=matmul_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.")
@@ -151,7 +199,28 @@ def batch_matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.matmul(x, y), dt)
 
 
-defop("nn.batch_matmul", 2, attrs=[F("out_dtype", "str", ""),
+@grad_rule
+def batch_matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``batch_matmul`` per batch as :func:`matmul_grad`, summed over broadcast batches."""
+    x, y = call.args
+    ta, tb = call.attrs.transpose_a, call.attrs.transpose_b
+    g = _g_in(g, call)
+    if ta:
+        dx = op("nn.batch_matmul", y, g, transpose_a=tb, transpose_b=True)
+    else:
+        dx = op("nn.batch_matmul", g, y, transpose_a=False, transpose_b=not tb)
+    if tb:
+        dy = op("nn.batch_matmul", g, x, transpose_a=True, transpose_b=ta)
+    else:
+        dy = op("nn.batch_matmul", x, g, transpose_a=not ta, transpose_b=False)
+    shape = tuple(call.checked_type.shape)
+    bx, by = tensor_type(x).shape[0], tensor_type(y).shape[0]
+    dx = dx if bx == shape[0] else op("collapse_sum_like", dx, x)
+    dy = dy if by == shape[0] else op("collapse_sum_like", dy, y)
+    return (dx, dy)
+
+
+defop("nn.batch_matmul", 2, grad=batch_matmul_grad, attrs=[F("out_dtype", "str", ""),
                                    F("transpose_a", "bool", False),
                                    F("transpose_b", "bool", True)],
       attrs_type="BatchMatmulAttrs", rel=batch_matmul_rel, impl=batch_matmul_ref,
@@ -204,7 +273,29 @@ def bias_add_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(x + _channel_view(b, x.ndim, axis), x.dtype)
 
 
-defop("nn.bias_add", 2, attrs=[F("axis", "int", 1, "the channel axis")],
+def _axis_of(call: Any) -> int:
+    return norm_axis(call.attrs.axis, tensor_type(call.args[0]).ndim)
+
+
+def _per_channel_sum(e: Expr, axis: int) -> Expr:
+    """``e`` summed over every axis but ``axis``."""
+    return op("sum", e, axis=(axis,), exclude=True)
+
+
+def _channel(p: Expr, ndim: int, axis: int) -> Expr:
+    """A per-channel vector viewed so that it broadcasts along ``axis`` of a rank-ndim tensor."""
+    shape = [1] * ndim
+    shape[axis] = -1
+    return op("reshape", p, newshape=tuple(shape))
+
+
+@grad_rule
+def bias_add_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``bias_add(x, b)``: ``g`` for x, ``g`` summed over the non-channel axes for b."""
+    return (g, _per_channel_sum(g, _axis_of(call)))
+
+
+defop("nn.bias_add", 2, grad=bias_add_grad, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="BiasAddAttrs", rel=bias_add_rel, impl=bias_add_ref,
       pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.")
 
@@ -221,17 +312,45 @@ def prelu_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.where(x > 0, x, _channel_view(a, x.ndim, axis) * x), x.dtype)
 
 
-defop("nn.prelu", 2, attrs=[F("axis", "int", 1, "the channel axis")],
+@grad_rule
+def prelu_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``prelu(x, a)``: ``g`` (x > 0) or ``a g``; for a, ``x g`` (x <= 0) summed per channel."""
+    x, a = call.args
+    axis = _axis_of(call)
+    pos = op("greater", x, scalar(0.0, x))
+    ab = _channel(a, tensor_type(x).ndim, axis)
+    dx = op("where", pos, g, op("multiply", g, ab))
+    da = _per_channel_sum(op("where", pos, op("zeros_like", g), op("multiply", g, x)), axis)
+    return (dx, da)
+
+
+defop("nn.prelu", 2, grad=prelu_grad, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="PReluAttrs", rel=prelu_rel, impl=prelu_ref, pattern=OpPattern.BROADCAST,
       doc="Leaky ReLU with a learned per-channel slope.")
 
 
 # ----------------------------------------------------------------------------- activations
-def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.")
+@grad_rule
+def relu_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``relu(x)``: ``g`` where ``x > 0``, else zero."""
+    x = call.args[0]
+    return (op("where", op("greater", x, scalar(0.0, x)), g, op("zeros_like", g)),)
+
+
+@grad_rule
+def leaky_relu_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``leaky_relu(x)``: ``g`` where ``x > 0``, else ``alpha g``."""
+    x = call.args[0]
+    return (op("where", op("greater", x, scalar(0.0, x)), g,
+               op("multiply", g, scalar(call.attrs.alpha, x))),)
+
+
+def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.",
+             grad=relu_grad)
 def_elemwise("nn.leaky_relu",
              lambda x, attrs: np.where(x > 0, x, x * np.asarray(attrs.alpha, x.dtype)),
              attrs=[F("alpha", "float", 0.01, "slope for x < 0")], attrs_type="LeakyReluAttrs",
-             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.")
+             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.", grad=leaky_relu_grad)
 
 
 def softmax_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -259,11 +378,29 @@ def log_softmax_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(s - np.log(np.sum(np.exp(s), axis=attrs.axis, keepdims=True)), x.dtype)
 
 
+@grad_rule
+def softmax_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``softmax(x) = y``: ``(g - sum(g y, axis)) y``."""
+    ax = (call.attrs.axis,)
+    s = op("sum", op("multiply", g, out), axis=ax, keepdims=True)
+    return (op("multiply", op("subtract", g, s), out),)
+
+
+@grad_rule
+def log_softmax_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``log_softmax(x) = y``: ``g - exp(y) sum(g, axis)``."""
+    ax = (call.attrs.axis,)
+    s = op("sum", g, axis=ax, keepdims=True)
+    return (op("subtract", g, op("multiply", op("exp", out), s)),)
+
+
 _SOFTMAX_ATTRS = [F("axis", "int", -1, "the axis normalized over")]
 defop("nn.softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      impl=softmax_ref, pattern=OpPattern.OPAQUE, doc="Softmax along an axis.")
+      grad=softmax_grad, impl=softmax_ref, pattern=OpPattern.OPAQUE,
+      doc="Softmax along an axis.")
 defop("nn.log_softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      impl=log_softmax_ref, pattern=OpPattern.OPAQUE, doc="Log of softmax along an axis.")
+      grad=log_softmax_grad, impl=log_softmax_ref, pattern=OpPattern.OPAQUE,
+      doc="Log of softmax along an axis.")
 
 
 # ----------------------------------------------------------------------------- conv2d

