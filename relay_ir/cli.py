@@ -19,6 +19,7 @@ COMMANDS = {
     "check": "type-check and print the type of every global",
     "run": "run a program with the interpreter",
     "opt": "run a pass pipeline and print the result",
+    "grad": "print the reverse-mode gradient program of a global",
 }
 
 
