@@ -395,3 +395,25 @@ def test_input_is_not_mutated() -> None:
     before = rly.astext(mod)
     grad_module(mod)
     assert rly.astext(mod) == before
+
+
+def test_ops_taking_and_returning_tuples() -> None:
+    check_grad(f"""
+def @main(%x: {V3}, %y: Tensor[(2), float64]) -> Tensor[(2), float64] {{
+  let %c = concatenate((exp(%x), %y, %x));
+  let %parts = split(%c, indices_or_sections=[2, 5]);
+  add(multiply(%parts.0, %y), sum(%parts.2))
+}}""", [r(3), r(2)])
+
+
+def test_w6_scalar_loop_gradient() -> None:
+    # WORKLOADS.md W6 with 50 terms: d/dx sum_i sin(x * i) * 0.001 = sum_i 0.001 * i * cos(x * i)
+    value, (gx,) = check_grad("""
+def @w6(%i: float64, %x: float64, %acc: float64) -> float64 {
+  if (greater_equal(%i, 50f64)) { %acc } else {
+    @w6(add(%i, 1f64), %x, add(%acc, multiply(sin(multiply(%x, %i)), 0.001f64)))
+  }
+}
+def @main(%x: float64) -> float64 { @w6(0f64, %x, 0f64) }""", [np.array(0.5)])
+    i = np.arange(50)
+    np.testing.assert_allclose(gx, np.sum(0.001 * i * np.cos(0.5 * i)), rtol=1e-10)
