@@ -160,6 +160,54 @@ add("nn.softmax", away((2, 5)))
 add("nn.softmax", away((2, 3, 4)), axis=1, tag="axis1")
 add("nn.log_softmax", away((2, 5)))
 add("nn.log_softmax", away((2, 3, 4)), axis=0, tag="axis0")
+add("nn.leaky_relu", away((2, 3)), alpha=0.3, tag="alpha")
+add("nn.batch_flatten", away((2, 3, 2)))
+add("nn.dropout", away((2, 3)), rate=0.3)
+add("nn.cross_entropy", pos((3, 4)), pos((3, 4), seed=1))
+add("nn.global_avg_pool2d", away((2, 3, 2, 3)))
+add("nn.global_max_pool2d", distinct((2, 3, 2, 3)))
+add("nn.global_avg_pool2d", away((2, 2, 3, 3)), layout="NHWC", tag="nhwc")
+add("nn.pad", away((2, 3)), np.asarray(0.5), pad_width=((1, 2), (0, 1)))
+add("nn.pad", away((3, 4)), np.asarray(0.0), pad_width=((1, 2), (2, 1)), pad_mode="edge",
+    tag="edge")
+add("nn.pad", away((3, 4)), np.asarray(0.0), pad_width=((1, 2), (2, 1)), pad_mode="reflect",
+    tag="reflect")
+add("nn.layer_norm", away((2, 3, 4)), away((4,), seed=1), away((4,), seed=2))
+add("nn.layer_norm", away((2, 3, 4)), away((3,), seed=1), away((3,), seed=2), axis=1,
+    center=False, tag="axis1-nocenter")
+add("nn.layer_norm", away((2, 3)), away((3,), seed=1), away((3,), seed=2), scale=False,
+    tag="noscale")
+add("nn.batch_norm", away((2, 3, 2)), away((3,), seed=1), away((3,), seed=2),
+    away((3,), seed=3), pos((3,), seed=4))
+add("strided_slice", away((4, 5)), begin=(1, 0), end=(4, 5), strides=(2, 2))
+add("strided_slice", away((3, 6)), begin=(2,), end=(-1,), axes=(1,), tag="axes")
+add("strided_slice", away((5, 3)), begin=(4,), end=(0,), strides=(-2,), tag="negstride")
+add("strided_slice", away((4, 5)), begin=(1, 1), end=(2, 3), slice_mode="size", tag="size")
+add("take", away((4, 3)), np.array([[0, 3], [3, 1]], "int32"), axis=0)
+add("take", away((2, 5)), np.array([4, -1, 0, 7], "int32"), axis=1, mode="wrap", tag="wrap")
+add("take", away((2, 5)), np.array([[4, 0], [1, 1]], "int32"), axis=1, batch_dims=1,
+    tag="batch")
+add("take", away((3, 4)), np.array([[5, 11], [0, 5]], "int64"), tag="flat")
+add("take", away((3, 4)), np.array(2, "int32"), axis=1, tag="scalar")
+add("nn.conv2d", away((2, 3, 5, 5)), away((4, 3, 3, 3), seed=1))
+add("nn.conv2d", away((1, 4, 7, 6)), away((6, 2, 3, 2), seed=1), strides=(2, 1),
+    padding=(1, 2, 0, 1), dilation=(1, 2), groups=2, tag="sdpg")
+add("nn.conv2d", away((1, 5, 6, 2)), away((3, 3, 2, 4), seed=1), data_layout="NHWC",
+    kernel_layout="HWIO", strides=(2, 2), padding=(1, 1), tag="nhwc")
+add("nn.conv2d", away((1, 4, 5, 5)), away((4, 1, 3, 3), seed=1), groups=4, padding=(1, 1),
+    tag="depthwise")
+add("nn.max_pool2d", distinct((2, 2, 5, 5)), pool_size=(2, 2), strides=(2, 2))
+add("nn.max_pool2d", distinct((1, 2, 5, 6)), pool_size=(3, 2), strides=(1, 2),
+    padding=(1, 1), tag="overlap-pad")
+add("nn.max_pool2d", distinct((1, 5, 5, 2)), pool_size=(2, 2), strides=(2, 2), ceil_mode=True,
+    layout="NHWC", tag="ceil-nhwc")
+add("nn.avg_pool2d", away((2, 2, 5, 5)), pool_size=(2, 2), strides=(2, 2))
+add("nn.avg_pool2d", away((1, 2, 5, 6)), pool_size=(3, 3), strides=(1, 2), padding=(1, 1),
+    tag="overlap-pad")
+add("nn.avg_pool2d", away((1, 2, 5, 6)), pool_size=(3, 3), strides=(2, 2), padding=(1, 1),
+    count_include_pad=True, ceil_mode=True, tag="incl-ceil")
+add("nn.batch_norm", away((2, 2, 3)), away((3,), seed=1), away((3,), seed=2),
+    away((3,), seed=3), pos((3,), seed=4), axis=-1, scale=False, tag="last-noscale")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -501,9 +501,73 @@ def take_ref(args: list, attrs: Attrs) -> np.ndarray:
     return out
 
 
-defop("take", 2, attrs=[F("axis", "int?", None, "the axis to index (None: flattened)"),
-                        F("batch_dims", "int", 0, "leading batch dims shared with indices"),
-                        F("mode", "str", "clip", "out-of-bounds handling: clip, wrap, fast")],
+_TAKE_ATTRS = [F("axis", "int?", None, "the axis to index (None: flattened)"),
+               F("batch_dims", "int", 0, "leading batch dims shared with indices"),
+               F("mode", "str", "clip", "out-of-bounds handling: clip, wrap, fast")]
+
+
+@grad_rule
+def take_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``take(x, idx)``: ``g`` scatter-added into zeros like x (repeated indices add up)."""
+    x, idx = call.args
+    return (op("take_grad", g, x, idx, **dict(call.attrs)), zeros_for(idx))
+
+
+def take_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``take_grad(out_grad, data_like, indices)``: data_like's shape, out_grad's dtype."""
+    ts = tensor_args(arg_types, ("out_grad", "data_like", "indices"))
+    if ts is None:
+        return None
+    t = take_rel(arg_types[1:], attrs)
+    if t is not None and not all(dim_compatible(a, b) for a, b in zip(t.shape, ts[0].shape)):
+        raise ShapeMismatchError(f"take_grad: out_grad has shape {fmt_shape(ts[0].shape)}, "
+                                 f"take gives {fmt_shape(t.shape)}")
+    return TensorType(ts[1].shape, ts[0].dtype)
+
+
+def take_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Scatter-add of ``out_grad`` at the positions ``take`` reads (after clip/wrap)."""
+    g, like, ind = args
+    acc = np.zeros(like.shape, np.float64)
+    gg = g.astype(np.float64)
+    if attrs.axis is None:
+        n = like.size
+        flat = np.zeros(n, np.float64)
+        np.add.at(flat, _norm_index(ind, n, attrs.mode), gg)
+        return wrap(flat.reshape(like.shape), g.dtype)
+    axis = attrs.axis + like.ndim if attrs.axis < 0 else attrs.axis
+    bd = _batch_dims(attrs.batch_dims, ind.ndim)
+    d = like.shape[axis]
+    ax = axis - bd
+    for b in np.ndindex(*like.shape[:bd]):
+        ib = _norm_index(ind[b], d, attrs.mode)
+        k = ib.ndim
+        # NOTE: the indexed axis first in acc, the index dims first in g: then add.at lines up
+        moved = np.moveaxis(acc[b], ax, 0)
+        np.add.at(moved, ib, np.moveaxis(gg[b], tuple(range(ax, ax + k)), tuple(range(k))))
+    return wrap(acc, g.dtype)
+
+
+def _norm_index(ind: np.ndarray, n: int, mode: str) -> np.ndarray:
+    i = ind.astype(np.int64)
+    if mode == "wrap":
+        return np.mod(i, n)
+    return np.clip(i, 0, n - 1)
+
+
+@grad_rule
+def take_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``take_grad(g, like, idx)`` is linear in g: ``dg = take(h, idx)``; zero for the rest."""
+    g, like, idx = call.args
+    return (op("take", h, idx, **dict(call.attrs)), zeros_for(like), zeros_for(idx))
+
+
+defop("take_grad", 3, attrs=_TAKE_ATTRS, attrs_type="TakeAttrs", rel=take_grad_rel,
+      impl=take_grad_ref, grad=take_grad_grad, pattern=OpPattern.OPAQUE,
+      doc="Gradient of take: (out_grad, data_like, indices) -> out_grad scatter-added.")
+
+
+defop("take", 2, grad=take_grad, attrs=_TAKE_ATTRS,
       attrs_type="TakeAttrs", rel=take_rel, impl=take_ref, pattern=OpPattern.INJECTIVE,
       doc="Gather elements along an axis.")
 
@@ -570,12 +634,57 @@ def strided_slice_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.array(x[tuple(idx)], copy=True)
 
 
-defop("strided_slice", 1,
-      attrs=[F("begin", "ints?", None, "first index per axis"),
-             F("end", "ints?", None, "end index (or size) per axis"),
-             F("strides", "ints?", None, "step per axis (default 1)"),
-             F("axes", "ints?", None, "the axes sliced (None: the leading ones)"),
-             F("slice_mode", "str", "end", "\"end\" or \"size\"")],
+_SLICE_ATTRS = [F("begin", "ints?", None, "first index per axis"),
+                F("end", "ints?", None, "end index (or size) per axis"),
+                F("strides", "ints?", None, "step per axis (default 1)"),
+                F("axes", "ints?", None, "the axes sliced (None: the leading ones)"),
+                F("slice_mode", "str", "end", "\"end\" or \"size\"")]
+
+
+@grad_rule
+def strided_slice_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``strided_slice(x)``: ``g`` written into the sliced positions of zeros like x."""
+    return (op("strided_slice_grad", g, call.args[0], **dict(call.attrs)),)
+
+
+def strided_slice_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``strided_slice_grad(out_grad, data_like)``: data_like's shape, out_grad's dtype."""
+    ts = tensor_args(arg_types, ("out_grad", "data_like"))
+    if ts is None:
+        return None
+    t = strided_slice_rel(arg_types[1:], attrs)
+    if t is not None and not all(dim_compatible(a, b) for a, b in zip(t.shape, ts[0].shape)):
+        raise ShapeMismatchError(f"strided_slice_grad: out_grad has shape "
+                                 f"{fmt_shape(ts[0].shape)}, the slice {fmt_shape(t.shape)}")
+    return TensorType(ts[1].shape, ts[0].dtype)
+
+
+def strided_slice_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Zeros like ``data_like`` with ``out_grad`` at the sliced positions."""
+    g, like = args
+    out = np.zeros(like.shape, g.dtype)
+    idx: list[Any] = [slice(None)] * like.ndim
+    for a, b, e, s in _slices(like.shape, attrs):
+        idx[a] = slice(b, e, s)
+    out[tuple(idx)] = g
+    return out
+
+
+@grad_rule
+def strided_slice_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``strided_slice_grad(g, like)`` is linear in g: ``dg = strided_slice(h)``."""
+    g, like = call.args
+    return (op("strided_slice", h, **dict(call.attrs)), zeros_for(like))
+
+
+defop("strided_slice_grad", 2, attrs=_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
+      rel=strided_slice_grad_rel, impl=strided_slice_grad_ref, grad=strided_slice_grad_grad,
+      pattern=OpPattern.INJECTIVE, required=("begin", "end"),
+      doc="Gradient of strided_slice: (out_grad, data_like) -> out_grad placed in zeros.")
+
+
+defop("strided_slice", 1, grad=strided_slice_grad,
+      attrs=_SLICE_ATTRS,
       attrs_type="StridedSliceAttrs", rel=strided_slice_rel, impl=strided_slice_ref,
       pattern=OpPattern.INJECTIVE, doc="Python-style strided slicing.",
       required=("begin", "end"))
