@@ -121,7 +121,7 @@ class _Types:
         self.adt_map: dict[str, GlobalTypeVar] = {}
         self.ctor_map: dict[str, Constructor] = {}
         self.new_types: list[TypeData] = []
-        self.subst: dict = {}  # the type params of the global being transformed -> fresh ones
+        self.subst: dict = {}  # type params of the global (or ADT) being mapped -> fresh ones
         tds = dict(mod.type_definitions)
         changed: set[str] = set()
         # A fixed point: an ADT changes if a field holds a float tensor, a function, or a
@@ -143,6 +143,8 @@ class _Types:
                 continue
             td = tds[name]
             header = self.adt_map[name]
+            params = tuple(TypeVar(tp.name_hint, tp.kind) for tp in td.type_params)
+            self.subst = dict(zip(td.type_params, params))
             ctors = []
             for c in td.constructors:
                 nc = Constructor(_fresh_name(c.name_hint + "_ad", taken),
@@ -150,7 +152,8 @@ class _Types:
                                  span=c.span)
                 self.ctor_map[c.name_hint] = nc
                 ctors.append(nc)
-            self.new_types.append(TypeData(header, td.type_params, tuple(ctors), span=td.span))
+            self.subst = {}
+            self.new_types.append(TypeData(header, params, tuple(ctors), span=td.span))
 
     @staticmethod
     def _needs_change(t: Type, changed: set[str]) -> bool:

@@ -454,3 +454,16 @@ def test_optimizer_keeps_every_gradient_write(text: str) -> None:
     got = runtime.evaluate(passes.optimize(g), x, w)
     from util_grad import assert_close_tree
     assert_close_tree(got, want, 1e-12, 1e-14)
+
+
+def test_generic_adt_with_a_float_field_and_recursive_entry() -> None:
+    check_grad(f"""
+type Tagged[A] {{
+  Tag(A, {V3}),
+}}
+def @main(%x: {V3}, %n: int32) -> {V3} {{
+  let %t = Tag(%n, exp(%x));
+  match (%t) {{
+    Tag(%k, %v) => if (less(%k, 1)) {{ %v }} else {{ multiply(%v, @main(%x, subtract(%k, 1))) }},
+  }}
+}}""", [r(3), np.array(2, "int32")])
