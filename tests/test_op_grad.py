@@ -210,6 +210,25 @@ add("nn.batch_norm", away((2, 2, 3)), away((3,), seed=1), away((3,), seed=2),
     away((3,), seed=3), pos((3,), seed=4), axis=-1, scale=False, tag="last-noscale")
 
 
+# gradient operators added for the rules (each linear in its first argument)
+add("nn.conv2d_backward_data", away((1, 4, 3, 7)), away((4, 2, 3, 2), seed=1),
+    away((1, 4, 7, 6), seed=2), strides=(2, 1), padding=(1, 2, 0, 1), dilation=(1, 2),
+    groups=2)
+add("nn.conv2d_backward_weight", away((1, 4, 3, 7)), away((1, 4, 7, 6), seed=1),
+    away((4, 2, 3, 2), seed=2), strides=(2, 1), padding=(1, 2, 0, 1), dilation=(1, 2),
+    groups=2)
+add("nn.max_pool2d_grad", away((1, 2, 5, 4)), distinct((1, 2, 5, 6), seed=1), pool_size=(3, 2),
+    strides=(1, 2), padding=(1, 1), second=False)
+add("nn.max_pool2d_gather", distinct((1, 2, 5, 6)), away((1, 2, 5, 6), seed=1),
+    pool_size=(3, 2), strides=(1, 2), padding=(1, 1))
+add("nn.avg_pool2d_grad", away((1, 2, 5, 3)), away((1, 2, 5, 6), seed=1), pool_size=(3, 3),
+    strides=(1, 2), padding=(1, 1))
+add("strided_slice_grad", away((2, 3)), away((4, 5), seed=1), begin=(1, 0), end=(4, 5),
+    strides=(2, 2))
+add("take_grad", away((2, 2, 3)), away((4, 3), seed=1), np.array([[0, 3], [3, 1]], "int32"),
+    axis=0)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_rule_against_finite_differences(case: Case) -> None:
     """``<rule(g), dx>`` equals ``<g, df(x)[dx]>`` by central differences in float64."""
@@ -236,3 +255,110 @@ def test_rule_against_finite_differences(case: Case) -> None:
     got = sum(inner(ga, d) for ga, d in zip(grads, dirs))
     tol = 1e-3 if any(v.dtype == np.float32 for v in leaves(tuple(case.args))) else 1e-5
     assert got == pytest.approx(fd, rel=tol, abs=tol)
+
+
+# Rules that compare x with their own forward output (max, min, max pooling): a perturbed `out`
+# would no longer equal any element, so the second-order check recomputes `out` from x there
+# (the rule is locally constant in both, and its adjoint for `out` is zero).
+FIXED_OUT = {"max", "min", "nn.global_max_pool2d"}
+
+
+def _random_like(v: Any, r: np.random.Generator) -> Any:
+    return rebuild(v, [r.standard_normal(x.shape).astype(x.dtype) if is_float(x) else
+                       np.zeros_like(x) for x in leaves(v)])
+
+
+SECOND = [c for c in CASES if c.second]
+
+
+@pytest.mark.parametrize("case", SECOND, ids=[c.id for c in SECOND])
+def test_rule_second_order(case: Case) -> None:
+    """The rule differentiated again (by the registry's rules) against finite differences.
+
+    ``S(args, out, g) = <w, rule(args, out, g)>``; its gradient (tests/util_ad.vjp) in a random
+    direction ``d`` equals the central difference of S along ``d``.
+    """
+    fn = rule_function(case.name, case.args, case.attrs)
+    dfn = vjp(fn)
+    r = RNG(5)
+    y = op_value(case.name, case.args, case.attrs)
+    point = list(case.args) + [y, _random_like(y, r)]
+    w = tuple(_random_like(a, r) for a in case.args)
+    grads = run(dfn, *point, w)
+    assert len(grads) == len(point)
+    for p, gp in zip(point, grads):
+        assert type_of_value(gp) == type_of_value(p)
+    dirs = [_random_like(p, r) for p in point]
+    if case.name in FIXED_OUT:
+        dirs[-2] = rebuild(y, [np.zeros_like(x) for x in leaves(y)])
+        assert not any(x.any() for x in leaves(grads[-2]))
+
+    def s(t: float) -> float:
+        moved = [rebuild(p, [x + t * d if is_float(x) else x
+                             for x, d in zip(leaves(p), leaves(dp))])
+                 for p, dp in zip(point, dirs)]
+        if case.name in FIXED_OUT:
+            moved[-2] = op_value(case.name, moved[:-2], case.attrs)
+        return inner(w, run(fn, *moved))
+
+    f32 = any(v.dtype == np.float32 for v in leaves(tuple(case.args)))
+    eps, tol = (1e-2, 1e-2) if f32 else (EPS, 1e-5)
+    fd = (s(eps) - s(-eps)) / (2 * eps)
+    got = sum(inner(gp, d) for gp, d in zip(grads, dirs))
+    assert got == pytest.approx(fd, rel=tol, abs=tol)
+
+
+# ----------------------------------------------------------------------------- registry checks
+def _ops_in(e: Any) -> set[str]:
+    return {n.op.name for n in post_order(e) if isinstance(n, Call) and isinstance(n.op, Op)}
+
+
+def test_every_op_has_a_rule_or_is_marked() -> None:
+    """A new operator needs a gradient rule or ``non_differentiable=True``."""
+    missing = [od.name for od in list_ops() if od.grad is None and not od.non_differentiable]
+    assert missing == []
+
+
+def test_every_differentiable_op_is_checked() -> None:
+    """Every operator with a rule has at least one finite-difference case above."""
+    covered = {c.name for c in CASES}
+    unchecked = [od.name for od in list_ops() if od.grad is not None and od.name not in covered]
+    assert unchecked == []
+
+
+def test_ops_emitted_by_rules_are_differentiable() -> None:
+    """Every op any rule emits has a rule or a non-differentiable mark (grad of grad)."""
+    emitted: set[str] = set()
+    for c in CASES:
+        emitted |= _ops_in(rule_function(c.name, c.args, c.attrs).body)
+    bad = sorted(n for n in emitted
+                 if get_opdef(n).grad is None and not get_opdef(n).non_differentiable)
+    assert bad == []
+    # the structural ops the rules rely on are among them
+    assert {"collapse_sum_like", "broadcast_to_like", "where", "zeros_like"} <= emitted
+
+
+def test_integer_arguments_get_zero_adjoints() -> None:
+    """Integer and bool arguments get zeros of their own type (take's indices, where's cond)."""
+    idx = np.array([2, 0, 2], "int32")
+    x = away((3, 2))
+    fn = rule_function("take", [x, idx], {"axis": 0})
+    y = op_value("take", [x, idx], {"axis": 0})
+    dx, didx = run(fn, x, idx, y, np.ones_like(y))
+    assert didx.dtype == np.int32 and not didx.any()
+    np.testing.assert_array_equal(dx, [[1, 1], [0, 0], [2, 2]])
+
+
+def test_cast_from_integer_has_zero_gradient() -> None:
+    """``cast`` of an integer tensor to float contributes a zero integer adjoint."""
+    x = np.array([1, 2, 3], "int32")
+    fn = rule_function("cast", [x], {"dtype": "float32"})
+    (dx,) = run(fn, x, x.astype("float32"), np.ones(3, "float32"))
+    assert dx.dtype == np.int32 and not dx.any()
+
+
+def test_broadcast_rules_collapse_only_when_shapes_differ() -> None:
+    """Same-shape broadcasting ops skip the collapse (no collapse_sum_like in the rule)."""
+    a, b = away((2, 3)), away((2, 3), seed=1)
+    assert "collapse_sum_like" not in _ops_in(rule_function("multiply", [a, b], {}).body)
+    assert "collapse_sum_like" in _ops_in(rule_function("multiply", [a, b[:1]], {}).body)

@@ -682,10 +682,12 @@ def avg_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("nn.avg_pool2d_grad", g, call.args[0], **dict(call.attrs)),)
 
 
-defop("nn.max_pool2d", 1, grad=max_pool2d_grad, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
+defop("nn.max_pool2d", 1, grad=max_pool2d_grad,
+      attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "max"),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.")
-defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
+defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad,
+      attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs", rel=avg_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "avg"),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d average pooling.")
@@ -741,10 +743,12 @@ def global_max_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 _GLOBAL_ATTRS = [F("layout", "str", "NCHW"), F("out_layout", "str", "")]
-defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad, attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
+defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad,
+      attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Average over the spatial dims.")
-defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad, attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
+defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad,
+      attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Maximum over the spatial dims.")
 
@@ -861,7 +865,8 @@ def _fold_axis(g: Expr, x: Expr, axis: int, d: int, pads: tuple[int, int], mode:
     return out
 
 
-defop("nn.pad", 2, grad=pad_grad, attrs=[F("pad_width", "any", None, "((before, after), ...) per axis"),
+defop("nn.pad", 2, grad=pad_grad,
+      attrs=[F("pad_width", "any", None, "((before, after), ...) per axis"),
                           F("pad_mode", "str", "constant", "constant, edge or reflect")],
       attrs_type="PadAttrs", rel=pad_rel, impl=pad_ref, pattern=OpPattern.INJECTIVE,
       doc="Pad with a value (or by edge/reflection).",
@@ -991,7 +996,8 @@ def dropout_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (TupleGetItem(g, 0),)
 
 
-defop("nn.dropout", 1, grad=dropout_grad, attrs=[F("rate", "float", 0.5, "drop probability (training only)")],
+defop("nn.dropout", 1, grad=dropout_grad,
+      attrs=[F("rate", "float", 0.5, "drop probability (training only)")],
       attrs_type="DropoutAttrs", rel=dropout_rel,
       impl=lambda args, attrs: (np.array(args[0], copy=True), np.ones_like(args[0])),
       pattern=OpPattern.OPAQUE, doc="Dropout, inference form: (data, ones mask).")
@@ -1050,8 +1056,13 @@ def _conv_geometry(attrs: Attrs) -> tuple[int, int, int, int, int, int, int, int
     return sh, sw, dh, dw, pt, pl, pb, pr, 0, 0
 
 
-def _grad_like_rel(name: str, like_index: int, ranks: Sequence[int]):  # type: ignore[no-untyped-def]
-    """Relation: the type of argument ``like_index`` with the dtype of argument 0."""
+def _grad_like_rel(name: str, like_index: int, ranks: Sequence[int],
+                   forward: Any) -> Any:
+    """Relation: the type of argument ``like_index`` with the dtype of argument 0.
+
+    ``forward(arg_types, attrs)`` is the type the matching forward op gives; argument 0 (the
+    output gradient) must have its shape.
+    """
     def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
         ts = tensor_args(arg_types, [f"argument {i}" for i in range(len(arg_types))])
         if ts is None:
@@ -1060,6 +1071,14 @@ def _grad_like_rel(name: str, like_index: int, ranks: Sequence[int]):  # type: i
             if t.ndim != r:
                 raise TypeInferenceError(f"{name}: argument {k} must have rank {r}, found "
                                          f"rank {t.ndim}")
+        fwd = forward(ts, attrs)
+        if isinstance(fwd, tuple):
+            fwd = fwd[0]
+        if fwd is not None and not all(dim_compatible(a, b)
+                                       for a, b in zip(fwd.shape, ts[0].shape)):
+            raise ShapeMismatchError(f"{name}: the output gradient has shape "
+                                     f"{fmt_shape(ts[0].shape)}, the forward result "
+                                     f"{fmt_shape(fwd.shape)}")
         return TensorType(ts[like_index].shape, ts[0].dtype)
     rel.__doc__ = f"``{name}``: the type of argument {like_index} (dtype of argument 0)."
     return rel
@@ -1141,12 +1160,14 @@ def conv2d_backward_weight_grad(call, out, h):  # type: ignore[no-untyped-def]
 
 
 defop("nn.conv2d_backward_data", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
-      rel=_grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4)),
+      rel=_grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
+                          lambda ts, at: conv2d_rel([ts[2], ts[1]], at)),
       impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its data: (out_grad, weight, data_like) -> data's type.")
 defop("nn.conv2d_backward_weight", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
-      rel=_grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4)),
+      rel=_grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
+                          lambda ts, at: conv2d_rel([ts[1], ts[2]], at)),
       impl=conv2d_backward_weight_ref, grad=conv2d_backward_weight_grad,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its weight: (out_grad, data, weight_like) -> weight's type.")
@@ -1268,7 +1289,9 @@ def _max_pool_gather_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None
 
 
 defop("nn.max_pool2d_grad", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
-      rel=_grad_like_rel("nn.max_pool2d_grad", 1, (4, 4)), impl=max_pool2d_grad_ref,
+      rel=_grad_like_rel("nn.max_pool2d_grad", 1, (4, 4),
+                          lambda ts, at: _pool_rel(ts[1:], at, "nn.max_pool2d_grad")),
+      impl=max_pool2d_grad_ref,
       grad=max_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
       doc="Gradient of max_pool2d: (out_grad, data) -> out_grad routed to each window's max.")
 defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
@@ -1276,6 +1299,8 @@ defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
       pattern=OpPattern.OPAQUE,
       doc="(data, values) -> values at each max_pool2d window's maximum of data (pooled).")
 defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
-      attrs_type="AvgPool2DAttrs", rel=_grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4)),
+      attrs_type="AvgPool2DAttrs",
+      rel=_grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
+                         lambda ts, at: _pool_rel(ts[1:], at, "nn.avg_pool2d_grad")),
       impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
       doc="Gradient of avg_pool2d: (out_grad, data) -> out_grad spread over each window.")
