@@ -9,14 +9,19 @@ op a rule emits is itself differentiable or marked.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
-from relay_ir.expr import Call, Op
+from relay_ir.errors import DiagnosticError
+from relay_ir.expr import Call, Function, Op, Tuple, Var
 from relay_ir.op import get_opdef, list_ops
+from relay_ir.op._grad import GradientRuleError
+from relay_ir.op._rules import make_call
+from relay_ir.passes.type_infer import infer_type
 from relay_ir.traversal import post_order
+from relay_ir.ty import ANY, TensorType
 
 from util_ad import (inner, is_float, leaves, op_value, rebuild, rule_function, run,
                      type_of_value, vjp)
@@ -362,3 +367,32 @@ def test_broadcast_rules_collapse_only_when_shapes_differ() -> None:
     a, b = away((2, 3)), away((2, 3), seed=1)
     assert "collapse_sum_like" not in _ops_in(rule_function("multiply", [a, b], {}).body)
     assert "collapse_sum_like" in _ops_in(rule_function("multiply", [a, b[:1]], {}).body)
+
+
+def _typed(name: str, param_types: list[TensorType], attrs: dict[str, Any],
+           tuple_arg: bool = False) -> tuple[Function, Call]:
+    params = tuple(Var(f"p{i}", t) for i, t in enumerate(param_types))
+    args = (Tuple(params),) if tuple_arg else params
+    fn = infer_type(Function(params, make_call(name, *args, **attrs)))
+    return fn, fn.body
+
+
+def test_mean_rule_with_unknown_dimension() -> None:
+    """``mean`` over a ``?`` dimension divides by a count computed at run time."""
+    fn, call = _typed("mean", [TensorType((ANY, 3), "float64")], {"axis": (0,)})
+    out, g = Var("out", call.checked_type), Var("g", call.checked_type)
+    rf = infer_type(Function(fn.params + (out, g), Tuple(get_opdef("mean").grad(call, out, g))))
+    x = away((4, 3))
+    (dx,) = run(rf, x, x.mean(0), np.arange(3.0))
+    np.testing.assert_allclose(dx, np.broadcast_to(np.arange(3.0) / 4, (4, 3)))
+
+
+def test_rule_needing_static_shapes_reports_a_diagnostic() -> None:
+    """A rule that needs static sizes raises a GradientRuleError (a DiagnosticError)."""
+    fn, call = _typed("concatenate", [TensorType((ANY, 3), "float32"),
+                                      TensorType((2, 3), "float32")], {"axis": 0},
+                      tuple_arg=True)
+    out = Var("out", call.checked_type)
+    with pytest.raises(GradientRuleError, match="static sizes along axis 0"):
+        get_opdef("concatenate").grad(call, out, out)
+    assert issubclass(GradientRuleError, DiagnosticError)

@@ -12,12 +12,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from relay_ir.errors import InternalError
+from relay_ir.errors import DiagnosticError, InternalError
 from relay_ir.expr import Constant, Expr, Tuple, TupleGetItem, const
 from relay_ir.op._rules import make_call
 from relay_ir.ty import TensorType, TupleType, Type
 
 Rule = Callable[[Any, Expr, Expr], tuple]
+
+
+class GradientRuleError(DiagnosticError):
+    """An operator's gradient rule cannot handle this call (e.g. it needs static shapes)."""
+
+    kind = "gradient error"
 
 
 def op(name: str, *args: Expr, **attrs: Any) -> Expr:
@@ -40,12 +46,14 @@ def tensor_type(e: Expr) -> TensorType:
     return t
 
 
-def static_shape(e: Expr) -> tuple[int, ...]:
-    """The static shape of a tensor atom (rules that need it fail clearly otherwise)."""
-    shape = tensor_type(e).shape
-    if not all(isinstance(d, int) for d in shape):
-        raise InternalError(f"this gradient rule needs a static shape, found {shape!r}")
-    return tuple(shape)  # type: ignore[return-value]
+def static_shape(e: Expr, call: Any) -> tuple[int, ...]:
+    """The static shape of a tensor atom; a :class:`GradientRuleError` at ``call`` otherwise."""
+    t = tensor_type(e)
+    if not all(isinstance(d, int) for d in t.shape):
+        from relay_ir.op._rules import fmt_type
+        raise GradientRuleError(f"the gradient of `{call.op.name}` needs static shapes, found "
+                                f"{fmt_type(t)}", call.span)
+    return tuple(t.shape)  # type: ignore[return-value]
 
 
 def is_float_type(t: Type) -> bool:
@@ -121,6 +129,6 @@ def grad_rule(fn: Rule) -> Rule:
     return rule
 
 
-__all__ = ["op", "type_of", "tensor_type", "static_shape", "scalar", "field", "zeros_for",
-           "sum_to", "out_shape", "keep_reduced", "zero_rule", "grad_rule", "has_float",
-           "is_float_type"]
+__all__ = ["GradientRuleError", "op", "type_of", "tensor_type", "static_shape", "scalar", "field",
+           "zeros_for", "sum_to", "out_shape", "keep_reduced", "zero_rule", "grad_rule",
+           "has_float", "is_float_type"]

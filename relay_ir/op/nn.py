@@ -17,10 +17,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from relay_ir.attrs import Attrs
-from relay_ir.errors import InternalError, ShapeMismatchError, TypeInferenceError
+from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Expr, TupleGetItem
 from relay_ir.op import OpPattern
-from relay_ir.op._grad import (grad_rule, op, scalar, static_shape, sum_to, tensor_type,
+from relay_ir.op._grad import (grad_rule, op, scalar, static_shape, tensor_type,
                                zeros_for)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
                                 dim_compatible, fmt_shape, is_any, norm_axis,
@@ -718,10 +718,10 @@ def _global_ref(kind: str):  # type: ignore[no-untyped-def]
     return impl
 
 
-def _count_ratio(x: Expr, out: Expr) -> int:
+def _count_ratio(x: Expr, out: Expr, call: Any) -> int:
     """How many input elements feed one output element (static shapes)."""
-    n = int(np.prod(static_shape(x)))
-    m = int(np.prod(static_shape(out)))
+    n = int(np.prod(static_shape(x, call)))
+    m = int(np.prod(static_shape(out, call)))
     return n // max(m, 1)
 
 
@@ -729,7 +729,7 @@ def _count_ratio(x: Expr, out: Expr) -> int:
 def global_avg_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
     """``global_avg_pool2d(x)``: ``g / (H W)`` broadcast over the spatial dims."""
     x = call.args[0]
-    n = _count_ratio(x, out)
+    n = _count_ratio(x, out, call)
     return (op("broadcast_to_like", op("multiply", g, scalar(1.0 / max(n, 1), x)), x),)
 
 
@@ -823,7 +823,7 @@ def pad_grad(call, out, g):  # type: ignore[no-untyped-def]
     to the edge rows), axis by axis from the last one.
     """
     x, v = call.args
-    shape = static_shape(x)
+    shape = static_shape(x, call)
     pw = [tuple(p) for p in call.attrs.pad_width]
     mode = call.attrs.pad_mode
     if mode == "constant":
@@ -1029,7 +1029,7 @@ def cross_entropy_grad(call, out, g):  # type: ignore[no-untyped-def]
     """``cross_entropy(p, t) = -sum(log(p) t) / N``: ``dp = -g t / (p N)``,
     ``dt = -g log(p) / N``."""
     p, t = call.args
-    n = static_shape(p)[0]
+    n = static_shape(p, call)[0]
     c = _mul(g, scalar(-1.0 / max(n, 1), p))
     return (_mul(c, op("divide", t, p)), _mul(c, op("log", p)))
 
@@ -1049,11 +1049,11 @@ def _inv_perm(perm: Sequence[int]) -> list[int]:
     return inv
 
 
-def _conv_geometry(attrs: Attrs) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+def _conv_geometry(attrs: Attrs) -> tuple[int, int, int, int, int, int, int, int]:
+    """(sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right) of a conv2d call."""
     sh, sw = _pair(attrs.strides, "strides", 1)
     dh, dw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, pb, pr = _padding(attrs.padding)
-    return sh, sw, dh, dw, pt, pl, pb, pr, 0, 0
+    return (sh, sw, dh, dw) + _padding(attrs.padding)
 
 
 def _grad_like_rel(name: str, like_index: int, ranks: Sequence[int],
@@ -1096,7 +1096,7 @@ def conv2d_backward_data_ref(args: list, attrs: Attrs) -> np.ndarray:
     wn = np.transpose(w, _layout(attrs.kernel_layout, "OIHW", "kernel_layout")).astype(
         np.float64)
     n, c, h, wd = np.transpose(like, dperm).shape
-    sh, sw, dh, dw, pt, pl, pb, pr, _, _ = _conv_geometry(attrs)
+    sh, sw, dh, dw, pt, pl, pb, pr = _conv_geometry(attrs)
     o, cg, kh, kw = wn.shape
     oh, ow = gn.shape[2], gn.shape[3]
     groups = attrs.groups
@@ -1121,7 +1121,7 @@ def conv2d_backward_weight_ref(args: list, attrs: Attrs) -> np.ndarray:
     gn = _conv_canon(g, attrs).astype(np.float64)
     xn = np.transpose(x, _layout(attrs.data_layout, "NCHW", "data_layout")).astype(np.float64)
     o, cg, kh, kw = np.transpose(like, kperm).shape
-    sh, sw, dh, dw, pt, pl, pb, pr, _, _ = _conv_geometry(attrs)
+    sh, sw, dh, dw, pt, pl, pb, pr = _conv_geometry(attrs)
     oh, ow = gn.shape[2], gn.shape[3]
     xp = np.pad(xn, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     groups = attrs.groups

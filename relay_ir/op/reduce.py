@@ -114,7 +114,7 @@ def sum_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 def _count(call) -> int:  # type: ignore[no-untyped-def]
     axes, _ = _reduced(call)
-    shape = static_shape(call.args[0])
+    shape = static_shape(call.args[0], call)
     n = 1
     for a in axes:
         n *= shape[a]
@@ -125,9 +125,13 @@ def _count(call) -> int:  # type: ignore[no-untyped-def]
 def mean_grad(call, out, g):  # type: ignore[no-untyped-def]
     """``mean(x)``: ``g / count`` re-expanded and broadcast to ``x``."""
     x = call.args[0]
-    n = _count(call)
-    scaled = op("multiply", _expand(call, g), scalar(1.0 / max(n, 1), x))
-    return (op("broadcast_to_like", scaled, x),)
+    if all(isinstance(d, int) for d in tensor_type(x).shape):
+        scaled = op("multiply", _expand(call, g), scalar(1.0 / max(_count(call), 1), x))
+        return (op("broadcast_to_like", scaled, x),)
+    # NOTE: symbolic dims: the count is computed at run time
+    axes, _ = _reduced(call)
+    count = op("sum", op("ones_like", x), axis=axes, keepdims=True)
+    return (op("divide", op("broadcast_to_like", _expand(call, g), x), count),)
 
 
 def _extremum_grad(call, out, g):  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import TypeInferenceError
 from relay_ir.expr import Expr
 from relay_ir.op import OpPattern
-from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, static_shape, sum_to,
+from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, sum_to,
                                zero_rule, zeros_for)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
                                 defop, identity_rel, same_dtype, tensor_arg,

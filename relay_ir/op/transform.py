@@ -13,10 +13,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from relay_ir.attrs import Attrs
-from relay_ir.errors import InternalError, ShapeMismatchError, TypeInferenceError
+from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Tuple, TupleGetItem
 from relay_ir.op import OpPattern
-from relay_ir.op._grad import field, grad_rule, op, static_shape, tensor_type, zeros_for
+from relay_ir.op._grad import (GradientRuleError, field, grad_rule, op, static_shape, tensor_type,
+                               zeros_for)
 from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis,
                                 shape_size, tensor_arg, tensor_args, tuple_of_tensors, wrap)
 from relay_ir.ty import (ANY, Dim, TensorType, TupleType, Type, dim_add, dim_div_exact,
@@ -329,7 +330,8 @@ def concatenate_grad(call, out, g):  # type: ignore[no-untyped-def]
     for ft in fields[:-1]:
         d = ft.shape[axis]
         if not isinstance(d, int):
-            raise InternalError("concatenate's gradient needs static sizes along the axis")
+            raise GradientRuleError("the gradient of `concatenate` needs static sizes along "
+                                    f"axis {axis}", call.span)
         at += d
         idx.append(at)
     parts = op("split", g, indices_or_sections=tuple(idx), axis=axis)
@@ -829,7 +831,7 @@ def tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
 def tile_grad(call, out, g):  # type: ignore[no-untyped-def]
     """``tile(x, reps)``: ``g`` viewed as (r0, d0, r1, d1, ...) summed over the r axes."""
     x = call.args[0]
-    shape = static_shape(x)
+    shape = static_shape(x, call)
     reps = tuple(call.attrs.reps)
     m = max(len(shape), len(reps))
     xs = (1,) * (m - len(shape)) + shape
@@ -863,7 +865,7 @@ def repeat_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
 def repeat_grad(call, out, g):  # type: ignore[no-untyped-def]
     """``repeat(x, k, axis)``: ``g`` viewed with a (d, k) pair at ``axis``, summed over k."""
     x = call.args[0]
-    shape = static_shape(x)
+    shape = static_shape(x, call)
     axis = norm_axis(call.attrs.axis, len(shape))
     inter = shape[:axis] + (shape[axis], call.attrs.repeats) + shape[axis + 1:]
     return (op("sum", op("reshape", g, newshape=inter), axis=(axis + 1,)),)
