@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import relay_ir as rly
+from relay_ir import runtime
 from relay_ir.errors import DiagnosticError
 from relay_ir.expr import Call, Function, Op, Tuple, Var
 from relay_ir.op import get_opdef, list_ops
@@ -23,6 +25,7 @@ from relay_ir.passes.type_infer import infer_type
 from relay_ir.traversal import post_order
 from relay_ir.ty import ANY, TensorType
 
+from util_grad import HEADER, grad_module
 from util_ad import (inner, is_float, leaves, op_value, rebuild, rule_function, run,
                      type_of_value, vjp)
 
@@ -396,3 +399,47 @@ def test_rule_needing_static_shapes_reports_a_diagnostic() -> None:
     with pytest.raises(GradientRuleError, match="static sizes along axis 0"):
         get_opdef("concatenate").grad(call, out, out)
     assert issubclass(GradientRuleError, DiagnosticError)
+
+
+# ----------------------------------------------------------------------- through passes.gradient
+_X, _W, _D = ("Tensor[(1, 2, 5, 5), float64]", "Tensor[(3, 2, 3, 3), float64]",
+              "Tensor[(4, 12), float64]")
+_V4 = "Tensor[(4), float64]"
+_CNN = f"""
+def @main(%x: {_X}, %w: {_W}, %d: {_D}, %gm: {_V4}, %bt: {_V4}) -> float64 {{
+  let %c = tanh(nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1]));
+  let %p = nn.max_pool2d(%c, pool_size=[2, 2], strides=[1, 1]);
+  let %q = nn.avg_pool2d(%p, pool_size=[2, 2], strides=[1, 1], padding=[1, 1]);
+  let %h = nn.dense(nn.batch_flatten(strided_slice(%q, begin=[0, 0, 1, 1], end=[1, 3, 3, 3])),
+                    %d);
+  let %s = nn.log_softmax(nn.layer_norm(%h, %gm, %bt));
+  sum(multiply(%s, sigmoid(%h)))
+}}
+"""
+_HV = f"""
+def @hv(%x: {_X}, %w: {_W}, %d: {_D}, %gm: {_V4}, %bt: {_V4}, %v: {_X}) -> float64 {{
+  let %r = @main(%x, %w, %d, %gm, %bt);
+  sum(multiply((%r.1).0, %v))
+}}
+"""
+
+
+def test_hessian_vector_product_through_passes_gradient() -> None:
+    """``passes.gradient`` applied twice over conv2d, pools, strided_slice, dense, layer_norm,
+    log_softmax...: the HVP (and a mixed second derivative) against finite differences."""
+    mod = rly.parse(HEADER + _CNN, "<cnn>")
+    g1 = grad_module(mod, "main")
+    g2 = grad_module(rly.parse(rly.astext(g1) + _HV, "<cnn>"), "hv")
+    r = RNG(0)
+    x, w = r.uniform(-1, 1, (1, 2, 5, 5)), r.uniform(-1, 1, (3, 2, 3, 3))
+    d, gm, bt = r.uniform(-1, 1, (4, 12)), r.uniform(0.5, 1.5, 4), r.uniform(-1, 1, 4)
+    v, dw = r.uniform(-1, 1, x.shape), r.uniform(-1, 1, w.shape)
+    _, (hv, hw, *_rest) = runtime.evaluate(g2, x, w, d, gm, bt, v, entry="hv")
+
+    def gx(xx: np.ndarray, ww: np.ndarray) -> np.ndarray:
+        return runtime.evaluate(g1, xx, ww, d, gm, bt)[1][0]
+
+    fd_x = (gx(x + EPS * v, w) - gx(x - EPS * v, w)) / (2 * EPS)
+    np.testing.assert_allclose(hv, fd_x, rtol=1e-5, atol=1e-7)
+    fd_w = (gx(x, w + EPS * dw) - gx(x, w - EPS * dw)) / (2 * EPS)
+    assert np.sum(hw * dw) == pytest.approx(np.sum(fd_w * v), rel=1e-5, abs=1e-7)
