@@ -25,9 +25,9 @@ from relay_ir.passes.type_infer import infer_type
 from relay_ir.traversal import post_order
 from relay_ir.ty import ANY, TensorType
 
-from util_grad import HEADER, grad_module
 from util_ad import (inner, is_float, leaves, op_value, rebuild, rule_function, run,
                      type_of_value, vjp)
+from util_grad import HEADER, grad_module
 
 EPS = 1e-6
 RNG = np.random.default_rng
@@ -88,6 +88,9 @@ for _n in ["floor", "ceil", "trunc", "round", "sign"]:
 STOP = "stop_gradient"  # identity forward, zero gradient by definition
 add(STOP, away(S))
 add("exp", away(S).astype("float32"), tag="f32")
+for _n in ["exp", "tanh", "sigmoid", "sqrt", "nn.relu"]:
+    add(_n, pos(()) if _n == "sqrt" else away(()), tag="0d")
+    add(_n, pos((2, 1, 3), seed=3) if _n == "sqrt" else away((2, 1, 3), seed=3), tag="3d")
 add("clip", away((3, 4)), a_min=-0.7, a_max=0.9)
 add("cast", away(S).astype("float32"), dtype="float64")
 add("cast_like", away(S).astype("float32"), away((1,)))
@@ -443,3 +446,34 @@ def test_hessian_vector_product_through_passes_gradient() -> None:
     np.testing.assert_allclose(hv, fd_x, rtol=1e-5, atol=1e-7)
     fd_w = (gx(x, w + EPS * dw) - gx(x, w - EPS * dw)) / (2 * EPS)
     assert np.sum(hw * dw) == pytest.approx(np.sum(fd_w * v), rel=1e-5, abs=1e-7)
+
+
+NON_DIFFERENTIABLE = ["less", "greater", "less_equal", "greater_equal", "equal", "not_equal",
+                      "isnan", "isinf", "isfinite", "argmax", "argmin", "shape_of",
+                      "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
+                      "bitwise_or", "bitwise_xor", "bitwise_not", "all", "any", "zeros_like",
+                      "ones_like", "zeros", "ones"]
+
+
+@pytest.mark.parametrize("name", NON_DIFFERENTIABLE)
+def test_non_differentiable_ops_are_marked(name: str) -> None:
+    """Comparisons, predicates, index/shape queries and logic ops contribute zero (no rule)."""
+    od = get_opdef(name)
+    assert od.non_differentiable and od.grad is None
+
+
+@pytest.mark.parametrize("name,args,attrs", [
+    ("multiply", [away((2, 3)).astype("float16"), away((3,)).astype("float16")], {}),
+    ("sigmoid", [away((2, 3)).astype("float16")], {}),
+    ("mean", [away((2, 3)).astype("float16")], {"axis": (1,)}),
+    ("nn.softmax", [away((2, 3)).astype("float16")], {}),
+    ("nn.conv2d", [away((1, 2, 4, 4)).astype("float16"), away((2, 2, 3, 3)).astype("float16")],
+     {}),
+], ids=["multiply", "sigmoid", "mean", "softmax", "conv2d"])
+def test_float16_adjoints_keep_their_dtype(name: str, args: list, attrs: dict) -> None:
+    """Constants in rules take the argument's dtype: float16 adjoints stay float16."""
+    fn = rule_function(name, args, attrs)
+    y = op_value(name, args, attrs)
+    grads = run(fn, *args, y, np.ones_like(y))
+    assert [type_of_value(g) for g in grads] == [type_of_value(a) for a in args]
+    assert all(np.all(np.isfinite(g)) for g in grads)
