@@ -41,11 +41,11 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from relay_ir.errors import DiagnosticError, InternalError
+from relay_ir.errors import DiagnosticError, InternalError, PassError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
                            Let, Match, Op, Pattern, PatternConstructor, PatternTuple,
                            PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
-                           TupleGetItem, Var)
+                           TupleGetItem, Var, is_atom)
 from relay_ir.builder import ScopeBuilder
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
@@ -60,10 +60,13 @@ BP_TYPE: Type = RefType(FuncType((), UNIT))
 MODES = ("higher_order", "first_order")
 
 
-class GradientError(DiagnosticError):
+class GradientError(PassError):
     """The program cannot be differentiated (no rule for an op, unsupported entry, ...)."""
 
     kind = "gradient error"
+
+    def __init__(self, message: str, span: Span | None = None, notes: Sequence[str] = ()):
+        super().__init__(message, span, notes, pass_name="gradient")
 
 
 # ----------------------------------------------------------------------------- type helpers
@@ -510,7 +513,6 @@ def emit(sb: ScopeBuilder, e: Expr) -> Expr:
 
     A sub-expression shared inside ``e`` is bound once. Returns the atom for ``e``.
     """
-    from relay_ir.expr import is_atom
     if is_atom(e):
         return e
     done: dict[int, Expr] = {}

@@ -234,7 +234,8 @@ def test_generic_function_called_at_float_type() -> None:
     check_grad(f"""
 def @twice[A](%f: fn (A) -> A, %x: A) -> A {{ %f(%f(%x)) }}
 def @main(%x: {V3}, %y: float64) -> ({V3}, float64) {{
-  (@twice(fn (%v: {V3}) {{ exp(%v) }}, %x), @id(@twice(fn (%s: float64) {{ multiply(%s, %s) }}, %y)))
+  let %sq = fn (%s: float64) {{ multiply(%s, %s) }};
+  (@twice(fn (%v: {V3}) {{ exp(%v) }}, %x), @id(@twice(%sq, %y)))
 }}""", [r(3), np.array(0.7)], prelude=True)
 
 
@@ -274,7 +275,8 @@ def test_rnn_over_a_list() -> None:
     H, I = 4, 3
     check_grad(f"""
 def @cell(%wx: Tensor[({H}, {I}), float64], %wh: Tensor[({H}, {H}), float64],
-          %h: Tensor[(1, {H}), float64], %x: Tensor[(1, {I}), float64]) -> Tensor[(1, {H}), float64] {{
+          %h: Tensor[(1, {H}), float64], %x: Tensor[(1, {I}), float64]
+          ) -> Tensor[(1, {H}), float64] {{
   tanh(add(nn.dense(%x, %wx), nn.dense(%h, %wh)))
 }}
 def @main(%x0: Tensor[(1, {I}), float64], %x1: Tensor[(1, {I}), float64],
