@@ -233,7 +233,12 @@ class _AD:
         self.gmap: dict[str, GlobalVar] = {}
         self.work: list[str] = []
         self.missing: list[_Missing] = []
+        # AD pairs made here: their primal and their adjoint cell, bound just before the pair
+        # (so visible wherever it is), used instead of projecting the pair again.
+        self.prims: dict[Var, Expr] = {}
+        self.cells: dict[Var, Var] = {}
         self._add = get_opdef("add").op
+        self._add_attrs = get_opdef("add").make_attrs()
 
     # ---------------------------------------------------------------- globals
     def global_twin(self, gv: GlobalVar) -> GlobalVar:
@@ -295,7 +300,10 @@ class _AD:
             while isinstance(e, Let):
                 nv = self.map_var(e.var, annotate=e.var.type_annotation is not None)
                 value = self.value(e.value, bp)
-                sb.bind(nv, value)
+                if isinstance(value, (Var, GlobalVar, Constant, Constructor)):
+                    self.vmap[e.var] = value  # type: ignore[assignment]  # NOTE: alias atoms
+                else:
+                    sb.bind(nv, value)
                 e = e.body
             tail = self.atom(e, bp)
             return sb.build(tail)
@@ -328,7 +336,17 @@ class _AD:
         sb = self.sb
         z = sb.let_(_call("zeros_like", y), "z", t)
         cell = sb.let_(RefCreate(z), "cell", RefType(t))
-        return sb.let_(Tuple((y, cell)), "ad", TupleType((t, RefType(t))))
+        ad = sb.let_(Tuple((y, cell)), "ad", TupleType((t, RefType(t))))
+        self.prims[ad] = y  # type: ignore[index]
+        self.cells[ad] = cell  # type: ignore[index,assignment]
+        return ad  # type: ignore[return-value]
+
+    def cell_of(self, v: Expr, t: Type) -> Expr:
+        """The adjoint cell of the AD value ``v`` of float type ``t``."""
+        cell = self.cells.get(v)  # type: ignore[call-overload]
+        if cell is not None:
+            return cell
+        return self.sb.let_(TupleGetItem(v, 1), "cell", RefType(t))
 
     def value(self, e: Expr, bp: Var) -> Expr:
         """The transformed value of a let binding (not necessarily an atom)."""
@@ -445,6 +463,9 @@ class _AD:
         """The primal part of AD value ``v`` of original type ``t`` (a tensor tree)."""
         sb = self.sb
         if is_float(t):
+            known = self.prims.get(v)  # type: ignore[call-overload]
+            if known is not None:
+                return known
             return sb.let_(TupleGetItem(v, 0, checked_type_=t), "p", t)
         if isinstance(t, TupleType):
             fields = []
@@ -471,7 +492,7 @@ class _AD:
         """The adjoint of AD value ``v`` (primal ``y``): cells read; zeros on int leaves."""
         sb = self.sb
         if is_float(t):
-            cell = sb.let_(TupleGetItem(v, 1), "cell", RefType(t))
+            cell = self.cell_of(v, t)
             return sb.let_(RefRead(cell, checked_type_=t), "dy", t)
         if isinstance(t, TupleType):
             fields = []
@@ -487,9 +508,9 @@ class _AD:
         sb = self.sb
         if is_float(t):
             ga = emit(sb, g)
-            cell = sb.let_(TupleGetItem(v, 1), "cell", RefType(t))
+            cell = self.cell_of(v, t)
             old = sb.let_(RefRead(cell), "old", t)
-            new = sb.let_(Call(self._add, (old, ga), get_opdef("add").make_attrs()), "acc", t)
+            new = sb.let_(Call(self._add, (old, ga), self._add_attrs), "acc", t)
             sb.let_(RefWrite(cell, new), "_", UNIT)
         elif isinstance(t, TupleType):
             for i, ft in enumerate(t.fields):
@@ -640,8 +661,7 @@ def _seed(ad: _AD, v: Expr, t: Type) -> None:
 def _read_grad(ad: _AD, v: Expr, p: Expr, t: Type) -> Expr:
     sb = ad.sb
     if is_float(t):
-        cell = sb.let_(TupleGetItem(v, 1), "cell", RefType(t))
-        return sb.let_(RefRead(cell), "grad", t)
+        return sb.let_(RefRead(ad.cell_of(v, t)), "grad", t)
     if isinstance(t, TupleType):
         fields = []
         for i, ft in enumerate(t.fields):
