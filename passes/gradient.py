@@ -233,6 +233,7 @@ class _AD:
         self.gmap: dict[str, GlobalVar] = {}
         self.work: list[str] = []
         self.missing: list[_Missing] = []
+        self.rule_errors: list[DiagnosticError] = []
         # AD pairs made here: their primal and their adjoint cell, bound just before the pair
         # (so visible wherever it is), used instead of projecting the pair again.
         self.prims: dict[Var, Expr] = {}
@@ -445,12 +446,16 @@ class _AD:
         k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
         with sb.scope():
             dy = self.read_adjoint(result, y, out_t)
-            grads = opdef.grad(prim_call, y, dy)
+            try:
+                grads = opdef.grad(prim_call, y, dy)
+            except DiagnosticError as err:  # NOTE: report it with every other problem
+                self.rule_errors.append(err.with_span(e.span))
+                grads = (None,) * len(e.args)
             if len(grads) != len(e.args):
                 raise InternalError(f"gradient rule of `{opdef.name}` returned {len(grads)} "
                                     f"adjoints for {len(e.args)} arguments")
             for v, g, t in zip(ad_args, grads, arg_types):
-                if v is not None:
+                if v is not None and g is not None:
                     self.accumulate(v, g, t)
             back_body = sb.build(Call(k, (), span=e.span))
         back = sb.let_(Function((), back_body, UNIT, span=e.span), "back",
@@ -705,6 +710,11 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
     twins = ad.run_globals()
     if ad.missing:
         raise _missing_error(ad.missing)
+    if ad.rule_errors:
+        first = ad.rule_errors[0]
+        if len(ad.rule_errors) > 1:
+            first.notes = first.notes + tuple(str(e) for e in ad.rule_errors[1:])
+        raise first
     wrapper = _wrapper(ad, fn, twin, arg_types, ret)
 
     keep = _kept_functions(mod, entry)
