@@ -1,12 +1,15 @@
 """passes.gradient: every construct against central finite differences through the interpreter."""
 from __future__ import annotations
 
+import glob
+import os
+
 import numpy as np
 import pytest
 
 import relay_ir as rly
 from relay_ir import passes, runtime
-from util_grad import HEADER, check_grad, grad_module
+from util_grad import HEADER, assert_close_tree, check_grad, grad_module
 
 rng = np.random.default_rng(0)
 
@@ -454,7 +457,6 @@ def test_optimizer_keeps_every_gradient_write(text: str) -> None:
     x, w = r(3), r(3)
     want = runtime.evaluate(g, x, w)
     got = runtime.evaluate(passes.optimize(g), x, w)
-    from util_grad import assert_close_tree
     assert_close_tree(got, want, 1e-12, 1e-14)
 
 
@@ -471,9 +473,7 @@ def @main(%x: {V3}, %n: int32) -> {V3} {{
 }}""", [r(3), np.array(2, "int32")])
 
 
-EXAMPLES = sorted(__import__("glob").glob(
-    __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "examples",
-                               "*.rly")))
+EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "examples", "*.rly")))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.rsplit("/", 1)[-1])
@@ -496,7 +496,6 @@ def test_every_example_differentiates_or_says_why(path: str) -> None:
         else:
             args.append(np.full(shape, 4, dtype=t.dtype))
     value, grads = runtime.evaluate(g, *args)
-    from util_grad import assert_close_tree
     assert_close_tree(value, runtime.evaluate(typed, *args), 1e-6, 1e-6)
     for a, d in zip(args, grads):
         assert d.shape == a.shape and d.dtype == a.dtype
