@@ -234,6 +234,8 @@ class _AD:
         self.work: list[str] = []
         self.missing: list[_Missing] = []
         self.rule_errors: list[DiagnosticError] = []
+        self.helpers: dict[str, Function] = {}           # lift/read functions for ADT params
+        self._helper_gv: dict[tuple[str, Type], GlobalVar] = {}
         # AD pairs made here: their primal and their adjoint cell, bound just before the pair
         # (so visible wherever it is), used instead of projecting the pair again.
         self.prims: dict[Var, Expr] = {}
@@ -491,7 +493,53 @@ class _AD:
                 fy = sb.let_(TupleGetItem(y, i, checked_type_=ft), "f", ft)
                 fields.append(self.lift_new(fy, ft))
             return sb.let_(Tuple(tuple(fields)), "ad", self.types.map(t))
+        if isinstance(t, (TypeCall, GlobalTypeVar)):
+            return sb.let_(Call(self.adt_helper("lift", t), (y,)), "ad", self.types.map(t))
         return y
+
+    # ---------------------------------------------------------------- ADT parameters
+    def adt_ctors(self, t: Type) -> list[tuple[Constructor, list[Type]]]:
+        """The constructors of ADT type ``t`` with their field types at ``t``'s arguments."""
+        from relay_ir.passes._analysis import substitute_type
+        name, args = ((t.func.name_hint, t.args) if isinstance(t, TypeCall)  # type: ignore
+                      else (t.name_hint, ()))  # type: ignore[union-attr]
+        td = self.mod.get_type(name)
+        sub = dict(zip(td.type_params, args))
+        return [(c, [substitute_type(f, sub) if sub else f for f in c.inputs])
+                for c in td.constructors]
+
+    def adt_helper(self, kind: str, t: Type) -> GlobalVar:
+        """A global ``t -> t'`` (``lift``: zero cells on float leaves) or ``t' -> t``
+        (``grad``: the cells read) for a concrete ADT type ``t`` of an entry parameter."""
+        key = (kind, t)
+        gv = self._helper_gv.get(key)
+        if gv is not None:
+            return gv
+        head = t.func.name_hint if isinstance(t, TypeCall) else t.name_hint  # type: ignore
+        gv = GlobalVar(_fresh_name(f"{kind}_{head}", self.taken))
+        self._helper_gv[key] = gv
+        sb = self.sb
+        mapped = self.types.map(t)
+        arg_t, ret_t = (t, mapped) if kind == "lift" else (mapped, t)
+        v = Var("v", arg_t, checked_type_=arg_t)
+        clauses = []
+        for c, ftypes in self.adt_ctors(t):
+            fvars = [Var("f", ft if kind == "lift" else self.types.map(ft),
+                         checked_type_=ft if kind == "lift" else self.types.map(ft))
+                     for ft in ftypes]
+            with sb.scope():
+                if kind == "lift":
+                    outs = [self.lift_new(fv, ft) for fv, ft in zip(fvars, ftypes)]
+                    body = sb.build(Call(self.types.ctor(c), tuple(outs)))
+                    pc = c
+                else:
+                    outs = [_read_grad(self, fv, fv, ft) for fv, ft in zip(fvars, ftypes)]
+                    body = sb.build(Call(c, tuple(outs)))
+                    pc = self.types.ctor(c)
+            pat = PatternConstructor(pc, tuple(PatternVar(fv) for fv in fvars))
+            clauses.append(Clause(pat, body))
+        self.helpers[gv.name_hint] = Function((v,), Match(v, tuple(clauses)), ret_t)
+        return gv
 
     def read_adjoint(self, v: Expr, y: Expr, t: Type) -> Expr:
         """The adjoint of AD value ``v`` (primal ``y``): cells read; zeros on int leaves."""
@@ -607,7 +655,34 @@ def _check_entry(mod: IRModule, entry: str) -> Function:
     return fn
 
 
-def _check_signature(fn: Function, entry: str) -> tuple[list[Type], Type]:
+def _liftable(t: Type, mod: IRModule) -> bool:
+    """True if values of ``t`` are built only of tensors, tuples and ADTs (no functions, refs)."""
+    from relay_ir.passes._analysis import substitute_type
+    seen: set[Type] = set()
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if isinstance(u, TensorType):
+            continue
+        if isinstance(u, TupleType):
+            stack.extend(u.fields)
+        elif isinstance(u, (TypeCall, GlobalTypeVar)):
+            if u in seen:
+                continue
+            seen.add(u)
+            head = u.func if isinstance(u, TypeCall) else u
+            if not isinstance(head, GlobalTypeVar) or head.name_hint not in mod.type_definitions:
+                return False
+            td = mod.get_type(head.name_hint)
+            sub = dict(zip(td.type_params, u.args if isinstance(u, TypeCall) else ()))
+            for c in td.constructors:
+                stack.extend(substitute_type(f, sub) if sub else f for f in c.inputs)
+        else:
+            return False
+    return True
+
+
+def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type], Type]:
     ft = fn.checked_type_
     if not isinstance(ft, FuncType):
         raise InternalError(f"gradient: @{entry} has no inferred function type")
@@ -616,10 +691,10 @@ def _check_signature(fn: Function, entry: str) -> tuple[list[Type], Type]:
                             "parameters); differentiate a function with concrete types, e.g. "
                             "a wrapper that calls it at float types", fn.span)
     for p, t in zip(fn.params, ft.arg_types):
-        if not _tensor_tree(t):
+        if not _liftable(t, mod):
             raise GradientError(f"parameter %{p.name_hint} of @{entry} has type {t!r}; the "
-                                "gradient entry takes tensors and tuples of tensors only",
-                                p.span or fn.span)
+                                "gradient entry takes tensors, tuples and ADTs of them (no "
+                                "functions or references)", p.span or fn.span)
     if not _tensor_tree(ft.ret_type):
         raise GradientError(f"@{entry} returns {ft.ret_type!r}; the objective must be a tensor "
                             "or a tuple of tensors (every float element is summed)", fn.span)
@@ -674,6 +749,8 @@ def _read_grad(ad: _AD, v: Expr, p: Expr, t: Type) -> Expr:
             fp = sb.let_(TupleGetItem(p, i), "f", ft)
             fields.append(_read_grad(ad, fv, fp, ft))
         return sb.let_(Tuple(tuple(fields)), "grad", t)
+    if isinstance(t, (TypeCall, GlobalTypeVar)):
+        return sb.let_(Call(ad.adt_helper("grad", t), (v,)), "grad", t)
     return sb.let_(_call("zeros_like", p), "grad", t)
 
 
@@ -701,7 +778,7 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
         mod = InferType()(mod)
     mod = ToANormalForm()(mod)
     fn = _check_entry(mod, entry)
-    arg_types, ret = _check_signature(fn, entry)
+    arg_types, ret = _check_signature(fn, entry, mod)
 
     taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
     types = _Types(mod, taken)
@@ -724,7 +801,7 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
             out = out.without_function(name)
     for td in types.new_types:
         out = out.with_type(td)
-    out = out.with_functions({**twins, entry: wrapper})
+    out = out.with_functions({**twins, **ad.helpers, entry: wrapper})
     try:
         return InferType()(out)
     except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug

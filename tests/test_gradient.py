@@ -501,3 +501,44 @@ def test_every_example_differentiates_or_says_why(path: str) -> None:
         assert d.shape == a.shape and d.dtype == a.dtype
         if not a.dtype.kind == "f":
             assert not d.any()
+
+
+def test_adt_parameter_gets_an_adt_gradient() -> None:
+    """A List parameter: its gradient is a List of the same shape (zeros on int leaves)."""
+    from util_grad import finite_differences, objective
+    v2 = "Tensor[(2), float64]"
+    fold = f"""def @main(%xs: List[({v2}, int32)], %w: {v2}) -> float64 {{
+  let %step = fn (%acc: {v2}, %p: ({v2}, int32)) {{
+    add(multiply(%acc, %w), multiply(tanh(%p.0), cast(%p.1, dtype="float64")))
+  }};
+  sum(@foldl(%step, %w, %xs))
+}}
+"""
+    mk = f"""
+def @mk(%a: {v2}, %b: {v2}) -> List[({v2}, int32)] {{ Cons((%a, 2), Cons((%b, 3), Nil)) }}
+"""
+    g = grad_module(rly.parse(HEADER + fold, "<adt>", prelude=True))
+    assert "lift_List" in g.functions and "grad_List" in g.functions
+    use = rly.parse(rly.astext(g) + mk + f"""
+def @use(%a: {v2}, %b: {v2}, %w: {v2}) {{ @main(@mk(%a, %b), %w) }}""")
+    a, b, w = r(2), r(2), r(2)
+    value, (glist, gw) = runtime.evaluate(use, a, b, w, entry="use")
+    orig = rly.parse(HEADER + fold + mk + f"""
+def @use(%a: {v2}, %b: {v2}, %w: {v2}) -> float64 {{ @main(@mk(%a, %b), %w) }}""",
+                     "<adt>", prelude=True)
+    want_a, want_b, want_w = finite_differences(objective(orig, "use"), [a, b, w])
+    np.testing.assert_allclose(value, runtime.evaluate(orig, a, b, w, entry="use"), rtol=1e-12)
+    np.testing.assert_allclose(gw, want_w, rtol=1e-6, atol=1e-8)
+    assert glist.constructor.name == "Cons"
+    (ga, na), rest = glist.fields
+    (gb, nb), nil = rest.fields
+    assert nil.constructor.name == "Nil" and na == 0 and nb == 0 and na.dtype == np.int32
+    np.testing.assert_allclose(ga, want_a, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(gb, want_b, rtol=1e-6, atol=1e-8)
+
+
+def test_parameter_holding_a_function_is_rejected() -> None:
+    mod = _parse(f"""def @main(%o: Option[fn ({V3}) -> {V3}], %x: {V3}) -> {V3} {{ %x }}""",
+                 prelude=True)
+    with pytest.raises(rly.DiagnosticError, match="parameter %o of @main"):
+        passes.gradient(mod)
