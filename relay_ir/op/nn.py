@@ -20,8 +20,8 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Expr, TupleGetItem
 from relay_ir.op import OpPattern
-from relay_ir.op._grad import (grad_rule, op, scalar, static_shape, tensor_type,
-                               zeros_for)
+from relay_ir.op._grad import (GradientRuleError, grad_rule, op, scalar, static_shape,
+                               tensor_type, zeros_for)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
                                 dim_compatible, fmt_shape, is_any, norm_axis,
                                 same_dtype, shape_size, tensor_arg, tensor_args, wrap)
@@ -831,6 +831,9 @@ def pad_grad(call, out, g):  # type: ignore[no-untyped-def]
                    end=tuple(b + d for (b, _), d in zip(pw, shape)))
         dv = op("subtract", op("sum", g), op("sum", inner))
         return (inner, op("cast_like", dv, v))
+    if mode == "reflect" and any(max(p) > d - 1 for p, d in zip(pw, shape)):
+        raise GradientRuleError("the gradient of `nn.pad` in reflect mode needs every padding "
+                                "to be smaller than its axis", call.span)
     acc = g
     for axis in range(len(shape) - 1, -1, -1):
         acc = _fold_axis(acc, x, axis, shape[axis], pw[axis], mode)
