@@ -487,3 +487,17 @@ def test_reflect_pad_wider_than_its_axis_is_a_diagnostic() -> None:
     out = Var("out", out_t)
     with pytest.raises(GradientRuleError, match="reflect mode"):
         get_opdef("nn.pad").grad(call, out, out)
+
+
+def test_unknown_dims_keep_the_collapse() -> None:
+    """``add(x: (?, 3), y: (?, 3))`` may broadcast a 1 at run time: both adjoints collapse."""
+    t = TensorType((ANY, 3), "float64")
+    fn, call = _typed("add", [t, t], {})
+    out, g_var = Var("out", call.checked_type), Var("g", call.checked_type)
+    rf = infer_type(Function(fn.params + (out, g_var),
+                             Tuple(get_opdef("add").grad(call, out, g_var))))
+    x, y = away((1, 3)), away((4, 3), seed=1)
+    g = x + y
+    dx, dy = run(rf, x, y, g, g)
+    np.testing.assert_allclose(dx, g.sum(0, keepdims=True))
+    np.testing.assert_allclose(dy, g)

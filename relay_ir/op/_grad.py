@@ -15,7 +15,7 @@ import numpy as np
 from relay_ir.errors import DiagnosticError, InternalError
 from relay_ir.expr import Constant, Expr, Tuple, TupleGetItem, const
 from relay_ir.op._rules import make_call
-from relay_ir.ty import TensorType, TupleType, Type
+from relay_ir.ty import AnyDim, TensorType, TupleType, Type
 
 Rule = Callable[[Any, Expr, Expr], tuple]
 
@@ -89,8 +89,13 @@ def zeros_for(e: Expr, t: Type | None = None) -> Expr:
 
 
 def sum_to(g: Expr, g_shape: Sequence[Any], x: Expr) -> Expr:
-    """``g`` (of shape ``g_shape``) summed back to ``x``'s exact shape (collapse-sum)."""
-    if tuple(g_shape) == tuple(tensor_type(x).shape):
+    """``g`` (of shape ``g_shape``) summed back to ``x``'s exact shape (collapse-sum).
+
+    The collapse is skipped only when both shapes are provably equal: a ``?`` dim may hide a
+    broadcast 1.
+    """
+    xs = tuple(tensor_type(x).shape)
+    if tuple(g_shape) == xs and not any(isinstance(d, AnyDim) for d in xs):
         return g
     return op("collapse_sum_like", g, x)
 

@@ -215,8 +215,9 @@ def batch_matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
         dy = op("nn.batch_matmul", x, g, transpose_a=not ta, transpose_b=False)
     shape = tuple(call.checked_type.shape)
     bx, by = tensor_type(x).shape[0], tensor_type(y).shape[0]
-    dx = dx if bx == shape[0] else op("collapse_sum_like", dx, x)
-    dy = dy if by == shape[0] else op("collapse_sum_like", dy, y)
+    # NOTE: a batch dim of ? may be a broadcast 1 at run time: collapse unless provably equal
+    dx = dx if isinstance(bx, int) and bx == shape[0] else op("collapse_sum_like", dx, x)
+    dy = dy if isinstance(by, int) and by == shape[0] else op("collapse_sum_like", dy, y)
     return (dx, dy)
 
 
