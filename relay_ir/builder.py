@@ -81,6 +81,9 @@ class ScopeBuilder:
         self._scopes.append([])
         try:
             yield self
+        except BaseException:
+            del self._scopes[depth:]  # NOTE: an error raised inside the scope propagates as is
+            raise
         finally:
             if len(self._scopes) > depth:
                 if self._scopes[-1]:

@@ -20,6 +20,7 @@ COMMANDS = {
     "run": "run a program with the interpreter",
     "opt": "run a pass pipeline (default: optimize, keeping what @main reaches) and print "
            "the result",
+    "grad": "print the reverse-mode gradient program of a global",
 }
 
 

@@ -55,6 +55,21 @@ for _n in REDUCE:
                    ([I(2, 3, 4)], {"axis": [0, -1], "exclude": True}),
                    ([T(5, dtype="float16")], {"axis": [0]})]
 SAMPLES.update({
+    # gradient operators (relay_ir/op/nn.py, transform.py): out_grad first
+    "nn.conv2d_backward_data": [([T(1, 4, 6, 6), T(4, 3, 3, 3), T(1, 3, 8, 8)], {}),
+                                ([T(2, 6, 5, 6), T(6, 2, 3, 2), T(2, 4, 9, 7)],
+                                 {"strides": [2, 1], "padding": [1, 0, 2, 1],
+                                  "dilation": [1, 2], "groups": 2})],
+    "nn.conv2d_backward_weight": [([T(1, 4, 6, 6), T(1, 3, 8, 8), T(4, 3, 3, 3)], {})],
+    "nn.max_pool2d_grad": [([T(1, 3, 4, 4), T(1, 3, 8, 8)], {"pool_size": [2, 2],
+                                                            "strides": [2, 2]})],
+    "nn.max_pool2d_gather": [([T(1, 3, 8, 8), T(1, 3, 8, 8)], {"pool_size": [2, 2],
+                                                              "strides": [2, 2]})],
+    "nn.avg_pool2d_grad": [([T(1, 3, 7, 7), T(1, 3, 7, 7)], {"pool_size": [3, 3],
+                                                            "padding": [1, 1]})],
+    "strided_slice_grad": [([T(3, 4), T(10, 8)], {"begin": [1, 0], "end": [8, 8],
+                                                  "strides": [3, 2]})],
+    "take_grad": [([T(3, 4), T(5, 4), I(3)], {"axis": 0}), ([T(3), T(5, 4), I(3)], {})],
     "all": [([B(2, 3)], {"axis": [1]}), ([B(4)], {})],
     "any": [([B(2, 3)], {"axis": [0], "keepdims": True})],
     "bitwise_not": [([I(2, 3)], {}), ([B(3)], {})],

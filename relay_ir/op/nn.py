@@ -18,7 +18,10 @@ import numpy as np
 
 from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
+from relay_ir.expr import Expr, TupleGetItem
 from relay_ir.op import OpPattern
+from relay_ir.op._grad import (GradientRuleError, grad_rule, op, scalar, static_shape,
+                               tensor_type, zeros_for)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
                                 dim_compatible, fmt_shape, is_any, norm_axis,
                                 same_dtype, shape_size, tensor_arg, tensor_args, wrap)
@@ -96,9 +99,33 @@ def dense_ref(args: list, attrs: Attrs) -> np.ndarray:
                           (w.astype(dt) if w.dtype.kind in "iu" else _acc(w)).T), dt)
 
 
+def _g_in(g: Expr, call: Any) -> Expr:
+    """``g`` cast to the first argument's dtype when ``out_dtype`` changed it."""
+    x = call.args[0]
+    if tensor_type(x).dtype != call.checked_type.dtype:
+        return op("cast_like", g, x)
+    return g
+
+
+def _rows(e: Expr, cols: Any) -> Expr:
+    """``e`` flattened to a matrix of ``cols`` columns."""
+    return op("reshape", e, newshape=(-1, cols))
+
+
+@grad_rule
+def dense_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``dense(x, w) = x wT``: ``dx = g w``, ``dw = gT x`` (leading dims of x flattened)."""
+    x, w = call.args
+    g = _g_in(g, call)
+    units, k = tensor_type(w).shape
+    dx = op("nn.matmul", g, w)
+    dw = op("nn.matmul", _rows(g, units), _rows(x, k), transpose_a=True)
+    return (dx, dw)
+
+
 _DENSE_ATTRS = [F("units", "int?", None, "the number of output units"),
                 F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
-defop("nn.dense", 2, attrs=_DENSE_ATTRS, attrs_type="DenseAttrs", rel=dense_rel,
+defop("nn.dense", 2, attrs=_DENSE_ATTRS, grad=dense_grad, attrs_type="DenseAttrs", rel=dense_rel,
       impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Fully connected layer: ``x @ w.T``.")
 
@@ -121,7 +148,28 @@ def matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.matmul(a, b), dt)
 
 
-defop("nn.matmul", 2, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
+@grad_rule
+def matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``matmul(a, b) = A B`` (A, B: optionally transposed): ``dA = g BT``, ``dB = AT g``."""
+    a, b = call.args
+    ta, tb = call.attrs.transpose_a, call.attrs.transpose_b
+    g = _g_in(g, call)
+    if ta:
+        da = op("nn.matmul", b, g, transpose_a=tb, transpose_b=True)
+        a2, g2 = a, g
+    else:
+        da = op("nn.matmul", g, b, transpose_b=not tb)
+        at, bt = tensor_type(a), tensor_type(b)
+        n = bt.shape[0] if tb else bt.shape[1]
+        a2, g2 = _rows(a, at.shape[-1]), _rows(g, n)
+    if tb:
+        db = op("nn.matmul", g2, a2, transpose_a=True, transpose_b=ta)
+    else:
+        db = op("nn.matmul", a2, g2, transpose_a=not ta)
+    return (da, db)
+
+
+defop("nn.matmul", 2, grad=matmul_grad, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
                                             F("transpose_b", "bool", False)],
       attrs_type="MatmulAttrs", rel=matmul_rel, impl=matmul_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.")
@@ -157,7 +205,29 @@ def batch_matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.matmul(x, y), dt)
 
 
-defop("nn.batch_matmul", 2, attrs=[F("out_dtype", "str", ""),
+@grad_rule
+def batch_matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``batch_matmul`` per batch as :func:`matmul_grad`, summed over broadcast batches."""
+    x, y = call.args
+    ta, tb = call.attrs.transpose_a, call.attrs.transpose_b
+    g = _g_in(g, call)
+    if ta:
+        dx = op("nn.batch_matmul", y, g, transpose_a=tb, transpose_b=True)
+    else:
+        dx = op("nn.batch_matmul", g, y, transpose_a=False, transpose_b=not tb)
+    if tb:
+        dy = op("nn.batch_matmul", g, x, transpose_a=True, transpose_b=ta)
+    else:
+        dy = op("nn.batch_matmul", x, g, transpose_a=not ta, transpose_b=False)
+    shape = tuple(call.checked_type.shape)
+    bx, by = tensor_type(x).shape[0], tensor_type(y).shape[0]
+    # NOTE: a batch dim of ? may be a broadcast 1 at run time: collapse unless provably equal
+    dx = dx if isinstance(bx, int) and bx == shape[0] else op("collapse_sum_like", dx, x)
+    dy = dy if isinstance(by, int) and by == shape[0] else op("collapse_sum_like", dy, y)
+    return (dx, dy)
+
+
+defop("nn.batch_matmul", 2, grad=batch_matmul_grad, attrs=[F("out_dtype", "str", ""),
                                    F("transpose_a", "bool", False),
                                    F("transpose_b", "bool", True)],
       attrs_type="BatchMatmulAttrs", rel=batch_matmul_rel, impl=batch_matmul_ref,
@@ -210,7 +280,29 @@ def bias_add_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(x + _channel_view(b, x.ndim, axis), x.dtype)
 
 
-defop("nn.bias_add", 2, attrs=[F("axis", "int", 1, "the channel axis")],
+def _axis_of(call: Any) -> int:
+    return norm_axis(call.attrs.axis, tensor_type(call.args[0]).ndim)
+
+
+def _per_channel_sum(e: Expr, axis: int) -> Expr:
+    """``e`` summed over every axis but ``axis``."""
+    return op("sum", e, axis=(axis,), exclude=True)
+
+
+def _channel(p: Expr, ndim: int, axis: int) -> Expr:
+    """A per-channel vector viewed so that it broadcasts along ``axis`` of a rank-ndim tensor."""
+    shape = [1] * ndim
+    shape[axis] = -1
+    return op("reshape", p, newshape=tuple(shape))
+
+
+@grad_rule
+def bias_add_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``bias_add(x, b)``: ``g`` for x, ``g`` summed over the non-channel axes for b."""
+    return (g, _per_channel_sum(g, _axis_of(call)))
+
+
+defop("nn.bias_add", 2, grad=bias_add_grad, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="BiasAddAttrs", rel=bias_add_rel, impl=bias_add_ref,
       pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.")
 
@@ -227,17 +319,45 @@ def prelu_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.where(x > 0, x, _channel_view(a, x.ndim, axis) * x), x.dtype)
 
 
-defop("nn.prelu", 2, attrs=[F("axis", "int", 1, "the channel axis")],
+@grad_rule
+def prelu_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``prelu(x, a)``: ``g`` (x > 0) or ``a g``; for a, ``x g`` (x <= 0) summed per channel."""
+    x, a = call.args
+    axis = _axis_of(call)
+    pos = op("greater", x, scalar(0.0, x))
+    ab = _channel(a, tensor_type(x).ndim, axis)
+    dx = op("where", pos, g, op("multiply", g, ab))
+    da = _per_channel_sum(op("where", pos, op("zeros_like", g), op("multiply", g, x)), axis)
+    return (dx, da)
+
+
+defop("nn.prelu", 2, grad=prelu_grad, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="PReluAttrs", rel=prelu_rel, impl=prelu_ref, pattern=OpPattern.BROADCAST,
       doc="Leaky ReLU with a learned per-channel slope.")
 
 
 # ----------------------------------------------------------------------------- activations
-def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.")
+@grad_rule
+def relu_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``relu(x)``: ``g`` where ``x > 0``, else zero."""
+    x = call.args[0]
+    return (op("where", op("greater", x, scalar(0.0, x)), g, op("zeros_like", g)),)
+
+
+@grad_rule
+def leaky_relu_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``leaky_relu(x)``: ``g`` where ``x > 0``, else ``alpha g``."""
+    x = call.args[0]
+    return (op("where", op("greater", x, scalar(0.0, x)), g,
+               op("multiply", g, scalar(call.attrs.alpha, x))),)
+
+
+def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.",
+             grad=relu_grad)
 def_elemwise("nn.leaky_relu",
              lambda x, attrs: np.where(x > 0, x, x * np.asarray(attrs.alpha, x.dtype)),
              attrs=[F("alpha", "float", 0.01, "slope for x < 0")], attrs_type="LeakyReluAttrs",
-             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.")
+             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.", grad=leaky_relu_grad)
 
 
 def softmax_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -265,11 +385,29 @@ def log_softmax_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(s - np.log(np.sum(np.exp(s), axis=attrs.axis, keepdims=True)), x.dtype)
 
 
+@grad_rule
+def softmax_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``softmax(x) = y``: ``(g - sum(g y, axis)) y``."""
+    ax = (call.attrs.axis,)
+    s = op("sum", op("multiply", g, out), axis=ax, keepdims=True)
+    return (op("multiply", op("subtract", g, s), out),)
+
+
+@grad_rule
+def log_softmax_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``log_softmax(x) = y``: ``g - exp(y) sum(g, axis)``."""
+    ax = (call.attrs.axis,)
+    s = op("sum", g, axis=ax, keepdims=True)
+    return (op("subtract", g, op("multiply", op("exp", out), s)),)
+
+
 _SOFTMAX_ATTRS = [F("axis", "int", -1, "the axis normalized over")]
 defop("nn.softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      impl=softmax_ref, pattern=OpPattern.OPAQUE, doc="Softmax along an axis.")
+      grad=softmax_grad, impl=softmax_ref, pattern=OpPattern.OPAQUE,
+      doc="Softmax along an axis.")
 defop("nn.log_softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      impl=log_softmax_ref, pattern=OpPattern.OPAQUE, doc="Log of softmax along an axis.")
+      grad=log_softmax_grad, impl=log_softmax_ref, pattern=OpPattern.OPAQUE,
+      doc="Log of softmax along an axis.")
 
 
 # ----------------------------------------------------------------------------- conv2d
@@ -435,13 +573,28 @@ def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.ascontiguousarray(np.transpose(out, inv)), dt)
 
 
-defop("nn.conv2d", 2,
-      attrs=[F("strides", "ints", (1, 1)), F("padding", "ints", (0, 0)),
-             F("dilation", "ints", (1, 1)), F("groups", "int", 1),
-             F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
-             F("kernel_size", "ints?", None), F("data_layout", "str", "NCHW"),
-             F("kernel_layout", "str", "OIHW"), F("out_layout", "str", ""),
-             F("out_dtype", "str", "")],
+_CONV_ATTRS = [F("strides", "ints", (1, 1)), F("padding", "ints", (0, 0)),
+               F("dilation", "ints", (1, 1)), F("groups", "int", 1),
+               F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
+               F("kernel_size", "ints?", None), F("data_layout", "str", "NCHW"),
+               F("kernel_layout", "str", "OIHW"), F("out_layout", "str", ""),
+               F("out_dtype", "str", "")]
+
+
+@grad_rule
+def conv2d_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``conv2d(x, w)``: ``dx = conv2d_backward_data(g, w, x)``,
+    ``dw = conv2d_backward_weight(g, x, w)`` (same attributes, out_dtype dropped)."""
+    x, w = call.args
+    g = _g_in(g, call)
+    at = dict(call.attrs)
+    at["out_dtype"] = ""
+    return (op("nn.conv2d_backward_data", g, w, x, **at),
+            op("nn.conv2d_backward_weight", g, x, w, **at))
+
+
+defop("nn.conv2d", 2, grad=conv2d_grad,
+      attrs=_CONV_ATTRS,
       attrs_type="Conv2DAttrs", rel=conv2d_rel, impl=conv2d_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d convolution.")
 
@@ -524,10 +677,24 @@ def avg_pool2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return _pool_rel(arg_types, attrs, "nn.avg_pool2d")
 
 
-defop("nn.max_pool2d", 1, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
+@grad_rule
+def max_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``max_pool2d(x)``: ``max_pool2d_grad(g, x)`` (g routed to each window's maximum)."""
+    return (op("nn.max_pool2d_grad", g, call.args[0], **dict(call.attrs)),)
+
+
+@grad_rule
+def avg_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``avg_pool2d(x)``: ``avg_pool2d_grad(g, x)`` (g spread evenly over each window)."""
+    return (op("nn.avg_pool2d_grad", g, call.args[0], **dict(call.attrs)),)
+
+
+defop("nn.max_pool2d", 1, grad=max_pool2d_grad,
+      attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "max"),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.")
-defop("nn.avg_pool2d", 1, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
+defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad,
+      attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs", rel=avg_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "avg"),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d average pooling.")
@@ -558,11 +725,37 @@ def _global_ref(kind: str):  # type: ignore[no-untyped-def]
     return impl
 
 
+def _count_ratio(x: Expr, out: Expr, call: Any) -> int:
+    """How many input elements feed one output element (static shapes)."""
+    n = int(np.prod(static_shape(x, call)))
+    m = int(np.prod(static_shape(out, call)))
+    return n // max(m, 1)
+
+
+@grad_rule
+def global_avg_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``global_avg_pool2d(x)``: ``g / (H W)`` broadcast over the spatial dims."""
+    x = call.args[0]
+    n = _count_ratio(x, out, call)
+    return (op("broadcast_to_like", op("multiply", g, scalar(1.0 / max(n, 1), x)), x),)
+
+
+@grad_rule
+def global_max_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``global_max_pool2d(x)``: ``g`` split evenly among each window's maxima."""
+    x = call.args[0]
+    ind = op("where", op("equal", x, out), op("ones_like", x), op("zeros_like", x))
+    count = op("collapse_sum_like", ind, out)
+    return (op("multiply", ind, op("divide", g, count)),)
+
+
 _GLOBAL_ATTRS = [F("layout", "str", "NCHW"), F("out_layout", "str", "")]
-defop("nn.global_avg_pool2d", 1, attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
+defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad,
+      attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Average over the spatial dims.")
-defop("nn.global_max_pool2d", 1, attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
+defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad,
+      attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Maximum over the spatial dims.")
 
@@ -578,7 +771,13 @@ def batch_flatten_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType((t.shape[0], shape_size(t.shape[1:])), t.dtype)
 
 
-defop("nn.batch_flatten", 1, rel=batch_flatten_rel,
+@grad_rule
+def batch_flatten_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``batch_flatten(x)``: ``g`` reshaped like x."""
+    return (op("reshape_like", g, call.args[0]),)
+
+
+defop("nn.batch_flatten", 1, grad=batch_flatten_grad, rel=batch_flatten_rel,
       impl=lambda args, attrs: np.reshape(args[0], (args[0].shape[0], -1)
                                           if args[0].shape[0] else (0, int(np.prod(
                                               args[0].shape[1:])))),
@@ -623,7 +822,61 @@ def pad_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.pad(x, pw, mode=attrs.pad_mode)
 
 
-defop("nn.pad", 2, attrs=[F("pad_width", "any", None, "((before, after), ...) per axis"),
+@grad_rule
+def pad_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``pad(x, v)`` (constant mode): the interior of ``g`` for x; the border's sum for v.
+
+    Edge and reflect modes fold the border back onto the interior (as reversed slices added
+    to the edge rows), axis by axis from the last one.
+    """
+    x, v = call.args
+    shape = static_shape(x, call)
+    pw = [tuple(p) for p in call.attrs.pad_width]
+    mode = call.attrs.pad_mode
+    if mode == "constant":
+        inner = op("strided_slice", g, begin=tuple(b for b, _ in pw),
+                   end=tuple(b + d for (b, _), d in zip(pw, shape)))
+        dv = op("subtract", op("sum", g), op("sum", inner))
+        return (inner, op("cast_like", dv, v))
+    if mode == "reflect" and any(max(p) > d - 1 for p, d in zip(pw, shape)):
+        raise GradientRuleError("the gradient of `nn.pad` in reflect mode needs every padding "
+                                "to be smaller than its axis", call.span)
+    acc = g
+    for axis in range(len(shape) - 1, -1, -1):
+        acc = _fold_axis(acc, x, axis, shape[axis], pw[axis], mode)
+    return (acc, zeros_for(v))
+
+
+def _fold_axis(g: Expr, x: Expr, axis: int, d: int, pads: tuple[int, int], mode: str) -> Expr:
+    """The adjoint of edge/reflect padding along one axis: border slices added back."""
+    ndim = tensor_type(x).ndim
+    before_n, after_n = pads
+
+    def sl(b: int, e: int) -> Expr:
+        return op("strided_slice", g, begin=(b,), end=(e,), axes=(axis,))
+
+    def place(e: Expr, lo: int, hi: int) -> Expr:
+        width = tuple((lo, hi) if i == axis else (0, 0) for i in range(ndim))
+        return op("nn.pad", e, scalar(0.0, x), pad_width=width)
+
+    out = sl(before_n, before_n + d)
+    if before_n:
+        head = sl(0, before_n)
+        if mode == "edge":  # every padded position copies the first interior row
+            out = op("add", out, place(op("sum", head, axis=(axis,), keepdims=True), 0, d - 1))
+        else:  # reflect: padded position i mirrors interior index before_n - i
+            out = op("add", out, place(op("reverse", head, axis=axis), 1, d - 1 - before_n))
+    if after_n:
+        tail = sl(before_n + d, before_n + d + after_n)
+        if mode == "edge":
+            out = op("add", out, place(op("sum", tail, axis=(axis,), keepdims=True), d - 1, 0))
+        else:
+            out = op("add", out, place(op("reverse", tail, axis=axis), d - 1 - after_n, 1))
+    return out
+
+
+defop("nn.pad", 2, grad=pad_grad,
+      attrs=[F("pad_width", "any", None, "((before, after), ...) per axis"),
                           F("pad_mode", "str", "constant", "constant, edge or reflect")],
       attrs_type="PadAttrs", rel=pad_rel, impl=pad_ref, pattern=OpPattern.INJECTIVE,
       doc="Pad with a value (or by edge/reflection).",
@@ -653,7 +906,33 @@ def layer_norm_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 _NORM_ATTRS = [F("epsilon", "float", 1e-5), F("center", "bool", True),
                F("scale", "bool", True)]
-defop("nn.layer_norm", 3, attrs=[F("axis", "int", -1)] + _NORM_ATTRS,
+def _mul(a: Expr, b: Expr) -> Expr:
+    return op("multiply", a, b)
+
+
+@grad_rule
+def layer_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``layer_norm(x, gamma, beta)`` with ``xh = (x - mean) rstd``, ``dxh = g gamma``:
+    ``dx = rstd (dxh - mean(dxh) - xh mean(dxh xh))``, ``dgamma = sum(g xh)``,
+    ``dbeta = sum(g)`` (sums over the non-normalized axes)."""
+    x, gamma, beta = call.args
+    at = call.attrs
+    nd = tensor_type(x).ndim
+    axis = _axis_of(call)
+    ax = (axis,)
+    xc = op("subtract", x, op("mean", x, axis=ax, keepdims=True))
+    var = op("mean", _mul(xc, xc), axis=ax, keepdims=True)
+    rstd = op("rsqrt", op("add", var, scalar(at.epsilon, x)))
+    xh = _mul(xc, rstd)
+    dxh = _mul(g, _channel(gamma, nd, axis)) if at.scale else g
+    dx = _mul(rstd, op("subtract", op("subtract", dxh, op("mean", dxh, axis=ax, keepdims=True)),
+                       _mul(xh, op("mean", _mul(dxh, xh), axis=ax, keepdims=True))))
+    dgamma = _per_channel_sum(_mul(g, xh), axis) if at.scale else zeros_for(gamma)
+    dbeta = _per_channel_sum(g, axis) if at.center else zeros_for(beta)
+    return (dx, dgamma, dbeta)
+
+
+defop("nn.layer_norm", 3, grad=layer_norm_grad, attrs=[F("axis", "int", -1)] + _NORM_ATTRS,
       attrs_type="LayerNormAttrs", rel=layer_norm_rel, impl=layer_norm_ref,
       pattern=OpPattern.OPAQUE, doc="Layer normalization.")
 
@@ -687,7 +966,30 @@ def batch_norm_ref(args: list, attrs: Attrs) -> tuple:
     return (wrap(out, x.dtype), np.array(mm, copy=True), np.array(mv, copy=True))
 
 
-defop("nn.batch_norm", 5, attrs=[F("axis", "int", 1)] + _NORM_ATTRS,
+@grad_rule
+def batch_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """Inference-form ``batch_norm(x, gamma, beta, m, v)`` (all five are inputs):
+    ``y = (x - m) rstd gamma + beta`` with ``rstd = (v + eps)^-1/2``; the pass-through
+    outputs 1 and 2 add their adjoints to m and v."""
+    x, gamma, beta, m, v = call.args
+    at = call.attrs
+    nd = tensor_type(x).ndim
+    axis = _axis_of(call)
+    gy, gm, gv = TupleGetItem(g, 0), TupleGetItem(g, 1), TupleGetItem(g, 2)
+    rstd = op("rsqrt", op("add", v, scalar(at.epsilon, x)))
+    xc = op("subtract", x, _channel(m, nd, axis))
+    gs = _mul(gy, _channel(gamma, nd, axis)) if at.scale else gy
+    dx = _mul(gs, _channel(rstd, nd, axis))
+    dgamma = (_mul(_per_channel_sum(_mul(gy, xc), axis), rstd) if at.scale
+              else zeros_for(gamma))
+    dbeta = _per_channel_sum(gy, axis) if at.center else zeros_for(beta)
+    dm = op("add", op("negative", _per_channel_sum(dx, axis)), gm)
+    r3 = _mul(rstd, _mul(rstd, rstd))
+    dv = op("add", _mul(_per_channel_sum(_mul(gs, xc), axis), _mul(scalar(-0.5, x), r3)), gv)
+    return (dx, dgamma, dbeta, dm, dv)
+
+
+defop("nn.batch_norm", 5, grad=batch_norm_grad, attrs=[F("axis", "int", 1)] + _NORM_ATTRS,
       attrs_type="BatchNormAttrs", rel=batch_norm_rel, impl=batch_norm_ref,
       pattern=OpPattern.OPAQUE, doc="Batch normalization (inference form).")
 
@@ -698,7 +1000,14 @@ def dropout_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return None if t is None else TupleType((t, t))
 
 
-defop("nn.dropout", 1, attrs=[F("rate", "float", 0.5, "drop probability (training only)")],
+@grad_rule
+def dropout_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """Inference-form ``dropout(x) = (x, ones)``: the adjoint of output 0 (identity)."""
+    return (TupleGetItem(g, 0),)
+
+
+defop("nn.dropout", 1, grad=dropout_grad,
+      attrs=[F("rate", "float", 0.5, "drop probability (training only)")],
       attrs_type="DropoutAttrs", rel=dropout_rel,
       impl=lambda args, attrs: (np.array(args[0], copy=True), np.ones_like(args[0])),
       pattern=OpPattern.OPAQUE, doc="Dropout, inference form: (data, ones mask).")
@@ -725,6 +1034,283 @@ def cross_entropy_ref(args: list, attrs: Attrs) -> np.ndarray:
         return wrap(-np.sum(np.log(_acc(p)) * _acc(t)) / p.shape[0], p.dtype)
 
 
-defop("nn.cross_entropy", 2, rel=cross_entropy_rel, impl=cross_entropy_ref,
+@grad_rule
+def cross_entropy_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``cross_entropy(p, t) = -sum(log(p) t) / N``: ``dp = -g t / (p N)``,
+    ``dt = -g log(p) / N``."""
+    p, t = call.args
+    n = static_shape(p, call)[0]
+    c = _mul(g, scalar(-1.0 / max(n, 1), p))
+    return (_mul(c, op("divide", t, p)), _mul(c, op("log", p)))
+
+
+defop("nn.cross_entropy", 2, grad=cross_entropy_grad, rel=cross_entropy_rel, impl=cross_entropy_ref,
       pattern=OpPattern.OPAQUE, doc="Cross entropy of probabilities against targets.")
 
+
+
+# ----------------------------------------------------------------------------- gradient operators
+# The adjoints of conv2d and of the pools, as operators of their own (each linear in its first
+# argument, with its own rule, so that gradients of gradients close over this set).
+def _inv_perm(perm: Sequence[int]) -> list[int]:
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return inv
+
+
+def _conv_geometry(attrs: Attrs) -> tuple[int, int, int, int, int, int, int, int]:
+    """(sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right) of a conv2d call."""
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dh, dw = _pair(attrs.dilation, "dilation", 1)
+    return (sh, sw, dh, dw) + _padding(attrs.padding)
+
+
+def _grad_like_rel(name: str, like_index: int, ranks: Sequence[int],
+                   forward: Any) -> Any:
+    """Relation: the type of argument ``like_index`` with the dtype of argument 0.
+
+    ``forward(arg_types, attrs)`` is the type the matching forward op gives; argument 0 (the
+    output gradient) must have its shape.
+    """
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+        ts = tensor_args(arg_types, [f"argument {i}" for i in range(len(arg_types))])
+        if ts is None:
+            return None
+        for k, (t, r) in enumerate(zip(ts, ranks)):
+            if t.ndim != r:
+                raise TypeInferenceError(f"{name}: argument {k} must have rank {r}, found "
+                                         f"rank {t.ndim}")
+        fwd = forward(ts, attrs)
+        if isinstance(fwd, tuple):
+            fwd = fwd[0]
+        if fwd is not None and not all(dim_compatible(a, b)
+                                       for a, b in zip(fwd.shape, ts[0].shape)):
+            raise ShapeMismatchError(f"{name}: the output gradient has shape "
+                                     f"{fmt_shape(ts[0].shape)}, the forward result "
+                                     f"{fmt_shape(fwd.shape)}")
+        return TensorType(ts[like_index].shape, ts[0].dtype)
+    rel.__doc__ = f"``{name}``: the type of argument {like_index} (dtype of argument 0)."
+    return rel
+
+
+def _conv_canon(g: np.ndarray, attrs: Attrs) -> np.ndarray:
+    return np.transpose(g, _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout"))
+
+
+def conv2d_backward_data_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """The adjoint of ``conv2d`` in its data: ``<bd(g, w), x> = <g, conv2d(x, w)>``."""
+    g, w, like = args
+    dperm = _layout(attrs.data_layout, "NCHW", "data_layout")
+    gn = _acc(_conv_canon(g, attrs)).astype(np.float64)
+    wn = np.transpose(w, _layout(attrs.kernel_layout, "OIHW", "kernel_layout")).astype(
+        np.float64)
+    n, c, h, wd = np.transpose(like, dperm).shape
+    sh, sw, dh, dw, pt, pl, pb, pr = _conv_geometry(attrs)
+    o, cg, kh, kw = wn.shape
+    oh, ow = gn.shape[2], gn.shape[3]
+    groups = attrs.groups
+    og = o // groups
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    for gi in range(groups):
+        gg = gn[:, gi * og:(gi + 1) * og]
+        wg = wn[gi * og:(gi + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                xp[:, gi * cg:(gi + 1) * cg, i * dh:i * dh + (oh - 1) * sh + 1:sh,
+                   j * dw:j * dw + (ow - 1) * sw + 1:sw] += np.einsum(
+                    "nohw,oc->nchw", gg, wg[:, :, i, j])
+    out = xp[:, :, pt:pt + h, pl:pl + wd]
+    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(dperm))), g.dtype)
+
+
+def conv2d_backward_weight_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """The adjoint of ``conv2d`` in its weight: ``<bw(g, x), w> = <g, conv2d(x, w)>``."""
+    g, x, like = args
+    kperm = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    gn = _conv_canon(g, attrs).astype(np.float64)
+    xn = np.transpose(x, _layout(attrs.data_layout, "NCHW", "data_layout")).astype(np.float64)
+    o, cg, kh, kw = np.transpose(like, kperm).shape
+    sh, sw, dh, dw, pt, pl, pb, pr = _conv_geometry(attrs)
+    oh, ow = gn.shape[2], gn.shape[3]
+    xp = np.pad(xn, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    groups = attrs.groups
+    og = o // groups
+    out = np.zeros((o, cg, kh, kw))
+    for gi in range(groups):
+        gg = gn[:, gi * og:(gi + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                xs = xp[:, gi * cg:(gi + 1) * cg, i * dh:i * dh + (oh - 1) * sh + 1:sh,
+                        j * dw:j * dw + (ow - 1) * sw + 1:sw]
+                out[gi * og:(gi + 1) * og, :, i, j] = np.einsum("nohw,nchw->oc", gg, xs)
+    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(kperm))), g.dtype)
+
+
+def _conv_attrs(call: Any) -> dict[str, Any]:
+    return dict(call.attrs)
+
+
+@grad_rule
+def conv2d_backward_data_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``bd(g, w, like)``: ``dg = conv2d(h, w)``, ``dw = bw(g, h)``, zero for ``like``."""
+    g, w, like = call.args
+    at = _conv_attrs(call)
+    return (op("nn.conv2d", h, w, **at), op("nn.conv2d_backward_weight", g, h, w, **at),
+            zeros_for(like))
+
+
+@grad_rule
+def conv2d_backward_weight_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``bw(g, x, like)``: ``dg = conv2d(x, h)``, ``dx = bd(g, h)``, zero for ``like``."""
+    g, x, like = call.args
+    at = _conv_attrs(call)
+    return (op("nn.conv2d", x, h, **at), op("nn.conv2d_backward_data", g, h, x, **at),
+            zeros_for(like))
+
+
+defop("nn.conv2d_backward_data", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
+      rel=_grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
+                          lambda ts, at: conv2d_rel([ts[2], ts[1]], at)),
+      impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad,
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      doc="Gradient of conv2d in its data: (out_grad, weight, data_like) -> data's type.")
+defop("nn.conv2d_backward_weight", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
+      rel=_grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
+                          lambda ts, at: conv2d_rel([ts[1], ts[2]], at)),
+      impl=conv2d_backward_weight_ref, grad=conv2d_backward_weight_grad,
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      doc="Gradient of conv2d in its weight: (out_grad, data, weight_like) -> weight's type.")
+
+
+def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
+    """Canonical NCHW input, geometry and the padded shape of a pool (as ``_pool_ref``)."""
+    perm = _layout(attrs.layout, "NCHW", "layout")
+    xn = np.transpose(x, perm)
+    n, c, h, w = xn.shape
+    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dh, dw = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, pb, pr = _padding(attrs.padding)
+    oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
+    ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
+    eh = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt + pb))
+    ew = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl + pr))
+    pads = ((0, 0), (0, 0), (pt, pb + eh), (pl, pr + ew))
+    return perm, xn, (kh, kw, sh, sw, dh, dw, oh, ow), pads
+
+
+def _argmax_positions(x: np.ndarray, attrs: Attrs) -> tuple:
+    """For each pooling window: the padded (row, col) of its first maximum."""
+    perm, xn, (kh, kw, sh, sw, dh, dw, oh, ow), pads = _pool_setup(x, attrs)
+    xp = np.pad(xn.astype(np.float64), pads, constant_values=-np.inf)
+    win = _windows(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+    n, c = xn.shape[:2]
+    flat = win.reshape(n, c, oh, ow, kh * kw)
+    k = np.argmax(flat, axis=-1)
+    rows = np.arange(oh)[:, None] * sh + (k // kw) * dh
+    cols = np.arange(ow)[None, :] * sw + (k % kw) * dw
+    return perm, xn, xp.shape, pads, rows, cols
+
+
+def max_pool2d_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``g`` scattered (added) to each window's first maximum of ``x``."""
+    g, x = args
+    perm, xn, pshape, pads, rows, cols = _argmax_positions(x, attrs)
+    gn = np.transpose(g, perm).astype(np.float64)
+    n, c = xn.shape[:2]
+    acc = np.zeros(pshape)
+    ni, ci = np.arange(n)[:, None, None, None], np.arange(c)[None, :, None, None]
+    np.add.at(acc, (ni, ci, rows, cols), gn)
+    h, w = xn.shape[2:]
+    out = acc[:, :, pads[2][0]:pads[2][0] + h, pads[3][0]:pads[3][0] + w]
+    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), g.dtype)
+
+
+def max_pool2d_gather_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``v`` read at each window's first maximum of ``x`` (pooled shape)."""
+    x, v = args
+    perm, xn, pshape, pads, rows, cols = _argmax_positions(x, attrs)
+    vp = np.pad(np.transpose(v, perm).astype(np.float64), pads)
+    n, c = xn.shape[:2]
+    ni, ci = np.arange(n)[:, None, None, None], np.arange(c)[None, :, None, None]
+    out = vp[ni, ci, rows, cols]
+    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), v.dtype)
+
+
+def avg_pool2d_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``g / count`` spread over each window (the adjoint of ``avg_pool2d``)."""
+    g, x = args
+    perm, xn, (kh, kw, sh, sw, dh, dw, oh, ow), pads = _pool_setup(x, attrs)
+    n, c, h, w = xn.shape
+    pt, pl = pads[2][0], pads[3][0]
+    ph, pw = h + pads[2][0] + pads[2][1], w + pads[3][0] + pads[3][1]
+    mask = np.zeros((1, 1, ph, pw))
+    if attrs.count_include_pad:
+        mask[:, :, :ph - (pads[2][1] - _padding(attrs.padding)[2]),
+             :pw - (pads[3][1] - _padding(attrs.padding)[3])] = 1
+    else:
+        mask[:, :, pt:pt + h, pl:pl + w] = 1
+    count = np.sum(_windows(mask, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
+    gn = np.transpose(g, perm).astype(np.float64) / np.maximum(count, 1)
+    acc = np.zeros((n, c, ph, pw))
+    for i in range(kh):
+        for j in range(kw):
+            acc[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh,
+                j * dw:j * dw + (ow - 1) * sw + 1:sw] += gn
+    out = acc[:, :, pt:pt + h, pl:pl + w]
+    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), g.dtype)
+
+
+def _pool_attrs(call: Any) -> dict[str, Any]:
+    return dict(call.attrs)
+
+
+@grad_rule
+def max_pool2d_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``max_pool2d_grad(g, x)``: ``dg = max_pool2d_gather(x, h)``; zero for x."""
+    g, x = call.args
+    return (op("nn.max_pool2d_gather", x, h, **_pool_attrs(call)), zeros_for(x))
+
+
+@grad_rule
+def max_pool2d_gather_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``max_pool2d_gather(x, v)``: zero for x; ``dv = max_pool2d_grad(h, x)``."""
+    x, v = call.args
+    return (zeros_for(x), op("nn.max_pool2d_grad", h, x, **_pool_attrs(call)))
+
+
+@grad_rule
+def avg_pool2d_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``avg_pool2d_grad(g, x)``: ``dg = avg_pool2d(h)``; zero for x."""
+    g, x = call.args
+    return (op("nn.avg_pool2d", h, **_pool_attrs(call)), zeros_for(x))
+
+
+def _max_pool_gather_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``nn.max_pool2d_gather(x, v)``: the pooled type of x, v of x's shape."""
+    ts = tensor_args(arg_types, ("data", "values"))
+    if ts is None:
+        return None
+    if ts[0].shape != ts[1].shape:
+        raise ShapeMismatchError("nn.max_pool2d_gather: data and values must have one shape")
+    t = _pool_rel(arg_types[:1], attrs, "nn.max_pool2d_gather")
+    return None if t is None else TensorType(t.shape, ts[1].dtype)  # type: ignore[union-attr]
+
+
+defop("nn.max_pool2d_grad", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
+      rel=_grad_like_rel("nn.max_pool2d_grad", 1, (4, 4),
+                          lambda ts, at: _pool_rel(ts[1:], at, "nn.max_pool2d_grad")),
+      impl=max_pool2d_grad_ref,
+      grad=max_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
+      doc="Gradient of max_pool2d: (out_grad, data) -> out_grad routed to each window's max.")
+defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
+      rel=_max_pool_gather_rel, impl=max_pool2d_gather_ref, grad=max_pool2d_gather_grad,
+      pattern=OpPattern.OPAQUE,
+      doc="(data, values) -> values at each max_pool2d window's maximum of data (pooled).")
+defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
+      attrs_type="AvgPool2DAttrs",
+      rel=_grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
+                         lambda ts, at: _pool_rel(ts[1:], at, "nn.avg_pool2d_grad")),
+      impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
+      doc="Gradient of avg_pool2d: (out_grad, data) -> out_grad spread over each window.")

@@ -16,6 +16,8 @@ from relay_ir.errors import TypeInferenceError
 from relay_ir.op import OpPattern
 from relay_ir.op._rules import (F, defop, reduce_axes, reduce_rel, reduce_shape, same_dtype,
                                 tensor_arg, tensor_args, wrap)
+from relay_ir.op._grad import (grad_rule, keep_reduced, op, scalar, static_shape, tensor_type,
+                               )
 from relay_ir.ty import TensorType, Type
 
 _REDUCE_ATTRS = [
@@ -89,15 +91,96 @@ def _check_bool_rel(name: str) -> Callable[..., Type | None]:
     return rel
 
 
-defop("sum", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+# ----------------------------------------------------------------------------- gradient rules
+def _reduced(call) -> tuple[list[int], int]:  # type: ignore[no-untyped-def]
+    """The axes a reduction call removes and the input's rank."""
+    x = call.args[0]
+    nd = tensor_type(x).ndim
+    return reduce_axes(nd, call.attrs.axis, call.attrs.exclude), nd
+
+
+def _expand(call, e):  # type: ignore[no-untyped-def]
+    """A reduced value with its reduced axes restored as size 1 (broadcasts against x)."""
+    axes, nd = _reduced(call)
+    return keep_reduced(e, nd, axes, call.attrs.keepdims)
+
+
+@grad_rule
+def sum_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``sum(x)``: ``g`` re-expanded and broadcast to ``x``."""
+    x = call.args[0]
+    return (op("broadcast_to_like", _expand(call, g), x),)
+
+
+def _count(call) -> int:  # type: ignore[no-untyped-def]
+    axes, _ = _reduced(call)
+    shape = static_shape(call.args[0], call)
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+@grad_rule
+def mean_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``mean(x)``: ``g / count`` re-expanded and broadcast to ``x``."""
+    x = call.args[0]
+    if all(isinstance(d, int) for d in tensor_type(x).shape):
+        scaled = op("multiply", _expand(call, g), scalar(1.0 / max(_count(call), 1), x))
+        return (op("broadcast_to_like", scaled, x),)
+    # NOTE: symbolic dims: the count is computed at run time
+    axes, _ = _reduced(call)
+    count = op("sum", op("ones_like", x), axis=axes, keepdims=True)
+    return (op("divide", op("broadcast_to_like", _expand(call, g), x), count),)
+
+
+def _extremum_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``max``/``min``: ``g`` split evenly among the elements equal to the extremum."""
+    x = call.args[0]
+    hit = op("equal", x, _expand(call, out))
+    ind = op("where", hit, op("ones_like", x), op("zeros_like", x))
+    axes, _ = _reduced(call)
+    count = op("sum", ind, axis=axes, keepdims=True)
+    return (op("multiply", ind, op("divide", _expand(call, g), count)),)
+
+
+@grad_rule
+def prod_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``prod(x)``: ``g * prod / x`` (inputs without zeros)."""
+    x = call.args[0]
+    return (op("multiply", op("broadcast_to_like", op("multiply", _expand(call, g),
+                                                      _expand(call, out)), x), op(
+        "divide", op("ones_like", x), x)),)
+
+
+@grad_rule
+def variance_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``variance(x, m)``: ``2 (x - m) g / (n - unbiased)`` for x, minus its collapse for m."""
+    x, m = call.args
+    n = _count(call) - int(call.attrs.unbiased)
+    d = op("subtract", x, m)
+    gx = op("multiply", op("multiply", d, _expand(call, g)), scalar(2.0 / max(n, 1), x))
+    return (gx, op("negative", op("collapse_sum_like", gx, m)))
+
+
+_REDUCE_GRAD = {"sum": sum_grad, "mean": mean_grad, "max": grad_rule(_extremum_grad),
+                "min": grad_rule(_extremum_grad), "prod": prod_grad}
+
+
+defop("sum", 1, grad=_REDUCE_GRAD["sum"],
+      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_sum), pattern=OpPattern.COMM_REDUCE, doc="Sum over axes.")
-defop("prod", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+defop("prod", 1, grad=_REDUCE_GRAD["prod"],
+      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_prod), pattern=OpPattern.COMM_REDUCE, doc="Product over axes.")
-defop("max", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+defop("max", 1, grad=_REDUCE_GRAD["max"],
+      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_max), pattern=OpPattern.COMM_REDUCE, doc="Maximum over axes.")
-defop("min", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+defop("min", 1, grad=_REDUCE_GRAD["min"],
+      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_min), pattern=OpPattern.COMM_REDUCE, doc="Minimum over axes.")
-defop("mean", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
+defop("mean", 1, grad=_REDUCE_GRAD["mean"],
+      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=mean_ref, pattern=OpPattern.COMM_REDUCE, doc="Mean over axes.")
 defop("all", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("all"),
       impl=_simple(np.all), pattern=OpPattern.COMM_REDUCE, doc="Logical and over axes.",
@@ -175,7 +258,8 @@ def variance_ref(args: list, attrs: Attrs) -> np.ndarray:
         return wrap(s / (count - int(attrs.unbiased)), x.dtype)
 
 
-defop("variance", 2, attrs=_REDUCE_ATTRS + [F("unbiased", "bool", False, "divide by n - 1")],
+defop("variance", 2, grad=variance_grad,
+      attrs=_REDUCE_ATTRS + [F("unbiased", "bool", False, "divide by n - 1")],
       attrs_type="VarianceAttrs", rel=variance_rel, impl=variance_ref,
       pattern=OpPattern.COMM_REDUCE,
       doc="Variance given the mean (Relay's ``_variance``; ``std`` is ``sqrt`` of it).")

@@ -13,7 +13,10 @@ import numpy as np
 
 from relay_ir.attrs import Attrs
 from relay_ir.errors import TypeInferenceError
+from relay_ir.expr import Expr
 from relay_ir.op import OpPattern
+from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, sum_to,
+                               zero_rule, zeros_for)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
                                 defop, identity_rel, same_dtype, tensor_arg,
                                 tensor_args, wrap)
@@ -117,6 +120,105 @@ def _identity_copy(x: np.ndarray) -> np.ndarray:
     return np.array(x, copy=True)
 
 
+# ----------------------------------------------------------------------------- gradient rules
+# Rules take (call, out, out_grad) (see relay_ir.op); ``_u``/``_b`` build unary and broadcasting
+# binary rules from the local derivative(s) written with registry ops.
+def _u(local):  # type: ignore[no-untyped-def]
+    """A unary rule ``x => g * local(x, y, g)`` (``local`` returns the full product)."""
+    @grad_rule
+    def rule(call, out, g):  # type: ignore[no-untyped-def]
+        return (local(call.args[0], out, g),)
+    rule.__doc__ = local.__doc__
+    return rule
+
+
+def _mul(a: Expr, b: Expr) -> Expr:
+    return op("multiply", a, b)
+
+
+def _div(a: Expr, b: Expr) -> Expr:
+    return op("divide", a, b)
+
+
+def _sq(x: Expr) -> Expr:
+    return op("multiply", x, x)
+
+
+_UNARY_GRAD = {
+    "exp": _u(lambda x, y, g: _mul(g, y)),
+    "log": _u(lambda x, y, g: _div(g, x)),
+    "log2": _u(lambda x, y, g: _div(g, _mul(x, scalar(np.log(2.0), x)))),
+    "log10": _u(lambda x, y, g: _div(g, _mul(x, scalar(np.log(10.0), x)))),
+    "sqrt": _u(lambda x, y, g: _div(g, _mul(scalar(2.0, x), y))),
+    "rsqrt": _u(lambda x, y, g: _mul(g, _mul(scalar(-0.5, x), _div(y, x)))),
+    "sigmoid": _u(lambda x, y, g: _mul(g, _mul(y, op("subtract", scalar(1.0, x), y)))),
+    "tanh": _u(lambda x, y, g: _mul(g, op("subtract", scalar(1.0, x), _sq(y)))),
+    "sin": _u(lambda x, y, g: _mul(g, op("cos", x))),
+    "cos": _u(lambda x, y, g: op("negative", _mul(g, op("sin", x)))),
+    "tan": _u(lambda x, y, g: _mul(g, op("add", scalar(1.0, x), _sq(y)))),
+    "asin": _u(lambda x, y, g: _div(g, op("sqrt", op("subtract", scalar(1.0, x), _sq(x))))),
+    "acos": _u(lambda x, y, g: op("negative", _div(
+        g, op("sqrt", op("subtract", scalar(1.0, x), _sq(x)))))),
+    "atan": _u(lambda x, y, g: _div(g, op("add", scalar(1.0, x), _sq(x)))),
+    "sinh": _u(lambda x, y, g: _mul(g, op("cosh", x))),
+    "cosh": _u(lambda x, y, g: _mul(g, op("sinh", x))),
+    "asinh": _u(lambda x, y, g: _div(g, op("sqrt", op("add", _sq(x), scalar(1.0, x))))),
+    "acosh": _u(lambda x, y, g: _div(g, op("sqrt", op("subtract", _sq(x), scalar(1.0, x))))),
+    "atanh": _u(lambda x, y, g: _div(g, op("subtract", scalar(1.0, x), _sq(x)))),
+}
+
+
+def _abs_local(x: Expr, y: Expr, g: Expr) -> Expr:
+    """``abs``: ``g`` where ``x >= 0`` else ``-g``."""
+    return op("where", op("less", x, scalar(0.0, x)), op("negative", g), g)
+
+
+_ZERO = grad_rule(zero_rule)
+
+
+def _binary(da, db):  # type: ignore[no-untyped-def]
+    """A broadcasting rule from the two full local adjoints, each summed to its input's shape."""
+    @grad_rule
+    def rule(call, out, g):  # type: ignore[no-untyped-def]
+        a, b = call.args
+        shape = out_shape(call)
+        return (sum_to(da(a, b, out, g), shape, a), sum_to(db(a, b, out, g), shape, b))
+    return rule
+
+
+def _zeros_of(g: Expr) -> Expr:
+    return op("zeros_like", g)
+
+
+def _power_db(a: Expr, b: Expr, y: Expr, g: Expr) -> Expr:
+    # NOTE: log is taken of where(a > 0, a, 1): no nan where a <= 0 (derivative taken as 0)
+    pos = op("greater", a, scalar(0.0, a))
+    safe = op("where", pos, a, op("ones_like", a))
+    return _mul(g, _mul(y, op("log", safe)))
+
+
+_BINARY_GRAD = {
+    "add": _binary(lambda a, b, y, g: g, lambda a, b, y, g: g),
+    "subtract": _binary(lambda a, b, y, g: g, lambda a, b, y, g: op("negative", g)),
+    "multiply": _binary(lambda a, b, y, g: _mul(g, b), lambda a, b, y, g: _mul(g, a)),
+    "divide": _binary(lambda a, b, y, g: _div(g, b),
+                      lambda a, b, y, g: op("negative", _div(_mul(g, y), b))),
+    "power": _binary(lambda a, b, y, g: _mul(g, _mul(b, op("power", a, op(
+                         "subtract", b, scalar(1.0, b))))), _power_db),
+    "maximum": _binary(
+        lambda a, b, y, g: op("where", op("greater_equal", a, b), g, _zeros_of(g)),
+        lambda a, b, y, g: op("where", op("less", a, b), g, _zeros_of(g))),
+    "minimum": _binary(
+        lambda a, b, y, g: op("where", op("less_equal", a, b), g, _zeros_of(g)),
+        lambda a, b, y, g: op("where", op("greater", a, b), g, _zeros_of(g))),
+    "floor_divide": _ZERO,
+    "mod": _binary(lambda a, b, y, g: g,
+                   lambda a, b, y, g: op("negative", _mul(g, op("trunc", _div(a, b))))),
+    "floor_mod": _binary(lambda a, b, y, g: g,
+                         lambda a, b, y, g: op("negative", _mul(g, op("floor", _div(a, b))))),
+}
+
+
 # ----------------------------------------------------------------------------- unary math
 _UNARY_FLOAT = {
     "exp": np.exp, "log": np.log, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
@@ -125,45 +227,69 @@ _UNARY_FLOAT = {
     "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
 }
 for _name, _fn in _UNARY_FLOAT.items():
-    def_elemwise(_name, _float_fn(_fn), doc=f"Elementwise ``{_name}``.")
+    def_elemwise(_name, _float_fn(_fn), doc=f"Elementwise ``{_name}``.",
+                 grad=_UNARY_GRAD[_name])
 
-def_elemwise("negative", np.negative, doc="Elementwise ``-x``.")
-def_elemwise("abs", np.abs, doc="Elementwise absolute value.")
-def_elemwise("floor", np.floor, doc="Round toward negative infinity (identity on integers).")
-def_elemwise("ceil", np.ceil, doc="Round toward positive infinity (identity on integers).")
-def_elemwise("trunc", np.trunc, doc="Round toward zero (identity on integers).")
-def_elemwise("round", _round, doc="Round half away from zero.")
-def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).")
-def_elemwise("copy", _identity_copy, doc="A copy of the input.")
-def_elemwise("logical_not", np.logical_not, doc="Elementwise logical not.")
-def_elemwise("bitwise_not", np.invert, doc="Elementwise bitwise not (integers, bool).")
+def_elemwise("negative", np.negative, doc="Elementwise ``-x``.",
+             grad=_u(lambda x, y, g: op("negative", g)))
+def_elemwise("abs", np.abs, doc="Elementwise absolute value.", grad=_u(_abs_local))
+def_elemwise("floor", np.floor, doc="Round toward negative infinity (identity on integers).",
+             grad=_ZERO)
+def_elemwise("ceil", np.ceil, doc="Round toward positive infinity (identity on integers).",
+             grad=_ZERO)
+def_elemwise("trunc", np.trunc, doc="Round toward zero (identity on integers).", grad=_ZERO)
+def_elemwise("round", _round, doc="Round half away from zero.", grad=_ZERO)
+def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).", grad=_ZERO)
+def_elemwise("copy", _identity_copy, doc="A copy of the input.",
+             grad=_u(lambda x, y, g: g))
+def_elemwise("logical_not", np.logical_not, doc="Elementwise logical not.",
+             non_differentiable=True)
+def_elemwise("bitwise_not", np.invert, doc="Elementwise bitwise not (integers, bool).",
+             non_differentiable=True)
 def_elemwise("zeros_like", lambda x: np.zeros(x.shape, x.dtype),
              doc="Zeros of the input's type.", non_differentiable=True)
 def_elemwise("ones_like", lambda x: np.ones(x.shape, x.dtype),
              doc="Ones of the input's type.", non_differentiable=True)
-def_elemwise("stop_gradient", _identity_copy, doc="Identity whose gradient is zero.")
+def_elemwise("stop_gradient", _identity_copy, doc="Identity whose gradient is zero.",
+             grad=_ZERO)
 for _name, _fn in {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}.items():
     def_elemwise(_name, _float_fn(_fn), out_dtype="bool", non_differentiable=True,
                  doc=f"Elementwise ``{_name}`` (bool result).")
 
 
 # ----------------------------------------------------------------------------- binary math
-def_broadcast("add", np.add, doc="Broadcasting ``a + b``.")
-def_broadcast("subtract", np.subtract, doc="Broadcasting ``a - b``.")
-def_broadcast("multiply", np.multiply, doc="Broadcasting ``a * b``.")
-def_broadcast("divide", _trunc_div, doc="Broadcasting ``a / b`` (integers truncate toward 0).")
-def_broadcast("floor_divide", _floor_div, doc="Broadcasting division rounding down.")
-def_broadcast("mod", _trunc_mod, doc="Remainder of truncating division (sign of ``a``).")
-def_broadcast("floor_mod", _floor_mod, doc="Remainder of flooring division (sign of ``b``).")
-def_broadcast("power", _power, doc="Broadcasting ``a ** b``.")
-def_broadcast("maximum", np.maximum, doc="Broadcasting elementwise maximum.")
-def_broadcast("minimum", np.minimum, doc="Broadcasting elementwise minimum.")
-def_broadcast("logical_and", np.logical_and, doc="Broadcasting logical and.")
-def_broadcast("logical_or", np.logical_or, doc="Broadcasting logical or.")
-def_broadcast("logical_xor", np.logical_xor, doc="Broadcasting logical xor.")
-def_broadcast("bitwise_and", np.bitwise_and, doc="Broadcasting bitwise and.")
-def_broadcast("bitwise_or", np.bitwise_or, doc="Broadcasting bitwise or.")
-def_broadcast("bitwise_xor", np.bitwise_xor, doc="Broadcasting bitwise xor.")
+def_broadcast("add", np.add, doc="Broadcasting ``a + b``.",
+              grad=_BINARY_GRAD["add"])
+def_broadcast("subtract", np.subtract, doc="Broadcasting ``a - b``.",
+              grad=_BINARY_GRAD["subtract"])
+def_broadcast("multiply", np.multiply, doc="Broadcasting ``a * b``.",
+              grad=_BINARY_GRAD["multiply"])
+def_broadcast("divide", _trunc_div, doc="Broadcasting ``a / b`` (integers truncate toward 0).",
+              grad=_BINARY_GRAD["divide"])
+def_broadcast("floor_divide", _floor_div, doc="Broadcasting division rounding down.",
+              grad=_BINARY_GRAD["floor_divide"])
+def_broadcast("mod", _trunc_mod, doc="Remainder of truncating division (sign of ``a``).",
+              grad=_BINARY_GRAD["mod"])
+def_broadcast("floor_mod", _floor_mod, doc="Remainder of flooring division (sign of ``b``).",
+              grad=_BINARY_GRAD["floor_mod"])
+def_broadcast("power", _power, doc="Broadcasting ``a ** b``.",
+              grad=_BINARY_GRAD["power"])
+def_broadcast("maximum", np.maximum, doc="Broadcasting elementwise maximum.",
+              grad=_BINARY_GRAD["maximum"])
+def_broadcast("minimum", np.minimum, doc="Broadcasting elementwise minimum.",
+              grad=_BINARY_GRAD["minimum"])
+def_broadcast("logical_and", np.logical_and, doc="Broadcasting logical and.",
+              non_differentiable=True)
+def_broadcast("logical_or", np.logical_or, doc="Broadcasting logical or.",
+              non_differentiable=True)
+def_broadcast("logical_xor", np.logical_xor, doc="Broadcasting logical xor.",
+              non_differentiable=True)
+def_broadcast("bitwise_and", np.bitwise_and, doc="Broadcasting bitwise and.",
+              non_differentiable=True)
+def_broadcast("bitwise_or", np.bitwise_or, doc="Broadcasting bitwise or.",
+              non_differentiable=True)
+def_broadcast("bitwise_xor", np.bitwise_xor, doc="Broadcasting bitwise xor.",
+              non_differentiable=True)
 for _name, _fn in {"less": np.less, "greater": np.greater, "less_equal": np.less_equal,
                    "greater_equal": np.greater_equal, "equal": np.equal,
                    "not_equal": np.not_equal}.items():
@@ -191,7 +317,17 @@ def where_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.where(c, x, y), x.dtype)
 
 
-defop("where", 3, rel=where_rel, impl=where_ref, pattern=OpPattern.BROADCAST,
+@grad_rule
+def where_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``where(c, x, y)``: zero for ``c``; ``g`` routed to the selected side, summed to shape."""
+    c, x, y = call.args
+    z = op("zeros_like", g)
+    shape = out_shape(call)
+    return (zeros_for(c), sum_to(op("where", c, g, z), shape, x),
+            sum_to(op("where", c, z, g), shape, y))
+
+
+defop("where", 3, rel=where_rel, impl=where_ref, pattern=OpPattern.BROADCAST, grad=where_grad,
       doc="Select from ``x`` where ``cond`` holds, else from ``y`` (broadcasting).")
 
 
@@ -209,7 +345,15 @@ def cast_ref(args: list, attrs: Attrs) -> np.ndarray:
         return np.asarray(args[0]).astype(attrs.dtype)
 
 
-defop("cast", 1, attrs=[F("dtype", "dtype", None, "the target dtype")], attrs_type="CastAttrs",
+@grad_rule
+def cast_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``cast(x)``: ``g`` cast back to ``x``'s dtype (zero for integer ``x``)."""
+    x = call.args[0]
+    return (op("cast_like", g, x),)
+
+
+defop("cast", 1, grad=cast_grad,
+      attrs=[F("dtype", "dtype", None, "the target dtype")], attrs_type="CastAttrs",
       rel=cast_rel, impl=cast_ref, pattern=OpPattern.ELEMWISE,
       doc="Convert to another dtype.",
       required=("dtype",))
@@ -223,7 +367,14 @@ def cast_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(ts[0].shape, ts[1].dtype)
 
 
-defop("cast_like", 2, rel=cast_like_rel,
+@grad_rule
+def cast_like_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``cast_like(x, like)``: ``g`` cast back to ``x``'s dtype; zero for ``like``."""
+    x, like = call.args
+    return (op("cast_like", g, x), zeros_for(like))
+
+
+defop("cast_like", 2, rel=cast_like_rel, grad=cast_like_grad,
       impl=lambda args, attrs: args[0].astype(args[1].dtype), pattern=OpPattern.ELEMWISE,
       doc="Convert to the dtype of the second argument.")
 
@@ -247,7 +398,16 @@ def clip_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.minimum(np.maximum(x, lo), hi), x.dtype)
 
 
-defop("clip", 1, attrs=[F("a_min", "float", None, "lower bound"),
+@grad_rule
+def clip_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``clip(x)``: ``g`` where ``a_min <= x <= a_max``, else zero."""
+    x = call.args[0]
+    inside = op("logical_and", op("greater_equal", x, scalar(call.attrs.a_min, x)),
+                op("less_equal", x, scalar(call.attrs.a_max, x)))
+    return (op("where", inside, g, op("zeros_like", g)),)
+
+
+defop("clip", 1, grad=clip_grad, attrs=[F("a_min", "float", None, "lower bound"),
                         F("a_max", "float", None, "upper bound")],
       attrs_type="ClipAttrs", rel=identity_rel, impl=clip_ref, pattern=OpPattern.ELEMWISE,
       doc="Clamp every element into ``[a_min, a_max]``.",
@@ -300,7 +460,14 @@ def full_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.full(attrs.shape, v, dtype=attrs.dtype or v.dtype)
 
 
-defop("full", 1, attrs=[F("shape", "ints", None, "the result shape"),
+@grad_rule
+def full_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``full(v)``: the sum of ``g``, in ``v``'s dtype."""
+    v = call.args[0]
+    return (op("cast_like", op("sum", g), v),)
+
+
+defop("full", 1, grad=full_grad, attrs=[F("shape", "ints", None, "the result shape"),
                         F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=full_rel, impl=full_ref, pattern=OpPattern.ELEMWISE,
       doc="A tensor filled with a scalar value.")
@@ -316,7 +483,14 @@ def full_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return ts[0]
 
 
-defop("full_like", 2, rel=full_like_rel,
+@grad_rule
+def full_like_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``full_like(x, v)``: zero for ``x``; the sum of ``g`` for ``v``."""
+    x, v = call.args
+    return (zeros_for(x), op("cast_like", op("sum", g), v))
+
+
+defop("full_like", 2, rel=full_like_rel, grad=full_like_grad,
       impl=lambda args, attrs: np.full(args[0].shape, args[1], dtype=args[0].dtype),
       pattern=OpPattern.ELEMWISE, doc="A tensor like ``x`` filled with a scalar value.")
 

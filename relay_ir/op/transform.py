@@ -16,7 +16,10 @@ import numpy as np
 
 from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
+from relay_ir.expr import Tuple, TupleGetItem
 from relay_ir.op import OpPattern
+from relay_ir.op._grad import (GradientRuleError, field, grad_rule, op, static_shape, tensor_type,
+                               zeros_for)
 from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis,
                                 shape_size, tensor_arg, tensor_args, tuple_of_tensors, wrap)
 from relay_ir.ty import (ANY, Dim, TensorType, TupleType, Type, dim_add, dim_div_exact,
@@ -131,7 +134,14 @@ def reshape_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.reshape(x, reshape_dims(x.shape, attrs.newshape, attrs.allowzero))
 
 
-defop("reshape", 1, attrs=[F("newshape", "ints", None, "the new shape, with codes"),
+@grad_rule
+def _reshape_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """Shape-only ops (reshape, expand_dims, squeeze...): ``g`` reshaped like the input."""
+    return (op("reshape_like", g, call.args[0]),) + tuple(zeros_for(a) for a in call.args[1:])
+
+
+defop("reshape", 1, grad=_reshape_grad,
+      attrs=[F("newshape", "ints", None, "the new shape, with codes"),
                            F("allowzero", "bool", False, "0 is a literal zero")],
       attrs_type="ReshapeAttrs", rel=reshape_rel, impl=reshape_ref, pattern=OpPattern.INJECTIVE,
       doc="Reshape with Relay's codes 0, -1, -2, -3, -4.")
@@ -166,7 +176,7 @@ def reshape_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(reshape_like_shape(ts[0].shape, ts[1].shape, attrs), ts[0].dtype)
 
 
-defop("reshape_like", 2,
+defop("reshape_like", 2, grad=_reshape_grad,
       attrs=[F("lhs_begin", "int", 0), F("lhs_end", "int?", None),
              F("rhs_begin", "int", 0), F("rhs_end", "int?", None)],
       attrs_type="ReshapeLikeAttrs", rel=reshape_like_rel,
@@ -199,7 +209,18 @@ def transpose_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(tuple(t.shape[a] for a in transpose_axes(t.ndim, attrs.axes)), t.dtype)
 
 
-defop("transpose", 1, attrs=[F("axes", "ints?", None, "the permutation (None: reverse)")],
+@grad_rule
+def transpose_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``transpose(x, axes)``: ``g`` transposed by the inverse permutation."""
+    perm = transpose_axes(tensor_type(call.args[0]).ndim, call.attrs.axes)
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return (op("transpose", g, axes=tuple(inv)),)
+
+
+defop("transpose", 1, grad=transpose_grad,
+      attrs=[F("axes", "ints?", None, "the permutation (None: reverse)")],
       attrs_type="TransposeAttrs", rel=transpose_rel,
       impl=lambda args, attrs: np.transpose(args[0], transpose_axes(args[0].ndim, attrs.axes)),
       pattern=OpPattern.INJECTIVE, doc="Permute the axes.")
@@ -222,7 +243,7 @@ def expand_dims_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(expand_dims_shape(t.shape, attrs.axis, attrs.num_newaxis), t.dtype)
 
 
-defop("expand_dims", 1, attrs=[F("axis", "int", None, "where to insert"),
+defop("expand_dims", 1, grad=_reshape_grad, attrs=[F("axis", "int", None, "where to insert"),
                                F("num_newaxis", "int", 1, "how many unit axes")],
       attrs_type="ExpandDimsAttrs", rel=expand_dims_rel,
       impl=lambda args, attrs: np.reshape(
@@ -253,7 +274,8 @@ def squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(squeeze_shape(t.shape, attrs.axis), t.dtype)
 
 
-defop("squeeze", 1, attrs=[F("axis", "ints?", None, "axes to drop (None: every unit axis)")],
+defop("squeeze", 1, grad=_reshape_grad,
+      attrs=[F("axis", "ints?", None, "axes to drop (None: every unit axis)")],
       attrs_type="SqueezeAttrs", rel=squeeze_rel,
       impl=lambda args, attrs: np.reshape(args[0], squeeze_shape(args[0].shape, attrs.axis)),
       pattern=OpPattern.INJECTIVE, doc="Remove unit axes.")
@@ -300,7 +322,26 @@ def concatenate_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(tuple(out), first.dtype)
 
 
-defop("concatenate", 1, attrs=[F("axis", "int", 0, "the axis to join along")],
+@grad_rule
+def concatenate_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``concatenate((a, b, ...), axis)``: ``g`` split back at the inputs' sizes."""
+    data = call.args[0]
+    fields = data.checked_type.fields
+    axis = call.attrs.axis
+    idx, at = [], 0
+    for ft in fields[:-1]:
+        d = ft.shape[axis]
+        if not isinstance(d, int):
+            raise GradientRuleError("the gradient of `concatenate` needs static sizes along "
+                                    f"axis {axis}", call.span)
+        at += d
+        idx.append(at)
+    parts = op("split", g, indices_or_sections=tuple(idx), axis=axis)
+    return (Tuple(tuple(TupleGetItem(parts, i) for i in range(len(fields)))),)
+
+
+defop("concatenate", 1, grad=concatenate_grad,
+      attrs=[F("axis", "int", 0, "the axis to join along")],
       attrs_type="ConcatenateAttrs", rel=concatenate_rel,
       impl=lambda args, attrs: np.concatenate(args[0], axis=attrs.axis),
       pattern=OpPattern.INJECTIVE, doc="Join a tuple of tensors along an existing axis.")
@@ -328,7 +369,17 @@ def stack_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(tuple(shape[:axis]) + (len(fs),) + tuple(shape[axis:]), first.dtype)
 
 
-defop("stack", 1, attrs=[F("axis", "int", 0, "where the new axis goes")],
+@grad_rule
+def stack_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``stack((a, b, ...), axis)``: ``g`` split into sections, the new axis squeezed."""
+    data = call.args[0]
+    n = len(data.checked_type.fields)
+    parts = op("split", g, indices_or_sections=n, axis=call.attrs.axis)
+    return (Tuple(tuple(op("reshape_like", TupleGetItem(parts, i), field(data, i))
+                        for i in range(n))),)
+
+
+defop("stack", 1, grad=stack_grad, attrs=[F("axis", "int", 0, "where the new axis goes")],
       attrs_type="StackAttrs", rel=stack_rel,
       impl=lambda args, attrs: np.stack(args[0], axis=attrs.axis),
       pattern=OpPattern.INJECTIVE, doc="Join a tuple of equal tensors along a new axis.")
@@ -382,7 +433,15 @@ def split_ref(args: list, attrs: Attrs) -> tuple:
     return tuple(np.split(x, ios if isinstance(ios, int) else list(ios), axis=attrs.axis))
 
 
-defop("split", 1, attrs=[F("indices_or_sections", "int_or_ints", None,
+@grad_rule
+def split_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``split(x)``: the adjoints of the pieces concatenated back."""
+    n = len(call.checked_type.fields)
+    return (op("concatenate", Tuple(tuple(field(g, i) for i in range(n))),
+               axis=call.attrs.axis),)
+
+
+defop("split", 1, grad=split_grad, attrs=[F("indices_or_sections", "int_or_ints", None,
                            "a section count or the split indices"),
                          F("axis", "int", 0, "the axis to split")],
       attrs_type="SplitAttrs", rel=split_rel, impl=split_ref, pattern=OpPattern.INJECTIVE,
@@ -446,9 +505,73 @@ def take_ref(args: list, attrs: Attrs) -> np.ndarray:
     return out
 
 
-defop("take", 2, attrs=[F("axis", "int?", None, "the axis to index (None: flattened)"),
-                        F("batch_dims", "int", 0, "leading batch dims shared with indices"),
-                        F("mode", "str", "clip", "out-of-bounds handling: clip, wrap, fast")],
+_TAKE_ATTRS = [F("axis", "int?", None, "the axis to index (None: flattened)"),
+               F("batch_dims", "int", 0, "leading batch dims shared with indices"),
+               F("mode", "str", "clip", "out-of-bounds handling: clip, wrap, fast")]
+
+
+@grad_rule
+def take_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``take(x, idx)``: ``g`` scatter-added into zeros like x (repeated indices add up)."""
+    x, idx = call.args
+    return (op("take_grad", g, x, idx, **dict(call.attrs)), zeros_for(idx))
+
+
+def take_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``take_grad(out_grad, data_like, indices)``: data_like's shape, out_grad's dtype."""
+    ts = tensor_args(arg_types, ("out_grad", "data_like", "indices"))
+    if ts is None:
+        return None
+    t = take_rel(arg_types[1:], attrs)
+    if t is not None and not all(dim_compatible(a, b) for a, b in zip(t.shape, ts[0].shape)):
+        raise ShapeMismatchError(f"take_grad: out_grad has shape {fmt_shape(ts[0].shape)}, "
+                                 f"take gives {fmt_shape(t.shape)}")
+    return TensorType(ts[1].shape, ts[0].dtype)
+
+
+def take_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Scatter-add of ``out_grad`` at the positions ``take`` reads (after clip/wrap)."""
+    g, like, ind = args
+    acc = np.zeros(like.shape, np.float64)
+    gg = g.astype(np.float64)
+    if attrs.axis is None:
+        n = like.size
+        flat = np.zeros(n, np.float64)
+        np.add.at(flat, _norm_index(ind, n, attrs.mode), gg)
+        return wrap(flat.reshape(like.shape), g.dtype)
+    axis = attrs.axis + like.ndim if attrs.axis < 0 else attrs.axis
+    bd = _batch_dims(attrs.batch_dims, ind.ndim)
+    d = like.shape[axis]
+    ax = axis - bd
+    for b in np.ndindex(*like.shape[:bd]):
+        ib = _norm_index(ind[b], d, attrs.mode)
+        k = ib.ndim
+        # NOTE: the indexed axis first in acc, the index dims first in g: then add.at lines up
+        moved = np.moveaxis(acc[b], ax, 0)
+        np.add.at(moved, ib, np.moveaxis(gg[b], tuple(range(ax, ax + k)), tuple(range(k))))
+    return wrap(acc, g.dtype)
+
+
+def _norm_index(ind: np.ndarray, n: int, mode: str) -> np.ndarray:
+    i = ind.astype(np.int64)
+    if mode == "wrap":
+        return np.mod(i, n)
+    return np.clip(i, 0, n - 1)
+
+
+@grad_rule
+def take_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``take_grad(g, like, idx)`` is linear in g: ``dg = take(h, idx)``; zero for the rest."""
+    g, like, idx = call.args
+    return (op("take", h, idx, **dict(call.attrs)), zeros_for(like), zeros_for(idx))
+
+
+defop("take_grad", 3, attrs=_TAKE_ATTRS, attrs_type="TakeAttrs", rel=take_grad_rel,
+      impl=take_grad_ref, grad=take_grad_grad, pattern=OpPattern.OPAQUE,
+      doc="Gradient of take: (out_grad, data_like, indices) -> out_grad scatter-added.")
+
+
+defop("take", 2, grad=take_grad, attrs=_TAKE_ATTRS,
       attrs_type="TakeAttrs", rel=take_rel, impl=take_ref, pattern=OpPattern.INJECTIVE,
       doc="Gather elements along an axis.")
 
@@ -515,12 +638,57 @@ def strided_slice_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.array(x[tuple(idx)], copy=True)
 
 
-defop("strided_slice", 1,
-      attrs=[F("begin", "ints?", None, "first index per axis"),
-             F("end", "ints?", None, "end index (or size) per axis"),
-             F("strides", "ints?", None, "step per axis (default 1)"),
-             F("axes", "ints?", None, "the axes sliced (None: the leading ones)"),
-             F("slice_mode", "str", "end", "\"end\" or \"size\"")],
+_SLICE_ATTRS = [F("begin", "ints?", None, "first index per axis"),
+                F("end", "ints?", None, "end index (or size) per axis"),
+                F("strides", "ints?", None, "step per axis (default 1)"),
+                F("axes", "ints?", None, "the axes sliced (None: the leading ones)"),
+                F("slice_mode", "str", "end", "\"end\" or \"size\"")]
+
+
+@grad_rule
+def strided_slice_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``strided_slice(x)``: ``g`` written into the sliced positions of zeros like x."""
+    return (op("strided_slice_grad", g, call.args[0], **dict(call.attrs)),)
+
+
+def strided_slice_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``strided_slice_grad(out_grad, data_like)``: data_like's shape, out_grad's dtype."""
+    ts = tensor_args(arg_types, ("out_grad", "data_like"))
+    if ts is None:
+        return None
+    t = strided_slice_rel(arg_types[1:], attrs)
+    if t is not None and not all(dim_compatible(a, b) for a, b in zip(t.shape, ts[0].shape)):
+        raise ShapeMismatchError(f"strided_slice_grad: out_grad has shape "
+                                 f"{fmt_shape(ts[0].shape)}, the slice {fmt_shape(t.shape)}")
+    return TensorType(ts[1].shape, ts[0].dtype)
+
+
+def strided_slice_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Zeros like ``data_like`` with ``out_grad`` at the sliced positions."""
+    g, like = args
+    out = np.zeros(like.shape, g.dtype)
+    idx: list[Any] = [slice(None)] * like.ndim
+    for a, b, e, s in _slices(like.shape, attrs):
+        idx[a] = slice(b, e, s)
+    out[tuple(idx)] = g
+    return out
+
+
+@grad_rule
+def strided_slice_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
+    """``strided_slice_grad(g, like)`` is linear in g: ``dg = strided_slice(h)``."""
+    g, like = call.args
+    return (op("strided_slice", h, **dict(call.attrs)), zeros_for(like))
+
+
+defop("strided_slice_grad", 2, attrs=_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
+      rel=strided_slice_grad_rel, impl=strided_slice_grad_ref, grad=strided_slice_grad_grad,
+      pattern=OpPattern.INJECTIVE, required=("begin", "end"),
+      doc="Gradient of strided_slice: (out_grad, data_like) -> out_grad placed in zeros.")
+
+
+defop("strided_slice", 1, grad=strided_slice_grad,
+      attrs=_SLICE_ATTRS,
       attrs_type="StridedSliceAttrs", rel=strided_slice_rel, impl=strided_slice_ref,
       pattern=OpPattern.INJECTIVE, doc="Python-style strided slicing.",
       required=("begin", "end"))
@@ -550,7 +718,21 @@ def broadcast_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(tuple(attrs.shape), t.dtype)
 
 
-defop("broadcast_to", 1, attrs=[F("shape", "ints", None, "the target shape")],
+@grad_rule
+def _broadcast_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``broadcast_to(x, ..)``/``broadcast_to_like(x, like)``: ``g`` collapse-summed to x."""
+    x = call.args[0]
+    return (op("collapse_sum_like", g, x),) + tuple(zeros_for(a) for a in call.args[1:])
+
+
+@grad_rule
+def _collapse_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``collapse_sum_like(x, like)``/``collapse_sum_to(x)``: ``g`` broadcast back to x."""
+    x = call.args[0]
+    return (op("broadcast_to_like", g, x),) + tuple(zeros_for(a) for a in call.args[1:])
+
+
+defop("broadcast_to", 1, grad=_broadcast_grad, attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=broadcast_to_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], attrs.shape)),
       pattern=OpPattern.BROADCAST, doc="Broadcast to a given shape.")
@@ -565,7 +747,7 @@ def broadcast_to_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | Non
     return TensorType(ts[1].shape, ts[0].dtype)
 
 
-defop("broadcast_to_like", 2, rel=broadcast_to_like_rel,
+defop("broadcast_to_like", 2, grad=_broadcast_grad, rel=broadcast_to_like_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], args[1].shape)),
       pattern=OpPattern.BROADCAST, doc="Broadcast to another tensor's shape.")
 
@@ -588,7 +770,7 @@ def collapse_sum_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | Non
     return TensorType(ts[1].shape, ts[0].dtype)
 
 
-defop("collapse_sum_like", 2, rel=collapse_sum_like_rel,
+defop("collapse_sum_like", 2, grad=_collapse_grad, rel=collapse_sum_like_rel,
       impl=lambda args, attrs: collapse_sum(args[0], args[1].shape),
       pattern=OpPattern.COMM_REDUCE, doc="Sum over the axes that broadcasting ``like`` added.")
 
@@ -604,7 +786,8 @@ def collapse_sum_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(tuple(attrs.shape), t.dtype)
 
 
-defop("collapse_sum_to", 1, attrs=[F("shape", "ints", None, "the target shape")],
+defop("collapse_sum_to", 1, grad=_collapse_grad,
+      attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=collapse_sum_to_rel,
       impl=lambda args, attrs: collapse_sum(args[0], attrs.shape),
       pattern=OpPattern.COMM_REDUCE, doc="Sum down to a shape that broadcasts to the input.")
@@ -620,7 +803,13 @@ def reverse_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return t
 
 
-defop("reverse", 1, attrs=[F("axis", "int", 0, "the axis to flip")],
+@grad_rule
+def reverse_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``reverse(x, axis)``: ``g`` reversed along the same axis."""
+    return (op("reverse", g, axis=call.attrs.axis),)
+
+
+defop("reverse", 1, grad=reverse_grad, attrs=[F("axis", "int", 0, "the axis to flip")],
       attrs_type="ReverseAttrs", rel=reverse_rel,
       impl=lambda args, attrs: np.flip(args[0], attrs.axis).copy(),
       pattern=OpPattern.INJECTIVE, doc="Reverse the order along an axis.")
@@ -640,7 +829,21 @@ def tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(tuple(dim_mul(d, r) for d, r in zip(shape, reps)), t.dtype)
 
 
-defop("tile", 1, attrs=[F("reps", "ints", None, "repetitions per axis")],
+@grad_rule
+def tile_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``tile(x, reps)``: ``g`` viewed as (r0, d0, r1, d1, ...) summed over the r axes."""
+    x = call.args[0]
+    shape = static_shape(x, call)
+    reps = tuple(call.attrs.reps)
+    m = max(len(shape), len(reps))
+    xs = (1,) * (m - len(shape)) + shape
+    rs = (1,) * (m - len(reps)) + reps
+    inter = tuple(v for r, d in zip(rs, xs) for v in (r, d))
+    summed = op("sum", op("reshape", g, newshape=inter), axis=tuple(range(0, 2 * m, 2)))
+    return (op("reshape_like", summed, x),)
+
+
+defop("tile", 1, grad=tile_grad, attrs=[F("reps", "ints", None, "repetitions per axis")],
       attrs_type="TileAttrs", rel=tile_rel,
       impl=lambda args, attrs: np.tile(args[0], attrs.reps),
       pattern=OpPattern.INJECTIVE, doc="Repeat the whole tensor along each axis.",
@@ -660,7 +863,17 @@ def repeat_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     return TensorType(tuple(shape), t.dtype)
 
 
-defop("repeat", 1, attrs=[F("repeats", "int", None, "how often"),
+@grad_rule
+def repeat_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``repeat(x, k, axis)``: ``g`` viewed with a (d, k) pair at ``axis``, summed over k."""
+    x = call.args[0]
+    shape = static_shape(x, call)
+    axis = norm_axis(call.attrs.axis, len(shape))
+    inter = shape[:axis] + (shape[axis], call.attrs.repeats) + shape[axis + 1:]
+    return (op("sum", op("reshape", g, newshape=inter), axis=(axis + 1,)),)
+
+
+defop("repeat", 1, grad=repeat_grad, attrs=[F("repeats", "int", None, "how often"),
                           F("axis", "int", 0, "the axis")],
       attrs_type="RepeatAttrs", rel=repeat_rel,
       impl=lambda args, attrs: np.repeat(args[0], attrs.repeats, axis=attrs.axis),

@@ -1,0 +1,842 @@
+"""Reverse-mode automatic differentiation: ``gradient(mod, entry)``.
+
+The transform is the reference-based one of "Demystifying Differentiable Programming" as Relay
+built it (../shared/AD_NOTES.md, section a), with the slips listed there avoided::
+
+    def @f(%x: T, ...) -> R { body }
+        =>  def @f_grad(%x: T', ..., %bp: ref(fn () -> ())) -> R' { body' }
+    def @main(%p1: T1, ..., %pn: Tn) -> R
+        =>  def @main(%p1: T1, ..., %pn: Tn) -> (R, (T1, ..., Tn))
+
+Types map as ``T => T'``: a float tensor becomes the pair ``(T, ref(T))`` of its value and a
+reference to its adjoint; int and bool tensors stay as they are (they are never differentiated);
+tuples, references and ADT arguments map field by field; a function type gains the
+backpropagator parameter ``ref(fn () -> ())`` and has its argument *and* result types mapped; an
+ADT whose constructors hold float tensors or functions gets a transformed twin definition.
+
+Expressions map structurally, except:
+
+* ``op(a1..an)`` => ``let %y = op(primal(a1)..primal(an)); (%y, ref(zeros_like(%y)))`` and,
+  when some argument is a float value and the result has a float leaf, the backpropagator cell
+  is extended: ``let %k = !bp; bp := fn () { adjoints of the op's OpDef.grad rule, given the
+  let-bound ``%y`` (never a recomputation), are added into the arguments' cells; %k() }``;
+* every other call ``f(args)`` => ``f'(args', bp)``: the *current* backpropagator is passed at
+  call time, so closures called far from where they were made, recursion and mutual recursion
+  through globals extend the caller's chain;
+* ``fn (x) { e }`` => ``fn (x', bp2) { e' }`` where ``e'`` uses ``bp2``;
+* a float constant ``c`` used as a value => ``(c, ref(zeros_like(c)))``; as an operator argument
+  it is used as is (its adjoint is never read);
+* ``if`` conditions and ``match`` scrutinee tags are not differentiated.
+
+The new entry makes the empty chain ``ref(fn () { () })``, pairs every float parameter with a
+zero adjoint cell, calls the transformed entry, adds ``ones_like`` into the cell of **every**
+float leaf of the result (so the objective is the sum of all output elements, aliasing
+included), runs the chain once, and returns the primal result with one gradient per parameter
+(zeros for int and bool parameters, tuples for tuple parameters).
+
+Everything is walked iteratively along let spines (ScopeBuilder); Python recursion only follows
+the nesting of functions, branches and match arms.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from relay_ir.errors import DiagnosticError, InternalError, PassError
+from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
+                           Let, Match, Op, Pattern, PatternConstructor, PatternTuple,
+                           PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
+                           TupleGetItem, Var, is_atom)
+from relay_ir.builder import ScopeBuilder
+from relay_ir.module import IRModule
+from relay_ir.op import get_opdef
+from relay_ir.span import Span
+from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
+                         TupleType, Type, TypeCall, TypeData, TypeVar)
+
+__all__ = ["gradient", "GradientError"]
+
+# The backpropagator cell: a reference to the closure that runs the rest of the backward pass.
+BP_TYPE: Type = RefType(FuncType((), UNIT))
+MODES = ("higher_order", "first_order")
+
+
+class GradientError(PassError):
+    """The program cannot be differentiated (no rule for an op, unsupported entry, ...)."""
+
+    kind = "gradient error"
+
+    def __init__(self, message: str, span: Span | None = None, notes: Sequence[str] = ()):
+        super().__init__(message, span, notes, pass_name="gradient")
+
+
+# ----------------------------------------------------------------------------- type helpers
+def is_float(t: Type | None) -> bool:
+    """True for a float tensor type (the values that carry an adjoint)."""
+    return isinstance(t, TensorType) and t.dtype.startswith(("float", "bfloat"))
+
+
+def has_float_leaf(t: Type) -> bool:
+    """True if a tensor or tuple-of-tensors type has a float tensor leaf."""
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if is_float(u):
+            return True
+        if isinstance(u, TupleType):
+            stack.extend(u.fields)
+    return False
+
+
+def _tensor_tree(t: Type) -> bool:
+    """True if ``t`` is a tensor or a (nested) tuple of tensors."""
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if isinstance(u, TupleType):
+            stack.extend(u.fields)
+        elif not isinstance(u, TensorType):
+            return False
+    return True
+
+
+def _type_of(e: Expr) -> Type:
+    t = e.checked_type_
+    if t is None and isinstance(e, Var):
+        t = e.type_annotation
+    if t is None and isinstance(e, Constant):
+        t = TensorType(tuple(e.data.shape), str(e.data.dtype))
+    if t is None:
+        raise InternalError(f"gradient: no type on {type(e).__name__} {e!r}")
+    return t
+
+
+def _typed_const(c: Constant) -> Constant:
+    if c.checked_type_ is not None:
+        return c
+    return Constant(c.data, span=c.span,
+                    checked_type_=TensorType(tuple(c.data.shape), str(c.data.dtype)))
+
+
+class _Types:
+    """The type map ``T => T'`` with the ADT twins it needs."""
+
+    def __init__(self, mod: IRModule, taken: set[str]) -> None:
+        self.adt_map: dict[str, GlobalTypeVar] = {}
+        self.ctor_map: dict[str, Constructor] = {}
+        self.new_types: list[TypeData] = []
+        self.subst: dict = {}  # type params of the global (or ADT) being mapped -> fresh ones
+        tds = dict(mod.type_definitions)
+        changed: set[str] = set()
+        # A fixed point: an ADT changes if a field holds a float tensor, a function, or a
+        # changing ADT.
+        while True:
+            grew = False
+            for name, td in tds.items():
+                if name in changed:
+                    continue
+                if any(self._needs_change(t, changed) for c in td.constructors for t in c.inputs):
+                    changed.add(name)
+                    grew = True
+            if not grew:
+                break
+        for name in changed:
+            self.adt_map[name] = GlobalTypeVar(_fresh_name(name + "_ad", taken))
+        for name in tds:
+            if name not in changed:
+                continue
+            td = tds[name]
+            header = self.adt_map[name]
+            params = tuple(TypeVar(tp.name_hint, tp.kind) for tp in td.type_params)
+            self.subst = dict(zip(td.type_params, params))
+            ctors = []
+            for c in td.constructors:
+                nc = Constructor(_fresh_name(c.name_hint + "_ad", taken),
+                                 tuple(self.map(t) for t in c.inputs), header, c.tag,
+                                 span=c.span)
+                self.ctor_map[c.name_hint] = nc
+                ctors.append(nc)
+            self.subst = {}
+            self.new_types.append(TypeData(header, params, tuple(ctors), span=td.span))
+
+    @staticmethod
+    def _needs_change(t: Type, changed: set[str]) -> bool:
+        stack = [t]
+        while stack:
+            u = stack.pop()
+            if is_float(u) or isinstance(u, FuncType):
+                return True
+            if isinstance(u, (TupleType,)):
+                stack.extend(u.fields)
+            elif isinstance(u, RefType):
+                stack.append(u.value)
+            elif isinstance(u, TypeCall):
+                if isinstance(u.func, GlobalTypeVar) and u.func.name_hint in changed:
+                    return True
+                stack.extend(u.args)
+            elif isinstance(u, GlobalTypeVar) and u.name_hint in changed:
+                return True
+        return False
+
+    def map(self, t: Type) -> Type:
+        """``T => T'`` (see the module docstring), renaming the current global's type params."""
+        if self.subst:
+            from relay_ir.passes._analysis import substitute_type
+            t = substitute_type(t, self.subst)
+        return self._map(t)
+
+    def _map(self, t: Type) -> Type:
+        if isinstance(t, TensorType):
+            return TupleType((t, RefType(t))) if is_float(t) else t
+        if isinstance(t, TupleType):
+            return TupleType(tuple(self._map(f) for f in t.fields))
+        if isinstance(t, FuncType):
+            return FuncType(tuple(self._map(a) for a in t.arg_types) + (BP_TYPE,),
+                            self._map(t.ret_type), t.type_params, t.type_constraints)
+        if isinstance(t, RefType):
+            return RefType(self._map(t.value))
+        if isinstance(t, TypeCall):
+            return TypeCall(self._map(t.func), tuple(self._map(a) for a in t.args))
+        if isinstance(t, GlobalTypeVar):
+            return self.adt_map.get(t.name_hint, t)
+        return t
+
+    def ctor(self, c: Constructor) -> Constructor:
+        return self.ctor_map.get(c.name_hint, c)
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, i = base, 1
+    while name in taken:
+        name = f"{base}{i}"
+        i += 1
+    taken.add(name)
+    return name
+
+
+# ----------------------------------------------------------------------------- the transform
+class _Missing:
+    __slots__ = ("op", "span")
+
+    def __init__(self, op: str, span: Span | None) -> None:
+        self.op, self.span = op, span
+
+
+class _AD:
+    """The expression transform; one instance per ``gradient`` call."""
+
+    def __init__(self, mod: IRModule, types: _Types, taken: set[str]) -> None:
+        self.mod = mod
+        self.types = types
+        self.taken = taken
+        self.sb = ScopeBuilder()
+        self.vmap: dict[Var, Var] = {}
+        self.gmap: dict[str, GlobalVar] = {}
+        self.work: list[str] = []
+        self.missing: list[_Missing] = []
+        self.rule_errors: list[DiagnosticError] = []
+        self.helpers: dict[str, Function] = {}           # lift/read functions for ADT params
+        self._helper_gv: dict[tuple[str, Type], GlobalVar] = {}
+        # AD pairs made here: their primal and their adjoint cell, bound just before the pair
+        # (so visible wherever it is), used instead of projecting the pair again.
+        self.prims: dict[Var, Expr] = {}
+        self.cells: dict[Var, Var] = {}
+        self._add = get_opdef("add").op
+        self._add_attrs = get_opdef("add").make_attrs()
+
+    # ---------------------------------------------------------------- globals
+    def global_twin(self, gv: GlobalVar) -> GlobalVar:
+        """The transformed twin of global ``gv`` (queued for transformation on first use)."""
+        name = gv.name_hint
+        twin = self.gmap.get(name)
+        if twin is None:
+            if name not in self.mod:
+                raise GradientError(f"unknown global @{name}", gv.span)
+            twin = GlobalVar(_fresh_name(name + "_grad", self.taken))
+            self.gmap[name] = twin
+            self.work.append(name)
+        return twin
+
+    def run_globals(self) -> dict[str, Function]:
+        """Transform every queued global (and those they reach); returns twin name -> fn."""
+        out: dict[str, Function] = {}
+        while self.work:
+            name = self.work.pop()
+            fn = self.mod[name]
+            fresh = tuple(ShapeVar(tp.name) if isinstance(tp, ShapeVar)
+                          else TypeVar(tp.name_hint, tp.kind) for tp in fn.type_params)
+            self.types.subst = dict(zip(fn.type_params, fresh))
+            try:
+                out[self.gmap[name].name_hint] = self.function(fn, fresh)
+            finally:
+                self.types.subst = {}
+        return out
+
+    # ---------------------------------------------------------------- variables
+    def var_type(self, v: Var) -> Type | None:
+        return v.type_annotation if v.type_annotation is not None else v.checked_type_
+
+    def map_var(self, v: Var, annotate: bool) -> Var:
+        t = self.var_type(v)
+        nt = self.types.map(t) if t is not None else None
+        nv = Var(v.name_hint, nt if annotate else None, span=v.span, checked_type_=nt)
+        self.vmap[v] = nv
+        return nv
+
+    # ---------------------------------------------------------------- scopes
+    def function(self, fn: Function, type_params: tuple | None = None) -> Function:
+        """``fn (x: T) -> R { e }`` => ``fn (x: T', bp: ref(fn () -> ())) -> R' { e' }``."""
+        params = tuple(self.map_var(p, annotate=True) for p in fn.params)
+        bp = Var("bp", BP_TYPE, checked_type_=BP_TYPE)
+        ret = None
+        if fn.ret_type is not None:
+            ret = self.types.map(fn.ret_type)
+        elif isinstance(fn.checked_type_, FuncType):
+            ret = self.types.map(fn.checked_type_.ret_type)
+        body = self.scope(fn.body, bp)
+        tps = fn.type_params if type_params is None else type_params
+        return Function(params + (bp,), body, ret, tps, fn.attrs, span=fn.span)
+
+    def scope(self, e: Expr, bp: Var) -> Expr:
+        """Transform a let spine (a function body, branch or arm) in a fresh scope."""
+        sb = self.sb
+        with sb.scope():
+            while isinstance(e, Let):
+                nv = self.map_var(e.var, annotate=e.var.type_annotation is not None)
+                value = self.value(e.value, bp)
+                if isinstance(value, (Var, GlobalVar, Constant, Constructor)):
+                    self.vmap[e.var] = value  # type: ignore[assignment]  # NOTE: alias atoms
+                else:
+                    sb.bind(nv, value)
+                e = e.body
+            tail = self.atom(e, bp)
+            return sb.build(tail)
+
+    # ---------------------------------------------------------------- atoms and values
+    def atom(self, e: Expr, bp: Var) -> Expr:
+        """The AD value of ``e`` as an atom (binding it when needed)."""
+        if isinstance(e, Var):
+            nv = self.vmap.get(e)
+            if nv is None:
+                raise InternalError(f"gradient: unbound variable %{e.name_hint}")
+            return nv
+        if isinstance(e, GlobalVar):
+            return self.global_twin(e)
+        if isinstance(e, Constructor):
+            return self.types.ctor(e)
+        if isinstance(e, Constant):
+            c = _typed_const(e)
+            t = _type_of(c)
+            if not is_float(t):
+                return c
+            return self.pair(c, t)
+        if isinstance(e, Op):
+            raise GradientError(f"operator `{e.name}` used as a value (only calls of operators "
+                                "can be differentiated)", e.span)
+        return self.sb.let_(self.value(e, bp), "v")
+
+    def pair(self, y: Expr, t: Type) -> Var:
+        """``(y, ref(zeros_like(y)))`` for a float tensor ``y`` of type ``t``."""
+        sb = self.sb
+        z = sb.let_(_call("zeros_like", y), "z", t)
+        cell = sb.let_(RefCreate(z), "cell", RefType(t))
+        ad = sb.let_(Tuple((y, cell)), "ad", TupleType((t, RefType(t))))
+        self.prims[ad] = y  # type: ignore[index]
+        self.cells[ad] = cell  # type: ignore[index,assignment]
+        return ad  # type: ignore[return-value]
+
+    def cell_of(self, v: Expr, t: Type) -> Expr:
+        """The adjoint cell of the AD value ``v`` of float type ``t``."""
+        cell = self.cells.get(v)  # type: ignore[call-overload]
+        if cell is not None:
+            return cell
+        return self.sb.let_(TupleGetItem(v, 1), "cell", RefType(t))
+
+    def value(self, e: Expr, bp: Var) -> Expr:
+        """The transformed value of a let binding (not necessarily an atom)."""
+        if isinstance(e, (Var, GlobalVar, Constructor, Constant, Op)):
+            return self.atom(e, bp)
+        if isinstance(e, Call):
+            return self.call(e, bp)
+        if isinstance(e, Tuple):
+            return Tuple(tuple(self.atom(f, bp) for f in e.fields), span=e.span)
+        if isinstance(e, TupleGetItem):
+            return TupleGetItem(self.atom(e.tuple_value, bp), e.index, span=e.span)
+        if isinstance(e, Function):
+            if e.is_primitive:
+                raise GradientError("primitive (fused) functions cannot be differentiated; "
+                                    "differentiate before fusion", e.span)
+            return self.function(e)
+        if isinstance(e, If):
+            cond = self.atom(e.cond, bp)
+            return If(cond, self.scope(e.true_branch, bp), self.scope(e.false_branch, bp),
+                      span=e.span)
+        if isinstance(e, Match):
+            data = self.atom(e.data, bp)
+            clauses = tuple(Clause(self.pattern(c.lhs), self.scope(c.rhs, bp), span=c.span)
+                            for c in e.clauses)
+            return Match(data, clauses, e.complete, span=e.span)
+        if isinstance(e, RefCreate):
+            return RefCreate(self.atom(e.value, bp), span=e.span)
+        if isinstance(e, RefRead):
+            return RefRead(self.atom(e.ref, bp), span=e.span)
+        if isinstance(e, RefWrite):
+            return RefWrite(self.atom(e.ref, bp), self.atom(e.value, bp), span=e.span)
+        if isinstance(e, Let):
+            return self.scope(e, bp)
+        raise InternalError(f"gradient: unexpected node {type(e).__name__}")
+
+    def pattern(self, p: Pattern) -> Pattern:
+        if isinstance(p, PatternWildcard):
+            return p
+        if isinstance(p, PatternVar):
+            return PatternVar(self.map_var(p.var, annotate=p.var.type_annotation is not None),
+                              span=p.span)
+        if isinstance(p, PatternConstructor):
+            return PatternConstructor(self.types.ctor(p.constructor),
+                                      tuple(self.pattern(q) for q in p.patterns), span=p.span)
+        if isinstance(p, PatternTuple):
+            return PatternTuple(tuple(self.pattern(q) for q in p.patterns), span=p.span)
+        raise InternalError(f"gradient: unexpected pattern {type(p).__name__}")
+
+    # ---------------------------------------------------------------- calls
+    def call(self, e: Call, bp: Var) -> Expr:
+        callee = e.op
+        if isinstance(callee, Op):
+            return self.op_call(e, bp)
+        if isinstance(callee, Constructor):
+            return Call(self.types.ctor(callee), tuple(self.atom(a, bp) for a in e.args),
+                        span=e.span)
+        f = self.atom(callee, bp)
+        args = tuple(self.atom(a, bp) for a in e.args)
+        return Call(f, args + (bp,), span=e.span)
+
+    def op_call(self, e: Call, bp: Var) -> Expr:
+        """``op(a..)`` => forward value paired with cells; the backward step pushed on ``bp``."""
+        sb = self.sb
+        opdef = get_opdef(e.op.name)  # type: ignore[union-attr]
+        prim_args: list[Expr] = []
+        ad_args: list[Expr | None] = []   # AD value of each float-carrying argument, else None
+        arg_types: list[Type] = []
+        for a in e.args:
+            if isinstance(a, Constant):
+                c = _typed_const(a)
+                prim_args.append(c)
+                ad_args.append(None)
+                arg_types.append(_type_of(c))
+                continue
+            t = _type_of(a)
+            arg_types.append(t)
+            v = self.atom(a, bp)
+            if has_float_leaf(t):
+                prim_args.append(self.primal(v, t))
+                ad_args.append(v)
+            else:
+                prim_args.append(v)
+                ad_args.append(None)
+        out_t = _type_of(e)
+        prim_call = Call(e.op, tuple(prim_args), e.attrs, e.type_args, span=e.span,
+                         checked_type_=out_t)
+        y = sb.let_(prim_call, "y", out_t, bind_atoms=True)
+        result = self.lift_new(y, out_t)
+        if not has_float_leaf(out_t) or all(a is None for a in ad_args) \
+                or opdef.non_differentiable:
+            return result
+        if opdef.grad is None:
+            self.missing.append(_Missing(opdef.name, e.span))
+            return result
+        # Push the backward step: bp := fn () { accumulate rule(call, y, dy); k() }.
+        k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
+        with sb.scope():
+            dy = self.read_adjoint(result, y, out_t)
+            try:
+                grads = opdef.grad(prim_call, y, dy)
+            except DiagnosticError as err:  # NOTE: report it with every other problem
+                self.rule_errors.append(err.with_span(e.span))
+                grads = (None,) * len(e.args)
+            if len(grads) != len(e.args):
+                raise InternalError(f"gradient rule of `{opdef.name}` returned {len(grads)} "
+                                    f"adjoints for {len(e.args)} arguments")
+            for v, g, t in zip(ad_args, grads, arg_types):
+                if v is not None and g is not None:
+                    self.accumulate(v, g, t)
+            back_body = sb.build(Call(k, (), span=e.span))
+        back = sb.let_(Function((), back_body, UNIT, span=e.span), "back",
+                       FuncType((), UNIT))
+        sb.let_(RefWrite(bp, back), "_", UNIT)
+        return result
+
+    # ---------------------------------------------------------------- lifting helpers
+    def primal(self, v: Expr, t: Type) -> Expr:
+        """The primal part of AD value ``v`` of original type ``t`` (a tensor tree)."""
+        sb = self.sb
+        if is_float(t):
+            known = self.prims.get(v)  # type: ignore[call-overload]
+            if known is not None:
+                return known
+            return sb.let_(TupleGetItem(v, 0, checked_type_=t), "p", t)
+        if isinstance(t, TupleType):
+            fields = []
+            for i, ft in enumerate(t.fields):
+                fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
+                fields.append(self.primal(fv, ft))
+            return sb.let_(Tuple(tuple(fields), checked_type_=t), "p", t)
+        return v
+
+    def lift_new(self, y: Expr, t: Type) -> Expr:
+        """AD value of a fresh primal tensor tree ``y``: a zero adjoint cell on each float leaf."""
+        sb = self.sb
+        if is_float(t):
+            return self.pair(y, t)
+        if isinstance(t, TupleType):
+            fields = []
+            for i, ft in enumerate(t.fields):
+                fy = sb.let_(TupleGetItem(y, i, checked_type_=ft), "f", ft)
+                fields.append(self.lift_new(fy, ft))
+            return sb.let_(Tuple(tuple(fields)), "ad", self.types.map(t))
+        if isinstance(t, (TypeCall, GlobalTypeVar)):
+            return sb.let_(Call(self.adt_helper("lift", t), (y,)), "ad", self.types.map(t))
+        return y
+
+    # ---------------------------------------------------------------- ADT parameters
+    def adt_ctors(self, t: Type) -> list[tuple[Constructor, list[Type]]]:
+        """The constructors of ADT type ``t`` with their field types at ``t``'s arguments."""
+        from relay_ir.passes._analysis import substitute_type
+        name, args = ((t.func.name_hint, t.args) if isinstance(t, TypeCall)  # type: ignore
+                      else (t.name_hint, ()))  # type: ignore[union-attr]
+        td = self.mod.get_type(name)
+        sub = dict(zip(td.type_params, args))
+        return [(c, [substitute_type(f, sub) if sub else f for f in c.inputs])
+                for c in td.constructors]
+
+    def adt_helper(self, kind: str, t: Type) -> GlobalVar:
+        """A global ``t -> t'`` (``lift``: zero cells on float leaves) or ``t' -> t``
+        (``grad``: the cells read) for a concrete ADT type ``t`` of an entry parameter."""
+        key = (kind, t)
+        gv = self._helper_gv.get(key)
+        if gv is not None:
+            return gv
+        head = t.func.name_hint if isinstance(t, TypeCall) else t.name_hint  # type: ignore
+        gv = GlobalVar(_fresh_name(f"{kind}_{head}", self.taken))
+        self._helper_gv[key] = gv
+        sb = self.sb
+        mapped = self.types.map(t)
+        arg_t, ret_t = (t, mapped) if kind == "lift" else (mapped, t)
+        v = Var("v", arg_t, checked_type_=arg_t)
+        clauses = []
+        for c, ftypes in self.adt_ctors(t):
+            fvars = [Var("f", ft if kind == "lift" else self.types.map(ft),
+                         checked_type_=ft if kind == "lift" else self.types.map(ft))
+                     for ft in ftypes]
+            with sb.scope():
+                if kind == "lift":
+                    outs = [self.lift_new(fv, ft) for fv, ft in zip(fvars, ftypes)]
+                    body = sb.build(Call(self.types.ctor(c), tuple(outs)))
+                    pc = c
+                else:
+                    outs = [_read_grad(self, fv, fv, ft) for fv, ft in zip(fvars, ftypes)]
+                    body = sb.build(Call(c, tuple(outs)))
+                    pc = self.types.ctor(c)
+            pat = PatternConstructor(pc, tuple(PatternVar(fv) for fv in fvars))
+            clauses.append(Clause(pat, body))
+        self.helpers[gv.name_hint] = Function((v,), Match(v, tuple(clauses)), ret_t)
+        return gv
+
+    def read_adjoint(self, v: Expr, y: Expr, t: Type) -> Expr:
+        """The adjoint of AD value ``v`` (primal ``y``): cells read; zeros on int leaves."""
+        sb = self.sb
+        if is_float(t):
+            cell = self.cell_of(v, t)
+            return sb.let_(RefRead(cell, checked_type_=t), "dy", t)
+        if isinstance(t, TupleType):
+            fields = []
+            for i, ft in enumerate(t.fields):
+                fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
+                fy = sb.let_(TupleGetItem(y, i, checked_type_=ft), "f", ft)
+                fields.append(self.read_adjoint(fv, fy, ft))
+            return sb.let_(Tuple(tuple(fields), checked_type_=t), "dy", t)
+        return sb.let_(_call("zeros_like", y, checked_type_=t), "dy", t)
+
+    def accumulate(self, v: Expr, g: Expr, t: Type) -> None:
+        """``v.cell := !v.cell + g`` on every float leaf of AD value ``v`` of type ``t``."""
+        sb = self.sb
+        if is_float(t):
+            ga = emit(sb, g)
+            cell = self.cell_of(v, t)
+            old = sb.let_(RefRead(cell), "old", t)
+            new = sb.let_(Call(self._add, (old, ga), self._add_attrs), "acc", t)
+            sb.let_(RefWrite(cell, new), "_", UNIT)
+        elif isinstance(t, TupleType):
+            for i, ft in enumerate(t.fields):
+                if not has_float_leaf(ft):
+                    continue
+                fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
+                if isinstance(g, Tuple):
+                    fg: Expr = g.fields[i]
+                else:
+                    fg = sb.let_(TupleGetItem(emit(sb, g), i), "g", ft)
+                self.accumulate(fv, fg, ft)
+
+
+def _call(name: str, *args: Expr, checked_type_: Type | None = None) -> Call:
+    od = get_opdef(name)
+    return Call(od.op, tuple(args), od.make_attrs(), checked_type_=checked_type_)
+
+
+def emit(sb: ScopeBuilder, e: Expr) -> Expr:
+    """Let-bind every compound dataflow node of ``e`` (a rule's output tree), iteratively.
+
+    A sub-expression shared inside ``e`` is bound once. Returns the atom for ``e``.
+    """
+    if is_atom(e):
+        return e
+    done: dict[int, Expr] = {}
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in done:
+            continue
+        kids = _dataflow_kids(node)
+        if not expanded and kids is not None:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if not is_atom(k) and id(k) not in done)
+            continue
+        if kids is None:  # NOTE: functions, ifs, lets from a rule: bind as they are
+            done[id(node)] = sb.let_(node, "g")
+            continue
+        new = _rebuild(node, [done.get(id(k), k) for k in kids])
+        done[id(node)] = sb.let_(new, "g", node.checked_type_)
+    return done[id(e)]
+
+
+def _dataflow_kids(e: Expr) -> list[Expr] | None:
+    if isinstance(e, Call):
+        return list(e.args) if isinstance(e.op, (Op, Constructor, GlobalVar, Var)) else None
+    if isinstance(e, Tuple):
+        return list(e.fields)
+    if isinstance(e, TupleGetItem):
+        return [e.tuple_value]
+    if isinstance(e, RefCreate):
+        return [e.value]
+    if isinstance(e, RefRead):
+        return [e.ref]
+    if isinstance(e, RefWrite):
+        return [e.ref, e.value]
+    return None
+
+
+def _rebuild(e: Expr, kids: Sequence[Expr]) -> Expr:
+    ct = e.checked_type_
+    if isinstance(e, Call):
+        return Call(e.op, tuple(kids), e.attrs, e.type_args, span=e.span, checked_type_=ct)
+    if isinstance(e, Tuple):
+        return Tuple(tuple(kids), span=e.span, checked_type_=ct)
+    if isinstance(e, TupleGetItem):
+        return TupleGetItem(kids[0], e.index, span=e.span, checked_type_=ct)
+    if isinstance(e, RefCreate):
+        return RefCreate(kids[0], span=e.span, checked_type_=ct)
+    if isinstance(e, RefRead):
+        return RefRead(kids[0], span=e.span, checked_type_=ct)
+    return RefWrite(kids[0], kids[1], span=e.span, checked_type_=ct)
+
+
+# ----------------------------------------------------------------------------- entry wrapper
+def _check_entry(mod: IRModule, entry: str) -> Function:
+    if entry not in mod:
+        if entry in mod.type_definitions or entry in mod.constructors:
+            what = "an ADT" if entry in mod.type_definitions else "a constructor"
+            span = getattr(mod.type_definitions.get(entry), "span", None)
+            raise GradientError(f"the entry `{entry}` is {what}, not a function; gradient "
+                                "needs a global function", span)
+        known = ", ".join(f"@{n}" for n in mod.functions) or "none"
+        raise GradientError(f"no global function @{entry} to differentiate (globals: {known})")
+    fn = mod[entry]
+    if not isinstance(fn, Function):
+        raise GradientError(f"the entry @{entry} is not a function", getattr(fn, "span", None))
+    return fn
+
+
+def _liftable(t: Type, mod: IRModule) -> bool:
+    """True if values of ``t`` are built only of tensors, tuples and ADTs (no functions, refs)."""
+    from relay_ir.passes._analysis import substitute_type
+    seen: set[Type] = set()
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if isinstance(u, TensorType):
+            continue
+        if isinstance(u, TupleType):
+            stack.extend(u.fields)
+        elif isinstance(u, (TypeCall, GlobalTypeVar)):
+            if u in seen:
+                continue
+            seen.add(u)
+            head = u.func if isinstance(u, TypeCall) else u
+            if not isinstance(head, GlobalTypeVar) or head.name_hint not in mod.type_definitions:
+                return False
+            td = mod.get_type(head.name_hint)
+            sub = dict(zip(td.type_params, u.args if isinstance(u, TypeCall) else ()))
+            for c in td.constructors:
+                stack.extend(substitute_type(f, sub) if sub else f for f in c.inputs)
+        else:
+            return False
+    return True
+
+
+def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type], Type]:
+    ft = fn.checked_type_
+    if not isinstance(ft, FuncType):
+        raise InternalError(f"gradient: @{entry} has no inferred function type")
+    if fn.type_params:
+        raise GradientError(f"the entry @{entry} is generic ({len(fn.type_params)} type "
+                            "parameters); differentiate a function with concrete types, e.g. "
+                            "a wrapper that calls it at float types", fn.span)
+    for p, t in zip(fn.params, ft.arg_types):
+        if not _liftable(t, mod):
+            raise GradientError(f"parameter %{p.name_hint} of @{entry} has type {t!r}; the "
+                                "gradient entry takes tensors, tuples and ADTs of them (no "
+                                "functions or references)", p.span or fn.span)
+    if not _tensor_tree(ft.ret_type):
+        raise GradientError(f"@{entry} returns {ft.ret_type!r}; the objective must be a tensor "
+                            "or a tuple of tensors (every float element is summed)", fn.span)
+    return list(ft.arg_types), ft.ret_type
+
+
+def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type
+             ) -> Function:
+    """The new entry: cells for the parameters, call, seed every float leaf, run the chain."""
+    sb = ad.sb
+    params = tuple(Var(p.name_hint, t, span=p.span, checked_type_=t)
+                   for p, t in zip(fn.params, arg_types))
+    with sb.scope():
+        with sb.scope():
+            unit_body = sb.build(Tuple((), checked_type_=UNIT))
+        empty = sb.let_(Function((), unit_body, UNIT), "empty", FuncType((), UNIT))
+        bp = sb.let_(RefCreate(empty), "bp", BP_TYPE)
+        ad_params = [ad.lift_new(p, t) for p, t in zip(params, arg_types)]
+        r = sb.let_(Call(twin, tuple(ad_params) + (bp,)), "r", ad.types.map(ret))
+        _seed(ad, r, ret)
+        k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
+        sb.let_(Call(k, ()), "_", UNIT)
+        value = ad.primal(r, ret)
+        grads = [_read_grad(ad, v, p, t) for v, p, t in zip(ad_params, params, arg_types)]
+        gt = sb.let_(Tuple(tuple(grads)), "grads", TupleType(tuple(arg_types)))
+        out = sb.let_(Tuple((value, gt)), "out")
+        body = sb.build(out)
+    rt = TupleType((ret, TupleType(tuple(arg_types))))
+    return Function(params, body, rt, span=fn.span)
+
+
+def _seed(ad: _AD, v: Expr, t: Type) -> None:
+    sb = ad.sb
+    if is_float(t):
+        p = ad.primal(v, t)
+        ones = sb.let_(_call("ones_like", p), "one", t)
+        ad.accumulate(v, ones, t)
+    elif isinstance(t, TupleType):
+        for i, ft in enumerate(t.fields):
+            if has_float_leaf(ft):
+                _seed(ad, sb.let_(TupleGetItem(v, i), "f", ad.types.map(ft)), ft)
+
+
+def _read_grad(ad: _AD, v: Expr, p: Expr, t: Type) -> Expr:
+    sb = ad.sb
+    if is_float(t):
+        return sb.let_(RefRead(ad.cell_of(v, t)), "grad", t)
+    if isinstance(t, TupleType):
+        fields = []
+        for i, ft in enumerate(t.fields):
+            fv = sb.let_(TupleGetItem(v, i), "f", ad.types.map(ft))
+            fp = sb.let_(TupleGetItem(p, i), "f", ft)
+            fields.append(_read_grad(ad, fv, fp, ft))
+        return sb.let_(Tuple(tuple(fields)), "grad", t)
+    if isinstance(t, (TypeCall, GlobalTypeVar)):
+        return sb.let_(Call(ad.adt_helper("grad", t), (v,)), "grad", t)
+    return sb.let_(_call("zeros_like", p), "grad", t)
+
+
+# ----------------------------------------------------------------------------- public entry
+def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> IRModule:
+    """``def @entry(p..) -> R`` => ``def @entry(p..) -> (R, (grad p..))`` by reverse-mode AD.
+
+    See the module docstring for the rules. The input is type-checked (when untyped) and
+    brought to A-normal form first; the output is type-checked, and the original functions
+    other than the entry are kept.
+    """
+    from relay_ir.passes.to_anf import ToANormalForm
+    from relay_ir.passes.type_infer import InferType
+
+    if mode == "first_order":
+        raise GradientError("gradient mode 'first_order' is not available yet (issue 11); use "
+                            "mode='higher_order', which covers every program")
+    if mode not in MODES:
+        raise GradientError(f"unknown gradient mode {mode!r}; expected one of "
+                            + ", ".join(repr(m) for m in MODES))
+    if not isinstance(entry, str):
+        entry = getattr(entry, "name_hint", str(entry))
+    _check_entry(mod, entry)
+    if any(f.checked_type_ is None for f in mod.functions.values()):
+        mod = InferType()(mod)
+    mod = ToANormalForm()(mod)
+    fn = _check_entry(mod, entry)
+    arg_types, ret = _check_signature(fn, entry, mod)
+
+    taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
+    types = _Types(mod, taken)
+    ad = _AD(mod, types, taken)
+    twin = ad.global_twin(mod.get_global_var(entry))
+    twins = ad.run_globals()
+    if ad.missing:
+        raise _missing_error(ad.missing)
+    if ad.rule_errors:
+        first = ad.rule_errors[0]
+        if len(ad.rule_errors) > 1:
+            first.notes = first.notes + tuple(str(e) for e in ad.rule_errors[1:])
+        raise first
+    wrapper = _wrapper(ad, fn, twin, arg_types, ret)
+
+    keep = _kept_functions(mod, entry)
+    out = mod
+    for name in list(mod.functions):
+        if name not in keep:
+            out = out.without_function(name)
+    for td in types.new_types:
+        out = out.with_type(td)
+    out = out.with_functions({**twins, **ad.helpers, entry: wrapper})
+    try:
+        return InferType()(out)
+    except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug
+        raise InternalError(f"gradient produced an ill-typed program: {e}") from e
+
+
+def _kept_functions(mod: IRModule, entry: str) -> set[str]:
+    """Original globals that do not (transitively) refer to the replaced entry."""
+    from relay_ir.passes._analysis import call_graph
+    graph = call_graph(mod)
+    bad = {entry}
+    grew = True
+    while grew:
+        grew = False
+        for name, callees in graph.items():
+            if name not in bad and callees & bad:
+                bad.add(name)
+                grew = True
+    return set(mod.functions) - bad
+
+
+def _missing_error(missing: Iterable[_Missing]) -> GradientError:
+    items = list(missing)
+    names: dict[str, None] = {}
+    for m in items:
+        names[m.op] = None
+    first = items[0]
+    where = [f"`{m.op}` at {m.span}" if m.span else f"`{m.op}`" for m in items]
+    notes = []
+    for m in items[1:]:
+        if m.span is not None:
+            ctx = m.span.print_with_context()
+            notes.append(f"`{m.op}` at {m.span}" + (f"\n{ctx}" if ctx else ""))
+    return GradientError(
+        "no gradient rule for operator" + ("s " if len(names) > 1 else " ")
+        + ", ".join(f"`{n}`" for n in names) + " used on a float path ("
+        + "; ".join(where) + "); give the OpDef a grad= rule or mark it non_differentiable",
+        first.span, notes)

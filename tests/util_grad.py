@@ -1,0 +1,111 @@
+"""Helpers for the AD tests: gradient checks against central finite differences."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import relay_ir as rly
+from relay_ir import passes, runtime
+from relay_ir.expr import Call
+from relay_ir.functor import ExprMutator
+from relay_ir.module import IRModule
+from relay_ir.well_formed import check as wf_check
+
+HEADER = '#[version = "0.0.5"]\n'
+
+
+def strip_type_args(mod: IRModule) -> IRModule:
+    """``mod`` without call type arguments (they have no syntax, so text cannot carry them)."""
+
+    class Strip(ExprMutator):
+        def visit_call(self, c: Call) -> Call:  # type: ignore[override]
+            return rly.with_fields(super().visit_call(c), type_args=())
+
+    return IRModule({k: Strip().visit(v) for k, v in mod.functions.items()},
+                    dict(mod.type_definitions))
+
+
+def grad_module(mod: IRModule, entry: str = "main") -> IRModule:
+    """``passes.gradient`` plus the output contract: well formed, typed, text round trip."""
+    g = passes.gradient(mod, entry)
+    wf_check(g)
+    fn = g[entry]
+    assert isinstance(fn.checked_type_, rly.FuncType)
+    text = rly.astext(g)
+    back = rly.parse(text, "<grad>")
+    rly.assert_structural_equal(strip_type_args(g), back)
+    assert rly.astext(back) == text
+    return g
+
+
+def leaves(v: Any) -> list[np.ndarray]:
+    """The tensor leaves of a (nested) tuple value, in order."""
+    if isinstance(v, tuple):
+        out: list[np.ndarray] = []
+        for x in v:
+            out.extend(leaves(x))
+        return out
+    return [np.asarray(v)]
+
+
+def objective(mod: IRModule, entry: str) -> Callable[..., float]:
+    """``args -> sum of every float element of the result`` (the seeding convention)."""
+
+    def f(*args: Any) -> float:
+        out = runtime.evaluate(mod, *args, entry=entry)
+        return float(sum(np.sum(x, dtype=np.float64) for x in leaves(out)
+                         if np.issubdtype(x.dtype, np.floating)))
+    return f
+
+
+def _rebuild(template: Any, flat: list[np.ndarray]) -> Any:
+    if isinstance(template, tuple):
+        return tuple(_rebuild(t, flat) for t in template)
+    return flat.pop(0)
+
+
+def finite_differences(f: Callable[..., float], args: Sequence[Any], eps: float = 1e-6
+                       ) -> list[Any]:
+    """Central differences of ``f`` at ``args`` (zeros for int and bool leaves)."""
+    grads = []
+    for i, a in enumerate(args):
+        flat = leaves(a)
+        out = []
+        for j, leaf in enumerate(flat):
+            g = np.zeros(leaf.shape, dtype=leaf.dtype)
+            if np.issubdtype(leaf.dtype, np.floating):
+                for idx in np.ndindex(*leaf.shape):
+                    vals = []
+                    for sgn in (1, -1):
+                        moved = [x.copy() for x in flat]
+                        moved[j][idx] += sgn * eps
+                        new_args = list(args)
+                        new_args[i] = _rebuild(a, moved)
+                        vals.append(f(*new_args))
+                    g[idx] = (vals[0] - vals[1]) / (2 * eps)
+            out.append(g)
+        grads.append(_rebuild(a, out))
+    return grads
+
+
+def assert_close_tree(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Equal structure and dtypes; values close."""
+    gl, wl = leaves(got), leaves(want)
+    assert len(gl) == len(wl)
+    for g, w in zip(gl, wl):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g, w)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def check_grad(text: str, args: Sequence[Any], entry: str = "main", prelude: bool = False,
+               rtol: float = 1e-5, atol: float = 1e-6) -> tuple[Any, Any]:
+    """Differentiate ``text`` and compare value and gradients with the interpreter and FD."""
+    mod = rly.parse(HEADER + text, "<test>", prelude=prelude)
+    g = grad_module(mod, entry)
+    value, grads = runtime.evaluate(g, *args, entry=entry)
+    assert_close_tree(value, runtime.evaluate(mod, *args, entry=entry), 1e-12, 0)
+    want = finite_differences(objective(mod, entry), args)
+    assert isinstance(grads, tuple) and len(grads) == len(args)
+    assert_close_tree(grads, tuple(want), rtol, atol)
+    return value, grads
