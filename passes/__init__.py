@@ -24,6 +24,7 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "inline": ("relay_ir.passes.inline", "Inline"),
     "cse": ("relay_ir.passes.cse", "EliminateCommonSubexpr"),
     "simplify-expr": ("relay_ir.passes.simplify_expr", "SimplifyExpr"),
+    "fuse-ops": ("relay_ir.passes.fuse_ops", "FuseOps"),
 }
 
 # Class names re-exported lazily from their modules: `from relay_ir.passes import InferType`.
@@ -40,6 +41,7 @@ _LAZY: dict[str, str] = {
     "Inline": "relay_ir.passes.inline",
     "EliminateCommonSubexpr": "relay_ir.passes.cse",
     "SimplifyExpr": "relay_ir.passes.simplify_expr",
+    "FuseOps": "relay_ir.passes.fuse_ops",
     "optimize": "relay_ir.passes.optimizer",
     "default_pipeline": "relay_ir.passes.optimizer",
     "DEFAULT_PIPELINE": "relay_ir.passes.optimizer",
