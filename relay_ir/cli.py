@@ -19,6 +19,8 @@ COMMANDS = {
     "check": "type-check and print the type of every global",
     "run": "run a program with the interpreter",
     "opt": "run a pass pipeline and print the result",
+    "viz": "draw the dataflow and fusion groups (DOT, or SVG with Graphviz)",
+    "cache": "show the compiled-kernel cache (--clear empties it)",
 }
 
 

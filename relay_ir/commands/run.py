@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prelude", action="store_true",
                         help="parse with the standard prelude (List, Option, map, foldl, ...)")
     parser.add_argument("--target", default=None,
-                        help="run compiled for this target (llvm, cuda); not available yet")
+                        help="compile for this target (llvm, cuda) with runtime.build (dataflow "
+                             "programs) instead of interpreting")
 
 
 def parse_argument(text: str, index: int) -> Any:
