@@ -17,6 +17,7 @@ implementations (reported by :meth:`Executable.host_kernels`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ class UnsupportedProgramError(DiagnosticError):
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialized C-contiguous array whose data is 64-byte aligned."""
     dt = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    n = math.prod(shape) * dt.itemsize
     raw = np.empty(n + ALIGN, np.uint8)
     off = (-raw.ctypes.data) % ALIGN
     return raw[off:off + n].view(dt).reshape(shape)
@@ -150,6 +151,7 @@ class _KernelCall:
     consts: list[Any]                      # tvm tensors of large constants
     outs: list[int]                        # slots
     label: str
+    key: str = ""                          # kernel cache key (compiled kernels)
 
 
 @dataclass
@@ -163,6 +165,7 @@ class _Plan:
     output_slots: set[int]
     buffers: dict[int, np.ndarray] = field(default_factory=dict)   # intermediates
     wrapped: dict[int, Any] = field(default_factory=dict)          # their tvm tensors
+    device: dict[int, Any] | None = None                          # GPU intermediates
 
 
 def _leaves(d: Desc) -> list[Desc]:
@@ -196,6 +199,8 @@ class Executable:
         self.cache = cache or default_cache()
         self._entries: dict[str, tuple[list[_Step], Expr]] = {}
         self._plans: dict[tuple, _Plan] = {}
+        from relay_ir.runtime.lower_tvm import is_cuda
+        self._cuda = is_cuda(self.target)
         ensure_threads()
 
     def _entry(self, entry: str) -> tuple[list[_Step], Expr]:
@@ -274,8 +279,9 @@ class Executable:
                 env[id(st.var)] = _rebuild_desc(group.result_type, outs)
         if pending:
             funcs = self.cache.get([r for _, r, _ in pending], self.target)
-            for (ci, _, _), f in zip(pending, funcs):
+            for (ci, r, _), f in zip(pending, funcs):
                 calls[ci].func = f
+                calls[ci].key = self.cache.key(r.prim_func, r.signature, self.target)
         result = desc_of(body)
         output_slots = {d[1] for d in _leaves(result) if d[0] == "slot"}
         plan = _Plan(param_slots, slot_types, calls, result, output_slots)
@@ -317,7 +323,37 @@ class Executable:
     # ------------------------------------------------------------------ running
     def __call__(self, *args: Any, entry: str = "main") -> Any:
         """Run ``entry`` on numpy arguments; returns numpy arrays (tuples for tuples)."""
-        steps, _ = self._entry(entry)
+        plan, arrays = self._get_plan(args, entry)
+        if self._cuda:
+            return self._run_cuda(plan, arrays)
+        return self._run(plan, arrays)
+
+    def prepare(self, *args: Any, entry: str = "main") -> int:
+        """Plan and compile ``entry`` for these arguments' shapes without running it.
+
+        Returns the number of kernel calls per run. (For ``target="cuda"`` on a machine
+        without a GPU this is how kernels are compiled and inspected.)
+        """
+        plan, _ = self._get_plan(args, entry)
+        return len(plan.calls)
+
+    def kernel_sources(self, entry: str = "main") -> list[str]:
+        """The generated source (CUDA C, or LLVM IR for the CPU) of each planned kernel."""
+        out = []
+        for k, plan in self._plans.items():
+            if k[0] != entry:
+                continue
+            for c in plan.calls:
+                mod = self.cache.modules.get(c.key) if c.key else None
+                if mod is None:
+                    continue
+                src = mod.imports[0].inspect_source() if self._cuda and mod.imports else \
+                    mod.inspect_source("ll")
+                out.append(src)
+        return out
+
+    def _get_plan(self, args: tuple, entry: str) -> tuple[_Plan, list[np.ndarray]]:
+        self._entry(entry)
         fn = self.module[entry]
         if len(args) != len(fn.params):
             raise DiagnosticError(f"@{entry} takes {len(fn.params)} arguments, "
@@ -329,7 +365,39 @@ class Executable:
         if plan is None:
             plan = self._plan(entry, arrays)
             self._plans[key] = plan
-        return self._run(plan, arrays)
+        return plan, arrays
+
+    def _run_cuda(self, plan: _Plan, arrays: list[np.ndarray]) -> Any:
+        import tvm
+        dev = tvm.cuda(0)
+        if not dev.exist:
+            raise DiagnosticError("target cuda: no CUDA GPU is available to run the kernels "
+                                  "(they are compiled; exe.kernel_sources() shows them)")
+        if plan.device is None:
+            plan.device = {s: tvm.runtime.empty(b.shape, str(b.dtype), device=dev)
+                           for s, b in plan.buffers.items()}
+            for c in plan.calls:
+                c.consts = [tvm.runtime.tensor(t.numpy(), device=dev) for t in c.consts]
+        vals: dict[int, Any] = dict(plan.device)
+        for s, a in zip(plan.param_slots, arrays):
+            vals[s] = tvm.runtime.tensor(a, device=dev)
+        for s in plan.output_slots:
+            if s not in vals:
+                t = plan.slot_types[s]
+                vals[s] = tvm.runtime.empty(t.concrete_shape, t.dtype, device=dev)
+        for c in plan.calls:
+            ins = [vals[d[1]] if d[0] == "slot" else tvm.runtime.tensor(d[1], device=dev)
+                   for d in c.ins]
+            if c.host:
+                res = c.func([x.numpy() for x in ins])
+                for s, r in zip(c.outs, res):
+                    t = plan.slot_types[s]
+                    vals[s].copyfrom(np.ascontiguousarray(r, dtype=t.dtype))
+                continue
+            c.func(*ins, *c.consts, *[vals[s] for s in c.outs])
+        host = {s: v.numpy() for s, v in vals.items()
+                if s in plan.output_slots or s in plan.param_slots}
+        return _materialize(plan.result, host, set(plan.param_slots))
 
     def _run(self, plan: _Plan, arrays: list[np.ndarray]) -> Any:
         values: dict[int, np.ndarray] = dict(plan.buffers)
@@ -455,7 +523,8 @@ class _HostKernel:
         self.result_type = types[id(fn.body)]
         self.out_types = flatten_type(self.result_type)
         self.arg_types = arg_types
-        ops = [n.op.name for n in _post(fn.body) if isinstance(n, Call) and isinstance(n.op, Op)]
+        self.nodes = list(_post(fn.body))
+        ops = [n.op.name for n in self.nodes if isinstance(n, Call) and isinstance(n.op, Op)]
         self.label = "host:" + "+".join(ops)
 
     def __call__(self, ins: list[np.ndarray]) -> list[np.ndarray]:
@@ -468,7 +537,7 @@ class _HostKernel:
             return next(it)
         for p, t in zip(self.fn.params, self.arg_types):
             env[id(p)] = take(t)
-        for node in _post(self.fn.body):
+        for node in self.nodes:
             if id(node) in env or isinstance(node, Op):
                 continue
             if isinstance(node, Constant):

@@ -81,6 +81,8 @@ class KernelCache:
         self.use_disk = use_disk
         self._memory: dict[str, tuple[Any, Any]] = {}
         self._libs: dict[str, Any] = {}          # verified library path -> loaded module
+        self.modules: dict[str, Any] = {}        # key -> runtime module that compiled it
+        self._lib_of: dict[str, str] = {}
         self._lock = threading.Lock()
         self.stats = CacheStats()
 
@@ -118,6 +120,7 @@ class KernelCache:
                     fn = self._load_from_disk(k)
                     if fn is not None:
                         self._memory[k] = (r.prim_func, fn)
+                        self.modules[k] = self._libs.get(self._lib_of.get(k, ""))
                         out[i] = fn
                         self.stats.disk_hits += 1
                         continue
@@ -162,6 +165,7 @@ class KernelCache:
                 self.stats.rebuilt_corrupt += 1
                 return None
             self._libs[lib] = mod
+        self._lib_of[key] = lib
         try:
             return mod[symbol]
         except Exception:
@@ -200,6 +204,7 @@ class KernelCache:
         self.stats.compiled += len(missing)
         for k, idxs in missing.items():
             fn = ex["k_" + k]
+            self.modules[k] = ex.mod
             self._memory[k] = (requests[idxs[0]].prim_func, fn)
             for i in idxs:
                 out[i] = fn
@@ -234,6 +239,8 @@ class KernelCache:
         with self._lock:
             self._memory.clear()
             self._libs.clear()
+            self.modules.clear()
+            self._lib_of.clear()
 
 
 def disk_usage(directory: str | None = None) -> tuple[int, int, int]:

@@ -249,3 +249,33 @@ def test_cuda_groups_compile_to_scheduled_cuda_source() -> None:
         assert len(ex.mod.imports) == 1
         src = ex.mod.imports[0].inspect_source()
         assert "__global__" in src and "threadIdx" in src
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="TVM built without CUDA code generation")
+def test_build_for_cuda_compiles_every_group_to_cuda() -> None:
+    from relay_ir import runtime
+    mod = rly.parse(HDR + """
+def @main(%x: Tensor[(8, 32), float32], %w: Tensor[(32, 16), float32], %b: Tensor[(16), float32]) {
+  %0 = nn.relu(add(nn.matmul(%x, %w), %b));
+  (nn.softmax(%0), sum(exp(%0), axis=[1]), tanh(%x))
+}""")
+    exe = runtime.build(mod, target="cuda")
+    args = (_rand(8, 32), _rand(32, 16), _rand(16))
+    n = exe.prepare(*args)
+    srcs = exe.kernel_sources()
+    assert n == 4 and len(srcs) == n - len(exe.host_kernels()) >= 1
+    for src in srcs:
+        assert "__global__" in src and "threadIdx" in src
+    if not tvm.cuda(0).exist:
+        with pytest.raises(rly.DiagnosticError, match="no CUDA GPU"):
+            exe(*args)
+
+
+def test_cpu_kernel_sources_are_llvm_ir(tmp_path: object) -> None:
+    from relay_ir import runtime
+    from relay_ir.runtime.kernel_cache import KernelCache
+    exe = runtime.build(rly.parse(HDR + "def @main(%x: Tensor[(64), float32]) { exp(%x) }"),
+                        cache=KernelCache(directory=str(tmp_path)))   # compiled, not loaded
+    assert exe.prepare(_rand(64)) == 1
+    (src,) = exe.kernel_sources()
+    assert "define" in src and "<16 x float>" in src      # vectorized by 16 lanes
