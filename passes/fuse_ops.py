@@ -251,7 +251,7 @@ class FuseOps(Pass):
     fuse_opt_level: int = 1
     name: ClassVar[str] = "fuse-ops"
     opt_level: ClassVar[int] = 0
-    required: ClassVar[tuple[str, ...]] = ("infer-type",)
+    required: ClassVar[tuple[str, ...]] = ("to-anf", "infer-type")
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
         if ctx.opt_level < self.fuse_opt_level:

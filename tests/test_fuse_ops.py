@@ -399,3 +399,10 @@ def test_long_chain_fuses_without_recursion() -> None:
     sizes = [len(group_ops(g)) for g in groups(out)]
     assert sum(sizes) == n and max(sizes) == 256
 
+
+
+def test_graph_form_input_is_normalized_first() -> None:
+    mod = parse(f"def @main(%x: {T}, %y: {T}) {{ add(exp(%x), %y) }}")
+    out = fuse_ops(mod)                      # to-anf and infer-type run as required passes
+    assert [group_ops(g) for g in groups(out)] == [["exp", "add"]]
+    assert_same_results(mod, out)

@@ -41,7 +41,8 @@ def to_dot(mod: IRModule, entry: str = "main") -> str:
     """DOT text of ``mod[entry]``'s top-level dataflow; fused groups become clusters."""
     fn = mod[entry]
     lines = [f"digraph {_q(entry)} {{", "  rankdir=TB;",
-             '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", fontname="Helvetica"];']
+             '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", '
+             'fontname="Helvetica"];']
     ids: dict[int, str] = {}        # value (var / node) -> DOT node id that produces it
     counter = [0]
 
