@@ -489,7 +489,8 @@ def _convert_arg(a: Any, p: Var, i: int) -> np.ndarray:
     if arr.ndim != len(t.shape):
         raise DiagnosticError(f"argument {i + 1} (%{p.name_hint}): expected {t!r}, got shape "
                               f"{tuple(arr.shape)}", p.span)
-    if not _is_aligned(arr):
+    if not _is_aligned(arr) or not arr.flags.writeable:
+        # NOTE: DLPack refuses read-only arrays; unaligned ones would break vector loads
         arr = _aligned_copy(arr)
     return arr
 

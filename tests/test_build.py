@@ -137,6 +137,11 @@ def test_aligned_inputs_are_zero_copy_others_copied_once() -> None:
     assert _convert_arg(f64, p, 0).dtype == np.float32
     strided = np.ones((3, 10), "float32")[:, ::2]
     assert _convert_arg(strided, p, 0).flags.c_contiguous
+    ro = aligned_empty((3, 5), "float32")
+    ro.flags.writeable = False
+    assert _convert_arg(ro, p, 0) is not ro
+    exe = runtime.build(parse("def @main(%x: Tensor[(3, 5), float32]) { negative(%x) }"))
+    np.testing.assert_array_equal(exe(ro), -ro)
 
 
 def test_symbolic_and_any_dims_compile_per_shape() -> None:
