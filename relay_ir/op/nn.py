@@ -19,6 +19,7 @@ import numpy as np
 from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.op import OpPattern
+from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
                                 dim_compatible, fmt_shape, is_any, norm_axis,
                                 same_dtype, shape_size, tensor_arg, tensor_args, wrap)
@@ -36,6 +37,148 @@ def _is_unknown(t: Type) -> bool:
 
 def _acc(x: np.ndarray) -> np.ndarray:
     return x.astype("float32") if x.dtype == np.float16 else x
+
+
+# ----------------------------------------------------------------------------- TE computes
+def _mm_dtypes(in_dt: str, out_dt: str) -> tuple[str, str]:
+    """(operand cast dtype, accumulator dtype) as the references compute."""
+    if T.is_int(in_dt) or in_dt == "bool":
+        return out_dt, out_dt
+    acc = "float32" if in_dt == "float16" else in_dt
+    return acc, acc
+
+
+def _matmul_te(x: object, w: object, ta: bool, tb: bool, out_dt: str, name: str) -> object:
+    """``op(x) @ op(w)`` for x of rank >= 1 (rank 2 with ``ta``) and a 2-d ``w``."""
+    te = T.te_mod()
+    xs, ws = T.shape_of(x), T.shape_of(w)
+    cdt, acc = _mm_dtypes(T.dtype_of(x), out_dt)
+    if ta:
+        lead, kdim = [xs[1]], xs[0]
+    else:
+        lead, kdim = xs[:-1], xs[-1]
+    n = ws[0] if tb else ws[1]
+    k = te.reduce_axis((0, kdim), name="k")
+    nl = len(lead)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        xi = [k, o[0]] if ta else list(o[:nl]) + [k]
+        wi = [o[nl], k] if tb else [k, o[nl]]
+        return te.sum(T.cast(T.cast(x(*xi), cdt), acc) * T.cast(T.cast(w(*wi), cdt), acc),
+                      axis=k)
+    r = te.compute(lead + [n], body, name=name, tag="matmul")
+    return T.cast_tensor(r, out_dt)
+
+
+def dense_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.dense`` (``x @ w.T``; float16 accumulates in float32)."""
+    return _matmul_te(inputs[0], inputs[1], False, True, out_type.dtype, "T_dense")
+
+
+def matmul_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.matmul``."""
+    return _matmul_te(inputs[0], inputs[1], attrs.transpose_a, attrs.transpose_b,
+                      out_type.dtype, "T_matmul")
+
+
+def batch_matmul_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.batch_matmul`` (batch broadcasting)."""
+    te = T.te_mod()
+    x, y = inputs
+    xs, ys = T.shape_of(x), T.shape_of(y)
+    out_dt = out_type.dtype
+    cdt, acc = _mm_dtypes(T.dtype_of(x), out_dt)
+    ta, tb = attrs.transpose_a, attrs.transpose_b
+    m, kd = (xs[2], xs[1]) if ta else (xs[1], xs[2])
+    n = ys[1] if tb else ys[2]
+    b = T.broadcast_shape([xs[:1], ys[:1]])[0]
+    k = te.reduce_axis((0, kd), name="k")
+
+    def body(bi, i, j):  # type: ignore[no-untyped-def]
+        xb = 0 if T.is_one(xs[0]) else bi
+        yb = 0 if T.is_one(ys[0]) else bi
+        xv = x(xb, k, i) if ta else x(xb, i, k)
+        yv = y(yb, j, k) if tb else y(yb, k, j)
+        return te.sum(T.cast(T.cast(xv, cdt), acc) * T.cast(T.cast(yv, cdt), acc), axis=k)
+    r = te.compute([b, m, n], body, name="T_batch_matmul", tag="batch_matmul")
+    return T.cast_tensor(r, out_dt)
+
+
+def _channel_bcast(fn, name: str):  # type: ignore[no-untyped-def]
+    """Compute of ``fn(x, p1, ...)`` with 1-d parameters along ``attrs.axis``."""
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te = T.te_mod()
+        x, *ps = inputs
+        nd = len(x.shape)
+        axis = norm_axis(attrs.axis, nd)
+        dt = T.dtype_of(x)
+        return te.compute(x.shape, lambda *i: fn(x(*i), *[p(i[axis]) for p in ps], dt),
+                          name=f"T_{name}", tag="broadcast")
+    compute.__doc__ = f"TE compute of ``nn.{name}``."
+    return compute
+
+
+def _bias_add_e(v, b, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().Or(v, b) if dt == "bool" else v + b
+
+
+def _prelu_e(v, a, dt):  # type: ignore[no-untyped-def]
+    if dt == "bool":
+        return v
+    return T.select(v > T.const(0, dt), v, a * v)
+
+
+def relu_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.relu``."""
+    x = inputs[0]
+    dt = T.dtype_of(x)
+    if dt == "bool" or dt.startswith("uint"):
+        return T.elemwise(lambda v: v, x, name="T_relu")
+    return T.elemwise(lambda v: T.tir_mod().max(v, T.const(0, dt)), x, name="T_relu")
+
+
+def leaky_relu_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.leaky_relu`` (alpha converted to the dtype first, like numpy)."""
+    x = inputs[0]
+    dt = T.dtype_of(x)
+    if dt == "bool":
+        alpha = T.const(attrs.alpha, "bool")
+        return T.elemwise(lambda v: T.select(v, v, T.tir_mod().And(v, alpha)), x,
+                          name="T_leaky_relu")
+    alpha = T.const(attrs.alpha, dt)
+    return T.elemwise(lambda v: T.select(v > T.const(0, dt), v, v * alpha), x,
+                      name="T_leaky_relu")
+
+
+def _softmax_te(log: bool):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te, tirx = T.te_mod(), T.tir_mod()
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        shp = T.shape_of(x)
+        axis = norm_axis(attrs.axis, len(shp))
+        acc = "float32" if dt == "float16" else dt
+        if not T.is_float(acc):
+            acc = "float64"
+        fast = not log and T.use_fast("nn.softmax", acc)
+        mx = T.reduce(x, [axis], True, "max", acc_dtype=acc, name="T_softmax_max")
+
+        def shifted(*i):  # type: ignore[no-untyped-def]
+            return T.cast(x(*i), acc) - T.bcast_index(mx, i)
+        if fast:
+            from tvm import topi
+            sh = te.compute(shp, shifted, name="T_softmax_shift")
+            e = topi.fast_exp(sh)
+        else:
+            e = te.compute(shp, lambda *i: tirx.exp(shifted(*i)), name="T_softmax_exp")
+        s = T.reduce(e, [axis], True, "sum", name="T_softmax_sum")
+        if log:
+            return te.compute(shp, lambda *i: T.cast(shifted(*i) - tirx.log(T.bcast_index(s, i)),
+                                                     dt), name="T_log_softmax")
+        return te.compute(shp, lambda *i: T.cast(e(*i) / T.bcast_index(s, i), dt),
+                          name="T_softmax_norm")
+    compute.__doc__ = "TE compute of ``nn.%s``." % ("log_softmax" if log else "softmax")
+    return compute
 
 
 # ----------------------------------------------------------------------------- dense / matmul
@@ -93,7 +236,7 @@ def dense_ref(args: list, attrs: Attrs) -> np.ndarray:
 _DENSE_ATTRS = [F("units", "int?", None, "the number of output units"),
                 F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
 defop("nn.dense", 2, attrs=_DENSE_ATTRS, attrs_type="DenseAttrs", rel=dense_rel,
-      impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE, compute=dense_te,
       doc="Fully connected layer: ``x @ w.T``.")
 
 
@@ -118,7 +261,8 @@ def matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
 defop("nn.matmul", 2, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
                                             F("transpose_b", "bool", False)],
       attrs_type="MatmulAttrs", rel=matmul_rel, impl=matmul_ref,
-      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.")
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.",
+      compute=matmul_te)
 
 
 def batch_matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -155,7 +299,8 @@ defop("nn.batch_matmul", 2, attrs=[F("out_dtype", "str", ""),
                                    F("transpose_a", "bool", False),
                                    F("transpose_b", "bool", True)],
       attrs_type="BatchMatmulAttrs", rel=batch_matmul_rel, impl=batch_matmul_ref,
-      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Batched matrix product.")
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Batched matrix product.",
+      compute=batch_matmul_te)
 
 
 # ----------------------------------------------------------------------------- bias_add / prelu
@@ -206,7 +351,8 @@ def bias_add_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 defop("nn.bias_add", 2, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="BiasAddAttrs", rel=bias_add_rel, impl=bias_add_ref,
-      pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.")
+      pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.",
+      compute=_channel_bcast(_bias_add_e, "bias_add"))
 
 
 def prelu_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
@@ -223,15 +369,18 @@ def prelu_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 defop("nn.prelu", 2, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="PReluAttrs", rel=prelu_rel, impl=prelu_ref, pattern=OpPattern.BROADCAST,
+      compute=_channel_bcast(_prelu_e, "prelu"),
       doc="Leaky ReLU with a learned per-channel slope.")
 
 
 # ----------------------------------------------------------------------------- activations
-def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.")
+def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.",
+             compute=relu_te)
 def_elemwise("nn.leaky_relu",
              lambda x, attrs: np.where(x > 0, x, x * np.asarray(attrs.alpha, x.dtype)),
              attrs=[F("alpha", "float", 0.01, "slope for x < 0")], attrs_type="LeakyReluAttrs",
-             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.")
+             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.",
+             compute=leaky_relu_te)
 
 
 def softmax_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -261,9 +410,11 @@ def log_softmax_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 _SOFTMAX_ATTRS = [F("axis", "int", -1, "the axis normalized over")]
 defop("nn.softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      impl=softmax_ref, pattern=OpPattern.OPAQUE, doc="Softmax along an axis.")
+      impl=softmax_ref, pattern=OpPattern.OPAQUE, doc="Softmax along an axis.",
+      compute=_softmax_te(False))
 defop("nn.log_softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      impl=log_softmax_ref, pattern=OpPattern.OPAQUE, doc="Log of softmax along an axis.")
+      impl=log_softmax_ref, pattern=OpPattern.OPAQUE, doc="Log of softmax along an axis.",
+      compute=_softmax_te(True))
 
 
 # ----------------------------------------------------------------------------- conv2d

@@ -15,10 +15,104 @@ import numpy as np
 from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.op import OpPattern
+from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis,
                                 shape_size, tensor_arg, tensor_args, tuple_of_tensors, wrap)
 from relay_ir.ty import (ANY, Dim, TensorType, TupleType, Type, dim_add, dim_div_exact,
                          dim_mul, format_dim)
+
+
+# ----------------------------------------------------------------------------- TE computes
+def _static_shape(out_type: TensorType, what: str) -> list[int]:
+    shape = []
+    for d in out_type.shape:
+        if not isinstance(d, int):
+            raise TypeInferenceError(f"{what}: the TVM compute needs a static result shape, "
+                                     f"found {fmt_shape(out_type.shape)}")
+        shape.append(d)
+    return shape
+
+
+def _reshape_to(x: object, shape: Sequence[object], name: str = "T_reshape") -> object:
+    """Row-major reshape of a te tensor to ``shape`` (ints or PrimExprs)."""
+    te = T.te_mod()
+    tirx = T.tir_mod()
+    src = T.shape_of(x)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        flat: object = 0
+        for d, i in zip(shape, o):
+            flat = flat * d + i
+        idx = []
+        for d in reversed(src):
+            if T.is_one(d):
+                idx.append(0)
+                continue
+            idx.append(tirx.floormod(flat, d) if not isinstance(flat, int) else flat % d)
+            flat = tirx.floordiv(flat, d) if not isinstance(flat, int) else flat // d
+        return x(*reversed(idx))
+    return te.compute(list(shape), body, name=name, tag="injective")
+
+
+def _te_dims(x: object, out_type: TensorType, what: str) -> list[object]:
+    """The result dims: static ones from ``out_type``; symbolic ones must be known."""
+    return _static_shape(out_type, what)
+
+
+def reshape_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``reshape`` (static result shape)."""
+    return _reshape_to(inputs[0], _te_dims(inputs[0], out_type, "reshape"))
+
+
+def reshape_like_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``reshape_like``."""
+    return _reshape_to(inputs[0], _te_dims(inputs[0], out_type, "reshape_like"))
+
+
+def transpose_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``transpose``."""
+    te = T.te_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    perm = transpose_axes(len(shp), attrs.axes)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        idx = [None] * len(perm)
+        for k, p in enumerate(perm):
+            idx[p] = o[k]
+        return x(*idx)
+    return te.compute([shp[p] for p in perm], body, name="T_transpose", tag="injective")
+
+
+def expand_dims_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``expand_dims``."""
+    te = T.te_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    a = norm_axis(attrs.axis, len(shp), extra=1)
+    num = attrs.num_newaxis
+    out = shp[:a] + [1] * num + shp[a:]
+    return te.compute(out, lambda *o: x(*(list(o[:a]) + list(o[a + num:]))),
+                      name="T_expand_dims", tag="broadcast")
+
+
+def squeeze_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``squeeze`` (a squeezed ``?`` axis must be 1 at run time)."""
+    te = T.te_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    if attrs.axis is None:
+        keep = [i for i, d in enumerate(shp) if not T.is_one(d)]
+    else:
+        drop = {norm_axis(a, len(shp)) for a in attrs.axis}
+        keep = [i for i in range(len(shp)) if i not in drop]
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        idx: list[object] = [0] * len(shp)
+        for k, i in enumerate(keep):
+            idx[i] = o[k]
+        return x(*idx)
+    return te.compute([shp[i] for i in keep], body, name="T_squeeze", tag="injective")
 
 
 # ----------------------------------------------------------------------------- reshape
@@ -132,6 +226,7 @@ def reshape_ref(args: list, attrs: Attrs) -> np.ndarray:
 defop("reshape", 1, attrs=[F("newshape", "ints", None, "the new shape, with codes"),
                            F("allowzero", "bool", False, "0 is a literal zero")],
       attrs_type="ReshapeAttrs", rel=reshape_rel, impl=reshape_ref, pattern=OpPattern.INJECTIVE,
+      compute=reshape_te,
       doc="Reshape with Relay's codes 0, -1, -2, -3, -4.")
 
 
@@ -170,7 +265,8 @@ defop("reshape_like", 2,
       attrs_type="ReshapeLikeAttrs", rel=reshape_like_rel,
       impl=lambda args, attrs: np.reshape(
           args[0], reshape_like_shape(args[0].shape, args[1].shape, attrs)),
-      pattern=OpPattern.INJECTIVE, doc="Reshape to (part of) another tensor's shape.")
+      pattern=OpPattern.INJECTIVE, doc="Reshape to (part of) another tensor's shape.",
+      compute=reshape_like_te)
 
 
 # ----------------------------------------------------------------------------- transpose
@@ -200,7 +296,7 @@ def transpose_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
 defop("transpose", 1, attrs=[F("axes", "ints?", None, "the permutation (None: reverse)")],
       attrs_type="TransposeAttrs", rel=transpose_rel,
       impl=lambda args, attrs: np.transpose(args[0], transpose_axes(args[0].ndim, attrs.axes)),
-      pattern=OpPattern.INJECTIVE, doc="Permute the axes.")
+      pattern=OpPattern.INJECTIVE, doc="Permute the axes.", compute=transpose_te)
 
 
 # ----------------------------------------------------------------------------- expand/squeeze
@@ -225,7 +321,7 @@ defop("expand_dims", 1, attrs=[F("axis", "int", None, "where to insert"),
       attrs_type="ExpandDimsAttrs", rel=expand_dims_rel,
       impl=lambda args, attrs: np.reshape(
           args[0], expand_dims_shape(args[0].shape, attrs.axis, attrs.num_newaxis)),
-      pattern=OpPattern.BROADCAST, doc="Insert unit axes.",
+      pattern=OpPattern.BROADCAST, doc="Insert unit axes.", compute=expand_dims_te,
       required=("axis",))
 
 
@@ -254,7 +350,7 @@ def squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
 defop("squeeze", 1, attrs=[F("axis", "ints?", None, "axes to drop (None: every unit axis)")],
       attrs_type="SqueezeAttrs", rel=squeeze_rel,
       impl=lambda args, attrs: np.reshape(args[0], squeeze_shape(args[0].shape, attrs.axis)),
-      pattern=OpPattern.INJECTIVE, doc="Remove unit axes.")
+      pattern=OpPattern.INJECTIVE, doc="Remove unit axes.", compute=squeeze_te)
 
 
 # ----------------------------------------------------------------------------- concat / stack
