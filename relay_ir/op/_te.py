@@ -107,6 +107,12 @@ def const(value: Any, dtype: str) -> Any:
     return tirx.const(int(v), dtype)
 
 
+def const_value(value: Any, dtype: str) -> Any:
+    """``value`` converted to ``dtype`` the numpy way, as a Python number."""
+    with np.errstate(all="ignore"):
+        return np.asarray(value).astype(dtype).item()
+
+
 def min_value(dtype: str) -> Any:
     """The smallest value of ``dtype`` (``-inf`` for floats)."""
     if is_float(dtype):
