@@ -198,9 +198,16 @@ class KernelCache:
         try:
             ex = tvm.compile(irmod, target=target)
         except Exception as e:
-            raise LoweringError(f"tvm.compile failed for kernels "
-                                f"{', '.join(requests[v[0]].label for v in missing.values())}:"
-                                f" {type(e).__name__}: {str(e)[:2000]}") from e
+            # name the group(s) that fail on their own (first lines of TVM's message)
+            bad = []
+            for k, idxs in missing.items():
+                try:
+                    tvm.compile(tvm.IRModule({"main": funcs["k_" + k]}), target=target)
+                except Exception as e1:
+                    msg = str(e1).strip().splitlines()[0] if str(e1).strip() else ""
+                    bad.append(f"{requests[idxs[0]].label} ({type(e1).__name__}: {msg})")
+            raise LoweringError(f"tvm.compile failed for {target.kind.name}: "
+                                f"{'; '.join(bad) or str(e)[:500]}") from e
         self.stats.compiled += len(missing)
         for k, idxs in missing.items():
             fn = ex["k_" + k]

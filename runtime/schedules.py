@@ -115,8 +115,13 @@ def schedule_injective(sch: Any, b: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- matmul
-def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4) -> None:
-    """Register-tiled, B-packed, parallel matmul with its epilogue at the tile (4b)."""
+def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4,
+                    pack: bool | None = None) -> None:
+    """Register-tiled, B-packed, parallel matmul with its epilogue at the tile (4b).
+
+    ``pack`` (default: when B is [N, K], read down columns otherwise, or M is large) packs
+    the B panel per call.
+    """
     itypes = _iter_types(sch, blk)
     if itypes.count(2) != 1 or itypes[-1] != 2 or len(itypes) not in (3, 4):
         raise ValueError("not a matmul block")
@@ -126,7 +131,14 @@ def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4) 
     n_ext = _extent(sch, j)
     if n_ext is not None and n_ext % nr != 0:
         nr = _largest_divisor(n_ext, (16, 8)) or nr
-    pack = n_ext is not None and n_ext % nr == 0
+    blk_stmt = sch.get(blk)
+    kvar = blk_stmt.iter_vars[-1].var.name
+    b_region = blk_stmt.reads[1].region
+    b_is_nk = kvar in _vars_in(b_region[-1].min)
+    m_ext = _extent(sch, i)
+    if pack is None:
+        pack = b_is_nk or (m_ext is not None and m_ext >= 256)
+    pack = pack and n_ext is not None and n_ext % nr == 0
     i0, i1 = sch.split(i, [None, mr])
     j0, j1 = sch.split(j, [None, nr])
     k0, k1 = sch.split(k, [None, kc])
@@ -136,10 +148,6 @@ def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4) 
     sch.reverse_compute_at(wb, j0)
     sch.vectorize(sch.get_loops(wb)[-1])
     if pack:
-        blk_stmt = sch.get(blk)
-        kvar = blk_stmt.iter_vars[-1].var.name
-        b_region = blk_stmt.reads[1].region
-        b_is_nk = kvar in _vars_in(b_region[-1].min)
         bp = sch.cache_read(blk, 1, "global")
         nb = len(b_region) - 2
         if b_is_nk:
