@@ -389,7 +389,7 @@ def test_long_chain_fuses_without_recursion() -> None:
     x = Var("x", ty)
     sb = ScopeBuilder()
     v = x
-    n = 20000
+    n = 3000
     for i in range(n):
         v = sb.let_(make_call("negative" if i % 2 else "abs", v))
     mod = IRModule({"main": Function((x,), sb.build(v))})
