@@ -48,6 +48,18 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return raw[off:off + n].view(dt).reshape(shape)
 
 
+def as_aligned(a: Any, dtype: Any = None) -> np.ndarray:
+    """``a`` as a C-contiguous, 64-byte aligned array (itself when it already is one).
+
+    Executables take such arrays without copying; convert inputs that are reused across calls
+    (weights) once with this.
+    """
+    arr = np.asarray(a, dtype=dtype)
+    if _is_aligned(arr) and arr.flags.writeable:
+        return arr
+    return _aligned_copy(arr)
+
+
 def _is_aligned(a: np.ndarray) -> bool:
     return a.ctypes.data % ALIGN == 0 and a.flags.c_contiguous
 

@@ -11,8 +11,9 @@ Two levels:
   (loading one can crash the process) or an unreadable entry is deleted and rebuilt, never
   loaded.
 
-Key = SHA-256 of (cache format version, ``tvm_ffi.structural_hash`` of the unscheduled
-PrimFunc, the input and output shapes and dtypes, ``str(target)``). Scheduling and
+Key = SHA-256 of (cache format version, a digest of the scheduling code and the TVM version,
+``tvm_ffi.structural_hash`` of the unscheduled PrimFunc, the input and output shapes and
+dtypes, ``str(target)``). Scheduling and
 ``tvm.compile`` happen only for misses; all misses of one request are compiled by one
 ``tvm.compile`` call (:data:`COMPILE_COUNT` counts them) and exported as one library.
 CUDA kernels are cached in memory only (their libraries hold CUDA source that must be
@@ -51,6 +52,22 @@ def _sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+_SCHED_VERSION: list[str] = []
+
+
+def _schedule_version() -> str:
+    """A digest of the scheduling code: kernels scheduled by older code are never reused."""
+    if not _SCHED_VERSION:
+        from relay_ir.runtime import schedules
+        h = hashlib.sha256()
+        with open(schedules.__file__, "rb") as f:
+            h.update(f.read())
+        import tvm
+        h.update(tvm.__version__.encode())
+        _SCHED_VERSION.append(h.hexdigest()[:16])
+    return _SCHED_VERSION[0]
 
 
 @dataclass
@@ -97,7 +114,7 @@ class KernelCache:
         """The cache key of a PrimFunc with its signature for ``target``."""
         import tvm_ffi
         h = tvm_ffi.structural_hash(prim_func)
-        text = f"{FORMAT_VERSION}|{h}|{signature}|{target}"
+        text = f"{FORMAT_VERSION}|{_schedule_version()}|{h}|{signature}|{target}"
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
     # ------------------------------------------------------------------ lookup

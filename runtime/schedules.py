@@ -119,8 +119,8 @@ def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4,
                     pack: bool | None = None) -> None:
     """Register-tiled, B-packed, parallel matmul with its epilogue at the tile (4b).
 
-    ``pack`` (default: when B is [N, K], read down columns otherwise, or M is large) packs
-    the B panel per call.
+    ``pack`` (default: when B is [N, K], read down columns otherwise, or larger than 2 MB)
+    packs the B panel per call.
     """
     itypes = _iter_types(sch, blk)
     if itypes.count(2) != 1 or itypes[-1] != 2 or len(itypes) not in (3, 4):
@@ -129,23 +129,30 @@ def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4,
     batch = loops[:-3]
     i, j, k = loops[-3:]
     n_ext = _extent(sch, j)
-    if n_ext is not None and n_ext % nr != 0:
+    if n_ext is not None and n_ext < nr:
+        nr = 16 if n_ext > 8 else 8       # narrow outputs (logits): do not pad to 32 lanes
+    elif n_ext is not None and n_ext % nr != 0:
         nr = _largest_divisor(n_ext, (16, 8)) or nr
     blk_stmt = sch.get(blk)
     kvar = blk_stmt.iter_vars[-1].var.name
     b_region = blk_stmt.reads[1].region
     b_is_nk = kvar in _vars_in(b_region[-1].min)
-    m_ext = _extent(sch, i)
+    k_ext = _extent(sch, k)
     if pack is None:
-        pack = b_is_nk or (m_ext is not None and m_ext >= 256)
+        # B read down its columns ([N, K]) always needs the panel; [K, N] only once B no
+        # longer fits in L2 (measured: packing costs more than it saves below ~2 MB)
+        big = n_ext is None or k_ext is None or n_ext * k_ext * 4 > (2 << 20)
+        pack = b_is_nk or big
     pack = pack and n_ext is not None and n_ext % nr == 0
     i0, i1 = sch.split(i, [None, mr])
     j0, j1 = sch.split(j, [None, nr])
     k0, k1 = sch.split(k, [None, kc])
-    sch.reorder(i0, j0, k0, k1, i1, j1)
+    # NOTE: column panels outermost: one B panel (K x nr) stays in L2 while every row tile
+    # of A streams past it; row tiles outermost re-read all of B from L3/DRAM per row tile.
+    sch.reorder(j0, i0, k0, k1, i1, j1)
     cons = sch.get_consumers(blk)
     wb = cons[0] if len(cons) == 1 else sch.cache_write(blk, 0, "global")
-    sch.reverse_compute_at(wb, j0)
+    sch.reverse_compute_at(wb, i0)
     sch.vectorize(sch.get_loops(wb)[-1])
     if pack:
         bp = sch.cache_read(blk, 1, "global")
@@ -160,7 +167,7 @@ def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4,
                 return (*bs, n // nr, kk, n % nr)
         sch.transform_layout(bp, ("write", 0), _index_map(idx, nb + 2))
         sch.parallel(sch.get_loops(bp)[0])
-    outer = sch.fuse(*batch, i0, j0) if batch else sch.fuse(i0, j0)
+    outer = sch.fuse(*batch, j0, i0) if batch else sch.fuse(j0, i0)
     sch.parallel(outer)
     sch.vectorize(j1)
     sch.unroll(i1)
