@@ -201,12 +201,17 @@ def _desc_type(d: Desc, slot_types: list[TensorType]) -> Type:
 
 
 class Executable:
-    """A built module: ``exe(*args, entry="main")`` runs an entry with compiled kernels."""
+    """A built module: ``exe(*args, entry="main")`` runs an entry with compiled kernels.
 
-    def __init__(self, mod: IRModule, target: Any, cache: Any = None):
+    Not thread-safe: the intermediate buffers of a plan are shared between calls.
+    """
+
+    def __init__(self, mod: IRModule, target: Any, cache: Any = None,
+                 fast_math: bool | None = None):
         from relay_ir.runtime.kernel_cache import default_cache
         from relay_ir.runtime.lower_tvm import ensure_threads, resolve_target
         self.module = mod
+        self.fast_math = fast_math
         self.target = resolve_target(target)
         self.cache = cache or default_cache()
         self._entries: dict[str, tuple[list[_Step], Expr]] = {}
@@ -227,6 +232,7 @@ class Executable:
 
     # ------------------------------------------------------------------ planning
     def _plan(self, entry: str, args: list[np.ndarray]) -> _Plan:
+        from relay_ir.op._te import fast_math
         from relay_ir.runtime.kernel_cache import KernelRequest
         from relay_ir.runtime.lower_tvm import lower_group, schedule
         steps, body = self._entry(entry)
@@ -267,7 +273,8 @@ class Executable:
                 arg_types = [_desc_type(d, slot_types) for d in arg_descs]
                 ins = [leaf for d in arg_descs for leaf in _leaves(d)]
                 try:
-                    group = lower_group(st.fn, arg_types)
+                    with fast_math(self.fast_math):
+                        group = lower_group(st.fn, arg_types)
                 except LoweringError as e:
                     if "has no TVM compute" not in str(e):
                         raise
@@ -580,10 +587,14 @@ def _post(e: Expr) -> Any:
 
 # ----------------------------------------------------------------------------- entry point
 def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
-          max_fuse_depth: int = 256, cache: Any = None) -> Executable:
+          max_fuse_depth: int = 256, cache: Any = None,
+          fast_math: bool | None = None) -> Executable:
     """Compile a dataflow module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
+    ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False) or where
+    their float32 error is within tolerance (None, the default; ``relay_ir.op._te``).
+    ``cache``: a :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one).
     Kernels are compiled when an entry is first called with a new input signature (the
     ``main`` entry is checked for the supported subset right away).
     """
@@ -594,7 +605,7 @@ def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
     opt = optimize(mod, opt_level=opt_level)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
-    exe = Executable(fused, target, cache)
+    exe = Executable(fused, target, cache, fast_math)
     if "main" in fused:
         exe._entry("main")
     return exe

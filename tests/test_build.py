@@ -247,3 +247,15 @@ def test_viz_writes_dot_with_fusion_clusters(tmp_path: object,
         svg = os.path.join(str(tmp_path), "mlp.svg")
         assert main(["viz", os.path.join(ROOT, "examples", "mlp.rly"), "-o", svg]) == 1
         assert "Graphviz" in capsys.readouterr().err
+
+
+def test_fast_math_switch_changes_the_kernel_not_the_values() -> None:
+    from relay_ir.runtime.kernel_cache import KernelCache
+    mod = parse("def @main(%x: Tensor[(64), float32]) { tanh(exp(%x)) }")
+    x = np.linspace(-3, 3, 64, dtype="float32")
+    cache = KernelCache(use_disk=False)
+    fast, exact = runtime.build(mod, fast_math=True, cache=cache), \
+        runtime.build(mod, fast_math=False, cache=cache)
+    np.testing.assert_allclose(fast(x), np.tanh(np.exp(x)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(exact(x), np.tanh(np.exp(x)), rtol=1e-6, atol=1e-7)
+    assert cache.stats.compiled == 2             # two different kernels, no key clash
