@@ -24,7 +24,7 @@ Every operator call ends up inside a primitive function, so the lowering sees on
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from relay_ir.attrs import Attrs
@@ -53,13 +53,27 @@ def _pattern_of(value: Expr) -> OpPattern | None:
 
 @dataclass
 class _Group:
-    """Members (binding indices, ascending) and facts used by the merge rules."""
+    """Members (binding indices) and facts used by the merge rules."""
 
     members: list[int]
     anchor: int | None          # index of the reduction / out-elemwise-fusable member
     opaque: bool
     ops: int                    # operator calls in the group
     max_pattern: int            # max pattern of non-anchor members (TUPLE counted as INJECTIVE)
+    mset: set[int] = field(default_factory=set)
+    # producer binding index -> the members that consume it (candidates to absorb)
+    frontier: dict[int, list[int]] = field(default_factory=dict)
+    has_tuple: bool = False
+    parent: _Group | None = None  # set when merged into another group (union-find)
+
+
+def _find(g: _Group) -> _Group:
+    root = g
+    while root.parent is not None:
+        root = root.parent
+    while g.parent is not None:  # path compression
+        g.parent, g = root, g.parent
+    return root
 
 
 def _shape(t: Type | None) -> tuple | None:
@@ -109,11 +123,22 @@ class _SpineFuser:
             is_anchor = p in (OpPattern.COMM_REDUCE, OpPattern.OUT_ELEMWISE_FUSABLE)
             is_call = p != OpPattern.TUPLE
             g = _Group([j], j if is_anchor else None, p == OpPattern.OPAQUE, int(is_call),
-                       -1 if is_anchor else int(min(p, OpPattern.INJECTIVE)))
+                       -1 if is_anchor else int(min(p, OpPattern.INJECTIVE)), {j},
+                       has_tuple=p == OpPattern.TUPLE)
+            for a in self._direct_args(bindings[j][1]) or ():
+                i = index.get(id(a)) if isinstance(a, Var) else None
+                if i is not None:
+                    g.frontier.setdefault(i, []).append(j)
             group_of[j] = g
             if p == OpPattern.TUPLE or g.opaque:
                 continue  # tuples are absorbed only by their consumer; opaque ops stay alone
             self._absorb_producers(j, g, bindings, index, patterns, users, group_of)
+        for k in range(n):
+            gk = group_of[k]
+            if gk is not None:
+                group_of[k] = _find(gk)
+        for g in {id(g): g for g in group_of if g is not None}.values():
+            g.members.sort()
         # Tuples that no operator absorbed stay host bindings.
         out: list[tuple[Var, Expr]] = []
         emitted: set[int] = set()
@@ -139,32 +164,43 @@ class _SpineFuser:
     def _absorb_producers(self, root: int, g: _Group, bindings: list[tuple[Var, Expr]],
                           index: dict[int, int], patterns: list[OpPattern | None],
                           users: list[set[int]], group_of: list[_Group | None]) -> None:
-        changed = True
-        while changed:
-            changed = False
-            for m in list(g.members):
-                args = self._direct_args(bindings[m][1]) or ()
-                for a in args:
-                    i = index.get(id(a)) if isinstance(a, Var) else None
-                    if i is None or i in g.members:
-                        continue
-                    gp = group_of[i]
-                    if gp is None or gp is g:
-                        continue
-                    if not users[i] <= set(g.members):
-                        continue
-                    if not self._can_merge(gp, g, m, i, root, bindings, patterns):
-                        continue
-                    for k in gp.members:
-                        group_of[k] = g
-                    g.members = sorted(g.members + gp.members)
-                    g.ops += gp.ops
-                    if gp.anchor is not None:
-                        g.anchor = gp.anchor
-                    g.max_pattern = max(g.max_pattern, gp.max_pattern)
-                    changed = True
-                if changed:
-                    break
+        # NOTE: only the frontier (producers outside the group) is scanned, and the smaller
+        # group's containers move into the larger one (union by size), so a long chain costs
+        # O(1) per binding, not O(group size).
+        progress = True
+        while progress:
+            progress = False
+            g = _find(g)
+            for i, consumers in list(g.frontier.items()):
+                if i in g.mset:
+                    del g.frontier[i]
+                    continue
+                gi = group_of[i]
+                gp = _find(gi) if gi is not None else None
+                if gp is None or gp is g or not users[i] <= g.mset:
+                    continue
+                if not all(self._can_merge(gp, g, c, i, root, bindings, patterns)
+                           for c in consumers):
+                    continue
+                big, small = (g, gp) if len(g.members) >= len(gp.members) else (gp, g)
+                big.members.extend(small.members)
+                big.mset |= small.mset
+                for pi, cs in small.frontier.items():
+                    big.frontier.setdefault(pi, []).extend(cs)
+                for k in small.members:
+                    big.frontier.pop(k, None)
+                for k in list(big.frontier):
+                    if k in small.mset:
+                        big.frontier.pop(k, None)
+                big.ops = g.ops + gp.ops
+                big.has_tuple = g.has_tuple or gp.has_tuple
+                big.anchor = g.anchor if g.anchor is not None else gp.anchor
+                big.max_pattern = max(g.max_pattern, gp.max_pattern)
+                big.opaque = g.opaque or gp.opaque
+                small.parent = big
+                g = big
+                progress = True
+                break
 
     def _can_merge(self, gp: _Group, g: _Group, consumer: int, producer: int, root: int,
                    bindings: list[tuple[Var, Expr]], patterns: list[OpPattern | None]) -> bool:
@@ -174,12 +210,12 @@ class _SpineFuser:
         assert pc is not None
         if patterns[producer] == OpPattern.TUPLE:
             # a tuple joins only an injective consumer (concatenate, stack), never a reduction
-            return pc <= OpPattern.INJECTIVE and gp.members == [producer]
+            return pc <= OpPattern.INJECTIVE and len(gp.members) == 1
         if gp.anchor is not None:
             # epilogue: the group so far is elementwise/broadcast only, of the anchor's shape
             if g.anchor is not None or g.max_pattern > OpPattern.BROADCAST:
                 return False
-            if any(patterns[k] == OpPattern.TUPLE for k in g.members):
+            if g.has_tuple:
                 return False
             anchor_shape = _shape(_var_type(bindings[gp.anchor][0]))
             root_shape = _shape(_var_type(bindings[root][0]))

@@ -216,6 +216,7 @@ class Executable:
         self.cache = cache or default_cache()
         self._entries: dict[str, tuple[list[_Step], Expr]] = {}
         self._plans: dict[tuple, _Plan] = {}
+        self._lowered: dict[tuple, list[tuple[Function, Any]]] = {}
         from relay_ir.runtime.lower_tvm import is_cuda
         self._cuda = is_cuda(self.target)
         ensure_threads()
@@ -231,10 +232,26 @@ class Executable:
         return got
 
     # ------------------------------------------------------------------ planning
-    def _plan(self, entry: str, args: list[np.ndarray]) -> _Plan:
+    def _lower(self, fn: Function, arg_types: list[Type]) -> Any:
+        """``lower_group`` memoized by the alpha-equivalence class of ``fn`` and the types.
+
+        Repeated layers (the same fused function on the same shapes) are lowered once.
+        """
         from relay_ir.op._te import fast_math
+        from relay_ir.runtime.lower_tvm import lower_group
+        from relay_ir.structural import structural_equal, structural_hash
+        key = (structural_hash(fn), tuple(arg_types))
+        for other, group in self._lowered.get(key, ()):
+            if other is fn or structural_equal(other, fn):
+                return group
+        with fast_math(self.fast_math):
+            group = lower_group(fn, arg_types)
+        self._lowered.setdefault(key, []).append((fn, group))
+        return group
+
+    def _plan(self, entry: str, args: list[np.ndarray]) -> _Plan:
         from relay_ir.runtime.kernel_cache import KernelRequest
-        from relay_ir.runtime.lower_tvm import lower_group, schedule
+        from relay_ir.runtime.lower_tvm import schedule
         steps, body = self._entry(entry)
         fn = self.module[entry]
         slot_types: list[TensorType] = []
@@ -273,8 +290,7 @@ class Executable:
                 arg_types = [_desc_type(d, slot_types) for d in arg_descs]
                 ins = [leaf for d in arg_descs for leaf in _leaves(d)]
                 try:
-                    with fast_math(self.fast_math):
-                        group = lower_group(st.fn, arg_types)
+                    group = self._lower(st.fn, arg_types)
                 except LoweringError as e:
                     if "has no TVM compute" not in str(e):
                         raise
@@ -297,10 +313,11 @@ class Executable:
                 pending.append((len(calls) - 1, req, group))
                 env[id(st.var)] = _rebuild_desc(group.result_type, outs)
         if pending:
-            funcs = self.cache.get([r for _, r, _ in pending], self.target)
+            reqs = [r for _, r, _ in pending]
+            funcs = self.cache.get(reqs, self.target)
             for (ci, r, _), f in zip(pending, funcs):
                 calls[ci].func = f
-                calls[ci].key = self.cache.key(r.prim_func, r.signature, self.target)
+                calls[ci].key = r.key
         result = desc_of(body)
         output_slots = {d[1] for d in _leaves(result) if d[0] == "slot"}
         plan = _Plan(param_slots, slot_types, calls, result, output_slots)

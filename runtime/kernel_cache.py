@@ -78,6 +78,7 @@ class KernelRequest:
     signature: str                      # shapes and dtypes of inputs and outputs
     make_scheduled: Callable[[], Any]   # -> IRModule with the scheduled "main"
     label: str = ""                     # for error messages (the ops of the group)
+    key: str = ""                       # filled in by KernelCache.get
 
 
 @dataclass
@@ -123,7 +124,15 @@ class KernelCache:
         import tvm_ffi
         from relay_ir.runtime.lower_tvm import is_cuda
         disk = self.use_disk and not is_cuda(target)
-        keys = [self.key(r.prim_func, r.signature, target) for r in requests]
+        keys = []
+        memo: dict[int, str] = {}
+        for r in requests:
+            # NOTE: requests of one build often share a PrimFunc object (repeated layers)
+            k = memo.get(id(r.prim_func))
+            if k is None:
+                k = memo[id(r.prim_func)] = self.key(r.prim_func, r.signature, target)
+            r.key = k
+            keys.append(k)
         out: list[Any] = [None] * len(requests)
         missing: dict[str, list[int]] = {}
         with self._lock:

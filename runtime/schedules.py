@@ -41,32 +41,20 @@ def inline_all(sch: Any) -> None:
     """Inline every non-output block that can be inlined (injective producers / epilogues)."""
     from tvm import s_tir
     outs = {sch.get(b).name_hint for b in sch.get_output_blocks(sch.get_sblock("root"))}
-    progress = True
-    while progress:
-        progress = False
-        for b in blocks(sch):
-            if sch.get(b).name_hint in outs:
-                continue
-            if _is_reduction(sch, b):
-                continue
-            try:
-                sch.compute_inline(b)
-                progress = True
-                break
-            except s_tir.ScheduleError:
-                pass
-        if progress:
-            continue
-        # epilogue blocks after a non-output producer: reverse-inline into it when possible
-        for b in blocks(sch):
-            if sch.get(b).name_hint in outs or _is_reduction(sch, b):
-                continue
-            try:
-                sch.reverse_compute_inline(b)
-                progress = True
-                break
-            except s_tir.ScheduleError:
-                pass
+    # NOTE: whole passes in program order (a chain inlines in one pass); a pass that inlines
+    # nothing ends the loop. Restarting after every inline would be quadratic in the blocks.
+    for prim in ("compute_inline", "reverse_compute_inline"):
+        progress = True
+        while progress:
+            progress = False
+            for b in blocks(sch):
+                if sch.get(b).name_hint in outs or _is_reduction(sch, b):
+                    continue
+                try:
+                    getattr(sch, prim)(b)
+                    progress = True
+                except s_tir.ScheduleError:
+                    pass
 
 
 def _iter_types(sch: Any, b: Any) -> list[int]:
