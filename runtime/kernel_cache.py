@@ -89,6 +89,9 @@ class CacheStats:
     disk_hits: int = 0
     compiled: int = 0
     rebuilt_corrupt: int = 0
+    schedule_s: float = 0.0     # seconds spent scheduling misses
+    compile_s: float = 0.0      # ... in tvm.compile
+    export_s: float = 0.0       # ... writing libraries (export_library runs the C++ linker)
 
 
 class KernelCache:
@@ -214,6 +217,7 @@ class KernelCache:
         import tvm
         from relay_ir.errors import LoweringError
         funcs = {}
+        t0 = time.perf_counter()
         for k, idxs in missing.items():
             r = requests[idxs[0]]
             mod = r.make_scheduled()
@@ -221,8 +225,11 @@ class KernelCache:
             funcs["k_" + k] = f
         irmod = tvm.IRModule(funcs)
         COMPILE_COUNT[0] += 1
+        t1 = time.perf_counter()
+        self.stats.schedule_s += t1 - t0
         try:
             ex = tvm.compile(irmod, target=target)
+            self.stats.compile_s += time.perf_counter() - t1
         except Exception as e:
             # name the group(s) that fail on their own (first lines of TVM's message)
             bad = []
@@ -242,7 +249,9 @@ class KernelCache:
             for i in idxs:
                 out[i] = fn
         if disk:
+            t2 = time.perf_counter()
             self._store(ex, list(missing))
+            self.stats.export_s += time.perf_counter() - t2
 
     def _store(self, ex: Any, keys: list[str]) -> None:
         d = self.directory
