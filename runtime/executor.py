@@ -307,7 +307,9 @@ class Executable:
                 sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in group.constants)
                 label = "+".join(group.ops)
                 req = KernelRequest(group.prim_func, sig,
-                                    (lambda g=group: schedule(g, self.target)), label)
+                                    (lambda g=group: schedule(g, self.target)), label,
+                                    make_fallback=(lambda g=group: schedule(g, self.target,
+                                                                            fallback=True)))
                 consts = [_to_tvm(_aligned_copy(c)) for c in group.constants]
                 calls.append(_KernelCall(None, False, ins, consts, outs, label))
                 pending.append((len(calls) - 1, req, group))

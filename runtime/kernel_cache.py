@@ -79,6 +79,8 @@ class KernelRequest:
     make_scheduled: Callable[[], Any]   # -> IRModule with the scheduled "main"
     label: str = ""                     # for error messages (the ops of the group)
     key: str = ""                       # filled in by KernelCache.get
+    # a simpler schedule tried when the first one does not compile (None: no second try)
+    make_fallback: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -231,16 +233,32 @@ class KernelCache:
             ex = tvm.compile(irmod, target=target)
             self.stats.compile_s += time.perf_counter() - t1
         except Exception as e:
-            # name the group(s) that fail on their own (first lines of TVM's message)
+            # find the group(s) that fail on their own; retry those with their fallback
+            # schedule, else name them (first line of TVM's message)
             bad = []
             for k, idxs in missing.items():
+                r = requests[idxs[0]]
                 try:
                     tvm.compile(tvm.IRModule({"main": funcs["k_" + k]}), target=target)
+                    continue
                 except Exception as e1:
-                    msg = str(e1).strip().splitlines()[0] if str(e1).strip() else ""
-                    bad.append(f"{requests[idxs[0]].label} ({type(e1).__name__}: {msg})")
-            raise LoweringError(f"tvm.compile failed for {target.kind.name}: "
-                                f"{'; '.join(bad) or str(e)[:500]}") from e
+                    err = e1
+                if r.make_fallback is not None:
+                    try:
+                        f = r.make_fallback()["main"].with_attr("global_symbol", "k_" + k)
+                        tvm.compile(tvm.IRModule({"main": f}), target=target)
+                        funcs["k_" + k] = f
+                        continue
+                    except Exception as e2:
+                        err = e2
+                msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                bad.append(f"{r.label} ({type(err).__name__}: {msg})")
+            if bad or len(funcs) == 0:
+                raise LoweringError(f"tvm.compile failed for {target.kind.name}: "
+                                    f"{'; '.join(bad) or str(e)[:500]}") from e
+            COMPILE_COUNT[0] += 1
+            ex = tvm.compile(tvm.IRModule(funcs), target=target)
+            self.stats.compile_s += time.perf_counter() - t1
         self.stats.compiled += len(missing)
         for k, idxs in missing.items():
             fn = ex["k_" + k]

@@ -271,11 +271,20 @@ def _flatten_te(v: Any) -> list[Any]:
     return out
 
 
-def schedule(group: LoweredGroup, target: Any) -> Any:
-    """The scheduled IRModule (``main``) of ``group`` for ``target``."""
+def schedule(group: LoweredGroup, target: Any, fallback: bool = False) -> Any:
+    """The scheduled IRModule (``main``) of ``group`` for ``target``.
+
+    ``fallback``: the simplest schedule that works (CUDA: dlight's Fallback rule alone; CPU:
+    every block's outer loop in parallel).
+    """
     from relay_ir.runtime import schedules
     if is_cuda(target):
-        return schedules.schedule_cuda(group.prim_func, target)
+        return schedules.schedule_cuda(group.prim_func, target, fallback_only=fallback)
+    if fallback:
+        from tvm import s_tir
+        sch = s_tir.Schedule(group.prim_func)
+        schedules.schedule_generic(sch)
+        return sch.mod
     return schedules.schedule_cpu(group.prim_func, group.kind)
 
 

@@ -388,16 +388,19 @@ def _per_block(sch: Any) -> None:
                 sch.parallel(loops[0])
 
 
-def schedule_cuda(func: Any, target: Any) -> Any:
+def schedule_cuda(func: Any, target: Any, fallback_only: bool = False) -> Any:
     """An IRModule with ``func`` scheduled by dlight (Matmul, Reduction, GeneralReduction,
-    Fallback); raises ``LoweringError`` when no rule scheduled it."""
+    Fallback; GEMV is left out, its kernels overflow shared memory); raises ``LoweringError``
+    when no rule scheduled it. ``fallback_only``: just the Fallback rule (one thread per
+    output element, reductions serial), for groups the other rules cannot compile."""
     tvm = _tvm()
     from tvm.s_tir import dlight as dl
     from relay_ir.errors import LoweringError
     mod = tvm.IRModule({"main": func})
+    rules = [dl.gpu.Fallback()] if fallback_only else [
+        dl.gpu.Matmul(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
     with target:
-        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.Reduction(),
-                                      dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        mod = dl.ApplyDefaultSchedule(*rules)(mod)
     gv = mod.get_global_var("main")
     attrs = mod[gv].attrs
     if attrs is None or "tirx.is_scheduled" not in attrs:
