@@ -25,6 +25,7 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "cse": ("relay_ir.passes.cse", "EliminateCommonSubexpr"),
     "simplify-expr": ("relay_ir.passes.simplify_expr", "SimplifyExpr"),
     "remove-unused-functions": ("relay_ir.passes.remove_unused", "RemoveUnusedFunctions"),
+    "fuse-ops": ("relay_ir.passes.fuse_ops", "FuseOps"),
 }
 
 # Names re-exported lazily from their modules: `from relay_ir.passes import InferType`. Every

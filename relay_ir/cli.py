@@ -21,6 +21,8 @@ COMMANDS = {
     "opt": "run a pass pipeline (default: optimize, keeping what @main reaches) and print "
            "the result",
     "grad": "print the reverse-mode gradient program of a global",
+    "viz": "draw the dataflow and fusion groups (DOT, or SVG with Graphviz)",
+    "cache": "show the compiled-kernel cache (--clear empties it)",
 }
 
 

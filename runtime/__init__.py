@@ -16,6 +16,7 @@ from relay_ir.runtime.values import (ADTValue, Closure, RecClosure, RefValue, Te
 _LAZY: dict[str, str] = {
     "evaluate": "relay_ir.runtime.interpreter",
     "apply": "relay_ir.runtime.interpreter",
+    "build": "relay_ir.runtime.executor",
 }
 
 

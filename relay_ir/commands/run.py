@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prelude", action="store_true",
                         help="parse with the standard prelude (List, Option, map, foldl, ...)")
     parser.add_argument("--target", default=None,
-                        help="run compiled for this target (llvm, cuda); not available yet")
+                        help="compile for this target (llvm, cuda) with runtime.build (dataflow "
+                             "programs) instead of interpreting")
     parser.add_argument("--max-depth", default=None, type=_positive_int, metavar="N",
                         help="the interpreter's limit on nested (non-tail) calls "
                              "(default 1,048,576)")

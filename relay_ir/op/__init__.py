@@ -17,6 +17,8 @@ An OpDef holds everything the project knows about an operator:
 * ``compute(attrs, inputs, out_type)`` -- TE/TOPI compute, importing tvm lazily: ``inputs``
   are ``te.Tensor`` (a list of them for a tuple-typed argument), ``out_type`` the call's
   checked type; returns a ``te.Tensor`` (a list for a tuple-typed result);
+* ``host_only`` -- a reason text when the operator has no compute and always runs on the host
+  (``""``: it compiles; see :func:`relay_ir.op._te.host_only_reason`);
 * ``pattern`` -- an :class:`OpPattern` for fusion;
 * ``grad(call, out, out_grad) -> tuple[Expr, ...]`` -- the reverse-mode rule: ``call`` is the
   primal call (its arguments are typed atoms), ``out`` an atom holding its value (so a rule
@@ -141,6 +143,7 @@ class OpDef:
     type_rel: Callable[..., Any] | None = None
     impl: Callable[..., Any] | None = None
     compute: Callable[..., Any] | None = None
+    host_only: str = ""
     pattern: OpPattern = OpPattern.OPAQUE
     grad: Callable[..., Any] | None = None
     jvp: Callable[..., Any] | None = None

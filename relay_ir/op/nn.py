@@ -22,6 +22,7 @@ from relay_ir.expr import Expr, TupleGetItem
 from relay_ir.op import OpPattern
 from relay_ir.op._grad import (GradientRuleError, grad_rule, op, scalar, static_shape,
                                tensor_type, zeros_for)
+from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
                                 dim_compatible, fmt_shape, is_any, norm_axis,
                                 same_dtype, shape_size, tensor_arg, tensor_args, wrap)
@@ -45,6 +46,408 @@ def _is_unknown(t: Type) -> bool:
 
 def _acc(x: np.ndarray) -> np.ndarray:
     return x.astype("float32") if x.dtype == np.float16 else x
+
+
+# ----------------------------------------------------------------------------- TE computes
+def _mm_dtypes(in_dt: str, out_dt: str) -> tuple[str, str]:
+    """(operand cast dtype, accumulator dtype) as the references compute."""
+    if T.is_int(in_dt) or in_dt == "bool":
+        return out_dt, out_dt
+    acc = "float32" if in_dt == "float16" else in_dt
+    return acc, acc
+
+
+def _matmul_te(x: object, w: object, ta: bool, tb: bool, out_dt: str, name: str) -> object:
+    """``op(x) @ op(w)`` for x of rank >= 1 (rank 2 with ``ta``) and a 2-d ``w``."""
+    te = T.te_mod()
+    xs, ws = T.shape_of(x), T.shape_of(w)
+    cdt, acc = _mm_dtypes(T.dtype_of(x), out_dt)
+    if ta:
+        lead, kdim = [xs[1]], xs[0]
+    else:
+        lead, kdim = xs[:-1], xs[-1]
+    n = ws[0] if tb else ws[1]
+    k = te.reduce_axis((0, kdim), name="k")
+    nl = len(lead)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        xi = [k, o[0]] if ta else list(o[:nl]) + [k]
+        wi = [o[nl], k] if tb else [k, o[nl]]
+        return te.sum(T.cast(T.cast(x(*xi), cdt), acc) * T.cast(T.cast(w(*wi), cdt), acc),
+                      axis=k)
+    r = te.compute(lead + [n], body, name=name, tag="matmul")
+    return T.cast_tensor(r, out_dt)
+
+
+def dense_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.dense`` (``x @ w.T``; float16 accumulates in float32)."""
+    return _matmul_te(inputs[0], inputs[1], False, True, out_type.dtype, "T_dense")
+
+
+def matmul_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.matmul``."""
+    return _matmul_te(inputs[0], inputs[1], attrs.transpose_a, attrs.transpose_b,
+                      out_type.dtype, "T_matmul")
+
+
+def batch_matmul_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.batch_matmul`` (batch broadcasting)."""
+    te = T.te_mod()
+    x, y = inputs
+    xs, ys = T.shape_of(x), T.shape_of(y)
+    out_dt = out_type.dtype
+    cdt, acc = _mm_dtypes(T.dtype_of(x), out_dt)
+    ta, tb = attrs.transpose_a, attrs.transpose_b
+    m, kd = (xs[2], xs[1]) if ta else (xs[1], xs[2])
+    n = ys[1] if tb else ys[2]
+    b = T.broadcast_shape([xs[:1], ys[:1]])[0]
+    k = te.reduce_axis((0, kd), name="k")
+
+    def body(bi, i, j):  # type: ignore[no-untyped-def]
+        xb = 0 if T.is_one(xs[0]) else bi
+        yb = 0 if T.is_one(ys[0]) else bi
+        xv = x(xb, k, i) if ta else x(xb, i, k)
+        yv = y(yb, j, k) if tb else y(yb, k, j)
+        return te.sum(T.cast(T.cast(xv, cdt), acc) * T.cast(T.cast(yv, cdt), acc), axis=k)
+    r = te.compute([b, m, n], body, name="T_batch_matmul", tag="batch_matmul")
+    return T.cast_tensor(r, out_dt)
+
+
+def _channel_bcast(fn, name: str):  # type: ignore[no-untyped-def]
+    """Compute of ``fn(x, p1, ...)`` with 1-d parameters along ``attrs.axis``."""
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te = T.te_mod()
+        x, *ps = inputs
+        nd = len(x.shape)
+        axis = norm_axis(attrs.axis, nd)
+        dt = T.dtype_of(x)
+        return te.compute(x.shape, lambda *i: fn(x(*i), *[p(i[axis]) for p in ps], dt),
+                          name=f"T_{name}", tag="broadcast")
+    compute.__doc__ = f"TE compute of ``nn.{name}``."
+    return compute
+
+
+def _bias_add_e(v, b, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().Or(v, b) if dt == "bool" else v + b
+
+
+def _prelu_e(v, a, dt):  # type: ignore[no-untyped-def]
+    if dt == "bool":
+        return v
+    return T.select(v > T.const(0, dt), v, a * v)
+
+
+def relu_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.relu``."""
+    x = inputs[0]
+    dt = T.dtype_of(x)
+    if dt == "bool" or dt.startswith("uint"):
+        return T.elemwise(lambda v: v, x, name="T_relu")
+    return T.elemwise(lambda v: T.tir_mod().max(v, T.const(0, dt)), x, name="T_relu")
+
+
+def leaky_relu_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.leaky_relu`` (alpha converted to the dtype first, like numpy)."""
+    x = inputs[0]
+    dt = T.dtype_of(x)
+    if dt == "bool":
+        alpha = T.const(attrs.alpha, "bool")
+        return T.elemwise(lambda v: T.select(v, v, T.tir_mod().And(v, alpha)), x,
+                          name="T_leaky_relu")
+    alpha = T.const(attrs.alpha, dt)
+    return T.elemwise(lambda v: T.select(v > T.const(0, dt), v, v * alpha), x,
+                      name="T_leaky_relu")
+
+
+def _softmax_te(log: bool):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te, tirx = T.te_mod(), T.tir_mod()
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        shp = T.shape_of(x)
+        axis = norm_axis(attrs.axis, len(shp))
+        acc = "float32" if dt == "float16" else dt
+        if not T.is_float(acc):
+            acc = "float64"
+        fast = not log and T.use_fast("nn.softmax", acc)
+        mx = T.reduce(x, [axis], True, "max", acc_dtype=acc, name="T_softmax_max")
+
+        def shifted(*i):  # type: ignore[no-untyped-def]
+            return T.cast(x(*i), acc) - T.bcast_index(mx, i)
+        if fast:
+            from tvm import topi
+            sh = te.compute(shp, shifted, name="T_softmax_shift")
+            e = topi.fast_exp(sh)
+        else:
+            e = te.compute(shp, lambda *i: tirx.exp(shifted(*i)), name="T_softmax_exp")
+        s = T.reduce(e, [axis], True, "sum", name="T_softmax_sum")
+        if log:
+            return te.compute(shp, lambda *i: T.cast(shifted(*i) - tirx.log(T.bcast_index(s, i)),
+                                                     dt), name="T_log_softmax")
+        return te.compute(shp, lambda *i: T.cast(e(*i) / T.bcast_index(s, i), dt),
+                          name="T_softmax_norm")
+    compute.__doc__ = "TE compute of ``nn.%s``." % ("log_softmax" if log else "softmax")
+    return compute
+
+
+# ----------------------------------------------------------------------------- TE computes (2)
+def _inv_perm(perm: Sequence[int]) -> list[int]:
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return inv
+
+
+def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.conv2d``: any NCHW/OIHW permutation, groups, dilation, out_dtype.
+
+    A separate zero-padding stage (inlinable) feeds one reduction over (c, kh, kw).
+    """
+    te, tirx = T.te_mod(), T.tir_mod()
+    x, w = inputs
+    dt = out_type.dtype
+    comp = dt if (T.is_int(dt) or dt == "bool") else ("float32" if dt == "float16" else dt)
+    dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
+    ko, ki, kh_, kw_ = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    on, oc, oh_, ow_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    xs, ws = T.shape_of(x), T.shape_of(w)
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dlh, dlw = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, pb, pr = _padding(attrs.padding)
+    h, wd = xs[dh], xs[dw]
+    o, cg, kh, kw = ws[ko], ws[ki], ws[kh_], ws[kw_]
+    g = attrs.groups
+    og = o // g if isinstance(o, int) else tirx.floordiv(o, g)
+    if pt or pl or pb or pr:
+        pshape = list(xs)
+        pshape[dh] = h + pt + pb
+        pshape[dw] = wd + pl + pr
+
+        def pad_body(*i):  # type: ignore[no-untyped-def]
+            idx = list(i)
+            idx[dh] = i[dh] - pt
+            idx[dw] = i[dw] - pl
+            inside = tirx.all(i[dh] >= pt, i[dh] < h + pt, i[dw] >= pl, i[dw] < wd + pl)
+            return tirx.if_then_else(inside, x(*idx), T.const(0, T.dtype_of(x)))
+        xp = te.compute(pshape, pad_body, name="T_pad", tag="injective,pad")
+    else:
+        xp = x
+    ohd = (h + pt + pb - (kh - 1) * dlh - 1) // sh + 1
+    owd = (wd + pl + pr - (kw - 1) * dlw - 1) // sw + 1
+    oshape: list[object] = [0] * 4
+    oshape[on], oshape[oc], oshape[oh_], oshape[ow_] = xs[dn], o, ohd, owd
+    rc = te.reduce_axis((0, cg), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(*oi):  # type: ignore[no-untyped-def]
+        n, co, y, xx = oi[on], oi[oc], oi[oh_], oi[ow_]
+        cin = rc if g == 1 else tirx.floordiv(co, og) * cg + rc
+        di: list[object] = [0] * 4
+        di[dn], di[dc], di[dh], di[dw] = n, cin, y * sh + ry * dlh, xx * sw + rx * dlw
+        wi: list[object] = [0] * 4
+        wi[ko], wi[ki], wi[kh_], wi[kw_] = co, rc, ry, rx
+        return te.sum(T.cast(xp(*di), comp) * T.cast(w(*wi), comp), axis=[rc, ry, rx])
+    r = te.compute(oshape, body, name="T_conv2d", tag="conv2d")
+    return T.cast_tensor(r, dt)
+
+
+def _pool_te(kind: str):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te, tirx = T.te_mod(), T.tir_mod()
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        ln, lc, lh, lw = _layout(attrs.layout, "NCHW", "layout")
+        xs = T.shape_of(x)
+        h, w = xs[lh], xs[lw]
+        kh, kw = _pair(attrs.pool_size, "pool_size", 1)
+        sh, sw = _pair(attrs.strides, "strides", 1)
+        dlh, dlw = _pair(attrs.dilation, "dilation", 1)
+        pt, pl, pb, pr = _padding(attrs.padding)
+        oshape = list(out_type.shape)
+        ry = te.reduce_axis((0, kh), name="ry")
+        rx = te.reduce_axis((0, kw), name="rx")
+
+        def window(oi, ry, rx):  # type: ignore[no-untyped-def]
+            y = oi[lh] * sh + ry * dlh - pt
+            xx = oi[lw] * sw + rx * dlw - pl
+            idx = list(oi)
+            idx[lh], idx[lw] = y, xx
+            inside = tirx.all(y >= 0, y < h, xx >= 0, xx < w)
+            return inside, idx
+        if kind == "max":
+            vdt = "int8" if dt == "bool" else dt
+            red = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: T.min_value(t),
+                                  name="max")
+
+            def body(*oi):  # type: ignore[no-untyped-def]
+                inside, idx = window(oi, ry, rx)
+                return red(tirx.if_then_else(inside, T.cast(x(*idx), vdt), T.min_value(vdt)),
+                           axis=[ry, rx])
+            r = te.compute(oshape, body, name="T_max_pool2d", tag="pool_max")
+            return T.cast_tensor(r, dt)
+        acc = dt if dt in ("float32", "float64") else (
+            "float32" if dt == "float16" else "float64")
+
+        def sbody(*oi):  # type: ignore[no-untyped-def]
+            inside, idx = window(oi, ry, rx)
+            return te.sum(tirx.if_then_else(inside, T.cast(x(*idx), acc), T.const(0, acc)),
+                          axis=[ry, rx])
+        total = te.compute(oshape, sbody, name="T_avg_pool2d_sum", tag="pool_sum")
+        if attrs.count_include_pad:
+            lo_h, hi_h, lo_w, hi_w = 0, h + pt + pb, 0, w + pl + pr
+        else:
+            lo_h, hi_h, lo_w, hi_w = pt, pt + h, pl, pl + w
+
+        def count(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
+            c = T.const(0, "int32")
+            for j in range(k):
+                p = o * s + j * dl
+                c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
+            return c
+
+        def norm(*oi):  # type: ignore[no-untyped-def]
+            n = count(oi[lh], kh, sh, dlh, lo_h, hi_h) * count(oi[lw], kw, sw, dlw, lo_w, hi_w)
+            v = total(*oi) / T.cast(tirx.max(n, T.const(1, "int32")), acc)
+            return T.cast(v, dt)
+        return te.compute(oshape, norm, name="T_avg_pool2d", tag="elemwise")
+    compute.__doc__ = f"TE compute of ``nn.{kind}_pool2d``."
+    return compute
+
+
+def _global_te(kind: str):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        _, _, lh, lw = _layout(attrs.layout, "NCHW", "layout")
+        if kind == "max":
+            vdt = "int8" if dt == "bool" else dt
+            return T.cast_tensor(T.reduce(x, [lh, lw], True, "max", acc_dtype=vdt), dt)
+        acc = dt if dt in ("float32", "float64") else (
+            "float32" if dt == "float16" else "float64")
+        s = T.reduce(x, [lh, lw], True, "sum", acc_dtype=acc)
+        xs = T.shape_of(x)
+        n = T.as_expr(xs[lh] * xs[lw], "int64")
+        return T.elemwise(lambda v: T.cast(v / T.cast(n, acc), dt), s, name="T_global_avg")
+    compute.__doc__ = f"TE compute of ``nn.global_{kind}_pool2d``."
+    return compute
+
+
+def batch_flatten_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.batch_flatten``."""
+    from relay_ir.op.transform import _reshape_to
+    x = inputs[0]
+    xs = T.shape_of(x)
+    return _reshape_to(x, [xs[0], T.shape_size(xs[1:])], "T_batch_flatten")
+
+
+def pad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.pad`` (constant, edge, reflect like ``np.pad``)."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x, v = inputs
+    dt = T.dtype_of(x)
+    xs = T.shape_of(x)
+    pw = [tuple(p) for p in attrs.pad_width]
+    out = [d + a + b for d, (a, b) in zip(xs, pw)]
+    mode = attrs.pad_mode
+
+    def src(i, n, before):  # type: ignore[no-untyped-def]
+        j = i - before
+        if mode == "edge":
+            return tirx.max(tirx.min(j, n - 1), 0)
+        if isinstance(n, int) and n == 1:
+            return j * 0
+        p = 2 * (n - 1)
+        m = tirx.floormod(j, p)
+        return T.select(m < n, m, p - m)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        if mode == "constant":
+            idx = [i - a for i, (a, _) in zip(o, pw)]
+            conds = [c for i, d, (a, _) in zip(o, xs, pw) if a or _
+                     for c in (i >= a, i < d + a)]
+            if not conds:
+                return x(*idx)
+            return tirx.if_then_else(tirx.all(*conds), x(*idx), T.cast(v(), dt))
+        return x(*[src(i, d, a) for i, d, (a, _) in zip(o, xs, pw)])
+    return te.compute(out, body, name="T_pad", tag="injective,pad")
+
+
+def _norm_acc(dt: str) -> str:
+    return "float32" if dt == "float16" else (dt if T.is_float(dt) else "float64")
+
+
+def layer_norm_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.layer_norm`` (two reductions, then one normalizing stage)."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x, gm, bt = inputs
+    dt = T.dtype_of(x)
+    acc = _norm_acc(dt)
+    xs = T.shape_of(x)
+    axis = norm_axis(attrs.axis, len(xs))
+    n = T.as_expr(xs[axis], "int64")
+    s = T.reduce(x, [axis], True, "sum", acc_dtype=acc, name="T_ln_sum")
+    mean = T.elemwise(lambda u: u / T.cast(n, acc), s, name="T_ln_mean")
+
+    def dev(*i):  # type: ignore[no-untyped-def]
+        d = T.cast(x(*i), acc) - T.bcast_index(mean, i)
+        return d * d
+    vs = T.reduce(x, [axis], True, "sum", acc_dtype=acc, fn=dev, name="T_ln_var")
+    eps = T.const(T.const_value(attrs.epsilon, dt if not T.is_float(dt) else acc), acc)
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        var = T.bcast_index(vs, i) / T.cast(n, acc)
+        r = (T.cast(x(*i), acc) - T.bcast_index(mean, i)) / tirx.sqrt(var + eps)
+        if attrs.scale:
+            r = r * T.cast(gm(i[axis]), acc)
+        if attrs.center:
+            r = r + T.cast(bt(i[axis]), acc)
+        return T.cast(r, dt)
+    return te.compute(xs, body, name="T_layer_norm", tag="elemwise")
+
+
+def batch_norm_te(attrs: Attrs, inputs: list, out_type: TupleType) -> list:
+    """TE compute of ``nn.batch_norm`` (inference form): ``[out, mean copy, var copy]``."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x, gm, bt, mm, mv = inputs
+    dt = T.dtype_of(x)
+    acc = _norm_acc(dt)
+    xs = T.shape_of(x)
+    axis = norm_axis(attrs.axis, len(xs))
+    eps = T.const(T.const_value(attrs.epsilon, dt if not T.is_float(dt) else acc), acc)
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        c = i[axis]
+        r = (T.cast(x(*i), acc) - T.cast(mm(c), acc)) / tirx.sqrt(T.cast(mv(c), acc) + eps)
+        if attrs.scale:
+            r = r * T.cast(gm(c), acc)
+        if attrs.center:
+            r = r + T.cast(bt(c), acc)
+        return T.cast(r, dt)
+    out = te.compute(xs, body, name="T_batch_norm", tag="broadcast")
+    return [out, T.elemwise(lambda u: u, mm, name="T_bn_mean"),
+            T.elemwise(lambda u: u, mv, name="T_bn_var")]
+
+
+def dropout_te(attrs: Attrs, inputs: list, out_type: TupleType) -> list:
+    """TE compute of ``nn.dropout`` (inference form): ``[copy, ones]``."""
+    x = inputs[0]
+    dt = T.dtype_of(x)
+    return [T.elemwise(lambda u: u, x, name="T_dropout"),
+            T.elemwise(lambda u: T.const(1, dt), x, name="T_dropout_mask")]
+
+
+def cross_entropy_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.cross_entropy``: ``-sum(log(p) * t) / batch``."""
+    tirx = T.tir_mod()
+    p, t = inputs
+    dt = T.dtype_of(p)
+    acc = _norm_acc(dt)
+    ps = T.shape_of(p)
+    s = T.reduce(p, [0, 1], False, "sum", acc_dtype=acc,
+                 fn=lambda i, j: tirx.log(T.cast(p(i, j), acc)) * T.cast(t(i, j), acc))
+    n = T.as_expr(ps[0], "int64")
+    return T.elemwise(lambda u: T.cast(-u / T.cast(n, acc), dt), s, name="T_cross_entropy")
 
 
 # ----------------------------------------------------------------------------- dense / matmul
@@ -126,7 +529,7 @@ def dense_grad(call, out, g):  # type: ignore[no-untyped-def]
 _DENSE_ATTRS = [F("units", "int?", None, "the number of output units"),
                 F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
 defop("nn.dense", 2, attrs=_DENSE_ATTRS, grad=dense_grad, attrs_type="DenseAttrs", rel=dense_rel,
-      impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE, compute=dense_te,
       doc="Fully connected layer: ``x @ w.T``.")
 
 
@@ -172,7 +575,8 @@ def matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("nn.matmul", 2, grad=matmul_grad, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
                                             F("transpose_b", "bool", False)],
       attrs_type="MatmulAttrs", rel=matmul_rel, impl=matmul_ref,
-      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.")
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.",
+      compute=matmul_te)
 
 
 def batch_matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -231,7 +635,8 @@ defop("nn.batch_matmul", 2, grad=batch_matmul_grad, attrs=[F("out_dtype", "str",
                                    F("transpose_a", "bool", False),
                                    F("transpose_b", "bool", True)],
       attrs_type="BatchMatmulAttrs", rel=batch_matmul_rel, impl=batch_matmul_ref,
-      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Batched matrix product.")
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Batched matrix product.",
+      compute=batch_matmul_te)
 
 
 # ----------------------------------------------------------------------------- bias_add / prelu
@@ -304,7 +709,8 @@ def bias_add_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 defop("nn.bias_add", 2, grad=bias_add_grad, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="BiasAddAttrs", rel=bias_add_rel, impl=bias_add_ref,
-      pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.")
+      pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.",
+      compute=_channel_bcast(_bias_add_e, "bias_add"))
 
 
 def prelu_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
@@ -333,6 +739,7 @@ def prelu_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 defop("nn.prelu", 2, grad=prelu_grad, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="PReluAttrs", rel=prelu_rel, impl=prelu_ref, pattern=OpPattern.BROADCAST,
+      compute=_channel_bcast(_prelu_e, "prelu"),
       doc="Leaky ReLU with a learned per-channel slope.")
 
 
@@ -353,11 +760,12 @@ def leaky_relu_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.",
-             grad=relu_grad)
+             grad=relu_grad, compute=relu_te)
 def_elemwise("nn.leaky_relu",
              lambda x, attrs: np.where(x > 0, x, x * np.asarray(attrs.alpha, x.dtype)),
              attrs=[F("alpha", "float", 0.01, "slope for x < 0")], attrs_type="LeakyReluAttrs",
-             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.", grad=leaky_relu_grad)
+             with_attrs=True, doc="``x`` if positive, else ``alpha * x``.", grad=leaky_relu_grad,
+             compute=leaky_relu_te)
 
 
 def softmax_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -404,10 +812,10 @@ def log_softmax_grad(call, out, g):  # type: ignore[no-untyped-def]
 _SOFTMAX_ATTRS = [F("axis", "int", -1, "the axis normalized over")]
 defop("nn.softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
       grad=softmax_grad, impl=softmax_ref, pattern=OpPattern.OPAQUE,
-      doc="Softmax along an axis.")
+      doc="Softmax along an axis.", compute=_softmax_te(False))
 defop("nn.log_softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
       grad=log_softmax_grad, impl=log_softmax_ref, pattern=OpPattern.OPAQUE,
-      doc="Log of softmax along an axis.")
+      doc="Log of softmax along an axis.", compute=_softmax_te(True))
 
 
 # ----------------------------------------------------------------------------- conv2d
@@ -596,7 +1004,8 @@ def conv2d_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("nn.conv2d", 2, grad=conv2d_grad,
       attrs=_CONV_ATTRS,
       attrs_type="Conv2DAttrs", rel=conv2d_rel, impl=conv2d_ref,
-      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d convolution.")
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d convolution.",
+      compute=conv2d_te)
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -692,12 +1101,14 @@ def avg_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("nn.max_pool2d", 1, grad=max_pool2d_grad,
       attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "max"),
-      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.")
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.",
+      compute=_pool_te("max"))
 defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad,
       attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs", rel=avg_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "avg"),
-      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d average pooling.")
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d average pooling.",
+      compute=_pool_te("avg"))
 
 
 def global_pool_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -753,11 +1164,13 @@ _GLOBAL_ATTRS = [F("layout", "str", "NCHW"), F("out_layout", "str", "")]
 defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-      doc="Average over the spatial dims.")
+      doc="Average over the spatial dims.",
+      compute=_global_te("avg"))
 defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-      doc="Maximum over the spatial dims.")
+      doc="Maximum over the spatial dims.",
+      compute=_global_te("max"))
 
 
 # ----------------------------------------------------------------------------- flatten / pad
@@ -781,7 +1194,8 @@ defop("nn.batch_flatten", 1, grad=batch_flatten_grad, rel=batch_flatten_rel,
       impl=lambda args, attrs: np.reshape(args[0], (args[0].shape[0], -1)
                                           if args[0].shape[0] else (0, int(np.prod(
                                               args[0].shape[1:])))),
-      pattern=OpPattern.INJECTIVE, doc="Flatten all but the first axis.")
+      pattern=OpPattern.INJECTIVE, doc="Flatten all but the first axis.",
+      compute=batch_flatten_te)
 
 
 def _pad_width(pw: Any, ndim: int) -> list[tuple[int, int]]:
@@ -880,6 +1294,7 @@ defop("nn.pad", 2, grad=pad_grad,
                           F("pad_mode", "str", "constant", "constant, edge or reflect")],
       attrs_type="PadAttrs", rel=pad_rel, impl=pad_ref, pattern=OpPattern.INJECTIVE,
       doc="Pad with a value (or by edge/reflection).",
+      compute=pad_te,
       required=("pad_width",))
 
 
@@ -934,7 +1349,8 @@ def layer_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 defop("nn.layer_norm", 3, grad=layer_norm_grad, attrs=[F("axis", "int", -1)] + _NORM_ATTRS,
       attrs_type="LayerNormAttrs", rel=layer_norm_rel, impl=layer_norm_ref,
-      pattern=OpPattern.OPAQUE, doc="Layer normalization.")
+      pattern=OpPattern.OPAQUE, doc="Layer normalization.",
+      compute=layer_norm_te)
 
 
 def batch_norm_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
@@ -991,7 +1407,8 @@ def batch_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 defop("nn.batch_norm", 5, grad=batch_norm_grad, attrs=[F("axis", "int", 1)] + _NORM_ATTRS,
       attrs_type="BatchNormAttrs", rel=batch_norm_rel, impl=batch_norm_ref,
-      pattern=OpPattern.OPAQUE, doc="Batch normalization (inference form).")
+      pattern=OpPattern.OPAQUE, doc="Batch normalization (inference form).",
+      compute=batch_norm_te)
 
 
 def dropout_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -1010,7 +1427,8 @@ defop("nn.dropout", 1, grad=dropout_grad,
       attrs=[F("rate", "float", 0.5, "drop probability (training only)")],
       attrs_type="DropoutAttrs", rel=dropout_rel,
       impl=lambda args, attrs: (np.array(args[0], copy=True), np.ones_like(args[0])),
-      pattern=OpPattern.OPAQUE, doc="Dropout, inference form: (data, ones mask).")
+      pattern=OpPattern.OPAQUE, doc="Dropout, inference form: (data, ones mask).",
+      compute=dropout_te)
 
 
 def cross_entropy_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -1045,18 +1463,15 @@ def cross_entropy_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 defop("nn.cross_entropy", 2, grad=cross_entropy_grad, rel=cross_entropy_rel, impl=cross_entropy_ref,
-      pattern=OpPattern.OPAQUE, doc="Cross entropy of probabilities against targets.")
+      pattern=OpPattern.OPAQUE, doc="Cross entropy of probabilities against targets.",
+      compute=cross_entropy_te)
 
 
 
 # ----------------------------------------------------------------------------- gradient operators
 # The adjoints of conv2d and of the pools, as operators of their own (each linear in its first
 # argument, with its own rule, so that gradients of gradients close over this set).
-def _inv_perm(perm: Sequence[int]) -> list[int]:
-    inv = [0] * len(perm)
-    for k, p in enumerate(perm):
-        inv[p] = k
-    return inv
+# (``_inv_perm`` is shared with the TE computes above.)
 
 
 def _conv_geometry(attrs: Attrs) -> tuple[int, int, int, int, int, int, int, int]:

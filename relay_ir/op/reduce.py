@@ -14,6 +14,7 @@ import numpy as np
 from relay_ir.attrs import Attrs
 from relay_ir.errors import TypeInferenceError
 from relay_ir.op import OpPattern
+from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, defop, reduce_axes, reduce_rel, reduce_shape, same_dtype,
                                 tensor_arg, tensor_args, wrap)
 from relay_ir.op._grad import (grad_rule, keep_reduced, op, scalar, static_shape, tensor_type,
@@ -167,26 +168,146 @@ _REDUCE_GRAD = {"sum": sum_grad, "mean": mean_grad, "max": grad_rule(_extremum_g
                 "min": grad_rule(_extremum_grad), "prod": prod_grad}
 
 
+# ----------------------------------------------------------------------------- TE computes
+def _reduce_te(kind: str):  # type: ignore[no-untyped-def]
+    """Compute of a plain reduction (float16 accumulates in float32; bools as or/and)."""
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        axes = reduce_axes(len(x.shape), attrs.axis, attrs.exclude)
+        if dt == "bool":
+            k = {"sum": "max", "prod": "min"}.get(kind, kind)
+            r = T.reduce(x, axes, attrs.keepdims, k, acc_dtype="int8")
+            return T.cast_tensor(r, "bool")
+        acc = "float32" if dt == "float16" else dt
+        return T.cast_tensor(T.reduce(x, axes, attrs.keepdims, kind, acc_dtype=acc), dt)
+    compute.__doc__ = f"TE compute of ``{kind}``."
+    return compute
+
+
+def _count_te(x: object, axes: Sequence[int]) -> object:
+    return T.shape_size([T.shape_of(x)[a] for a in axes])
+
+
+def mean_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``mean`` (integers: wrapping sum, truncating division; count 0 gives 0)."""
+    x = inputs[0]
+    dt = T.dtype_of(x)
+    axes = reduce_axes(len(x.shape), attrs.axis, attrs.exclude)
+    n = _count_te(x, axes)
+    if dt == "bool":
+        s = T.reduce(x, axes, attrs.keepdims, "max", acc_dtype="int8")
+        return T.elemwise(lambda v: T.cast(v, "bool"), s, name="T_mean")
+    if T.is_int(dt):
+        s = T.reduce(x, axes, attrs.keepdims, "sum")
+        return T.elemwise(lambda v: T.trunc_div(v, T.cast(T.as_expr(n, "int64"), dt)), s,
+                          name="T_mean")
+    acc = "float32" if dt == "float16" else dt
+    s = T.reduce(x, axes, attrs.keepdims, "sum", acc_dtype=acc)
+    return T.elemwise(lambda v: T.cast(v / T.cast(T.as_expr(n, "int64"), acc), dt), s,
+                      name="T_mean")
+
+
+def _arg_reduce_te(which: str):  # type: ignore[no-untyped-def]
+    """Compute of argmax/argmin: the flattened index over the reduced axes (int32)."""
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te, tirx = T.te_mod(), T.tir_mod()
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        vdt = "int8" if dt == "bool" else dt
+        shp = T.shape_of(x)
+        axes = reduce_axes(len(shp), attrs.axis, attrs.exclude)
+        last = attrs.select_last_index
+
+        def combine(lhs, rhs):  # type: ignore[no-untyped-def]
+            (li, lv), (ri, rv) = lhs, rhs
+            better = rv > lv if which == "max" else rv < lv
+            tie = tirx.And(tirx.EQ(rv, lv), (ri > li) if last else (ri < li))
+            take_r = tirx.Or(tirx.Or(better, tie), li < T.const(0, "int32"))
+            return (T.select(take_r, ri, li), T.select(take_r, rv, lv))
+
+        def ident(t0, t1):  # type: ignore[no-untyped-def]
+            init = T.min_value(t1) if which == "max" else T.max_value(t1)
+            return (T.const(-1, t0), init)
+        red = te.comm_reducer(combine, ident, name=f"arg{which}")
+        raxes = [te.reduce_axis((0, shp[a]), name=f"k{a}") for a in axes]
+        if attrs.keepdims:
+            out_shape = [1 if i in axes else d for i, d in enumerate(shp)]
+        else:
+            out_shape = [d for i, d in enumerate(shp) if i not in axes]
+
+        def body(*o):  # type: ignore[no-untyped-def]
+            idx, oi, ri = [], 0, 0
+            flat = T.const(0, "int32")
+            for i in range(len(shp)):
+                if i in axes:
+                    idx.append(raxes[ri])
+                    flat = flat * T.cast(T.as_expr(shp[i], "int32"), "int32") + \
+                        T.cast(raxes[ri], "int32")
+                    ri += 1
+                    oi += 1 if attrs.keepdims else 0
+                else:
+                    idx.append(o[oi])
+                    oi += 1
+            return red((flat, T.cast(x(*idx), vdt)), axis=raxes)
+        if not axes:
+            return te.compute(out_shape, lambda *o: T.const(0, "int32"), name="T_arg")
+        return te.compute(out_shape, body, name=f"T_arg{which}")[0]
+    compute.__doc__ = f"TE compute of ``arg{which}``."
+    return compute
+
+
+def variance_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``variance`` (integers: squares in the dtype, sums in 64 bits)."""
+    x, m = inputs
+    dt = T.dtype_of(x)
+    axes = reduce_axes(len(x.shape), attrs.axis, attrs.exclude)
+    n = T.as_expr(_count_te(x, axes), "int64") - int(attrs.unbiased)
+    # NOTE: the mean has keepdims shape; broadcast it against x
+    if T.is_int(dt):
+        acc = "uint64" if dt.startswith("uint") else "int64"
+
+        def sq(*i):  # type: ignore[no-untyped-def]
+            d = x(*i) - T.bcast_index(m, i)
+            return T.cast(d * d, acc)
+        s = T.reduce(x, axes, attrs.keepdims, "sum", acc_dtype=acc, fn=sq)
+        return T.elemwise(lambda v: T.cast(T.trunc_div(v, T.cast(n, acc)), dt), s,
+                          name="T_var")
+    acc = "float32" if dt == "float16" else ("float64" if dt == "bool" else dt)
+
+    def sqf(*i):  # type: ignore[no-untyped-def]
+        d = T.cast(x(*i), acc) - T.cast(T.bcast_index(m, i), acc)
+        return d * d
+    s = T.reduce(x, axes, attrs.keepdims, "sum", acc_dtype=acc, fn=sqf)
+    return T.elemwise(lambda v: T.cast(v / T.cast(n, acc), dt), s, name="T_var")
+
+
 defop("sum", 1, grad=_REDUCE_GRAD["sum"],
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_sum), pattern=OpPattern.COMM_REDUCE, doc="Sum over axes.")
+      impl=_simple(_sum), pattern=OpPattern.COMM_REDUCE, doc="Sum over axes.",
+      compute=_reduce_te("sum"))
 defop("prod", 1, grad=_REDUCE_GRAD["prod"],
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_prod), pattern=OpPattern.COMM_REDUCE, doc="Product over axes.")
+      impl=_simple(_prod), pattern=OpPattern.COMM_REDUCE, doc="Product over axes.",
+      compute=_reduce_te("prod"))
 defop("max", 1, grad=_REDUCE_GRAD["max"],
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_max), pattern=OpPattern.COMM_REDUCE, doc="Maximum over axes.")
+      impl=_simple(_max), pattern=OpPattern.COMM_REDUCE, doc="Maximum over axes.",
+      compute=_reduce_te("max"))
 defop("min", 1, grad=_REDUCE_GRAD["min"],
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_min), pattern=OpPattern.COMM_REDUCE, doc="Minimum over axes.")
+      impl=_simple(_min), pattern=OpPattern.COMM_REDUCE, doc="Minimum over axes.",
+      compute=_reduce_te("min"))
 defop("mean", 1, grad=_REDUCE_GRAD["mean"],
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=mean_ref, pattern=OpPattern.COMM_REDUCE, doc="Mean over axes.")
+      impl=mean_ref, pattern=OpPattern.COMM_REDUCE, doc="Mean over axes.", compute=mean_te)
 defop("all", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("all"),
       impl=_simple(np.all), pattern=OpPattern.COMM_REDUCE, doc="Logical and over axes.",
+      compute=_reduce_te("min"),
       non_differentiable=True)
 defop("any", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("any"),
       impl=_simple(np.any), pattern=OpPattern.COMM_REDUCE, doc="Logical or over axes.",
+      compute=_reduce_te("max"),
       non_differentiable=True)
 
 
@@ -227,10 +348,12 @@ _ARG_ATTRS = [
 ]
 defop("argmax", 1, attrs=_ARG_ATTRS, attrs_type="ArgReduceAttrs", rel=arg_reduce_rel,
       impl=_arg_reduce(np.argmax), pattern=OpPattern.COMM_REDUCE,
-      doc="Index of the maximum over axes (int32).", non_differentiable=True)
+      doc="Index of the maximum over axes (int32).", non_differentiable=True,
+      compute=_arg_reduce_te("max"))
 defop("argmin", 1, attrs=_ARG_ATTRS, attrs_type="ArgReduceAttrs", rel=arg_reduce_rel,
       impl=_arg_reduce(np.argmin), pattern=OpPattern.COMM_REDUCE,
-      doc="Index of the minimum over axes (int32).", non_differentiable=True)
+      doc="Index of the minimum over axes (int32).", non_differentiable=True,
+      compute=_arg_reduce_te("min"))
 
 
 # ----------------------------------------------------------------------------- variance
@@ -261,5 +384,5 @@ def variance_ref(args: list, attrs: Attrs) -> np.ndarray:
 defop("variance", 2, grad=variance_grad,
       attrs=_REDUCE_ATTRS + [F("unbiased", "bool", False, "divide by n - 1")],
       attrs_type="VarianceAttrs", rel=variance_rel, impl=variance_ref,
-      pattern=OpPattern.COMM_REDUCE,
+      pattern=OpPattern.COMM_REDUCE, compute=variance_te,
       doc="Variance given the mean (Relay's ``_variance``; ``std`` is ``sqrt`` of it).")

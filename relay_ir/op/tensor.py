@@ -17,6 +17,7 @@ from relay_ir.expr import Expr
 from relay_ir.op import OpPattern
 from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, sum_to,
                                zero_rule, zeros_for)
+from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
                                 defop, identity_rel, same_dtype, tensor_arg,
                                 tensor_args, wrap)
@@ -219,6 +220,290 @@ _BINARY_GRAD = {
 }
 
 
+# ----------------------------------------------------------------------------- TE computes
+# Each ``*_te(attrs, inputs, out_type)`` builds the operator's tensor expression (relay_ir.op).
+def _float_te(name: str):  # type: ignore[no-untyped-def]
+    """Compute for a float function: fast form for float32 where enabled; float16 via float32."""
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        tirx = T.tir_mod()
+        if dt == "float32" and T.use_fast(name, dt) and name in ("exp", "tanh", "sigmoid"):
+            from tvm import topi
+            if name == "exp":
+                return topi.fast_exp(x)
+            if name == "tanh":
+                return topi.fast_tanh(x)
+            e = topi.fast_exp(T.elemwise(lambda v: -v, x, name="T_neg"))
+            return T.elemwise(lambda v: T.const(1, dt) / (T.const(1, dt) + v), e,
+                              name="T_sigmoid")
+        fn = getattr(tirx, name)
+        if dt == "float16":
+            return T.elemwise(lambda v: T.cast(fn(T.cast(v, "float32")), dt), x)
+        return T.unary_float(x, fn, dt)
+    compute.__doc__ = f"TE compute of ``{name}``."
+    return compute
+
+
+def _elem_te(fn, doc: str):  # type: ignore[no-untyped-def]
+    """Compute applying ``fn(value, dtype)`` elementwise (result: ``out_type``'s dtype)."""
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        return T.elemwise(lambda v: fn(v, dt), x)
+    compute.__doc__ = doc
+    return compute
+
+
+def _negative_e(v, dt):  # type: ignore[no-untyped-def]
+    if dt == "bool":
+        return v  # numpy: -True is an error, negative(bool) keeps the value through wrap
+    return T.const(0, dt) - v
+
+
+def _abs_e(v, dt):  # type: ignore[no-untyped-def]
+    if dt == "bool" or dt.startswith("uint"):
+        return v
+    if T.is_float(dt):
+        return T.tir_mod().abs(v)
+    return T.select(v < T.const(0, dt), T.const(0, dt) - v, v)
+
+
+def _rounding_e(name: str):  # type: ignore[no-untyped-def]
+    def fn(v, dt):  # type: ignore[no-untyped-def]
+        if not T.is_float(dt):
+            return v
+        return getattr(T.tir_mod(), name)(v)
+    return fn
+
+
+def _round_e(v, dt):  # type: ignore[no-untyped-def]
+    if not T.is_float(dt):
+        return v
+    tirx = T.tir_mod()
+    # sign(x) * floor(|x| + 0.5), exactly the reference's formula (half away from zero)
+    r = tirx.floor(tirx.abs(v) + T.const(0.5, dt))
+    return T.select(v < T.const(0, dt), -r, T.select(v > T.const(0, dt), r, v * T.const(0, dt)))
+
+
+def _sign_e(v, dt):  # type: ignore[no-untyped-def]
+    if dt == "bool":
+        return v
+    zero = T.const(0, dt)
+    one = T.const(1, dt)
+    if dt.startswith("uint"):
+        return T.select(v > zero, one, zero)
+    return T.select(v > zero, one, T.select(v < zero, T.const(-1, dt), v))
+
+
+def _logical_not_e(v, dt):  # type: ignore[no-untyped-def]
+    return T.cast(T.tir_mod().EQ(v, T.const(0, dt)), dt)
+
+
+def _bitwise_not_e(v, dt):  # type: ignore[no-untyped-def]
+    if dt == "bool":
+        return T.tir_mod().Not(v)
+    return T.tir_mod().bitwise_not(v)
+
+
+def _float_pred_te(name: str):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        x = inputs[0]
+        dt = T.dtype_of(x)
+        fn = getattr(T.tir_mod(), name)
+        if not T.is_float(dt):
+            return T.elemwise(lambda v: T.const(name == "isfinite", "bool"), x)
+        return T.elemwise(fn, x)
+    compute.__doc__ = f"TE compute of ``{name}`` (bool result)."
+    return compute
+
+
+def _fill_like_te(value: int):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        x = inputs[0]
+        return T.elemwise(lambda v: T.const(value, T.dtype_of(x)), x)
+    compute.__doc__ = f"TE compute of a tensor of {value}s like the input."
+    return compute
+
+
+def _binary_te(fn, doc: str, out_dtype: str | None = None):  # type: ignore[no-untyped-def]
+    """Broadcasting compute of ``fn(a, b, dtype)``; the result is cast to ``out_dtype``."""
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        a, b = inputs
+        dt = T.dtype_of(a)
+        if out_dtype is None:
+            return T.broadcast(lambda u, v: fn(u, v, dt), [a, b])
+        return T.broadcast(lambda u, v: T.cast(fn(u, v, dt), out_dtype), [a, b])
+    compute.__doc__ = doc
+    return compute
+
+
+def _add_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().Or(u, v) if dt == "bool" else u + v
+
+
+def _sub_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().bitwise_xor(u, v) if dt == "bool" else u - v
+
+
+def _mul_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().And(u, v) if dt == "bool" else u * v
+
+
+def _via_f64(fn):  # type: ignore[no-untyped-def]
+    """Apply a float formula to bools through float64 (numpy's promotion), back to bool."""
+    def g(u, v, dt):  # type: ignore[no-untyped-def]
+        if dt != "bool":
+            return fn(u, v, dt)
+        return T.cast(fn(T.cast(u, "float64"), T.cast(v, "float64"), "float64"), "bool")
+    return g
+
+
+@_via_f64
+def _div_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return u / v if T.is_float(dt) else T.trunc_div(u, v)
+
+
+@_via_f64
+def _floordiv_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().floor(u / v) if T.is_float(dt) else T.floor_div(u, v)
+
+
+def _mod_b(u, v, dt):  # type: ignore[no-untyped-def]
+    tirx = T.tir_mod()
+    if dt in ("float16", "float32"):
+        # NOTE: LLVM has no fmod intrinsic here; in float64 the quotient and product are exact
+        u64, v64 = T.cast(u, "float64"), T.cast(v, "float64")
+        return T.cast(u64 - tirx.trunc(u64 / v64) * v64, dt)
+    if dt == "float64":
+        return u - tirx.trunc(u / v) * v
+    if dt == "bool":
+        return T.const(False, "bool")
+    return T.trunc_mod(u, v)
+
+
+@_via_f64
+def _floormod_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return u - T.tir_mod().floor(u / v) * v if T.is_float(dt) else T.floor_mod(u, v)
+
+
+def _power_b(u, v, dt):  # type: ignore[no-untyped-def]
+    if T.is_float(dt):
+        tirx = T.tir_mod()
+        if dt == "float16":
+            return T.cast(tirx.power(T.cast(u, "float32"), T.cast(v, "float32")), dt)
+        return tirx.power(u, v)
+    return T.int_power(u, v)
+
+
+def _max_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().Or(u, v) if dt == "bool" else T.tir_mod().max(u, v)
+
+
+def _min_b(u, v, dt):  # type: ignore[no-untyped-def]
+    return T.tir_mod().And(u, v) if dt == "bool" else T.tir_mod().min(u, v)
+
+
+def _logical_b(kind: str):  # type: ignore[no-untyped-def]
+    def fn(u, v, dt):  # type: ignore[no-untyped-def]
+        tirx = T.tir_mod()
+        bu, bv = T.cast(u, "bool"), T.cast(v, "bool")
+        r = {"and": tirx.And, "or": tirx.Or, "xor": tirx.NE}[kind](bu, bv)
+        return T.cast(r, dt)
+    return fn
+
+
+def _bitwise_b(kind: str):  # type: ignore[no-untyped-def]
+    def fn(u, v, dt):  # type: ignore[no-untyped-def]
+        tirx = T.tir_mod()
+        if dt == "bool":
+            return {"and": tirx.And, "or": tirx.Or, "xor": tirx.NE}[kind](u, v)
+        return {"and": tirx.bitwise_and, "or": tirx.bitwise_or,
+                "xor": tirx.bitwise_xor}[kind](u, v)
+    return fn
+
+
+def _compare_b(kind: str):  # type: ignore[no-untyped-def]
+    def fn(u, v, dt):  # type: ignore[no-untyped-def]
+        tirx = T.tir_mod()
+        if dt == "bool":
+            u, v = T.cast(u, "int8"), T.cast(v, "int8")
+        return {"less": tirx.LT, "greater": tirx.GT, "less_equal": tirx.LE,
+                "greater_equal": tirx.GE, "equal": tirx.EQ, "not_equal": tirx.NE}[kind](u, v)
+    return fn
+
+
+def where_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``where`` (a non-bool condition is ``!= 0``)."""
+    c, x, y = inputs
+    return T.broadcast(lambda cv, xv, yv: T.select(T.cast(cv, "bool"), xv, yv), [c, x, y],
+                       name="T_where")
+
+
+def cast_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``cast`` (numpy ``astype``)."""
+    return T.elemwise(lambda v: T.cast(v, out_type.dtype), inputs[0], name="T_cast")
+
+
+def cast_like_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``cast_like``."""
+    return T.elemwise(lambda v: T.cast(v, out_type.dtype), inputs[0], name="T_cast")
+
+
+def clip_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``clip`` (bounds converted like the reference)."""
+    x = inputs[0]
+    dt = np.dtype(T.dtype_of(x))
+    lo = T.const(_clip_bound(attrs.a_min, dt), dt.name)
+    hi = T.const(_clip_bound(attrs.a_max, dt), dt.name)
+    tirx = T.tir_mod()
+    if dt.kind == "b":
+        return T.elemwise(lambda v: tirx.And(tirx.Or(v, lo), hi), x, name="T_clip")
+    return T.elemwise(lambda v: tirx.min(tirx.max(v, lo), hi), x, name="T_clip")
+
+
+def _init_te(value: int):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te = T.te_mod()
+        return te.compute(tuple(attrs.shape), lambda *i: T.const(value, attrs.dtype),
+                          name="T_full")
+    compute.__doc__ = f"TE compute of a constant tensor of {value}s."
+    return compute
+
+
+def full_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``full``: the 0-d value converted to the result dtype."""
+    te = T.te_mod()
+    v = inputs[0]
+    return te.compute(tuple(attrs.shape), lambda *i: T.cast(v(), out_type.dtype), name="T_full")
+
+
+def full_like_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``full_like``."""
+    x, v = inputs
+    return T.elemwise(lambda e: T.cast(v(), T.dtype_of(x)), x, name="T_full")
+
+
+def shape_of_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``shape_of`` (symbolic dims are read at run time)."""
+    te = T.te_mod()
+    x = inputs[0]
+    dims = list(x.shape)
+    dt = out_type.dtype
+
+    def body(i):  # type: ignore[no-untyped-def]
+        r = T.cast(dims[-1], dt) if dims else T.const(0, dt)
+        for k in range(len(dims) - 2, -1, -1):
+            r = T.select(i == k, T.cast(dims[k], dt), r)
+        return r
+    return te.compute((len(dims),), body, name="T_shape")
+
+
+def _copy_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of an elementwise copy."""
+    return T.elemwise(lambda v: v, inputs[0], name="T_copy")
+
+
 # ----------------------------------------------------------------------------- unary math
 _UNARY_FLOAT = {
     "exp": np.exp, "log": np.log, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
@@ -228,73 +513,94 @@ _UNARY_FLOAT = {
 }
 for _name, _fn in _UNARY_FLOAT.items():
     def_elemwise(_name, _float_fn(_fn), doc=f"Elementwise ``{_name}``.",
-                 grad=_UNARY_GRAD[_name])
+                 grad=_UNARY_GRAD[_name], compute=_float_te(_name))
 
 def_elemwise("negative", np.negative, doc="Elementwise ``-x``.",
-             grad=_u(lambda x, y, g: op("negative", g)))
-def_elemwise("abs", np.abs, doc="Elementwise absolute value.", grad=_u(_abs_local))
+             grad=_u(lambda x, y, g: op("negative", g)),
+             compute=_elem_te(_negative_e, "TE compute of ``negative``."))
+def_elemwise("abs", np.abs, doc="Elementwise absolute value.", grad=_u(_abs_local),
+             compute=_elem_te(_abs_e, "TE compute of ``abs``."))
 def_elemwise("floor", np.floor, doc="Round toward negative infinity (identity on integers).",
-             grad=_ZERO)
+             grad=_ZERO, compute=_elem_te(_rounding_e("floor"), "TE compute of ``floor``."))
 def_elemwise("ceil", np.ceil, doc="Round toward positive infinity (identity on integers).",
-             grad=_ZERO)
-def_elemwise("trunc", np.trunc, doc="Round toward zero (identity on integers).", grad=_ZERO)
-def_elemwise("round", _round, doc="Round half away from zero.", grad=_ZERO)
-def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).", grad=_ZERO)
+             grad=_ZERO, compute=_elem_te(_rounding_e("ceil"), "TE compute of ``ceil``."))
+def_elemwise("trunc", np.trunc, doc="Round toward zero (identity on integers).", grad=_ZERO,
+             compute=_elem_te(_rounding_e("trunc"), "TE compute of ``trunc``."))
+def_elemwise("round", _round, doc="Round half away from zero.", grad=_ZERO,
+             compute=_elem_te(_round_e, "TE compute of ``round``."))
+def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).", grad=_ZERO,
+             compute=_elem_te(_sign_e, "TE compute of ``sign``."))
 def_elemwise("copy", _identity_copy, doc="A copy of the input.",
-             grad=_u(lambda x, y, g: g))
+             grad=_u(lambda x, y, g: g), compute=_copy_te)
 def_elemwise("logical_not", np.logical_not, doc="Elementwise logical not.",
-             non_differentiable=True)
+             non_differentiable=True,
+             compute=_elem_te(_logical_not_e, "TE compute of ``logical_not``."))
 def_elemwise("bitwise_not", np.invert, doc="Elementwise bitwise not (integers, bool).",
-             non_differentiable=True)
+             non_differentiable=True,
+             compute=_elem_te(_bitwise_not_e, "TE compute of ``bitwise_not``."))
 def_elemwise("zeros_like", lambda x: np.zeros(x.shape, x.dtype),
-             doc="Zeros of the input's type.", non_differentiable=True)
+             doc="Zeros of the input's type.", non_differentiable=True, compute=_fill_like_te(0))
 def_elemwise("ones_like", lambda x: np.ones(x.shape, x.dtype),
-             doc="Ones of the input's type.", non_differentiable=True)
+             doc="Ones of the input's type.", non_differentiable=True, compute=_fill_like_te(1))
 def_elemwise("stop_gradient", _identity_copy, doc="Identity whose gradient is zero.",
-             grad=_ZERO)
+             grad=_ZERO, compute=_copy_te)
 for _name, _fn in {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}.items():
     def_elemwise(_name, _float_fn(_fn), out_dtype="bool", non_differentiable=True,
-                 doc=f"Elementwise ``{_name}`` (bool result).")
+                 doc=f"Elementwise ``{_name}`` (bool result).", compute=_float_pred_te(_name))
 
 
 # ----------------------------------------------------------------------------- binary math
 def_broadcast("add", np.add, doc="Broadcasting ``a + b``.",
-              grad=_BINARY_GRAD["add"])
+              grad=_BINARY_GRAD["add"],
+              compute=_binary_te(_add_b, "TE compute of ``add``."))
 def_broadcast("subtract", np.subtract, doc="Broadcasting ``a - b``.",
-              grad=_BINARY_GRAD["subtract"])
+              grad=_BINARY_GRAD["subtract"],
+              compute=_binary_te(_sub_b, "TE compute of ``subtract``."))
 def_broadcast("multiply", np.multiply, doc="Broadcasting ``a * b``.",
-              grad=_BINARY_GRAD["multiply"])
+              grad=_BINARY_GRAD["multiply"],
+              compute=_binary_te(_mul_b, "TE compute of ``multiply``."))
 def_broadcast("divide", _trunc_div, doc="Broadcasting ``a / b`` (integers truncate toward 0).",
-              grad=_BINARY_GRAD["divide"])
+              grad=_BINARY_GRAD["divide"], compute=_binary_te(_div_b, "TE compute of ``divide``."))
 def_broadcast("floor_divide", _floor_div, doc="Broadcasting division rounding down.",
-              grad=_BINARY_GRAD["floor_divide"])
+              grad=_BINARY_GRAD["floor_divide"],
+              compute=_binary_te(_floordiv_b, "TE compute of ``floor_divide``."))
 def_broadcast("mod", _trunc_mod, doc="Remainder of truncating division (sign of ``a``).",
-              grad=_BINARY_GRAD["mod"])
+              grad=_BINARY_GRAD["mod"], compute=_binary_te(_mod_b, "TE compute of ``mod``."))
 def_broadcast("floor_mod", _floor_mod, doc="Remainder of flooring division (sign of ``b``).",
-              grad=_BINARY_GRAD["floor_mod"])
+              grad=_BINARY_GRAD["floor_mod"],
+              compute=_binary_te(_floormod_b, "TE compute of ``floor_mod``."))
 def_broadcast("power", _power, doc="Broadcasting ``a ** b``.",
-              grad=_BINARY_GRAD["power"])
+              grad=_BINARY_GRAD["power"], compute=_binary_te(_power_b, "TE compute of ``power``."))
 def_broadcast("maximum", np.maximum, doc="Broadcasting elementwise maximum.",
-              grad=_BINARY_GRAD["maximum"])
+              grad=_BINARY_GRAD["maximum"],
+              compute=_binary_te(_max_b, "TE compute of ``maximum``."))
 def_broadcast("minimum", np.minimum, doc="Broadcasting elementwise minimum.",
-              grad=_BINARY_GRAD["minimum"])
+              grad=_BINARY_GRAD["minimum"],
+              compute=_binary_te(_min_b, "TE compute of ``minimum``."))
 def_broadcast("logical_and", np.logical_and, doc="Broadcasting logical and.",
-              non_differentiable=True)
+              non_differentiable=True,
+              compute=_binary_te(_logical_b("and"), "TE compute of ``logical_and``."))
 def_broadcast("logical_or", np.logical_or, doc="Broadcasting logical or.",
-              non_differentiable=True)
+              non_differentiable=True,
+              compute=_binary_te(_logical_b("or"), "TE compute of ``logical_or``."))
 def_broadcast("logical_xor", np.logical_xor, doc="Broadcasting logical xor.",
-              non_differentiable=True)
+              non_differentiable=True,
+              compute=_binary_te(_logical_b("xor"), "TE compute of ``logical_xor``."))
 def_broadcast("bitwise_and", np.bitwise_and, doc="Broadcasting bitwise and.",
-              non_differentiable=True)
+              non_differentiable=True,
+              compute=_binary_te(_bitwise_b("and"), "TE compute of ``bitwise_and``."))
 def_broadcast("bitwise_or", np.bitwise_or, doc="Broadcasting bitwise or.",
-              non_differentiable=True)
+              non_differentiable=True,
+              compute=_binary_te(_bitwise_b("or"), "TE compute of ``bitwise_or``."))
 def_broadcast("bitwise_xor", np.bitwise_xor, doc="Broadcasting bitwise xor.",
-              non_differentiable=True)
+              non_differentiable=True,
+              compute=_binary_te(_bitwise_b("xor"), "TE compute of ``bitwise_xor``."))
 for _name, _fn in {"less": np.less, "greater": np.greater, "less_equal": np.less_equal,
                    "greater_equal": np.greater_equal, "equal": np.equal,
                    "not_equal": np.not_equal}.items():
     def_broadcast(_name, _fn, out_dtype="bool", non_differentiable=True,
-                  doc=f"Broadcasting comparison ``{_name}`` (bool result).")
+                  doc=f"Broadcasting comparison ``{_name}`` (bool result).",
+                  compute=_binary_te(_compare_b(_name), f"TE compute of ``{_name}``."))
 
 
 # ----------------------------------------------------------------------------- where, cast, clip
@@ -328,6 +634,7 @@ def where_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 defop("where", 3, rel=where_rel, impl=where_ref, pattern=OpPattern.BROADCAST, grad=where_grad,
+      compute=where_te,
       doc="Select from ``x`` where ``cond`` holds, else from ``y`` (broadcasting).")
 
 
@@ -354,7 +661,7 @@ def cast_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 defop("cast", 1, grad=cast_grad,
       attrs=[F("dtype", "dtype", None, "the target dtype")], attrs_type="CastAttrs",
-      rel=cast_rel, impl=cast_ref, pattern=OpPattern.ELEMWISE,
+      rel=cast_rel, impl=cast_ref, pattern=OpPattern.ELEMWISE, compute=cast_te,
       doc="Convert to another dtype.",
       required=("dtype",))
 
@@ -374,7 +681,7 @@ def cast_like_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("cast_like", g, x), zeros_for(like))
 
 
-defop("cast_like", 2, rel=cast_like_rel, grad=cast_like_grad,
+defop("cast_like", 2, rel=cast_like_rel, grad=cast_like_grad, compute=cast_like_te,
       impl=lambda args, attrs: args[0].astype(args[1].dtype), pattern=OpPattern.ELEMWISE,
       doc="Convert to the dtype of the second argument.")
 
@@ -410,6 +717,7 @@ def clip_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("clip", 1, grad=clip_grad, attrs=[F("a_min", "float", None, "lower bound"),
                         F("a_max", "float", None, "upper bound")],
       attrs_type="ClipAttrs", rel=identity_rel, impl=clip_ref, pattern=OpPattern.ELEMWISE,
+      compute=clip_te,
       doc="Clamp every element into ``[a_min, a_max]``.",
       required=("a_min", "a_max"))
 
@@ -436,10 +744,10 @@ _INIT_ATTRS = [F("shape", "ints", None, "the result shape"),
 
 defop("zeros", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("zeros"),
       impl=lambda args, attrs: np.zeros(attrs.shape, attrs.dtype), pattern=OpPattern.ELEMWISE,
-      doc="A tensor of zeros.", non_differentiable=True)
+      doc="A tensor of zeros.", non_differentiable=True, compute=_init_te(0))
 defop("ones", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("ones"),
       impl=lambda args, attrs: np.ones(attrs.shape, attrs.dtype), pattern=OpPattern.ELEMWISE,
-      doc="A tensor of ones.", non_differentiable=True)
+      doc="A tensor of ones.", non_differentiable=True, compute=_init_te(1))
 
 
 def full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -470,6 +778,7 @@ def full_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("full", 1, grad=full_grad, attrs=[F("shape", "ints", None, "the result shape"),
                         F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=full_rel, impl=full_ref, pattern=OpPattern.ELEMWISE,
+      compute=full_te,
       doc="A tensor filled with a scalar value.")
 
 
@@ -492,7 +801,8 @@ def full_like_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 defop("full_like", 2, rel=full_like_rel, grad=full_like_grad,
       impl=lambda args, attrs: np.full(args[0].shape, args[1], dtype=args[0].dtype),
-      pattern=OpPattern.ELEMWISE, doc="A tensor like ``x`` filled with a scalar value.")
+      pattern=OpPattern.ELEMWISE, doc="A tensor like ``x`` filled with a scalar value.",
+      compute=full_like_te)
 
 
 def shape_of_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -506,5 +816,5 @@ def shape_of_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
 defop("shape_of", 1, attrs=[F("dtype", "dtype", "int32", "the result dtype")],
       attrs_type="ShapeOfAttrs", rel=shape_of_rel,
       impl=lambda args, attrs: np.asarray(args[0].shape, dtype=attrs.dtype),
-      pattern=OpPattern.OPAQUE, doc="The shape of a tensor as a 1-d tensor.",
+      pattern=OpPattern.OPAQUE, doc="The shape of a tensor as a 1-d tensor.", compute=shape_of_te,
       non_differentiable=True)

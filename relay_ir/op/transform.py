@@ -20,10 +20,104 @@ from relay_ir.expr import Tuple, TupleGetItem
 from relay_ir.op import OpPattern
 from relay_ir.op._grad import (GradientRuleError, field, grad_rule, op, static_shape, tensor_type,
                                zeros_for)
+from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis,
                                 shape_size, tensor_arg, tensor_args, tuple_of_tensors, wrap)
 from relay_ir.ty import (ANY, Dim, TensorType, TupleType, Type, dim_add, dim_div_exact,
                          dim_mul, format_dim)
+
+
+# ----------------------------------------------------------------------------- TE computes
+def _static_shape(out_type: TensorType, what: str) -> list[int]:
+    shape = []
+    for d in out_type.shape:
+        if not isinstance(d, int):
+            raise TypeInferenceError(f"{what}: the TVM compute needs a static result shape, "
+                                     f"found {fmt_shape(out_type.shape)}")
+        shape.append(d)
+    return shape
+
+
+def _reshape_to(x: object, shape: Sequence[object], name: str = "T_reshape") -> object:
+    """Row-major reshape of a te tensor to ``shape`` (ints or PrimExprs)."""
+    te = T.te_mod()
+    tirx = T.tir_mod()
+    src = T.shape_of(x)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        flat: object = 0
+        for d, i in zip(shape, o):
+            flat = flat * d + i
+        idx = []
+        for d in reversed(src):
+            if T.is_one(d):
+                idx.append(0)
+                continue
+            idx.append(tirx.floormod(flat, d) if not isinstance(flat, int) else flat % d)
+            flat = tirx.floordiv(flat, d) if not isinstance(flat, int) else flat // d
+        return x(*reversed(idx))
+    return te.compute(list(shape), body, name=name, tag="injective")
+
+
+def _te_dims(x: object, out_type: TensorType, what: str) -> list[object]:
+    """The result dims: static ones from ``out_type``; symbolic ones must be known."""
+    return _static_shape(out_type, what)
+
+
+def reshape_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``reshape`` (static result shape)."""
+    return _reshape_to(inputs[0], _te_dims(inputs[0], out_type, "reshape"))
+
+
+def reshape_like_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``reshape_like``."""
+    return _reshape_to(inputs[0], _te_dims(inputs[0], out_type, "reshape_like"))
+
+
+def transpose_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``transpose``."""
+    te = T.te_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    perm = transpose_axes(len(shp), attrs.axes)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        idx = [None] * len(perm)
+        for k, p in enumerate(perm):
+            idx[p] = o[k]
+        return x(*idx)
+    return te.compute([shp[p] for p in perm], body, name="T_transpose", tag="injective")
+
+
+def expand_dims_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``expand_dims``."""
+    te = T.te_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    a = norm_axis(attrs.axis, len(shp), extra=1)
+    num = attrs.num_newaxis
+    out = shp[:a] + [1] * num + shp[a:]
+    return te.compute(out, lambda *o: x(*(list(o[:a]) + list(o[a + num:]))),
+                      name="T_expand_dims", tag="broadcast")
+
+
+def squeeze_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``squeeze`` (a squeezed ``?`` axis must be 1 at run time)."""
+    te = T.te_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    if attrs.axis is None:
+        keep = [i for i, d in enumerate(shp) if not T.is_one(d)]
+    else:
+        drop = {norm_axis(a, len(shp)) for a in attrs.axis}
+        keep = [i for i in range(len(shp)) if i not in drop]
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        idx: list[object] = [0] * len(shp)
+        for k, i in enumerate(keep):
+            idx[i] = o[k]
+        return x(*idx)
+    return te.compute([shp[i] for i in keep], body, name="T_squeeze", tag="injective")
 
 
 # ----------------------------------------------------------------------------- reshape
@@ -144,6 +238,7 @@ defop("reshape", 1, grad=_reshape_grad,
       attrs=[F("newshape", "ints", None, "the new shape, with codes"),
                            F("allowzero", "bool", False, "0 is a literal zero")],
       attrs_type="ReshapeAttrs", rel=reshape_rel, impl=reshape_ref, pattern=OpPattern.INJECTIVE,
+      compute=reshape_te,
       doc="Reshape with Relay's codes 0, -1, -2, -3, -4.")
 
 
@@ -182,7 +277,8 @@ defop("reshape_like", 2, grad=_reshape_grad,
       attrs_type="ReshapeLikeAttrs", rel=reshape_like_rel,
       impl=lambda args, attrs: np.reshape(
           args[0], reshape_like_shape(args[0].shape, args[1].shape, attrs)),
-      pattern=OpPattern.INJECTIVE, doc="Reshape to (part of) another tensor's shape.")
+      pattern=OpPattern.INJECTIVE, doc="Reshape to (part of) another tensor's shape.",
+      compute=reshape_like_te)
 
 
 # ----------------------------------------------------------------------------- transpose
@@ -223,7 +319,7 @@ defop("transpose", 1, grad=transpose_grad,
       attrs=[F("axes", "ints?", None, "the permutation (None: reverse)")],
       attrs_type="TransposeAttrs", rel=transpose_rel,
       impl=lambda args, attrs: np.transpose(args[0], transpose_axes(args[0].ndim, attrs.axes)),
-      pattern=OpPattern.INJECTIVE, doc="Permute the axes.")
+      pattern=OpPattern.INJECTIVE, doc="Permute the axes.", compute=transpose_te)
 
 
 # ----------------------------------------------------------------------------- expand/squeeze
@@ -248,7 +344,7 @@ defop("expand_dims", 1, grad=_reshape_grad, attrs=[F("axis", "int", None, "where
       attrs_type="ExpandDimsAttrs", rel=expand_dims_rel,
       impl=lambda args, attrs: np.reshape(
           args[0], expand_dims_shape(args[0].shape, attrs.axis, attrs.num_newaxis)),
-      pattern=OpPattern.BROADCAST, doc="Insert unit axes.",
+      pattern=OpPattern.BROADCAST, doc="Insert unit axes.", compute=expand_dims_te,
       required=("axis",))
 
 
@@ -278,7 +374,215 @@ defop("squeeze", 1, grad=_reshape_grad,
       attrs=[F("axis", "ints?", None, "axes to drop (None: every unit axis)")],
       attrs_type="SqueezeAttrs", rel=squeeze_rel,
       impl=lambda args, attrs: np.reshape(args[0], squeeze_shape(args[0].shape, attrs.axis)),
-      pattern=OpPattern.INJECTIVE, doc="Remove unit axes.")
+      pattern=OpPattern.INJECTIVE, doc="Remove unit axes.", compute=squeeze_te)
+
+
+# ----------------------------------------------------------------------------- TE computes (2)
+def concatenate_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``concatenate`` (a select chain over the pieces)."""
+    te = T.te_mod()
+    xs = inputs[0]
+    shp = T.shape_of(xs[0])
+    axis = norm_axis(attrs.axis, len(shp))
+    sizes = [T.shape_of(x)[axis] for x in xs]
+    offs: list[object] = [0]
+    for s in sizes:
+        offs.append(offs[-1] + s)
+    out = list(shp)
+    out[axis] = offs[-1]
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        def read(k):  # type: ignore[no-untyped-def]
+            idx = list(o)
+            idx[axis] = o[axis] - offs[k]
+            return xs[k](*idx)
+        r = read(len(xs) - 1)
+        for k in range(len(xs) - 2, -1, -1):
+            r = T.select(o[axis] < offs[k + 1], read(k), r)
+        return r
+    return te.compute(out, body, name="T_concat", tag="injective")
+
+
+def stack_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``stack``."""
+    te = T.te_mod()
+    xs = inputs[0]
+    shp = T.shape_of(xs[0])
+    axis = norm_axis(attrs.axis, len(shp), extra=1)
+    out = shp[:axis] + [len(xs)] + shp[axis:]
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        idx = list(o[:axis]) + list(o[axis + 1:])
+        r = xs[-1](*idx)
+        for k in range(len(xs) - 2, -1, -1):
+            r = T.select(o[axis] == k, xs[k](*idx), r)
+        return r
+    return te.compute(out, body, name="T_stack", tag="injective")
+
+
+def _slice_te(x: object, starts: Sequence[object], steps: Sequence[int],
+              out: Sequence[object], name: str) -> object:
+    te = T.te_mod()
+    return te.compute(list(out), lambda *o: x(*[s + i * st for s, st, i in zip(starts, steps, o)]),
+                      name=name, tag="injective")
+
+
+def split_te(attrs: Attrs, inputs: list, out_type: TupleType) -> list:
+    """TE compute of ``split``: one slice per section (a list of tensors)."""
+    x = inputs[0]
+    shp = T.shape_of(x)
+    axis = norm_axis(attrs.axis, len(shp))
+    outs = []
+    start: object = 0
+    for k, ft in enumerate(out_type.fields):
+        d = ft.shape[axis]  # type: ignore[attr-defined]
+        if not isinstance(d, int):
+            raise TypeInferenceError("split: the TVM compute needs static section sizes")
+        o = list(shp)
+        o[axis] = d
+        starts = [0] * len(shp)
+        starts[axis] = start
+        outs.append(_slice_te(x, starts, [1] * len(shp), o, f"T_split{k}"))
+        start = start + d
+    return outs
+
+
+def strided_slice_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``strided_slice`` (static sliced dims)."""
+    x = inputs[0]
+    shp = T.shape_of(x)
+    starts: list[object] = [0] * len(shp)
+    steps = [1] * len(shp)
+    out: list[object] = list(shp)
+    for a, b, e, s in _slices(shp, attrs):
+        d = shp[a]
+        if not isinstance(d, int):
+            if b == 0 and s == 1 and e is None:
+                continue
+            raise TypeInferenceError("strided_slice: the TVM compute needs static sliced dims")
+        rng = range(*slice(b, e, s).indices(d))
+        starts[a], steps[a], out[a] = (rng.start if len(rng) else 0), s, len(rng)
+    return _slice_te(x, starts, steps, out, "T_strided_slice")
+
+
+def _broadcast_to(x: object, shape: Sequence[object], name: str) -> object:
+    te = T.te_mod()
+    return te.compute(list(shape), lambda *o: T.bcast_index(x, o), name=name, tag="broadcast")
+
+
+def broadcast_to_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``broadcast_to``."""
+    return _broadcast_to(inputs[0], list(attrs.shape), "T_broadcast_to")
+
+
+def broadcast_to_like_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``broadcast_to_like``."""
+    return _broadcast_to(inputs[0], T.shape_of(inputs[1]), "T_broadcast_to")
+
+
+def _collapse_sum_te(x: object, shape: Sequence[object]) -> object:
+    xs = T.shape_of(x)
+    lead = len(xs) - len(shape)
+    axes = list(range(lead)) + [lead + i for i, d in enumerate(shape)
+                                if T.is_one(d) and not T.is_one(xs[lead + i])]
+    dt = T.dtype_of(x)
+    if dt == "bool":
+        s = T.reduce(x, axes, True, "max", acc_dtype="int8")
+        s = T.cast_tensor(s, "bool")
+    else:
+        acc = "float32" if dt == "float16" else dt
+        s = T.cast_tensor(T.reduce(x, axes, True, "sum", acc_dtype=acc), dt)
+    return _reshape_to(s, list(shape), "T_collapse")
+
+
+def collapse_sum_like_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``collapse_sum_like``."""
+    return _collapse_sum_te(inputs[0], T.shape_of(inputs[1]))
+
+
+def collapse_sum_to_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``collapse_sum_to``."""
+    return _collapse_sum_te(inputs[0], list(attrs.shape))
+
+
+def reverse_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``reverse``."""
+    te = T.te_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    a = norm_axis(attrs.axis, len(shp))
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        idx = list(o)
+        idx[a] = shp[a] - 1 - o[a]
+        return x(*idx)
+    return te.compute(shp, body, name="T_reverse", tag="injective")
+
+
+def tile_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``tile`` (numpy semantics)."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    reps = tuple(attrs.reps or ())
+    n = max(len(reps), len(shp))
+    full = [1] * (n - len(shp)) + shp
+    reps = (1,) * (n - len(reps)) + reps
+    lead = n - len(shp)
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        return x(*[tirx.floormod(o[lead + k], d) if not T.is_one(d) else 0
+                   for k, d in enumerate(shp)])
+    return te.compute([d * r for d, r in zip(full, reps)], body, name="T_tile",
+                      tag="injective")
+
+
+def repeat_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``repeat``."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x = inputs[0]
+    shp = T.shape_of(x)
+    a = norm_axis(attrs.axis, len(shp))
+    r = attrs.repeats
+    out = list(shp)
+    out[a] = shp[a] * r
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        idx = list(o)
+        idx[a] = tirx.floordiv(o[a], r)
+        return x(*idx)
+    return te.compute(out, body, name="T_repeat", tag="injective")
+
+
+def take_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``take`` (clip, wrap; "fast" clips like the reference)."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x, ind = inputs
+    xs, is_ = T.shape_of(x), T.shape_of(ind)
+    wrap_mode = attrs.mode == "wrap"
+
+    def fix(i, n):  # type: ignore[no-untyped-def]
+        i = T.cast(i, "int64")
+        n = T.as_expr(n, "int64")
+        if wrap_mode:
+            return tirx.floormod(i, n)
+        return tirx.max(tirx.min(i, n - T.const(1, "int64")), T.const(0, "int64"))
+    if attrs.axis is None:
+        flat = _reshape_to(x, [T.shape_size(xs)], "T_flatten")
+        n = T.shape_size(xs)
+        return te.compute(is_, lambda *o: flat(fix(ind(*o), n)), name="T_take",
+                          tag="injective")
+    axis = norm_axis(attrs.axis, len(xs))
+    bd = attrs.batch_dims + len(is_) if attrs.batch_dims < 0 else attrs.batch_dims
+    ni = len(is_) - bd
+    out = xs[:axis] + is_[bd:] + xs[axis + 1:]
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        pre = list(o[:axis])
+        ii = list(o[:bd]) + list(o[axis:axis + ni])
+        post = list(o[axis + ni:])
+        return x(*(pre + [fix(ind(*ii), xs[axis])] + post))
+    return te.compute(out, body, name="T_take", tag="injective")
 
 
 # ----------------------------------------------------------------------------- concat / stack
@@ -344,7 +648,8 @@ defop("concatenate", 1, grad=concatenate_grad,
       attrs=[F("axis", "int", 0, "the axis to join along")],
       attrs_type="ConcatenateAttrs", rel=concatenate_rel,
       impl=lambda args, attrs: np.concatenate(args[0], axis=attrs.axis),
-      pattern=OpPattern.INJECTIVE, doc="Join a tuple of tensors along an existing axis.")
+      pattern=OpPattern.INJECTIVE, doc="Join a tuple of tensors along an existing axis.",
+      compute=concatenate_te)
 
 
 def stack_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -382,7 +687,8 @@ def stack_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("stack", 1, grad=stack_grad, attrs=[F("axis", "int", 0, "where the new axis goes")],
       attrs_type="StackAttrs", rel=stack_rel,
       impl=lambda args, attrs: np.stack(args[0], axis=attrs.axis),
-      pattern=OpPattern.INJECTIVE, doc="Join a tuple of equal tensors along a new axis.")
+      pattern=OpPattern.INJECTIVE, doc="Join a tuple of equal tensors along a new axis.",
+      compute=stack_te)
 
 
 # ----------------------------------------------------------------------------- split
@@ -446,6 +752,7 @@ defop("split", 1, grad=split_grad, attrs=[F("indices_or_sections", "int_or_ints"
                          F("axis", "int", 0, "the axis to split")],
       attrs_type="SplitAttrs", rel=split_rel, impl=split_ref, pattern=OpPattern.INJECTIVE,
       doc="Split into a tuple of tensors.",
+      compute=split_te,
       required=("indices_or_sections",))
 
 
@@ -573,7 +880,8 @@ defop("take_grad", 3, attrs=_TAKE_ATTRS, attrs_type="TakeAttrs", rel=take_grad_r
 
 defop("take", 2, grad=take_grad, attrs=_TAKE_ATTRS,
       attrs_type="TakeAttrs", rel=take_rel, impl=take_ref, pattern=OpPattern.INJECTIVE,
-      doc="Gather elements along an axis.")
+      doc="Gather elements along an axis.",
+      compute=take_te)
 
 
 # ----------------------------------------------------------------------------- strided_slice
@@ -691,6 +999,7 @@ defop("strided_slice", 1, grad=strided_slice_grad,
       attrs=_SLICE_ATTRS,
       attrs_type="StridedSliceAttrs", rel=strided_slice_rel, impl=strided_slice_ref,
       pattern=OpPattern.INJECTIVE, doc="Python-style strided slicing.",
+      compute=strided_slice_te,
       required=("begin", "end"))
 
 
@@ -735,7 +1044,8 @@ def _collapse_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("broadcast_to", 1, grad=_broadcast_grad, attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=broadcast_to_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], attrs.shape)),
-      pattern=OpPattern.BROADCAST, doc="Broadcast to a given shape.")
+      pattern=OpPattern.BROADCAST, doc="Broadcast to a given shape.",
+      compute=broadcast_to_te)
 
 
 def broadcast_to_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -749,7 +1059,8 @@ def broadcast_to_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | Non
 
 defop("broadcast_to_like", 2, grad=_broadcast_grad, rel=broadcast_to_like_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], args[1].shape)),
-      pattern=OpPattern.BROADCAST, doc="Broadcast to another tensor's shape.")
+      pattern=OpPattern.BROADCAST, doc="Broadcast to another tensor's shape.",
+      compute=broadcast_to_like_te)
 
 
 def collapse_sum(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
@@ -772,7 +1083,8 @@ def collapse_sum_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | Non
 
 defop("collapse_sum_like", 2, grad=_collapse_grad, rel=collapse_sum_like_rel,
       impl=lambda args, attrs: collapse_sum(args[0], args[1].shape),
-      pattern=OpPattern.COMM_REDUCE, doc="Sum over the axes that broadcasting ``like`` added.")
+      pattern=OpPattern.COMM_REDUCE, doc="Sum over the axes that broadcasting ``like`` added.",
+      compute=collapse_sum_like_te)
 
 
 def collapse_sum_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -790,7 +1102,8 @@ defop("collapse_sum_to", 1, grad=_collapse_grad,
       attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=collapse_sum_to_rel,
       impl=lambda args, attrs: collapse_sum(args[0], attrs.shape),
-      pattern=OpPattern.COMM_REDUCE, doc="Sum down to a shape that broadcasts to the input.")
+      pattern=OpPattern.COMM_REDUCE, doc="Sum down to a shape that broadcasts to the input.",
+      compute=collapse_sum_to_te)
 
 
 # ----------------------------------------------------------------------------- reverse/tile/repeat
@@ -812,7 +1125,8 @@ def reverse_grad(call, out, g):  # type: ignore[no-untyped-def]
 defop("reverse", 1, grad=reverse_grad, attrs=[F("axis", "int", 0, "the axis to flip")],
       attrs_type="ReverseAttrs", rel=reverse_rel,
       impl=lambda args, attrs: np.flip(args[0], attrs.axis).copy(),
-      pattern=OpPattern.INJECTIVE, doc="Reverse the order along an axis.")
+      pattern=OpPattern.INJECTIVE, doc="Reverse the order along an axis.",
+      compute=reverse_te)
 
 
 def tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -847,6 +1161,7 @@ defop("tile", 1, grad=tile_grad, attrs=[F("reps", "ints", None, "repetitions per
       attrs_type="TileAttrs", rel=tile_rel,
       impl=lambda args, attrs: np.tile(args[0], attrs.reps),
       pattern=OpPattern.INJECTIVE, doc="Repeat the whole tensor along each axis.",
+      compute=tile_te,
       required=("reps",))
 
 
@@ -878,8 +1193,8 @@ defop("repeat", 1, grad=repeat_grad, attrs=[F("repeats", "int", None, "how often
       attrs_type="RepeatAttrs", rel=repeat_rel,
       impl=lambda args, attrs: np.repeat(args[0], attrs.repeats, axis=attrs.axis),
       pattern=OpPattern.INJECTIVE, doc="Repeat every element along an axis.",
+      compute=repeat_te,
       required=("repeats",))
-
 
 
 # ----------------------------------------------------------------------------- layout_transform

@@ -1,0 +1,392 @@
+"""Shared TE helpers for the operators' ``compute`` rules (TVM imported lazily, inside functions).
+
+Every ``<op>_te(attrs, inputs, out_type)`` in the operator families builds its tensor
+expression from these helpers so that the compiled kernel reproduces the numpy reference
+implementation's dtype semantics exactly:
+
+* :func:`cast` is numpy's ``astype`` (to ``bool`` means ``!= 0``; floats to ints truncate);
+* :func:`trunc_div` / :func:`trunc_mod` / :func:`floor_div` / :func:`floor_mod` divide integers
+  without ever trapping: a zero divisor gives 0, a ``-1`` divisor negates (wrapping);
+* :func:`int_power` is exponentiation by squaring in the integer dtype (wrapping like numpy);
+* :func:`broadcast` indexes numpy-broadcast operands of any rank; :func:`reduce` reduces over a
+  list of axes with ``keepdims`` (an empty axis list copies).
+
+Fast math (TVM_NOTES section 2): ``llvm.exp``/``tanh`` are scalarised libm calls, while TOPI's
+``fast_exp``/``fast_tanh``/``fast_erf`` are vectorisable polynomials. :func:`fast_math` is a
+context manager selecting them (``True``: always, ``False``: never, ``None``: the per-op
+default in :data:`FAST_MATH_DEFAULT`, on only where the measured float32 error stays within
+float32 tolerance). Only float32 computations use the fast forms. The measured maximum relative
+errors against numpy float64 are in ``docs/fast_math.md`` and ``benchmarks/RESULTS.md``.
+
+Host-only operators carry a reason in ``OpDef.host_only`` and no compute; see
+:func:`host_only_reason`.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+_FAST: contextvars.ContextVar[bool | None] = contextvars.ContextVar("relay_ir_fast_math",
+                                                                    default=None)
+
+# Operators whose fast float32 form is on by default (error measured within float32 tolerance).
+FAST_MATH_DEFAULT: frozenset[str] = frozenset({"exp", "tanh", "sigmoid", "nn.softmax"})
+
+
+@contextlib.contextmanager
+def fast_math(flag: bool | None) -> Iterator[None]:
+    """Within the block, computes use fast transcendentals: always, never, or (None) by default."""
+    tok = _FAST.set(flag)
+    try:
+        yield
+    finally:
+        _FAST.reset(tok)
+
+
+def use_fast(op_name: str, dtype: str) -> bool:
+    """Whether ``op_name`` computing in ``dtype`` uses its fast form under the current setting."""
+    if dtype != "float32":
+        return False
+    flag = _FAST.get()
+    return op_name in FAST_MATH_DEFAULT if flag is None else flag
+
+
+def host_only_reason(opdef: Any) -> str:
+    """The documented reason an operator runs only on the host ("" when it has a compute)."""
+    return getattr(opdef, "host_only", "") or ""
+
+
+# ----------------------------------------------------------------------------- tvm access
+def _mods() -> tuple[Any, Any, Any]:
+    import tvm
+    from tvm import te, tirx
+    return tvm, te, tirx
+
+
+def te_mod() -> Any:
+    """``tvm.te``."""
+    return _mods()[1]
+
+
+def tir_mod() -> Any:
+    """``tvm.tirx``."""
+    return _mods()[2]
+
+
+def dtype_of(t: Any) -> str:
+    """The dtype string of a te.Tensor, tensor slice or PrimExpr."""
+    dt = getattr(t, "dtype", None)
+    if dt is None and hasattr(t, "var"):
+        t = t.var
+        dt = getattr(t, "dtype", None)
+    return str(dt if dt is not None else t.ty)
+
+
+def is_int(dtype: str) -> bool:
+    """Signed or unsigned integer dtype."""
+    return dtype.startswith(("int", "uint"))
+
+
+def is_float(dtype: str) -> bool:
+    """float16/32/64."""
+    return dtype.startswith("float")
+
+
+def const(value: Any, dtype: str) -> Any:
+    """A constant of ``dtype`` holding ``np.asarray(value).astype(dtype)`` (numpy conversion)."""
+    tirx = tir_mod()
+    with np.errstate(all="ignore"):
+        v = np.asarray(value).astype(dtype)
+    if dtype == "bool":
+        return tirx.const(bool(v), "bool")
+    if is_float(dtype):
+        return tirx.const(float(v), dtype)
+    return tirx.const(int(v), dtype)
+
+
+def const_value(value: Any, dtype: str) -> Any:
+    """``value`` converted to ``dtype`` the numpy way, as a Python number."""
+    with np.errstate(all="ignore"):
+        return np.asarray(value).astype(dtype).item()
+
+
+def min_value(dtype: str) -> Any:
+    """The smallest value of ``dtype`` (``-inf`` for floats)."""
+    if is_float(dtype):
+        return const(-np.inf, dtype)
+    if dtype == "bool":
+        return const(False, "bool")
+    return tir_mod().min_value(dtype)
+
+
+def max_value(dtype: str) -> Any:
+    """The largest value of ``dtype`` (``+inf`` for floats)."""
+    if is_float(dtype):
+        return const(np.inf, dtype)
+    if dtype == "bool":
+        return const(True, "bool")
+    return tir_mod().max_value(dtype)
+
+
+def cast(x: Any, dtype: str) -> Any:
+    """``x.astype(dtype)`` for an expression: to bool is ``x != 0``, floats to ints truncate."""
+    tirx = tir_mod()
+    src = dtype_of(x)
+    if src == dtype:
+        return x
+    if dtype == "bool":
+        if is_float(src):
+            # NOTE: NaN is truthy in numpy; LLVM's ordered != would say False
+            return tirx.Or(tirx.NE(x, const(0, src)), tirx.isnan(x))
+        return tirx.NE(x, const(0, src))
+    return tirx.Cast(dtype, x)
+
+
+def select(c: Any, a: Any, b: Any) -> Any:
+    """Branch-free ``c ? a : b``."""
+    return tir_mod().Select(c, a, b)
+
+
+# ----------------------------------------------------------------------------- integer arithmetic
+def _safe_divisor(b: Any, dtype: str) -> Any:
+    """``b`` with 0 (and -1 for signed dtypes) replaced by 1, so a hardware divide never traps."""
+    tirx = tir_mod()
+    bad = tirx.EQ(b, const(0, dtype))
+    if dtype.startswith("int"):
+        bad = tirx.Or(bad, tirx.EQ(b, const(-1, dtype)))
+    return select(bad, const(1, dtype), b)
+
+
+def trunc_div(a: Any, b: Any) -> Any:
+    """Integer division rounding toward zero; ``x/0 = 0``, ``x/-1 = -x`` (wrapping)."""
+    tirx = tir_mod()
+    dt = dtype_of(a)
+    q = tirx.truncdiv(a, _safe_divisor(b, dt))
+    if dt.startswith("int"):
+        q = select(tirx.EQ(b, const(-1, dt)), const(0, dt) - a, q)
+    return select(tirx.EQ(b, const(0, dt)), const(0, dt), q)
+
+
+def trunc_mod(a: Any, b: Any) -> Any:
+    """Remainder of truncating division (sign of ``a``); 0 for divisors 0 and -1."""
+    tirx = tir_mod()
+    dt = dtype_of(a)
+    r = tirx.truncmod(a, _safe_divisor(b, dt))
+    if dt.startswith("int"):
+        r = select(tirx.EQ(b, const(-1, dt)), const(0, dt), r)
+    return select(tirx.EQ(b, const(0, dt)), const(0, dt), r)
+
+
+def floor_div(a: Any, b: Any) -> Any:
+    """Integer division rounding down; ``x//0 = 0``, ``x//-1 = -x`` (wrapping)."""
+    tirx = tir_mod()
+    dt = dtype_of(a)
+    q = tirx.floordiv(a, _safe_divisor(b, dt))
+    if dt.startswith("int"):
+        q = select(tirx.EQ(b, const(-1, dt)), const(0, dt) - a, q)
+    return select(tirx.EQ(b, const(0, dt)), const(0, dt), q)
+
+
+def floor_mod(a: Any, b: Any) -> Any:
+    """Remainder of flooring division (sign of ``b``); 0 for divisors 0 and -1."""
+    tirx = tir_mod()
+    dt = dtype_of(a)
+    r = tirx.floormod(a, _safe_divisor(b, dt))
+    if dt.startswith("int"):
+        r = select(tirx.EQ(b, const(-1, dt)), const(0, dt), r)
+    return select(tirx.EQ(b, const(0, dt)), const(0, dt), r)
+
+
+def let_chain(bindings: Sequence[tuple[str, Any]], body: Callable[[list[Any]], Any]) -> Any:
+    """``let v0 = e0(); let v1 = e1(v0); ... in body(vars)`` (shared subterms stay linear).
+
+    Each binding is ``(name, fn)`` with ``fn(vars_so_far) -> PrimExpr``.
+    """
+    tirx = tir_mod()
+    vars_: list[Any] = []
+    values: list[Any] = []
+    for name, fn in bindings:
+        val = fn(vars_)
+        v = tirx.Var(name, dtype_of(val))
+        vars_.append(v)
+        values.append(val)
+    out = body(vars_)
+    for v, val in zip(reversed(vars_), reversed(values)):
+        out = tirx.Let(v, val, out)
+    return out
+
+
+def int_power(a: Any, b: Any) -> Any:
+    """``a ** b`` for integers by squaring (wrapping); negative ``b``: 1, +-1 or 0 like numpy."""
+    tirx = tir_mod()
+    dt = dtype_of(a)
+    if dt == "bool":
+        return select(b, a, const(True, "bool"))
+    bits = int(dt[4:]) if dt.startswith("uint") else int(dt[3:])
+    signed = dt.startswith("int")
+    nbits = bits - 1 if signed else bits
+    one = const(1, dt)
+    # bindings: a, b, then per bit i: the running result r_i and the square s_i = a^(2^i)
+    binds: list[tuple[str, Callable[[list[Any]], Any]]] = [("pa", lambda v: a),
+                                                          ("pb", lambda v: b)]
+
+    def bit(vs: list[Any], i: int) -> Any:
+        return tirx.NE(tirx.bitwise_and(tirx.shift_right(vs[1], const(i, dt)), one),
+                       const(0, dt))
+    # vars: [a, b, r0, s1, r1, s2, r2, ...]: s_i at 2i+1, r_i at 2i+2 (s_0 is a)
+    binds.append(("pr0", lambda vs: select(bit(vs, 0), vs[0], one)))
+    for i in range(1, nbits):
+        prev_s = (lambda i: (lambda vs: vs[0] if i == 1 else vs[2 * i - 1]))(i)
+        binds.append((f"ps{i}", (lambda ps: lambda vs: ps(vs) * ps(vs))(prev_s)))
+        binds.append((f"pr{i}", (lambda i: lambda vs:
+                                 vs[2 * i] * select(bit(vs, i), vs[2 * i + 1], one))(i)))
+
+    def body(vs: list[Any]) -> Any:
+        result = vs[-1]
+        if not signed:
+            return result
+        pa, pb = vs[0], vs[1]
+        odd = tirx.NE(tirx.bitwise_and(pb, one), const(0, dt))
+        neg = select(tirx.EQ(pa, one), one,
+                     select(tirx.EQ(pa, const(-1, dt)), select(odd, const(-1, dt), one),
+                            const(0, dt)))
+        return select(tirx.LT(pb, const(0, dt)), neg, result)
+    return let_chain(binds, body)
+
+
+# ----------------------------------------------------------------------------- tensor builders
+def shape_of(t: Any) -> list[Any]:
+    """The te shape as a list (IntImm dims become Python ints)."""
+    tirx = tir_mod()
+    return [int(d) if isinstance(d, tirx.IntImm) else d for d in t.shape]
+
+
+def is_one(d: Any) -> bool:
+    """A static unit dimension."""
+    return isinstance(d, int) and d == 1
+
+
+def broadcast_shape(shapes: Sequence[Sequence[Any]]) -> list[Any]:
+    """numpy broadcast of te shapes (static 1s stretch; otherwise the first non-1 dim)."""
+    n = max((len(s) for s in shapes), default=0)
+    out: list[Any] = []
+    for i in range(n):
+        d: Any = 1
+        for s in shapes:
+            k = i - (n - len(s))
+            if k < 0:
+                continue
+            e = s[k]
+            if is_one(d):
+                d = e
+            elif isinstance(d, int) and isinstance(e, int) and e != 1 and e != d:
+                raise ValueError(f"cannot broadcast shapes {shapes}")
+        out.append(d)
+    return out
+
+
+def bcast_index(t: Any, idx: Sequence[Any]) -> Any:
+    """``t`` read at output index ``idx`` under numpy broadcasting."""
+    shp = shape_of(t)
+    off = len(idx) - len(shp)
+    tidx = [0 if is_one(d) else idx[off + k] for k, d in enumerate(shp)]
+    return t(*tidx)
+
+
+def broadcast(fn: Callable[..., Any], tensors: Sequence[Any], name: str = "T_bcast") -> Any:
+    """``te.compute`` of ``fn(*elements)`` over the broadcast shape of ``tensors``."""
+    te = te_mod()
+    shape = broadcast_shape([shape_of(t) for t in tensors])
+    return te.compute(shape, lambda *i: fn(*[bcast_index(t, i) for t in tensors]), name=name,
+                      tag="broadcast")
+
+
+def elemwise(fn: Callable[[Any], Any], x: Any, name: str = "T_elemwise") -> Any:
+    """``te.compute`` of ``fn(x[i])`` over ``x``'s shape."""
+    te = te_mod()
+    return te.compute(x.shape, lambda *i: fn(x(*i)), name=name, tag="elemwise")
+
+
+def cast_tensor(x: Any, dtype: str, name: str = "T_cast") -> Any:
+    """``x.astype(dtype)`` as a tensor (the input itself when the dtype already matches)."""
+    if dtype_of(x) == dtype:
+        return x
+    return elemwise(lambda v: cast(v, dtype), x, name=name)
+
+
+def reduce(x: Any, axes: Sequence[int], keepdims: bool, kind: str, acc_dtype: str | None = None,
+           fn: Callable[[Any], Any] | None = None, name: str = "T_reduce") -> Any:
+    """Reduce ``fn(x)`` (default ``x``) over ``axes`` with ``kind`` in sum/prod/max/min.
+
+    The accumulator has ``acc_dtype`` (default: the input dtype); the result keeps it. An empty
+    ``axes`` gives an elementwise copy.
+    """
+    te = te_mod()
+    tirx = tir_mod()
+    shp = shape_of(x)
+    acc = acc_dtype or dtype_of(x)
+    axes = sorted(axes)
+
+    def val(idx: Sequence[Any]) -> Any:
+        v = x(*idx) if fn is None else fn(*idx)
+        return cast(v, acc)
+    if not axes:
+        return te.compute(shp, lambda *i: val(i), name=name)
+    raxes = [te.reduce_axis((0, shp[a]), name=f"k{a}") for a in axes]
+    if keepdims:
+        out_shape = [1 if i in axes else d for i, d in enumerate(shp)]
+    else:
+        out_shape = [d for i, d in enumerate(shp) if i not in axes]
+    if kind == "sum":
+        red = te.sum
+    elif kind == "max":
+        red = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: min_value(t), name="max")
+    elif kind == "min":
+        red = te.comm_reducer(lambda a, b: tirx.min(a, b), lambda t: max_value(t), name="min")
+    elif kind == "prod":
+        red = te.comm_reducer(lambda a, b: a * b, lambda t: const(1, t), name="prod")
+    else:  # pragma: no cover - internal
+        raise ValueError(kind)
+
+    def body(*o: Any) -> Any:
+        idx: list[Any] = []
+        oi = 0
+        ri = 0
+        for i in range(len(shp)):
+            if i in axes:
+                idx.append(raxes[ri])
+                ri += 1
+                if keepdims:
+                    oi += 1
+            else:
+                idx.append(o[oi])
+                oi += 1
+        return red(val(idx), axis=raxes)
+    return te.compute(out_shape, body, name=name, tag="reduce")
+
+
+def as_expr(v: Any, dtype: str) -> Any:
+    """A Python int or PrimExpr as a PrimExpr of ``dtype``."""
+    if isinstance(v, int):
+        return const(v, dtype)
+    return cast(v, dtype)
+
+
+def shape_size(dims: Sequence[Any]) -> Any:
+    """The product of te dims (a Python int when all are static)."""
+    n: Any = 1
+    for d in dims:
+        n = n * d
+    return n
+
+
+def unary_float(x: Any, fn: Callable[[Any], Any], out_dtype: str) -> Any:
+    """A float function on any dtype: integers and bools go through float64 and back."""
+    dt = dtype_of(x)
+    if is_float(dt):
+        return elemwise(fn, x)
+    return elemwise(lambda v: cast(fn(cast(v, "float64")), out_dtype), x)
+

@@ -1,0 +1,344 @@
+"""The kernel cache: compiled kernels by structural hash, shapes, dtypes and target.
+
+Two levels:
+
+* in memory (per process): key -> the loaded kernel function, confirmed with
+  ``tvm_ffi.structural_equal`` against the stored PrimFunc;
+* on disk (default ``~/.cache/relay_ir/kernels``, moved by ``RELAY_IR_CACHE_DIR``): the
+  kernels compiled together in one build are one shared library ``lib-<id>.so``; each kernel
+  has an entry ``<key>.json`` naming its library, its symbol and the library's SHA-256. The
+  checksum is verified before a library is loaded: a missing, truncated or altered library
+  (loading one can crash the process) or an unreadable entry is deleted and rebuilt, never
+  loaded.
+
+Key = SHA-256 of (cache format version, a digest of the scheduling code and the TVM version,
+``tvm_ffi.structural_hash`` of the unscheduled PrimFunc, the input and output shapes and
+dtypes, ``str(target)``). Scheduling and
+``tvm.compile`` happen only for misses; all misses of one request are compiled by one
+``tvm.compile`` call (:data:`COMPILE_COUNT` counts them) and exported as one library.
+CUDA kernels are cached in memory only (their libraries hold CUDA source that must be
+recompiled on a GPU machine anyway).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+FORMAT_VERSION = 1
+ENV_VAR = "RELAY_IR_CACHE_DIR"
+
+# Number of tvm.compile calls made by this process (tests assert on it).
+COMPILE_COUNT = [0]
+
+
+def cache_dir() -> str:
+    """The on-disk cache directory (``$RELAY_IR_CACHE_DIR`` or ``~/.cache/relay_ir/kernels``)."""
+    d = os.environ.get(ENV_VAR)
+    if d:
+        return os.path.abspath(os.path.expanduser(d))
+    return os.path.join(os.path.expanduser("~"), ".cache", "relay_ir", "kernels")
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+_SCHED_VERSION: list[str] = []
+
+
+def _schedule_version() -> str:
+    """A digest of the scheduling code: kernels scheduled by older code are never reused."""
+    if not _SCHED_VERSION:
+        from relay_ir.runtime import schedules
+        h = hashlib.sha256()
+        with open(schedules.__file__, "rb") as f:
+            h.update(f.read())
+        import tvm
+        h.update(tvm.__version__.encode())
+        _SCHED_VERSION.append(h.hexdigest()[:16])
+    return _SCHED_VERSION[0]
+
+
+@dataclass
+class KernelRequest:
+    """One kernel to get: its key material and how to schedule it on a miss."""
+
+    prim_func: Any                      # the unscheduled PrimFunc (hashed)
+    signature: str                      # shapes and dtypes of inputs and outputs
+    make_scheduled: Callable[[], Any]   # -> IRModule with the scheduled "main"
+    label: str = ""                     # for error messages (the ops of the group)
+    key: str = ""                       # filled in by KernelCache.get
+    # a simpler schedule tried when the first one does not compile (None: no second try)
+    make_fallback: Callable[[], Any] | None = None
+
+
+@dataclass
+class CacheStats:
+    """Counters of one cache object (memory hits, disk hits, compiled kernels)."""
+
+    memory_hits: int = 0
+    disk_hits: int = 0
+    compiled: int = 0
+    rebuilt_corrupt: int = 0
+    schedule_s: float = 0.0     # seconds spent scheduling misses
+    compile_s: float = 0.0      # ... in tvm.compile
+    export_s: float = 0.0       # ... writing libraries (export_library runs the C++ linker)
+
+
+class KernelCache:
+    """In-memory and on-disk cache of compiled kernels (see the module docstring)."""
+
+    def __init__(self, directory: str | None = None, use_disk: bool = True):
+        self._directory = directory
+        self.use_disk = use_disk
+        self._memory: dict[str, tuple[Any, Any]] = {}
+        self._libs: dict[str, Any] = {}          # verified library path -> loaded module
+        self.modules: dict[str, Any] = {}        # key -> runtime module that compiled it
+        self._lib_of: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.stats = CacheStats()
+
+    @property
+    def directory(self) -> str:
+        """The directory in use (resolved from the environment when not given)."""
+        return self._directory or cache_dir()
+
+    # ------------------------------------------------------------------ keys
+    @staticmethod
+    def key(prim_func: Any, signature: str, target: Any) -> str:
+        """The cache key of a PrimFunc with its signature for ``target``."""
+        import tvm_ffi
+        h = tvm_ffi.structural_hash(prim_func)
+        text = f"{FORMAT_VERSION}|{_schedule_version()}|{h}|{signature}|{target}"
+        return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+    # ------------------------------------------------------------------ lookup
+    def get(self, requests: list[KernelRequest], target: Any) -> list[Any]:
+        """The kernel function of every request, compiling the misses together."""
+        import tvm_ffi
+        from relay_ir.runtime.lower_tvm import is_cuda
+        disk = self.use_disk and not is_cuda(target)
+        keys = []
+        memo: dict[int, str] = {}
+        for r in requests:
+            # NOTE: requests of one build often share a PrimFunc object (repeated layers)
+            k = memo.get(id(r.prim_func))
+            if k is None:
+                k = memo[id(r.prim_func)] = self.key(r.prim_func, r.signature, target)
+            r.key = k
+            keys.append(k)
+        out: list[Any] = [None] * len(requests)
+        missing: dict[str, list[int]] = {}
+        with self._lock:
+            for i, (r, k) in enumerate(zip(requests, keys)):
+                hit = self._memory.get(k)
+                if hit is not None and tvm_ffi.structural_equal(hit[0], r.prim_func):
+                    out[i] = hit[1]
+                    self.stats.memory_hits += 1
+                    continue
+                if disk:
+                    fn = self._load_from_disk(k)
+                    if fn is not None:
+                        self._memory[k] = (r.prim_func, fn)
+                        self.modules[k] = self._libs.get(self._lib_of.get(k, ""))
+                        out[i] = fn
+                        self.stats.disk_hits += 1
+                        continue
+                missing.setdefault(k, []).append(i)
+            if missing:
+                self._compile(requests, missing, target, disk, out)
+        return out
+
+    def _load_from_disk(self, key: str) -> Any | None:
+        d = self.directory
+        entry = os.path.join(d, key + ".json")
+        if not os.path.exists(entry):
+            return None
+        try:
+            with open(entry, encoding="utf-8") as f:
+                meta = json.load(f)
+            lib = os.path.join(d, os.path.basename(meta["lib"]))
+            symbol = str(meta["symbol"])
+            digest = str(meta["sha256"])
+            if meta.get("version") != FORMAT_VERSION or meta.get("key") != key:
+                raise ValueError("stale entry")
+        except (OSError, ValueError, KeyError, TypeError):
+            self._discard(entry, None)
+            self.stats.rebuilt_corrupt += 1
+            return None
+        mod = self._libs.get(lib)
+        if mod is None:
+            try:
+                ok = os.path.exists(lib) and _sha256_file(lib) == digest
+            except OSError:
+                ok = False
+            if not ok:
+                # NOTE: never load an unverified library: a truncated .so crashes dlopen.
+                self._discard(entry, lib)
+                self.stats.rebuilt_corrupt += 1
+                return None
+            import tvm
+            try:
+                mod = tvm.runtime.load_module(lib)
+            except Exception:
+                self._discard(entry, lib)
+                self.stats.rebuilt_corrupt += 1
+                return None
+            self._libs[lib] = mod
+        self._lib_of[key] = lib
+        try:
+            return mod[symbol]
+        except Exception:
+            self._discard(entry, None)
+            self.stats.rebuilt_corrupt += 1
+            return None
+
+    @staticmethod
+    def _discard(entry: str, lib: str | None) -> None:
+        for p in (entry, lib):
+            if p:
+                try:
+                    os.remove(p)
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------------ compile
+    def _compile(self, requests: list[KernelRequest], missing: dict[str, list[int]],
+                 target: Any, disk: bool, out: list[Any]) -> None:
+        import tvm
+        from relay_ir.errors import LoweringError
+        funcs = {}
+        t0 = time.perf_counter()
+        for k, idxs in missing.items():
+            r = requests[idxs[0]]
+            mod = r.make_scheduled()
+            f = mod["main"].with_attr("global_symbol", "k_" + k)
+            funcs["k_" + k] = f
+        irmod = tvm.IRModule(funcs)
+        COMPILE_COUNT[0] += 1
+        t1 = time.perf_counter()
+        self.stats.schedule_s += t1 - t0
+        try:
+            ex = tvm.compile(irmod, target=target)
+            self.stats.compile_s += time.perf_counter() - t1
+        except Exception as e:
+            # find the group(s) that fail on their own; retry those with their fallback
+            # schedule, else name them (first line of TVM's message)
+            bad = []
+            for k, idxs in missing.items():
+                r = requests[idxs[0]]
+                try:
+                    tvm.compile(tvm.IRModule({"main": funcs["k_" + k]}), target=target)
+                    continue
+                except Exception as e1:
+                    err = e1
+                if r.make_fallback is not None:
+                    try:
+                        f = r.make_fallback()["main"].with_attr("global_symbol", "k_" + k)
+                        tvm.compile(tvm.IRModule({"main": f}), target=target)
+                        funcs["k_" + k] = f
+                        continue
+                    except Exception as e2:
+                        err = e2
+                msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                bad.append(f"{r.label} ({type(err).__name__}: {msg})")
+            if bad or len(funcs) == 0:
+                raise LoweringError(f"tvm.compile failed for {target.kind.name}: "
+                                    f"{'; '.join(bad) or str(e)[:500]}") from e
+            COMPILE_COUNT[0] += 1
+            ex = tvm.compile(tvm.IRModule(funcs), target=target)
+            self.stats.compile_s += time.perf_counter() - t1
+        self.stats.compiled += len(missing)
+        for k, idxs in missing.items():
+            fn = ex["k_" + k]
+            self.modules[k] = ex.mod
+            self._memory[k] = (requests[idxs[0]].prim_func, fn)
+            for i in idxs:
+                out[i] = fn
+        if disk:
+            t2 = time.perf_counter()
+            self._store(ex, list(missing))
+            self.stats.export_s += time.perf_counter() - t2
+
+    def _store(self, ex: Any, keys: list[str]) -> None:
+        d = self.directory
+        try:
+            os.makedirs(d, exist_ok=True)
+            lib_id = hashlib.sha256("|".join(sorted(keys)).encode()).hexdigest()[:24]
+            lib = os.path.join(d, f"lib-{lib_id}.so")
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
+            os.close(fd)
+            ex.export_library(tmp)
+            os.replace(tmp, lib)
+            digest = _sha256_file(lib)
+            for k in keys:
+                meta = {"version": FORMAT_VERSION, "key": k, "lib": os.path.basename(lib),
+                        "symbol": "k_" + k, "sha256": digest, "created": time.time()}
+                fd, tmpj = tempfile.mkstemp(suffix=".json", dir=d)
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(meta, f)
+                os.replace(tmpj, os.path.join(d, k + ".json"))
+        except Exception as e:  # NOTE: a read-only or full disk must not fail the build
+            warnings.warn(f"relay_ir: could not write the kernel cache in {d}: {e}",
+                          RuntimeWarning, stacklevel=3)
+
+    # ------------------------------------------------------------------ management
+    def clear_memory(self) -> None:
+        """Forget the kernels held in memory (the disk cache stays)."""
+        with self._lock:
+            self._memory.clear()
+            self._libs.clear()
+            self.modules.clear()
+            self._lib_of.clear()
+
+
+def disk_usage(directory: str | None = None) -> tuple[int, int, int]:
+    """(number of kernel entries, number of libraries, total bytes) in the cache directory."""
+    d = directory or cache_dir()
+    entries = libs = total = 0
+    if not os.path.isdir(d):
+        return 0, 0, 0
+    for name in os.listdir(d):
+        p = os.path.join(d, name)
+        if not os.path.isfile(p):
+            continue
+        if name.endswith(".json"):
+            entries += 1
+        elif name.endswith(".so"):
+            libs += 1
+        total += os.path.getsize(p)
+    return entries, libs, total
+
+
+def clear_disk(directory: str | None = None) -> int:
+    """Delete every cache file (entries, libraries, leftovers); returns how many."""
+    d = directory or cache_dir()
+    n = 0
+    if not os.path.isdir(d):
+        return 0
+    for name in os.listdir(d):
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and (name.endswith((".json", ".so")) or name.startswith("tmp")):
+            os.remove(p)
+            n += 1
+    _DEFAULT.clear_memory()
+    return n
+
+
+_DEFAULT = KernelCache()
+
+
+def default_cache() -> KernelCache:
+    """The process-wide cache used by ``runtime.build``."""
+    return _DEFAULT

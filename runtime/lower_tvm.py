@@ -1,0 +1,291 @@
+"""Lowering: a fused ``Primitive=1`` function -> one TIR PrimFunc -> a compiled kernel.
+
+``lower_group(fn, arg_types)`` walks the fused function's dataflow body, calls each
+operator's ``OpDef.compute`` (TE/TOPI) on te placeholders, and makes one PrimFunc with
+``te.create_prim_func`` (parameters: the flattened inputs, then the large constants, then the
+flattened outputs). Shapes are concrete: the executor lowers per concrete argument shape, and
+the output types come from the operators' type relations on those shapes. Scheduling
+(:mod:`relay_ir.runtime.schedules`) happens only when the kernel cache misses.
+
+Targets: ``"llvm"`` is the host CPU with its ``mcpu`` and core count (never generic x86-64),
+``"cuda"`` an sm_90 CUDA target (the GPU's own arch when one is present); a dict or a
+``tvm.target.Target`` is used as given. tvm is imported lazily.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from relay_ir.errors import InternalError, LoweringError
+from relay_ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
+from relay_ir.traversal import post_order
+from relay_ir.ty import TensorType, TupleType, Type
+
+_MATMUL = {"nn.dense", "nn.matmul", "nn.batch_matmul"}
+_CONV = {"nn.conv2d"}
+_POOL = {"nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d"}
+
+
+def ensure_threads() -> int:
+    """Set ``TVM_NUM_THREADS`` to the core count unless the user set it (TVM_NOTES section 8).
+
+    TVM's pool defaults to half the cores; it reads the variable when it starts, lazily, at
+    the first parallel kernel call, so this must run before that call.
+    """
+    n = os.environ.get("TVM_NUM_THREADS")
+    if n is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            (os.cpu_count() or 1)
+        os.environ["TVM_NUM_THREADS"] = str(cores)
+        return cores
+    return int(n)
+
+
+_TARGETS: dict[str, Any] = {}
+
+
+def resolve_target(target: Any) -> Any:
+    """A ``tvm.target.Target`` for ``"llvm"``, ``"cuda"``, a dict or a Target."""
+    import tvm
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, dict):
+        try:
+            return tvm.target.Target(target)
+        except Exception as e:
+            raise LoweringError(f"invalid target {target!r}: {e}") from None
+    if not isinstance(target, str):
+        raise LoweringError(f"a target is a string, a dict or a tvm.target.Target, not "
+                            f"{type(target).__name__}")
+    if target in _TARGETS:
+        return _TARGETS[target]
+    if target in ("llvm", "cpu"):
+        from tvm.target import codegen
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            (os.cpu_count() or 1)
+        t = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
+                               "num-cores": cores})
+    elif target == "cuda":
+        arch = "sm_90"
+        try:
+            dev = tvm.cuda(0)
+            if dev.exist:
+                arch = "sm_" + str(dev.compute_version).replace(".", "")
+        except Exception:  # NOTE: no CUDA runtime in this wheel/machine: compile for sm_90
+            pass
+        t = tvm.target.Target({"kind": "cuda", "arch": arch,
+                               "max_shared_memory_per_block": 49152,
+                               "max_threads_per_block": 1024, "thread_warp_size": 32})
+    else:
+        raise LoweringError(f"unknown target {target!r}: use \"llvm\", \"cuda\", a dict such as "
+                            f"{{\"kind\": \"llvm\", \"mcpu\": \"x86-64-v3\"}} or a "
+                            f"tvm.target.Target")
+    _TARGETS[target] = t
+    return t
+
+
+def is_cuda(target: Any) -> bool:
+    """Whether ``target`` (a Target) generates CUDA kernels."""
+    return str(target.kind.name) == "cuda"
+
+
+@dataclass
+class LoweredGroup:
+    """One fused group as a PrimFunc plus what the executor needs to call it."""
+
+    prim_func: Any
+    kind: str                                  # schedule hint: matmul / conv / pool / ""
+    in_types: list[TensorType]                 # flattened kernel inputs (params)
+    constants: list[np.ndarray]                # large constants, passed after the inputs
+    out_types: list[TensorType]                # flattened outputs
+    result_type: Type                          # the group's (possibly tuple) result type
+    ops: list[str] = field(default_factory=list)
+
+
+def flatten_type(t: Type) -> list[TensorType]:
+    """The tensor leaves of ``t`` (a tensor or nested tuple of tensors), in order."""
+    out: list[TensorType] = []
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, TensorType):
+            out.append(x)
+        elif isinstance(x, TupleType):
+            stack.extend(reversed(x.fields))
+        else:
+            raise LoweringError(f"a kernel argument or result must be a tensor or a tuple of "
+                                f"tensors, not {x!r}")
+    return out
+
+
+def infer_group_types(fn: Function, arg_types: list[Type]) -> dict[int, Type]:
+    """Concrete types of every node of ``fn``'s body from concrete argument types.
+
+    Uses the operators' type relations directly (no unification needed: the body is
+    first-order dataflow over known shapes).
+    """
+    types: dict[int, Type] = {id(p): t for p, t in zip(fn.params, arg_types)}
+    for node in post_order(fn.body):
+        if id(node) in types or isinstance(node, (Op, Function)):
+            continue
+        if isinstance(node, Var):
+            raise InternalError(f"free variable %{node.name_hint} in a primitive function")
+        if isinstance(node, Constant):
+            types[id(node)] = TensorType(tuple(node.data.shape), str(node.data.dtype))
+        elif isinstance(node, Tuple):
+            types[id(node)] = TupleType(tuple(types[id(f)] for f in node.fields))
+        elif isinstance(node, TupleGetItem):
+            tt = types[id(node.tuple_value)]
+            assert isinstance(tt, TupleType)
+            types[id(node)] = tt.fields[node.index]
+        elif isinstance(node, Call) and isinstance(node.op, Op):
+            od = node.op.opdef
+            if od.type_rel is None:
+                raise LoweringError(f"operator {od.name} has no type relation", node.span)
+            res = od.type_rel([types[id(a)] for a in node.args], node.attrs)
+            if isinstance(res, tuple) and len(res) == 2 and not isinstance(res, TupleType):
+                res = res[0]
+            if res is None:
+                raise LoweringError(f"cannot compute the result type of {od.name} for the "
+                                    f"argument shapes given", node.span)
+            types[id(node)] = res
+        else:
+            raise LoweringError(f"a primitive function may hold only operator calls, tuples "
+                                f"and constants, not {type(node).__name__}", node.span)
+    return types
+
+
+def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
+    """One PrimFunc for the fused function ``fn`` at the concrete ``arg_types``."""
+    import tvm
+    from tvm import te
+    types = infer_group_types(fn, arg_types)
+    te_of: dict[int, Any] = {}
+    placeholders: list[Any] = []
+    in_types: list[TensorType] = []
+    const_ph: list[Any] = []
+    constants: list[np.ndarray] = []
+    for i, p in enumerate(fn.params):
+        leaves = flatten_type(types[id(p)])
+        phs = [te.placeholder(t.concrete_shape, t.dtype, name=f"p{i}_{j}")
+               for j, t in enumerate(leaves)]
+        placeholders.extend(phs)
+        in_types.extend(leaves)
+        te_of[id(p)] = phs[0] if isinstance(types[id(p)], TensorType) else \
+            _unflatten(types[id(p)], phs)
+    ops: list[str] = []
+    kind = ""
+    for node in post_order(fn.body):
+        if id(node) in te_of or isinstance(node, Op):
+            continue
+        if isinstance(node, Constant):
+            data = node.data
+            if data.ndim == 0:
+                val = data.item()
+                dt = str(data.dtype)
+                te_of[id(node)] = te.compute((), _const_fn(tvm.tirx.const(val, dt)),
+                                             name="const")
+            else:
+                ph = te.placeholder(data.shape, str(data.dtype), name=f"c{len(constants)}")
+                const_ph.append(ph)
+                constants.append(data)
+                te_of[id(node)] = ph
+        elif isinstance(node, Tuple):
+            te_of[id(node)] = [te_of[id(f)] for f in node.fields]
+        elif isinstance(node, TupleGetItem):
+            te_of[id(node)] = te_of[id(node.tuple_value)][node.index]
+        elif isinstance(node, Call) and isinstance(node.op, Op):
+            od = node.op.opdef
+            if od.compute is None:
+                raise LoweringError(f"operator {od.name} has no TVM compute", node.span)
+            ops.append(od.name)
+            if od.name in _MATMUL:
+                kind = "matmul"
+            elif od.name in _CONV and kind == "":
+                kind = "conv"
+            elif od.name in _POOL and kind == "":
+                kind = "pool"
+            args = [te_of[id(a)] for a in node.args]
+            try:
+                out = od.compute(node.attrs, args, types[id(node)])
+            except LoweringError:
+                raise
+            except Exception as e:
+                raise LoweringError(f"the TVM compute of {od.name} failed: "
+                                    f"{type(e).__name__}: {e}", node.span) from e
+            te_of[id(node)] = out
+        else:
+            raise LoweringError(f"cannot lower {type(node).__name__} inside a primitive "
+                                f"function", node.span)
+    result_type = types[id(fn.body)]
+    out_types = flatten_type(result_type)
+    outs = _flatten_te(te_of[id(fn.body)])
+    if len(outs) != len(out_types):
+        raise InternalError(f"compute returned {len(outs)} tensors for {len(out_types)} outputs")
+    inputs = set(id(t) for t in placeholders + const_ph)
+    fixed = []
+    seen: set[int] = set()
+    for t, ty in zip(outs, out_types):
+        if str(t.dtype) != ty.dtype:
+            raise LoweringError(f"the TVM compute of a fused group returned dtype {t.dtype} "
+                                f"where the type is {ty!r} (ops: {', '.join(ops)})",
+                                fn.span)
+        if id(t) in inputs or id(t) in seen or not isinstance(t.op, te.ComputeOp):
+            t = te.compute(t.shape, _copy_fn(t), name="copy")
+        seen.add(id(t))
+        fixed.append(t)
+    prim = te.create_prim_func([*placeholders, *const_ph, *fixed])
+    return LoweredGroup(prim, kind, in_types, constants, out_types, result_type, ops)
+
+
+def _const_fn(c: Any) -> Any:
+    return lambda: c
+
+
+def _copy_fn(src: Any) -> Any:
+    return lambda *i: src(*i)
+
+
+def _unflatten(t: Type, leaves: list[Any]) -> Any:
+    it = iter(leaves)
+
+    def build(x: Type) -> Any:
+        if isinstance(x, TupleType):
+            return [build(f) for f in x.fields]
+        return next(it)
+    return build(t)
+
+
+def _flatten_te(v: Any) -> list[Any]:
+    out: list[Any] = []
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(reversed(list(x)))
+        else:
+            out.append(x)
+    return out
+
+
+def schedule(group: LoweredGroup, target: Any, fallback: bool = False) -> Any:
+    """The scheduled IRModule (``main``) of ``group`` for ``target``.
+
+    ``fallback``: the simplest schedule that works (CUDA: dlight's Fallback rule alone; CPU:
+    every block's outer loop in parallel).
+    """
+    from relay_ir.runtime import schedules
+    if is_cuda(target):
+        return schedules.schedule_cuda(group.prim_func, target, fallback_only=fallback)
+    if fallback:
+        from tvm import s_tir
+        sch = s_tir.Schedule(group.prim_func)
+        schedules.schedule_generic(sch)
+        return sch.mod
+    return schedules.schedule_cpu(group.prim_func, group.kind)
+
+
+

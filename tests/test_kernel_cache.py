@@ -1,0 +1,153 @@
+"""Kernel cache: no recompiling on a second build, disk entries, corrupt entries rebuilt, CLI."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("RELAY_IR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"relay_ir_test_kernels_{os.getuid()}"))
+
+tvm = pytest.importorskip("tvm")
+
+import relay_ir as rly  # noqa: E402
+from relay_ir import runtime  # noqa: E402
+from relay_ir.cli import main  # noqa: E402
+from relay_ir.runtime import kernel_cache as kc  # noqa: E402
+
+pytestmark = pytest.mark.tvm
+
+MODEL = '''#[version = "0.0.5"]
+def @main(%x: Tensor[(6, 24), float32], %w: Tensor[(24, 16), float32],
+          %b: Tensor[(16), float32]) {
+  %0 = nn.matmul(%x, %w);
+  %1 = nn.relu(add(%0, %b));
+  %2 = multiply(%1, %SCALE);
+  (sum(%2, axis=[1]), exp(negative(%2)))
+}'''
+
+
+def model(scale: str) -> rly.IRModule:
+    # NOTE: the scale is baked into the kernels, so each test gets kernels of its own
+    return rly.parse(MODEL.replace("%SCALE", scale))
+
+
+def inputs() -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((6, 24)).astype("float32"),
+            rng.standard_normal((24, 16)).astype("float32"),
+            rng.standard_normal(16).astype("float32"))
+
+
+@pytest.fixture
+def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts real ``tvm.compile`` calls."""
+    calls = [0]
+    real = tvm.compile
+
+    def counting(*a: object, **k: object) -> object:
+        calls[0] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(tvm, "compile", counting)
+    return calls
+
+
+def check(exe: object, mod: rly.IRModule) -> int:
+    """Run and compare with the interpreter; returns the number of compiled (TVM) kernels."""
+    got = exe(*inputs())  # type: ignore[operator]
+    ref = runtime.evaluate(mod, *inputs())
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+    n = exe.num_kernels() - len(exe.host_kernels())  # type: ignore[attr-defined]
+    assert n >= 1
+    return n
+
+
+def test_second_build_compiles_nothing(count_compiles: list[int], tmp_path: object) -> None:
+    cache = kc.KernelCache(directory=str(tmp_path))
+    mod = model("1.25f")
+    n = check(runtime.build(mod, cache=cache), mod)   # 3 once every op has a TVM compute
+    assert count_compiles[0] == 1 and cache.stats.compiled == n
+    check(runtime.build(mod, cache=cache), mod)          # memory
+    assert count_compiles[0] == 1 and cache.stats.memory_hits == n
+    fresh = kc.KernelCache(directory=str(tmp_path))      # a new process: disk only
+    check(runtime.build(mod, cache=fresh), mod)
+    assert count_compiles[0] == 1 and fresh.stats.disk_hits == n
+    entries = glob.glob(os.path.join(str(tmp_path), "*.json"))
+    assert len(entries) == n and len(glob.glob(os.path.join(str(tmp_path), "*.so"))) == 1
+    meta = json.load(open(entries[0]))
+    assert set(meta) >= {"key", "lib", "symbol", "sha256", "version"}
+
+
+def test_default_cache_is_shared_between_builds(count_compiles: list[int]) -> None:
+    mod = model("0.75f")
+    check(runtime.build(mod), mod)
+    before = count_compiles[0]
+    check(runtime.build(mod), mod)
+    assert count_compiles[0] == before
+    assert kc.default_cache().directory == os.environ["RELAY_IR_CACHE_DIR"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "bad-json"])
+def test_corrupt_entries_are_rebuilt_not_loaded(damage: str, count_compiles: list[int],
+                                               tmp_path: object) -> None:
+    d = str(tmp_path)
+    mod = model("2.5f")
+    n = check(runtime.build(mod, cache=kc.KernelCache(directory=d)), mod)
+    assert count_compiles[0] == 1
+    (lib,) = glob.glob(os.path.join(d, "*.so"))
+    if damage == "truncate":
+        with open(lib, "r+b") as f:
+            f.truncate(os.path.getsize(lib) // 2)   # loading this would SIGBUS in dlopen
+    elif damage == "flip":
+        data = bytearray(open(lib, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(lib, "wb").write(bytes(data))
+    elif damage == "delete":
+        os.remove(lib)
+    else:
+        for e in glob.glob(os.path.join(d, "*.json")):
+            open(e, "w").write("{not json")
+    fresh = kc.KernelCache(directory=d)
+    check(runtime.build(mod, cache=fresh), mod)
+    assert count_compiles[0] == 2                      # rebuilt once, all kernels together
+    assert fresh.stats.rebuilt_corrupt >= 1 and fresh.stats.disk_hits == 0
+    again = kc.KernelCache(directory=d)                # and the rebuilt entries are good
+    check(runtime.build(mod, cache=again), mod)
+    assert count_compiles[0] == 2 and again.stats.disk_hits == n
+
+
+def test_key_depends_on_function_shapes_and_target() -> None:
+    from tvm import te
+    a = te.placeholder((4,), "float32", name="a")
+    f1 = te.create_prim_func([a, te.compute((4,), lambda i: a[i] + 1.0)])
+    a2 = te.placeholder((4,), "float32", name="other_name")
+    f1b = te.create_prim_func([a2, te.compute((4,), lambda i: a2[i] + 1.0)])
+    f2 = te.create_prim_func([a, te.compute((4,), lambda i: a[i] * 2.0)])
+    cpu = runtime.lower_tvm.resolve_target("llvm")
+    other = runtime.lower_tvm.resolve_target({"kind": "llvm", "mcpu": "x86-64-v3"})
+    k = kc.KernelCache.key
+    assert k(f1, "s", cpu) == k(f1b, "s", cpu)        # names do not matter
+    assert len({k(f1, "s", cpu), k(f2, "s", cpu), k(f1, "t", cpu), k(f1, "s", other)}) == 4
+
+
+def test_cache_dir_env_and_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: object,
+                               capsys: pytest.CaptureFixture) -> None:
+    d = os.path.join(str(tmp_path), "kcache")
+    monkeypatch.setenv(kc.ENV_VAR, d)
+    assert kc.cache_dir() == d
+    mod = model("3.5f")
+    n = check(runtime.build(mod, cache=kc.KernelCache()), mod)
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert d in out and f"{n} kernels in 1 libraries" in out
+    assert main(["cache", "--clear"]) == 0
+    assert f"cleared {n + 1} files" in capsys.readouterr().out
+    assert os.listdir(d) == []
+    monkeypatch.delenv(kc.ENV_VAR)
+    assert kc.cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "relay_ir",
+                                          "kernels")
