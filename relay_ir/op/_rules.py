@@ -45,18 +45,20 @@ def defop(name: str, num_inputs: int, *, attrs: Sequence[AttrField] = (), attrs_
           pattern: OpPattern = OpPattern.OPAQUE, doc: str = "",
           non_differentiable: bool = False, required: Sequence[str] = (),
           grad: Callable[..., Any] | None = None, jvp: Callable[..., Any] | None = None,
-          compute: Callable[..., Any] | None = None) -> OpDef:
+          compute: Callable[..., Any] | None = None, host_only: str = "") -> OpDef:
     """Register one operator and return its OpDef.
 
     ``required`` names attributes without a usable default: the relation reports a missing one.
-    ``grad``, ``jvp`` and ``compute`` are the operator's rules (see :mod:`relay_ir.op`).
+    ``grad``, ``jvp`` and ``compute`` are the operator's rules (see :mod:`relay_ir.op`);
+    ``host_only`` is the reason an operator without ``compute`` never becomes a kernel.
     """
     if required and rel is not None:
         rel = _requiring(name, tuple(required), rel)
     return register_op(OpDef(
         name=name, num_inputs=num_inputs, attrs=tuple(attrs), attrs_type=attrs_type,
         type_rel=rel, impl=impl, pattern=pattern, doc=doc,
-        non_differentiable=non_differentiable, grad=grad, jvp=jvp, compute=compute))
+        non_differentiable=non_differentiable, grad=grad, jvp=jvp, compute=compute,
+        host_only=host_only))
 
 
 def _requiring(name: str, required: tuple[str, ...], rel: Callable[..., Any]
@@ -206,6 +208,11 @@ def same_dtype(a: TensorType, b: TensorType) -> str:
     if a.dtype != b.dtype:
         raise ShapeMismatchError(f"data types {a.dtype} and {b.dtype} do not match")
     return a.dtype
+
+
+def is_int_dtype(dtype: str) -> bool:
+    """True for signed and unsigned integer dtypes."""
+    return dtype.startswith(("int", "uint"))
 
 
 # ----------------------------------------------------------------------------- dimensions
