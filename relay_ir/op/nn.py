@@ -1584,18 +1584,235 @@ def conv2d_backward_weight_grad(call, out, h):  # type: ignore[no-untyped-def]
             zeros_for(like))
 
 
+# ----------------------------------------------------------------------------- TE computes (3)
+# The gradient operators as kernels: each output element gathers the contributions the numpy
+# references scatter (no atomics), in the layouts of the forward op.
+def _at(perm: Sequence[int], canon: Sequence[object]) -> list[object]:
+    """An index in layout order from canonical (N, C, H, W) coordinates."""
+    idx: list[object] = [0] * 4
+    for k, p in enumerate(perm):
+        idx[p] = canon[k]
+    return idx
+
+
+def _canon(perm: Sequence[int], idx: Sequence[object]) -> list[object]:
+    """Canonical (N, C, H, W) coordinates of a layout-order index."""
+    return [idx[p] for p in perm]
+
+
+def _grad_acc(dt: str) -> str:
+    return "float64" if dt == "float64" else ("float32" if T.is_float(dt) else "int64")
+
+
+def _tap(y: object, k: int, s: int, dl: int, lo: int, n: object) -> tuple:
+    """(valid, window) for input row ``y`` reached by tap ``k`` of a window: ``y = w*s+k*dl-lo``."""
+    tirx = T.tir_mod()
+    num = y + lo - k * dl
+    q = tirx.floordiv(num, s)
+    ok = tirx.all(num >= 0, tirx.floormod(num, s) == 0, q < n)
+    return ok, tirx.max(tirx.min(q, n - 1), 0)
+
+
+def conv2d_backward_data_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.conv2d_backward_data``: each input pixel sums its output taps."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    g, w, like = inputs
+    dt = out_type.dtype
+    acc = _grad_acc(dt)
+    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
+    kp = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    op_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
+    o, cg, kh, kw = _canon(kp, T.shape_of(w))
+    oh, ow = _canon(op_, T.shape_of(g))[2:]
+    og = o // attrs.groups if isinstance(o, int) else tirx.floordiv(o, attrs.groups)
+    rq = te.reduce_axis((0, og), name="rq")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        n, c, y, x = _canon(dp, i)
+        oky, wy = _tap(y, ry, sh, dlh, pt, oh)
+        okx, wx = _tap(x, rx, sw, dlw, pl, ow)
+        co = tirx.floordiv(c, cg) * og + rq
+        v = T.cast(g(*_at(op_, [n, co, wy, wx])), acc) * \
+            T.cast(w(*_at(kp, [co, tirx.floormod(c, cg), ry, rx])), acc)
+        return te.sum(tirx.if_then_else(tirx.all(oky, okx), v, T.const(0, acc)),
+                      axis=[rq, ry, rx])
+    r = te.compute(T.shape_of(like), body, name="T_conv2d_backward_data", tag="conv2d_grad")
+    return T.cast_tensor(r, dt)
+
+
+def conv2d_backward_weight_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.conv2d_backward_weight``: ``sum_{n,y,x} g * shifted data``."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    g, x, like = inputs
+    dt = out_type.dtype
+    acc = _grad_acc(dt)
+    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
+    kp = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    op_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
+    nb, _, h, wd = _canon(dp, T.shape_of(x))
+    o, cg = _canon(kp, T.shape_of(like))[:2]
+    oh, ow = _canon(op_, T.shape_of(g))[2:]
+    og = o // attrs.groups if isinstance(o, int) else tirx.floordiv(o, attrs.groups)
+    rn = te.reduce_axis((0, nb), name="rn")
+    ry = te.reduce_axis((0, oh), name="ry")
+    rx = te.reduce_axis((0, ow), name="rx")
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        co, ci, ky, kx = _canon(kp, i)
+        y = ry * sh + ky * dlh - pt
+        xx = rx * sw + kx * dlw - pl
+        inside = tirx.all(y >= 0, y < h, xx >= 0, xx < wd)
+        cin = tirx.floordiv(co, og) * cg + ci
+        yc = tirx.max(tirx.min(y, h - 1), 0)
+        xc = tirx.max(tirx.min(xx, wd - 1), 0)
+        v = T.cast(g(*_at(op_, [rn, co, ry, rx])), acc) * \
+            T.cast(x(*_at(dp, [rn, cin, yc, xc])), acc)
+        return te.sum(tirx.if_then_else(inside, v, T.const(0, acc)), axis=[rn, ry, rx])
+    r = te.compute(T.shape_of(like), body, name="T_conv2d_backward_weight", tag="conv2d_grad")
+    return T.cast_tensor(r, dt)
+
+
+def _pool_geometry(attrs: Attrs) -> tuple[int, ...]:
+    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dlh, dlw = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, _, _ = _padding(attrs.padding)
+    return kh, kw, sh, sw, dlh, dlw, pt, pl
+
+
+def _first_max_tap(x: object, attrs: Attrs, pooled: Sequence[object]) -> object:
+    """Per pooling window: the tap ``ky * kw + kx`` of its first maximum (padding is -inf)."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    lp = _layout(attrs.layout, "NCHW", "layout")
+    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    vdt = "float64"
+    h, w = _canon(lp, T.shape_of(x))[2:]
+
+    def combine(lhs, rhs):  # type: ignore[no-untyped-def]
+        (li, lv), (ri, rv) = lhs, rhs
+        take_r = tirx.Or(rv > lv, tirx.And(tirx.EQ(rv, lv), ri < li))
+        return (T.select(take_r, ri, li), T.select(take_r, rv, lv))
+
+    def ident(t0, t1):  # type: ignore[no-untyped-def]
+        return (T.const(kh * kw, t0), T.min_value(t1))
+    red = te.comm_reducer(combine, ident, name="first_max")
+    r = te.reduce_axis((0, kh * kw), name="rk")
+
+    def body(*oi):  # type: ignore[no-untyped-def]
+        n, c, oy, ox = _canon(lp, oi)
+        y = oy * sh + tirx.floordiv(r, kw) * dlh - pt
+        xx = ox * sw + tirx.floormod(r, kw) * dlw - pl
+        inside = tirx.all(y >= 0, y < h, xx >= 0, xx < w)
+        yc, xc = tirx.max(tirx.min(y, h - 1), 0), tirx.max(tirx.min(xx, w - 1), 0)
+        v = tirx.if_then_else(inside, T.cast(x(*_at(lp, [n, c, yc, xc])), vdt),
+                              T.min_value(vdt))
+        return red((T.cast(r, "int32"), v), axis=[r])
+    return te.compute(list(pooled), body, name="T_pool_argmax")[0]
+
+
+def max_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.max_pool2d_grad``: each pixel sums ``g`` of windows whose max it is."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    g, x = inputs
+    dt = out_type.dtype
+    acc = _grad_acc(dt)
+    lp = _layout(attrs.layout, "NCHW", "layout")
+    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    oh, ow = _canon(lp, T.shape_of(g))[2:]
+    arg = _first_max_tap(x, attrs, T.shape_of(g))
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        n, c, y, xx = _canon(lp, i)
+        oky, wy = _tap(y, ry, sh, dlh, pt, oh)
+        okx, wx = _tap(xx, rx, sw, dlw, pl, ow)
+        at = _at(lp, [n, c, wy, wx])
+        hit = tirx.all(oky, okx, arg(*at) == T.cast(ry * kw + rx, "int32"))
+        return te.sum(tirx.if_then_else(hit, T.cast(g(*at), acc), T.const(0, acc)),
+                      axis=[ry, rx])
+    r = te.compute(T.shape_of(x), body, name="T_max_pool2d_grad", tag="pool_grad")
+    return T.cast_tensor(r, dt)
+
+
+def max_pool2d_gather_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.max_pool2d_gather``: ``v`` at each window's first maximum of ``x``."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x, v = inputs
+    dt = out_type.dtype
+    lp = _layout(attrs.layout, "NCHW", "layout")
+    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    h, w = _canon(lp, T.shape_of(x))[2:]
+    pooled = list(out_type.shape)
+    arg = _first_max_tap(x, attrs, pooled)
+
+    def body(*oi):  # type: ignore[no-untyped-def]
+        n, c, oy, ox = _canon(lp, oi)
+        k = arg(*oi)
+        y = oy * sh + tirx.floordiv(k, kw) * dlh - pt
+        xx = ox * sw + tirx.floormod(k, kw) * dlw - pl
+        inside = tirx.all(k < kh * kw, y >= 0, y < h, xx >= 0, xx < w)
+        yc, xc = tirx.max(tirx.min(y, h - 1), 0), tirx.max(tirx.min(xx, w - 1), 0)
+        return tirx.if_then_else(inside, v(*_at(lp, [n, c, yc, xc])), T.const(0, dt))
+    return te.compute(pooled, body, name="T_max_pool2d_gather", tag="injective")
+
+
+def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.avg_pool2d_grad``: each pixel sums ``g / count`` of its windows."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    g, x = inputs
+    dt = out_type.dtype
+    acc = "float64" if dt == "float64" else "float32"
+    lp = _layout(attrs.layout, "NCHW", "layout")
+    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    _, _, pb, pr = _padding(attrs.padding)
+    h, w = _canon(lp, T.shape_of(x))[2:]
+    oh, ow = _canon(lp, T.shape_of(g))[2:]
+    if attrs.count_include_pad:
+        lo_h, hi_h, lo_w, hi_w = 0, h + pt + pb, 0, w + pl + pr
+    else:
+        lo_h, hi_h, lo_w, hi_w = pt, pt + h, pl, pl + w
+
+    def count(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
+        c = T.const(0, "int32")
+        for j in range(k):
+            p = o * s + j * dl
+            c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
+        return c
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        n, c, y, xx = _canon(lp, i)
+        oky, wy = _tap(y, ry, sh, dlh, pt, oh)
+        okx, wx = _tap(xx, rx, sw, dlw, pl, ow)
+        cnt = count(wy, kh, sh, dlh, lo_h, hi_h) * count(wx, kw, sw, dlw, lo_w, hi_w)
+        v = T.cast(g(*_at(lp, [n, c, wy, wx])), acc) / \
+            T.cast(tirx.max(cnt, T.const(1, "int32")), acc)
+        return te.sum(tirx.if_then_else(tirx.all(oky, okx), v, T.const(0, acc)),
+                      axis=[ry, rx])
+    r = te.compute(T.shape_of(x), body, name="T_avg_pool2d_grad", tag="pool_grad")
+    return T.cast_tensor(r, dt)
+
+
 defop("nn.conv2d_backward_data", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
       rel=_grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[2], ts[1]], at)),
       impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-      doc="Gradient of conv2d in its data: (out_grad, weight, data_like) -> data's type.")
+      doc="Gradient of conv2d in its data: (out_grad, weight, data_like) -> data's type.",
+      compute=conv2d_backward_data_te)
 defop("nn.conv2d_backward_weight", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
       rel=_grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[1], ts[2]], at)),
       impl=conv2d_backward_weight_ref, grad=conv2d_backward_weight_grad,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
-      doc="Gradient of conv2d in its weight: (out_grad, data, weight_like) -> weight's type.")
+      doc="Gradient of conv2d in its weight: (out_grad, data, weight_like) -> weight's type.",
+      compute=conv2d_backward_weight_te)
 
 
 def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
@@ -1718,14 +1935,17 @@ defop("nn.max_pool2d_grad", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
                           lambda ts, at: _pool_rel(ts[1:], at, "nn.max_pool2d_grad")),
       impl=max_pool2d_grad_ref,
       grad=max_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
-      doc="Gradient of max_pool2d: (out_grad, data) -> out_grad routed to each window's max.")
+      doc="Gradient of max_pool2d: (out_grad, data) -> out_grad routed to each window's max.",
+      compute=max_pool2d_grad_te)
 defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
       rel=_max_pool_gather_rel, impl=max_pool2d_gather_ref, grad=max_pool2d_gather_grad,
       pattern=OpPattern.OPAQUE,
-      doc="(data, values) -> values at each max_pool2d window's maximum of data (pooled).")
+      doc="(data, values) -> values at each max_pool2d window's maximum of data (pooled).",
+      compute=max_pool2d_gather_te)
 defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs",
       rel=_grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
                          lambda ts, at: _pool_rel(ts[1:], at, "nn.avg_pool2d_grad")),
       impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
-      doc="Gradient of avg_pool2d: (out_grad, data) -> out_grad spread over each window.")
+      doc="Gradient of avg_pool2d: (out_grad, data) -> out_grad spread over each window.",
+      compute=avg_pool2d_grad_te)

@@ -873,9 +873,50 @@ def take_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
     return (op("take", h, idx, **dict(call.attrs)), zeros_for(like), zeros_for(idx))
 
 
+def take_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``take_grad``: each element sums the ``g`` entries whose index hits it."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    g, like, ind = inputs
+    xs, is_ = T.shape_of(like), T.shape_of(ind)
+    dt = out_type.dtype
+    acc = "float64" if T.is_float(dt) else "int64"
+    wrap_mode = attrs.mode == "wrap"
+
+    def fix(i, n):  # type: ignore[no-untyped-def]
+        i = T.cast(i, "int64")
+        n = T.as_expr(n, "int64")
+        if wrap_mode:
+            return tirx.floormod(i, n)
+        return tirx.max(tirx.min(i, n - T.const(1, "int64")), T.const(0, "int64"))
+    if attrs.axis is None:
+        axis, bd, n = None, 0, T.shape_size(xs)
+    else:
+        axis = norm_axis(attrs.axis, len(xs))
+        bd = attrs.batch_dims + len(is_) if attrs.batch_dims < 0 else attrs.batch_dims
+        n = xs[axis]
+    rs = [te.reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(is_[bd:])]
+
+    def body(*o):  # type: ignore[no-untyped-def]
+        if axis is None:
+            flat: object = T.const(0, "int64")
+            for d, v in zip(xs, o):
+                flat = flat * T.as_expr(d, "int64") + T.cast(v, "int64")
+            target, ii, gi = flat, list(rs), list(rs)
+        else:
+            target = T.cast(o[axis], "int64")
+            ii = list(o[:bd]) + list(rs)
+            gi = list(o[:axis]) + list(rs) + list(o[axis + 1:])
+        hit = fix(ind(*ii), n) == target
+        v = tirx.if_then_else(hit, T.cast(g(*gi), acc), T.const(0, acc))
+        return te.sum(v, axis=rs) if rs else v
+    r = te.compute(xs, body, name="T_take_grad")
+    return T.cast_tensor(r, dt)
+
+
 defop("take_grad", 3, attrs=_TAKE_ATTRS, attrs_type="TakeAttrs", rel=take_grad_rel,
       impl=take_grad_ref, grad=take_grad_grad, pattern=OpPattern.OPAQUE,
-      doc="Gradient of take: (out_grad, data_like, indices) -> out_grad scatter-added.")
+      doc="Gradient of take: (out_grad, data_like, indices) -> out_grad scatter-added.",
+      compute=take_grad_te)
 
 
 defop("take", 2, grad=take_grad, attrs=_TAKE_ATTRS,
@@ -989,10 +1030,41 @@ def strided_slice_grad_grad(call, out, h):  # type: ignore[no-untyped-def]
     return (op("strided_slice", h, **dict(call.attrs)), zeros_for(like))
 
 
+def strided_slice_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``strided_slice_grad``: ``g`` where the index lies on the slice, else 0."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    g, like = inputs
+    shp = T.shape_of(like)
+    sl: dict[int, tuple[int, int, int]] = {}
+    for a, b, e, s in _slices(shp, attrs):
+        d = shp[a]
+        if not isinstance(d, int):
+            if b == 0 and s == 1 and e is None:
+                continue
+            raise TypeInferenceError("strided_slice_grad: the TVM compute needs static sliced "
+                                     "dims")
+        rng = range(*slice(b, e, s).indices(d))
+        sl[a] = (rng.start, s, len(rng))
+    dt = out_type.dtype
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        conds, gi = [], list(i)
+        for a, (start, step, n) in sl.items():
+            off = i[a] - start
+            k = tirx.floordiv(off, step)
+            conds.append(tirx.all(tirx.floormod(off, step) == 0, k >= 0, k < n))
+            gi[a] = tirx.max(tirx.min(k, max(n - 1, 0)), 0)
+        if not conds:
+            return g(*gi)
+        return tirx.if_then_else(tirx.all(*conds), g(*gi), T.const(0, dt))
+    return te.compute(shp, body, name="T_strided_slice_grad", tag="injective")
+
+
 defop("strided_slice_grad", 2, attrs=_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
       rel=strided_slice_grad_rel, impl=strided_slice_grad_ref, grad=strided_slice_grad_grad,
       pattern=OpPattern.INJECTIVE, required=("begin", "end"),
-      doc="Gradient of strided_slice: (out_grad, data_like) -> out_grad placed in zeros.")
+      doc="Gradient of strided_slice: (out_grad, data_like) -> out_grad placed in zeros.",
+      compute=strided_slice_grad_te)
 
 
 defop("strided_slice", 1, grad=strided_slice_grad,
