@@ -132,3 +132,12 @@ def test_every_gradient_operator_has_a_compute() -> None:
                      "nn.max_pool2d_grad", "nn.max_pool2d_gather", "nn.avg_pool2d_grad",
                      "strided_slice_grad", "take_grad"}
     assert all(get_opdef(n).compute is not None for n in names)
+
+
+def test_every_op_has_a_compute_or_a_host_only_reason() -> None:
+    from relay_ir.op import list_ops
+    missing = [od.name for od in list_ops() if od.compute is None and not od.host_only]
+    assert missing == []
+    host = sorted(od.name for od in list_ops() if od.host_only)
+    assert host and all(n.startswith("dyn.") for n in host)
+    assert "values at run time" in get_opdef("dyn.reshape").host_only

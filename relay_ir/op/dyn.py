@@ -37,6 +37,16 @@ from relay_ir.op.transform import (_check_broadcastable_to, _slices, expand_dims
 from relay_ir.ty import ANY, TensorType, Type
 
 
+# NOTE: why the dyn.* operators have no TVM compute (OpDef.host_only). A kernel is built for
+# fixed (or symbolic) shapes, and these results' shapes are read from a tensor's values when the
+# call runs; TVM itself rewrites such calls with constant shapes to the static operators
+# (DynamicToStatic) and runs the rest through shape functions on the host.
+_SHAPE_FROM_VALUES = ("the result's shape is read from a tensor argument's values at run time; "
+                      "a kernel needs it when built (constant shapes: use the static operator)")
+_GRAD_OF_HOST_ONLY = ("the gradient of a host-only dyn.* operator: its geometry (reps, begin/end, "
+                      "pad widths) is tensor values, and it runs where its forward op runs")
+
+
 # ----------------------------------------------------------------------------- helpers
 def shape_arg_length(t: TensorType, op: str, what: str) -> int:
     """The static length of a 1-d integer shape tensor; a TypeInferenceError otherwise."""
@@ -117,7 +127,7 @@ defop("dyn.reshape", 2, attrs=[F("newshape", "ints?", None, "unused (the shape i
                                F("allowzero", "bool", False, "0 is a literal zero")],
       attrs_type="ReshapeAttrs", rel=dyn_reshape_rel, impl=dyn_reshape_ref,
       pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
-      doc="Reshape to a shape given as a 1-d integer tensor.")
+      doc="Reshape to a shape given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 # ----------------------------------------------------------------------------- broadcast_to
@@ -154,7 +164,7 @@ def _broadcast_to_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 defop("dyn.broadcast_to", 2, attrs=[F("shape", "ints?", None, "unused (an argument here)")],
       attrs_type="InitOpAttrs", rel=dyn_broadcast_to_rel, impl=dyn_broadcast_to_ref,
       pattern=OpPattern.BROADCAST, grad=_broadcast_to_grad, jvp=_linear_jvp,
-      doc="Broadcast to a shape given as a 1-d integer tensor.")
+      doc="Broadcast to a shape given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 # ----------------------------------------------------------------------------- zeros/ones/full
@@ -181,11 +191,11 @@ _DYN_INIT_ATTRS = [F("shape", "ints?", None, "unused (the shape is an argument)"
 defop("dyn.zeros", 1, attrs=_DYN_INIT_ATTRS, attrs_type="InitOpAttrs",
       rel=_dyn_init_rel("dyn.zeros"), impl=_dyn_init_ref("dyn.zeros", 0),
       pattern=OpPattern.ELEMWISE, non_differentiable=True,
-      doc="Zeros of a shape given as a 1-d integer tensor.")
+      doc="Zeros of a shape given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
 defop("dyn.ones", 1, attrs=_DYN_INIT_ATTRS, attrs_type="InitOpAttrs",
       rel=_dyn_init_rel("dyn.ones"), impl=_dyn_init_ref("dyn.ones", 1),
       pattern=OpPattern.ELEMWISE, non_differentiable=True,
-      doc="Ones of a shape given as a 1-d integer tensor.")
+      doc="Ones of a shape given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 def dyn_full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -217,7 +227,7 @@ defop("dyn.full", 2, attrs=[F("shape", "ints?", None, "unused (the shape is an a
                             F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=dyn_full_rel, impl=dyn_full_ref,
       pattern=OpPattern.ELEMWISE, grad=_full_grad,
-      doc="A scalar filled into a shape given as a tensor.")
+      doc="A scalar filled into a shape given as a tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 # ----------------------------------------------------------------------------- tile
@@ -247,7 +257,7 @@ def _tile_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 defop("dyn.tile", 2, attrs=[F("reps", "ints?", None, "unused (the reps are an argument)")],
       attrs_type="TileAttrs", rel=dyn_tile_rel, impl=dyn_tile_ref,
       pattern=OpPattern.INJECTIVE, grad=_tile_grad, jvp=_linear_jvp,
-      doc="Tile with repetitions given as a 1-d integer tensor.")
+      doc="Tile with repetitions given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 def _like_rel(arg_types: Sequence[Type]) -> Type | None:
@@ -287,7 +297,8 @@ def _tile_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 defop("dyn.tile_grad", 3, rel=dyn_tile_grad_rel, impl=dyn_tile_grad_ref,
       pattern=OpPattern.OPAQUE, grad=_tile_grad_grad,
-      doc="Gradient of dyn.tile: (out_grad, data_like, reps) -> the tiles of out_grad summed.")
+      doc="Gradient of dyn.tile: (out_grad, data_like, reps) -> the tiles of out_grad summed.",
+      host_only=_GRAD_OF_HOST_ONLY)
 
 
 # ----------------------------------------------------------------------------- strided_slice
@@ -354,7 +365,7 @@ def _strided_slice_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 defop("dyn.strided_slice", 4, attrs=_DYN_SLICE_ATTRS,
       attrs_type="StridedSliceAttrs", rel=dyn_strided_slice_rel, impl=dyn_strided_slice_ref,
       pattern=OpPattern.INJECTIVE, grad=_strided_slice_grad, jvp=_linear_jvp,
-      doc="Strided slice with begin/end/strides given as tensors.")
+      doc="Strided slice with begin/end/strides given as tensors.", host_only=_SHAPE_FROM_VALUES)
 
 
 def dyn_strided_slice_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -381,7 +392,8 @@ def _strided_slice_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 defop("dyn.strided_slice_grad", 5, attrs=_DYN_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
       rel=dyn_strided_slice_grad_rel, impl=dyn_strided_slice_grad_ref,
       pattern=OpPattern.OPAQUE, grad=_strided_slice_grad_grad,
-      doc="Gradient of dyn.strided_slice: out_grad placed into zeros like the data.")
+      doc="Gradient of dyn.strided_slice: out_grad placed into zeros like the data.",
+      host_only=_GRAD_OF_HOST_ONLY)
 
 
 # ----------------------------------------------------------------------------- expand/squeeze
@@ -411,7 +423,7 @@ def dyn_expand_dims_ref(args: list, attrs: Attrs) -> np.ndarray:
 defop("dyn.expand_dims", 2, attrs=[F("num_newaxis", "int", 1, "how many unit axes")],
       attrs_type="DynExpandDimsAttrs", rel=dyn_expand_dims_rel, impl=dyn_expand_dims_ref,
       pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
-      doc="Insert unit axes at an axis given as a 0-d tensor.")
+      doc="Insert unit axes at an axis given as a 0-d tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 def dyn_squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -444,7 +456,7 @@ def dyn_squeeze_ref(args: list, attrs: Attrs) -> np.ndarray:
 defop("dyn.squeeze", 2, attrs=[F("axis", "ints?", None, "unused (the axes are an argument)")],
       attrs_type="SqueezeAttrs", rel=dyn_squeeze_rel, impl=dyn_squeeze_ref,
       pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
-      doc="Remove the unit axes given as a 1-d integer tensor.")
+      doc="Remove the unit axes given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 # ----------------------------------------------------------------------------- nn.pad
@@ -501,7 +513,8 @@ _PAD_ATTRS = [F("pad_width", "any", None, "unused (an argument here)"),
               F("pad_mode", "str", "constant", "constant, edge or reflect")]
 defop("dyn.nn.pad", 3, attrs=_PAD_ATTRS,
       attrs_type="PadAttrs", rel=dyn_pad_rel, impl=dyn_pad_ref, pattern=OpPattern.INJECTIVE,
-      grad=_pad_grad, jvp=_pad_jvp, doc="Pad with widths given as an (N, 2) integer tensor.")
+      grad=_pad_grad, jvp=_pad_jvp, doc="Pad with widths given as an (N, 2) integer tensor.",
+      host_only=_SHAPE_FROM_VALUES)
 
 
 def dyn_pad_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -539,7 +552,8 @@ def _pad_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 defop("dyn.nn.pad_grad", 3, attrs=_PAD_ATTRS, attrs_type="PadAttrs", rel=dyn_pad_grad_rel,
       impl=dyn_pad_grad_ref, pattern=OpPattern.OPAQUE, grad=_pad_grad_grad,
-      doc="Gradient of dyn.nn.pad: out_grad folded back onto the data positions.")
+      doc="Gradient of dyn.nn.pad: out_grad folded back onto the data positions.",
+      host_only=_GRAD_OF_HOST_ONLY)
 
 
 __all__ = ["shape_arg_length", "runtime_ints"]
