@@ -480,6 +480,8 @@ class _AD:
                 fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
                 fields.append(self.primal(fv, ft))
             return sb.let_(Tuple(tuple(fields), checked_type_=t), "p", t)
+        if isinstance(t, (TypeCall, GlobalTypeVar)):
+            return sb.let_(Call(self.adt_helper("primal", t), (v,)), "p", t)
         return v
 
     def lift_new(self, y: Expr, t: Type) -> Expr:
@@ -509,8 +511,11 @@ class _AD:
                 for c in td.constructors]
 
     def adt_helper(self, kind: str, t: Type) -> GlobalVar:
-        """A global ``t -> t'`` (``lift``: zero cells on float leaves) or ``t' -> t``
-        (``grad``: the cells read) for a concrete ADT type ``t`` of an entry parameter."""
+        """A global for a concrete ADT type ``t`` of the entry's parameters or result.
+
+        ``lift: t -> t'`` (zero cells on float leaves), ``grad: t' -> t`` (the cells read),
+        ``primal: t' -> t`` (the values) and ``seed: t' -> ()`` (ones added into every cell).
+        """
         key = (kind, t)
         gv = self._helper_gv.get(key)
         if gv is not None:
@@ -520,7 +525,7 @@ class _AD:
         self._helper_gv[key] = gv
         sb = self.sb
         mapped = self.types.map(t)
-        arg_t, ret_t = (t, mapped) if kind == "lift" else (mapped, t)
+        arg_t, ret_t = {"lift": (t, mapped), "seed": (mapped, UNIT)}.get(kind, (mapped, t))
         v = Var("v", arg_t, checked_type_=arg_t)
         clauses = []
         for c, ftypes in self.adt_ctors(t):
@@ -528,14 +533,21 @@ class _AD:
                          checked_type_=ft if kind == "lift" else self.types.map(ft))
                      for ft in ftypes]
             with sb.scope():
+                pc = self.types.ctor(c)
                 if kind == "lift":
                     outs = [self.lift_new(fv, ft) for fv, ft in zip(fvars, ftypes)]
                     body = sb.build(Call(self.types.ctor(c), tuple(outs)))
                     pc = c
-                else:
+                elif kind == "grad":
                     outs = [_read_grad(self, fv, fv, ft) for fv, ft in zip(fvars, ftypes)]
                     body = sb.build(Call(c, tuple(outs)))
-                    pc = self.types.ctor(c)
+                elif kind == "primal":
+                    outs = [self.primal(fv, ft) for fv, ft in zip(fvars, ftypes)]
+                    body = sb.build(Call(c, tuple(outs)))
+                else:
+                    for fv, ft in zip(fvars, ftypes):
+                        _seed(self, fv, ft)
+                    body = sb.build(Tuple(()))
             pat = PatternConstructor(pc, tuple(PatternVar(fv) for fv in fvars))
             clauses.append(Clause(pat, body))
         self.helpers[gv.name_hint] = Function((v,), Match(v, tuple(clauses)), ret_t)
@@ -695,9 +707,10 @@ def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type
             raise GradientError(f"parameter %{p.name_hint} of @{entry} has type {t!r}; the "
                                 "gradient entry takes tensors, tuples and ADTs of them (no "
                                 "functions or references)", p.span or fn.span)
-    if not _tensor_tree(ft.ret_type):
-        raise GradientError(f"@{entry} returns {ft.ret_type!r}; the objective must be a tensor "
-                            "or a tuple of tensors (every float element is summed)", fn.span)
+    if not _liftable(ft.ret_type, mod):
+        raise GradientError(f"@{entry} returns {ft.ret_type!r}; the objective must be built of "
+                            "tensors, tuples and ADTs (every float element is summed), not "
+                            "functions or references", fn.span)
     return list(ft.arg_types), ft.ret_type
 
 
@@ -734,8 +747,10 @@ def _seed(ad: _AD, v: Expr, t: Type) -> None:
         ad.accumulate(v, ones, t)
     elif isinstance(t, TupleType):
         for i, ft in enumerate(t.fields):
-            if has_float_leaf(ft):
+            if not (_tensor_tree(ft) and not has_float_leaf(ft)):
                 _seed(ad, sb.let_(TupleGetItem(v, i), "f", ad.types.map(ft)), ft)
+    elif isinstance(t, (TypeCall, GlobalTypeVar)):
+        sb.let_(Call(ad.adt_helper("seed", t), (v,)), "_", UNIT)
 
 
 def _read_grad(ad: _AD, v: Expr, p: Expr, t: Type) -> Expr:

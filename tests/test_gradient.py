@@ -542,3 +542,21 @@ def test_parameter_holding_a_function_is_rejected() -> None:
                  prelude=True)
     with pytest.raises(rly.DiagnosticError, match="parameter %o of @main"):
         passes.gradient(mod)
+
+
+def test_adt_result_seeds_every_float_leaf() -> None:
+    """A List result: the objective is the sum of every float element in it."""
+    x = r(3)
+    text = f"""def @main(%x: {V3}, %n: int32) -> List[({V3}, int32)] {{
+  @map(fn (%v: {V3}) {{ (exp(%v), %n) }}, Cons(%x, Cons(multiply(%x, %x), Nil)))
+}}"""
+    g = grad_module(rly.parse(HEADER + text, "<adt>", prelude=True))
+    value, (gx, gn) = runtime.evaluate(g, x, np.array(3, "int32"))
+    assert value.constructor.name == "Cons"
+    (e1, n1), rest = value.fields
+    (e2, n2), _ = rest.fields
+    np.testing.assert_allclose(e1, np.exp(x), rtol=1e-12)
+    np.testing.assert_allclose(e2, np.exp(x * x), rtol=1e-12)
+    assert n1 == 3 and n2 == 3
+    np.testing.assert_allclose(gx, np.exp(x) + np.exp(x * x) * 2 * x, rtol=1e-10)
+    assert gn == 0 and gn.dtype == np.int32
