@@ -15,8 +15,9 @@ branches and match arms are fused on their own, never across them). Rules, by th
     opaque operators (softmax, batch_norm, ...) form a group of their own;
     a producer joins a group only when every use of its value is inside that group (a value
     used by two groups is materialized once and never recomputed);
-    effectful operators, tuples projections, closures, calls of non-primitive functions, ifs,
-    matches and references stay in the host program.
+    effectful operators, tuple projections, closures, calls of non-primitive functions, ifs,
+    matches and references stay in the host program, and they are barriers: no group takes
+    a producer from before such a binding and a consumer after it.
 
 ``max_depth`` bounds the number of operator calls per group. Disabled below ``opt_level`` 1
 (the pass itself is level 0 so that a pipeline always names it; it is the identity there).
@@ -28,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from relay_ir.attrs import Attrs
-from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, Tuple, Var,
-                           with_fields)
+from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, Tuple,
+                           TupleGetItem, Var, with_fields)
 from relay_ir.module import IRModule
 from relay_ir.op import OpPattern
 from relay_ir.passes.pass_manager import Pass, PassContext
@@ -49,6 +50,15 @@ def _pattern_of(value: Expr) -> OpPattern | None:
     if isinstance(value, Tuple):
         return OpPattern.TUPLE
     return None
+
+
+def _is_barrier(value: Expr) -> bool:
+    """Whether a binding's value may have an effect (its position must be kept)."""
+    if isinstance(value, Call):
+        if isinstance(value.op, Op):
+            return value.op.opdef.effectful
+        return True                      # functions, closures, globals, constructors: unknown
+    return not isinstance(value, (Tuple, TupleGetItem, Var, Constant, Function, Op))
 
 
 @dataclass
@@ -89,6 +99,7 @@ class _SpineFuser:
 
     def __init__(self, max_depth: int):
         self.max_depth = max_depth
+        self.epoch: list[int] = []
 
     def fuse(self, bindings: list[tuple[Var, Expr]], body: Expr) -> list[tuple[Var, Expr]]:
         n = len(bindings)
@@ -115,6 +126,15 @@ class _SpineFuser:
                 if i is not None:
                     users[i].add(-1)
 
+        # NOTE: effects are barriers: an effectful binding (reference ops, calls of functions
+        # or closures, if/match, effectful operators) starts a new epoch, and no group spans
+        # two epochs, so fused code never moves across an effect.
+        self.epoch = []
+        e = 0
+        for _, val in bindings:
+            if _is_barrier(val):
+                e += 1
+            self.epoch.append(e)
         group_of: list[_Group | None] = [None] * n
         for j in range(n):
             p = patterns[j]
@@ -205,6 +225,8 @@ class _SpineFuser:
     def _can_merge(self, gp: _Group, g: _Group, consumer: int, producer: int, root: int,
                    bindings: list[tuple[Var, Expr]], patterns: list[OpPattern | None]) -> bool:
         if gp.opaque or g.opaque or gp.ops + g.ops > self.max_depth:
+            return False
+        if self.epoch[producer] != self.epoch[root]:
             return False
         pc = patterns[consumer]
         assert pc is not None

@@ -243,10 +243,14 @@ def test_viz_writes_dot_with_fusion_clusters(tmp_path: object,
     assert main(["viz", os.path.join(ROOT, "examples", "mlp.rly"), "--no-fuse"]) == 0
     assert "subgraph" not in capsys.readouterr().out
     import shutil
+    svg = os.path.join(str(tmp_path), "mlp.svg")
     if shutil.which("dot") is None:
-        svg = os.path.join(str(tmp_path), "mlp.svg")
         assert main(["viz", os.path.join(ROOT, "examples", "mlp.rly"), "-o", svg]) == 1
         assert "Graphviz" in capsys.readouterr().err
+    else:
+        assert main(["viz", os.path.join(ROOT, "examples", "mlp.rly"), "-o", svg]) == 0
+        text = open(svg).read()
+        assert "<svg" in text and text.count("fused group") == 3 and "nn.softmax" in text
 
 
 def test_fast_math_switch_changes_the_kernel_not_the_values() -> None:

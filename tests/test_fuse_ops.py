@@ -406,3 +406,25 @@ def test_graph_form_input_is_normalized_first() -> None:
     out = fuse_ops(mod)                      # to-anf and infer-type run as required passes
     assert [group_ops(g) for g in groups(out)] == [["exp", "add"]]
     assert_same_results(mod, out)
+
+
+def test_effects_are_barriers() -> None:
+    out = check(f"""
+def @main(%x: {T}) {{
+  let %e = exp(%x);
+  let %r = ref(%x);
+  let %w = ref_write(%r, %x);
+  let %n = negative(%e);
+  (%n, ref_read(%r))
+}}""", f"""
+def @main(%x: {T}) {{
+  let %f0 = fn (%p0: {T}, Primitive=1) -> {T} {{ exp(%p0) }};
+  let %e = %f0(%x);
+  let %r = ref(%x);
+  let %w = ref_write(%r, %x);
+  let %f1 = fn (%p0: {T}, Primitive=1) -> {T} {{ negative(%p0) }};
+  let %n = %f1(%e);
+  let %v = ref_read(%r);
+  (%n, %v)
+}}""")
+    assert len(groups(out)) == 2

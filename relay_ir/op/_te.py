@@ -145,6 +145,14 @@ def cast(x: Any, dtype: str) -> Any:
     return tirx.Cast(dtype, x)
 
 
+def ne(a: Any, b: Any) -> Any:
+    """``a != b``; bools compare as int8 (LLVM has no ordered compare of i1 here)."""
+    tirx = tir_mod()
+    if dtype_of(a) == "bool":
+        return tirx.NE(tirx.Cast("int8", a), tirx.Cast("int8", b))
+    return tirx.NE(a, b)
+
+
 def select(c: Any, a: Any, b: Any) -> Any:
     """Branch-free ``c ? a : b``."""
     return tir_mod().Select(c, a, b)
@@ -390,3 +398,77 @@ def unary_float(x: Any, fn: Callable[[Any], Any], out_dtype: str) -> Any:
         return elemwise(fn, x)
     return elemwise(lambda v: cast(fn(cast(v, "float64")), out_dtype), x)
 
+
+
+def int_power_tensor(a: Any, b: Any) -> Any:
+    """Broadcasting ``a ** b`` on wide integers as one opaque loop nest (te.extern).
+
+    Exponentiation by squaring needs one squaring per exponent bit; as one expression TVM's
+    passes expand the shared squares exponentially, so for 32/64-bit dtypes the running
+    result and square live in a 2-element scratch buffer updated by a serial loop over bits.
+    The block is opaque: schedules leave it alone and it is never inlined.
+    """
+    te, tirx = te_mod(), tir_mod()
+    dt = dtype_of(a)
+    shape = broadcast_shape([shape_of(a), shape_of(b)])
+    bits = int(dt[4:]) if dt.startswith("uint") else int(dt[3:])
+    signed = dt.startswith("int")
+    nbits = bits - 1 if signed else bits
+
+    def fcompute(ins: Any, outs: Any) -> Any:
+        ab, bb = ins
+        cb, sc = outs
+        lv = [tirx.Var(f"i{k}", "int64" if "int64" in str(getattr(d, "dtype", "")) else "int32")
+              for k, d in enumerate(shape)]
+
+        def load(buf: Any) -> Any:
+            off = len(shape) - len(buf.shape)
+            return tirx.BufferLoad(buf, [0 if isinstance(d, tirx.IntImm) and int(d) == 1
+                                         else lv[off + k] for k, d in enumerate(buf.shape)])
+        one, zero = const(1, dt), const(0, dt)
+        pa, pb = load(ab), load(bb)
+
+        def r() -> Any:
+            return tirx.BufferLoad(sc, [0])
+
+        def s() -> Any:
+            return tirx.BufferLoad(sc, [1])
+        k = tirx.Var("k", dt)
+        bit = tirx.NE(tirx.bitwise_and(tirx.shift_right(pb, k), one), zero)
+        loop = tirx.For(k, zero, const(nbits, dt), tirx.ForKind.SERIAL, tirx.SeqStmt([
+            tirx.BufferStore(sc, tirx.Select(bit, r() * s(), r()), [0]),
+            tirx.BufferStore(sc, s() * s(), [1])]))
+        res = r()
+        if signed:
+            odd = tirx.NE(tirx.bitwise_and(pb, one), zero)
+            neg = select(tirx.EQ(pa, one), one,
+                         select(tirx.EQ(pa, const(-1, dt)), select(odd, const(-1, dt), one),
+                                zero))
+            res = select(tirx.LT(pb, zero), neg, res)
+        body: Any = tirx.SeqStmt([tirx.BufferStore(sc, one, [0]), tirx.BufferStore(sc, pa, [1]),
+                                  loop, tirx.BufferStore(cb, res, lv)])
+        for kk in reversed(range(len(shape))):
+            body = tirx.For(lv[kk], 0, shape[kk], tirx.ForKind.SERIAL, body)
+        return body
+    return te.extern([shape, (2,)], [a, b], fcompute, name="T_int_power", dtype=[dt, dt])[0]
+
+
+def fast_exp_tensor(x: Any, name: str = "T_fast_exp") -> Any:
+    """``exp`` of a float32 tensor through TOPI's vectorisable polynomial ``fast_exp``.
+
+    ``fast_exp`` alone overflows to inf from x ~ 88.38 on, short of float32's 88.72; above 88
+    the input is shifted down by exactly 1 and the result multiplied by e, so overflow happens
+    where exp's does. Results below the smallest normal float32 (x < -87.3) flush to 0.
+    """
+    from tvm import topi
+    te = te_mod()
+    tirx = tir_mod()
+    hi = const(88.0, "float32")
+    shifted = te.compute(x.shape, lambda *i: x(*i) - select(tirx.GT(x(*i), hi),
+                                                            const(1.0, "float32"),
+                                                            const(0.0, "float32")),
+                         name=f"{name}_arg")
+    e = topi.fast_exp(shifted)
+    return te.compute(x.shape, lambda *i: e(*i) * select(tirx.GT(x(*i), hi),
+                                                         const(np.e, "float32"),
+                                                         const(1.0, "float32")), name=name)

@@ -51,10 +51,19 @@ def _acc(x: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- TE computes
 def _mm_dtypes(in_dt: str, out_dt: str) -> tuple[str, str]:
     """(operand cast dtype, accumulator dtype) as the references compute."""
-    if T.is_int(in_dt) or in_dt == "bool":
+    if in_dt == "bool":
+        return "int32", "int32"  # a count of true products; nonzero is the bool result
+    if T.is_int(in_dt):
         return out_dt, out_dt
     acc = "float32" if in_dt == "float16" else in_dt
     return acc, acc
+
+
+def _mm_result(r: object, in_dt: str, out_dt: str) -> object:
+    """The accumulator cast to the result dtype (bool inputs: or-of-ands, then converted)."""
+    if in_dt == "bool":
+        return T.elemwise(lambda v: T.cast(T.cast(v, "bool"), out_dt), r, name="T_mm_bool")
+    return T.cast_tensor(r, out_dt)
 
 
 def _matmul_te(x: object, w: object, ta: bool, tb: bool, out_dt: str, name: str) -> object:
@@ -76,7 +85,7 @@ def _matmul_te(x: object, w: object, ta: bool, tb: bool, out_dt: str, name: str)
         return te.sum(T.cast(T.cast(x(*xi), cdt), acc) * T.cast(T.cast(w(*wi), cdt), acc),
                       axis=k)
     r = te.compute(lead + [n], body, name=name, tag="matmul")
-    return T.cast_tensor(r, out_dt)
+    return _mm_result(r, T.dtype_of(x), out_dt)
 
 
 def dense_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
@@ -110,7 +119,7 @@ def batch_matmul_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
         yv = y(yb, j, k) if tb else y(yb, k, j)
         return te.sum(T.cast(T.cast(xv, cdt), acc) * T.cast(T.cast(yv, cdt), acc), axis=k)
     r = te.compute([b, m, n], body, name="T_batch_matmul", tag="batch_matmul")
-    return T.cast_tensor(r, out_dt)
+    return _mm_result(r, T.dtype_of(x), out_dt)
 
 
 def _channel_bcast(fn, name: str):  # type: ignore[no-untyped-def]
@@ -175,9 +184,8 @@ def _softmax_te(log: bool):  # type: ignore[no-untyped-def]
         def shifted(*i):  # type: ignore[no-untyped-def]
             return T.cast(x(*i), acc) - T.bcast_index(mx, i)
         if fast:
-            from tvm import topi
             sh = te.compute(shp, shifted, name="T_softmax_shift")
-            e = topi.fast_exp(sh)
+            e = T.fast_exp_tensor(sh)
         else:
             e = te.compute(shp, lambda *i: tirx.exp(shifted(*i)), name="T_softmax_exp")
         s = T.reduce(e, [axis], True, "sum", name="T_softmax_sum")
@@ -206,7 +214,8 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     te, tirx = T.te_mod(), T.tir_mod()
     x, w = inputs
     dt = out_type.dtype
-    comp = dt if (T.is_int(dt) or dt == "bool") else ("float32" if dt == "float16" else dt)
+    comp = "int32" if dt == "bool" else (
+        dt if T.is_int(dt) else ("float32" if dt == "float16" else dt))
     dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
     ko, ki, kh_, kw_ = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
     on, oc, oh_, ow_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
@@ -249,7 +258,7 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
         wi[ko], wi[ki], wi[kh_], wi[kw_] = co, rc, ry, rx
         return te.sum(T.cast(xp(*di), comp) * T.cast(w(*wi), comp), axis=[rc, ry, rx])
     r = te.compute(oshape, body, name="T_conv2d", tag="conv2d")
-    return T.cast_tensor(r, dt)
+    return _mm_result(r, "bool" if dt == "bool" else comp, dt)
 
 
 def _pool_te(kind: str):  # type: ignore[no-untyped-def]

@@ -231,10 +231,10 @@ def _float_te(name: str):  # type: ignore[no-untyped-def]
         if dt == "float32" and T.use_fast(name, dt) and name in ("exp", "tanh", "sigmoid"):
             from tvm import topi
             if name == "exp":
-                return topi.fast_exp(x)
+                return T.fast_exp_tensor(x)
             if name == "tanh":
                 return topi.fast_tanh(x)
-            e = topi.fast_exp(T.elemwise(lambda v: -v, x, name="T_neg"))
+            e = T.fast_exp_tensor(T.elemwise(lambda v: -v, x, name="T_neg"))
             return T.elemwise(lambda v: T.const(1, dt) / (T.const(1, dt) + v), e,
                               name="T_sigmoid")
         fn = getattr(tirx, name)
@@ -258,6 +258,9 @@ def _elem_te(fn, doc: str):  # type: ignore[no-untyped-def]
 def _negative_e(v, dt):  # type: ignore[no-untyped-def]
     if dt == "bool":
         return v  # numpy: -True is an error, negative(bool) keeps the value through wrap
+    if dt.startswith("uint"):
+        # NOTE: TVM's simplifier folds ``0 - v`` on wide unsigned ints to 0; ~v + 1 wraps
+        return T.tir_mod().bitwise_not(v) + T.const(1, dt)
     return T.const(0, dt) - v
 
 
@@ -297,7 +300,8 @@ def _sign_e(v, dt):  # type: ignore[no-untyped-def]
 
 
 def _logical_not_e(v, dt):  # type: ignore[no-untyped-def]
-    return T.cast(T.tir_mod().EQ(v, T.const(0, dt)), dt)
+    return T.tir_mod().Not(T.cast(v, "bool")) if dt == "bool" else T.cast(
+        T.tir_mod().EQ(v, T.const(0, dt)), dt)
 
 
 def _bitwise_not_e(v, dt):  # type: ignore[no-untyped-def]
@@ -324,6 +328,15 @@ def _fill_like_te(value: int):  # type: ignore[no-untyped-def]
         return T.elemwise(lambda v: T.const(value, T.dtype_of(x)), x)
     compute.__doc__ = f"TE compute of a tensor of {value}s like the input."
     return compute
+
+
+def power_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``power``: wide integers use an opaque squaring loop (see _te)."""
+    a, b = inputs
+    dt = T.dtype_of(a)
+    if dt in ("int32", "int64", "uint32", "uint64"):
+        return T.int_power_tensor(a, b)
+    return T.broadcast(lambda u, v: _power_b(u, v, dt), [a, b])
 
 
 def _binary_te(fn, doc: str, out_dtype: str | None = None):  # type: ignore[no-untyped-def]
@@ -408,7 +421,7 @@ def _logical_b(kind: str):  # type: ignore[no-untyped-def]
     def fn(u, v, dt):  # type: ignore[no-untyped-def]
         tirx = T.tir_mod()
         bu, bv = T.cast(u, "bool"), T.cast(v, "bool")
-        r = {"and": tirx.And, "or": tirx.Or, "xor": tirx.NE}[kind](bu, bv)
+        r = {"and": tirx.And, "or": tirx.Or, "xor": T.ne}[kind](bu, bv)
         return T.cast(r, dt)
     return fn
 
@@ -417,7 +430,7 @@ def _bitwise_b(kind: str):  # type: ignore[no-untyped-def]
     def fn(u, v, dt):  # type: ignore[no-untyped-def]
         tirx = T.tir_mod()
         if dt == "bool":
-            return {"and": tirx.And, "or": tirx.Or, "xor": tirx.NE}[kind](u, v)
+            return {"and": tirx.And, "or": tirx.Or, "xor": T.ne}[kind](u, v)
         return {"and": tirx.bitwise_and, "or": tirx.bitwise_or,
                 "xor": tirx.bitwise_xor}[kind](u, v)
     return fn
@@ -570,7 +583,7 @@ def_broadcast("floor_mod", _floor_mod, doc="Remainder of flooring division (sign
               grad=_BINARY_GRAD["floor_mod"],
               compute=_binary_te(_floormod_b, "TE compute of ``floor_mod``."))
 def_broadcast("power", _power, doc="Broadcasting ``a ** b``.",
-              grad=_BINARY_GRAD["power"], compute=_binary_te(_power_b, "TE compute of ``power``."))
+              grad=_BINARY_GRAD["power"], compute=power_te)
 def_broadcast("maximum", np.maximum, doc="Broadcasting elementwise maximum.",
               grad=_BINARY_GRAD["maximum"],
               compute=_binary_te(_max_b, "TE compute of ``maximum``."))
