@@ -397,7 +397,41 @@ def case_table() -> dict[str, Callable[[], Iterator[Case]]]:
               "nn.global_max_pool2d", "nn.batch_flatten", "nn.pad", "nn.layer_norm",
               "nn.batch_norm", "nn.dropout", "nn.cross_entropy"):
         t[n] = (lambda n: lambda: nn_cases(n))(n)
+    for n in _GRAD_OPS:
+        t[n] = (lambda n: lambda: grad_op_cases(n))(n)
+    for n in ("annotation.checkpoint", "annotation.compiler_begin", "annotation.compiler_end",
+              "annotation.stop_fusion", "device_copy", "on_device"):
+        t[n] = identity_cases
+    t["layout_transform"] = layout_transform_cases
     return t
+
+
+def identity_cases() -> Iterator[Case]:
+    """Annotations and device placement: the value itself, in every dtype."""
+    for dt in ALL:
+        yield [gen((2, 3), dt)], {}
+
+
+def layout_transform_cases() -> Iterator[Case]:
+    for dt in ("float32", "int8", "float16", "bool"):
+        yield [gen((1, 8, 3, 2), dt)], {"src_layout": "NCHW", "dst_layout": "NCHW4c"}
+        yield [gen((2, 6, 3, 2), dt)], {"src_layout": "NCHW", "dst_layout": "NHWC"}
+    yield [gen((1, 2, 3, 2, 4), "float32")], {"src_layout": "NCHW4c", "dst_layout": "NCHW"}
+    yield [gen((1, 6, 3, 2), "float32")], {"src_layout": "NCHW", "dst_layout": "NCHW4c"}
+
+
+_GRAD_OPS = ("nn.conv2d_backward_data", "nn.conv2d_backward_weight", "nn.max_pool2d_grad",
+             "nn.max_pool2d_gather", "nn.avg_pool2d_grad", "strided_slice_grad", "take_grad")
+
+
+def grad_op_cases(name: str) -> Iterator[Case]:
+    """The gradient operators' cases of test_op_compute_grad, in every float dtype."""
+    from test_op_compute_grad import CASES as GRAD_CASES
+    for op_name, args, kw in GRAD_CASES:
+        if op_name != name:
+            continue
+        for dt in FLOATS:
+            yield [a.astype(dt) if a.dtype.kind == "f" else a for a in args], kw
 
 
 CASES = case_table()
@@ -429,6 +463,11 @@ def reference(name: str, args: list[Any], kw: dict[str, Any]) -> list[np.ndarray
     except (TypeError, ValueError, Exception):  # noqa: B014 - numpy raises many kinds
         return None
     return list(r) if isinstance(r, tuple) else [r]
+
+
+def _reader(t: Any) -> Callable[..., Any]:
+    """``lambda *i: t(*i)`` without keyword arguments (te.compute rejects them)."""
+    return lambda *i: t(*i)
 
 
 def compile_cases(name: str, cases: list[Case]) -> list[list[np.ndarray]]:
@@ -464,7 +503,7 @@ def compile_cases(name: str, cases: list[Case]) -> list[list[np.ndarray]]:
     fixed = []
     for o in all_outs:
         if any(o.same_as(p) for p in params):
-            o = te.compute(o.shape, lambda *i, o=o: o(*i), name="T_id")
+            o = te.compute(o.shape, _reader(o), name="T_id")
         fixed.append(o)
     func = te.create_prim_func(params + fixed)
     ex = tvm.compile(func, target=_target())
