@@ -240,6 +240,34 @@ add("take_grad", away((2, 2, 3)), away((4, 3), seed=1), np.array([[0, 3], [3, 1]
     axis=0)
 
 
+# front's operators: annotations and device placement (identity), layout_transform, dyn.*
+def _iv(*v: int) -> np.ndarray:
+    return np.array(v, "int64")
+
+
+for _n in ["annotation.checkpoint", "annotation.compiler_begin", "annotation.compiler_end",
+           "annotation.stop_fusion", "device_copy"]:
+    add(_n, away(S))
+add("on_device", away(S), virtual_device=1, constrain_result=True)
+add("layout_transform", away((1, 8, 2, 3)), src_layout="NCHW", dst_layout="NCHW4c")
+add("layout_transform", away((1, 6, 2, 3)), src_layout="NCHW", dst_layout="NCHW4c",
+    tag="padded")
+add("dyn.reshape", away((2, 3, 4)), _iv(-1, 4))
+add("dyn.broadcast_to", away((3, 1)), _iv(2, 3, 4))
+add("dyn.full", np.asarray(0.7), _iv(2, 2))
+add("dyn.tile", away((2, 3)), _iv(2, 1, 2))
+add("dyn.tile_grad", away((4, 3)), away((2, 3), seed=1), _iv(2, 1))
+add("dyn.strided_slice", away((10, 8)), _iv(1, 0), _iv(8, 8), _iv(3, 2))
+add("dyn.strided_slice_grad", away((3, 4)), away((10, 8), seed=1), _iv(1, 0), _iv(8, 8),
+    _iv(3, 2))
+add("dyn.expand_dims", away((3, 4)), np.array(-1, "int32"), num_newaxis=2)
+add("dyn.squeeze", away((1, 3, 1)), _iv(0, 2))
+add("dyn.nn.pad", away((2, 3)), np.array([[0, 1], [2, 3]], "int64"), np.asarray(0.5))
+add("dyn.nn.pad", away((3, 4)), np.array([[1, 1], [2, 2]], "int64"), np.asarray(0.0),
+    pad_mode="reflect", tag="reflect")
+add("dyn.nn.pad_grad", away((3, 8)), away((2, 3), seed=1), np.array([[0, 1], [2, 3]], "int64"))
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_rule_against_finite_differences(case: Case) -> None:
     """``<rule(g), dx>`` equals ``<g, df(x)[dx]>`` by central differences in float64."""

@@ -1406,10 +1406,18 @@ def layout_transform_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 
 def layout_transform_grad(call: Any, out: Any, g: Any) -> tuple[Any, ...]:
-    """A permutation of elements: the adjoint goes back, ``g => layout_transform(g, dst, src)``."""
+    """``g => layout_transform(g, dst, src)``, cut to x's shape where the split padded x."""
     from relay_ir.op._rules import make_call
     a = call.attrs
-    return (make_call("layout_transform", g, src_layout=a.dst_layout, dst_layout=a.src_layout),)
+    back = make_call("layout_transform", g, src_layout=a.dst_layout, dst_layout=a.src_layout)
+    shape = tuple(tensor_type(call.args[0]).shape)
+    if any(not isinstance(d, int) for d in shape):
+        return (back,)
+    fwd = layout_transform_shape(shape, a.src_layout, a.dst_layout)
+    if layout_transform_shape(fwd, a.dst_layout, a.src_layout) == shape:
+        return (back,)
+    # NOTE: the padding zeros of a non-dividing split get no gradient: slice them off
+    return (make_call("strided_slice", back, begin=[0] * len(shape), end=list(shape)),)
 
 
 def layout_transform_jvp(call: Any, out: Any, tangents: Sequence[Any]) -> Any:
