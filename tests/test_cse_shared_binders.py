@@ -18,11 +18,12 @@ F32 = TensorType((), "float32")
 def test_a_shared_let_rewritten_in_two_scopes_binds_fresh_variables() -> None:
     x, b, f, y, p = Var("x", F32), Var("b", TensorType((), "bool")), Var("f"), Var("y"), \
         Var("p", F32)
-    # shared = let %f = fn (%p) { %p * 2 }; %f(%x + 1)    -- used in a branch and as the tail
+    # shared = let %f = fn (%p) { %p * 2 }; %f(%x + 1)    -- used in a branch and in the tail
     shared = Let(f, Function((p,), make_call("multiply", p, const(2.0))),
                  rly.expr.Call(f, (make_call("add", x, const(1.0)),)))
-    body = Let(y, If(b, shared, make_call("add", x, const(1.0))),
-               make_call("add", y, shared))
+    k = Var("k")  # `add(%x, 1f)` inside the shared let becomes %k in both of its copies
+    body = Let(k, make_call("add", x, const(1.0)),
+               Let(y, If(b, shared, k), make_call("add", y, shared)))
     mod = IRModule({"main": Function((x, b), body)})
     check(mod)  # a shared node is checked once, where it is first met
     out = EliminateCommonSubexpr()(mod)  # the WellFormedCheck instrument checks the output
