@@ -9,7 +9,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            Match, Op, Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes._analysis import op_is_effectful
+from relay_ir.passes._analysis import fresh_copy, op_is_effectful
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 
 
@@ -38,6 +38,22 @@ class _CSE(ExprMutator):
         self.memo_marks: list[int] = []
         self.keys: dict[Expr, Any] = {}
         self.keep: list[Expr] = []  # keeps nodes alive so id-based keys stay valid
+        self.first: dict[Expr, Expr] = {}  # function / match node -> its first rewrite
+        self.bound: set[Var] = set()  # let variables bound by the output so far
+
+    def once_bound(self, node: Expr, new: Expr) -> Expr:
+        """``new``, alpha-renamed if ``node`` (which binds variables) was rewritten before.
+
+        NOTE: a node shared between sibling scopes is rewritten once per scope (see ``pop``);
+        when it binds variables, two different rewrites would bind the same variables twice.
+        """
+        prev = self.first.get(node)
+        if prev is None:
+            self.first[node] = new
+            return new
+        if new is prev:
+            return new
+        return fresh_copy(new)
 
     # -- scoped table ---------------------------------------------------------
     @contextlib.contextmanager
@@ -118,6 +134,12 @@ class _CSE(ExprMutator):
         return self.canonical(super().visit_tuple_get_item(t))
 
     def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+        if var in self.bound:
+            # NOTE: a let of a node shared between sibling scopes, rewritten a second time:
+            # bind a fresh variable so the output binds each variable once
+            self.memo[var] = Var(var.name_hint, var.type_annotation, span=var.span)
+        else:
+            self.bound.add(var)
         new = self.visit(value)
         if type(new) is Var and new is not value and self.key(value) is not None:
             self.memo[var] = new  # NOTE: `let y = e` after `let x = e`: y := x
@@ -135,7 +157,8 @@ class _CSE(ExprMutator):
 
     def visit_function(self, f: Function) -> Expr:
         with self.scope():
-            return super().visit_function(f)
+            new = super().visit_function(f)
+        return self.once_bound(f, new)
 
     def visit_if(self, i: If) -> Expr:
         cond = self.visit(i.cond)
@@ -150,7 +173,7 @@ class _CSE(ExprMutator):
             return super().visit_clause(c)
 
     def visit_match(self, m: Match) -> Expr:
-        return super().visit_match(m)
+        return self.once_bound(m, super().visit_match(m))
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ Rules:
   with the arguments bound (inlining/unrolling). A recursive function is unrolled only while
   some argument is static data (a tensor, an ADT value, or a tuple holding one); calls in
   tail position are unrolled in a loop, so long chains of closures do not grow the stack.
-  Each unrolling costs one unit of ``fuel`` (per global function, default 1000); nesting is also capped at ``max_depth`` (default 40) so Python's
-  stack stays small. Out of fuel, the call is left as a residual call: every program
+  Each unrolling costs one unit of ``fuel`` (per global function, default 1000); nesting is
+  also capped at ``max_depth`` (default 40) so Python's stack stays small. Out of fuel, the call is left as a residual call: every program
   terminates, including infinite static recursion.
 * Anything else is *residualized*: emitted as a ``let`` in evaluation order (the output is in
   A-normal form with fresh binders); a dynamic ``if``/``match`` gets both branches partially
@@ -38,11 +38,13 @@ nodes they came from.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterator
 
 import numpy as np
 
+from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import InternalError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
                            Let, Match, Op, Pattern, PatternConstructor, PatternTuple,
@@ -50,7 +52,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import lookup_opdef
-from relay_ir.passes.pass_manager import Pass, PassContext
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
                                 free_type_vars, free_vars, post_order)
@@ -139,12 +141,13 @@ class SRef:
 class PValue:
     """A partial value: static part (or None) and the residual atom computing it (or None).
 
-    ``scope`` is the residual scope the atom is bound in (None: valid everywhere).
+    ``scope`` is the residual scope the atom is bound in (the binding list of a
+    :class:`~relay_ir.builder.ScopeBuilder` scope; None: valid everywhere).
     """
 
     __slots__ = ("static", "dyn", "scope")
 
-    def __init__(self, static: Any, dyn: Expr | None = None, scope: Scope | None = None):
+    def __init__(self, static: Any, dyn: Expr | None = None, scope: list | None = None):
         self.static = static
         self.dyn = dyn
         self.scope = scope
@@ -187,30 +190,6 @@ class Env:
         return None
 
 
-class Scope:
-    """A residual let-spine being emitted (a function body, a branch, a match arm)."""
-
-    __slots__ = ("bindings", "parent")
-
-    def __init__(self, parent: Scope | None):
-        self.bindings: list[tuple[Var, Expr, Span | None]] = []
-        self.parent = parent
-
-    def within(self, other: Scope) -> bool:
-        s: Scope | None = self
-        while s is not None:
-            if s is other:
-                return True
-            s = s.parent
-        return False
-
-    def build(self, result: Expr) -> Expr:
-        out = result
-        for var, value, span in reversed(self.bindings):
-            out = Let(var, value, out, span=span)
-        return out
-
-
 _UNKNOWN = object()
 
 
@@ -238,7 +217,10 @@ class _PE:
         self.reifying = 0
         self.bound_tvars: set = set()
         self.tsub: dict[Any, Any] = {}
-        self.scope = Scope(None)
+        # NOTE: residual let-spines are built with one ScopeBuilder; `open` holds the binding
+        # lists of its open scopes (outermost first), which identify where an atom is bound.
+        self.sb = ScopeBuilder()
+        self.open: list[list] = [self.sb.bindings]
         self._recursive: dict[Function, bool] = {}
         self._recursive_globals: set[str] | None = None
 
@@ -253,8 +235,8 @@ class _PE:
             var = Var(hint.name_hint, ann, span=hint.span)
         else:
             var = Var("x", ann, span=span)
-        self.scope.bindings.append((var, value, span))
-        return PValue(None, var, self.scope)
+        self.sb.bind(var, value)
+        return PValue(None, var, self.open[-1])
 
     def _closed_type(self, t: Type | None) -> Type | None:
         """``t`` with the current type substitution applied, if the result is closed, else None.
@@ -319,7 +301,23 @@ class _PE:
         return tuple(out)
 
     def _valid(self, pv: PValue) -> bool:
-        return pv.dyn is not None and (pv.scope is None or self.scope.within(pv.scope))
+        if pv.dyn is None:
+            return False
+        scope = pv.scope
+        return scope is None or any(s is scope for s in self.open)
+
+    @contextmanager
+    def _nested(self) -> Iterator[None]:
+        """A residual scope nested in the current one (close it with ``self.sb.build``)."""
+        with self.sb.scope():
+            self.open.append(self.sb.bindings)
+            try:
+                yield
+            except BaseException:
+                self.sb.bindings.clear()  # NOTE: drop the unfinished scope, keep the error
+                raise
+            finally:
+                self.open.pop()
 
     def reify(self, pv: PValue) -> Expr:
         """An atom (or ``()``) of the residual program computing ``pv``, emitting as needed."""
@@ -366,13 +364,11 @@ class _PE:
 
     def _reify_closure(self, p: PValue, clo: SClosure) -> None:
         f = clo.func
-        outer = self.scope
         saved_tsub = self.tsub
         self.tsub = clo.env.tsub
         var = Var("f", self._closed_type(f.checked_type_), span=f.span)
         self.tsub = saved_tsub
-        p.dyn, p.scope = var, outer  # NOTE: set first, so recursive references use `var`
-        inner = Scope(outer)
+        p.dyn, p.scope = var, self.open[-1]  # NOTE: set first: recursive references use `var`
         env = Env(clo.env)
         saved_tvars, saved_tsub = self.bound_tvars, self.tsub
         self.tsub = clo.env.tsub
@@ -386,18 +382,16 @@ class _PE:
         self.active.append(f)
         self.depth += 1
         self.reifying += 1
-        self.scope = inner
         try:
-            atom = self.reify(self.eval(f.body, env))
+            with self._nested():
+                body = self.sb.build(self.reify(self.eval(f.body, env)))
         finally:
             self.bound_tvars, self.tsub = saved_tvars, saved_tsub
-            self.scope = outer
             self.reifying -= 1
             self.depth -= 1
             self.active.pop()
             self.store = saved_store
-        fn = Function(params, inner.build(atom), ret_type, f.type_params, f.attrs, span=f.span)
-        outer.bindings.append((var, fn, f.span))
+        self.sb.bind(var, Function(params, body, ret_type, f.type_params, f.attrs, span=f.span))
 
     # -- evaluation --------------------------------------------------------------------
     def eval(self, e: Expr, env: Env, hint: Var | None = None, tail: bool = False) -> Any:
@@ -632,18 +626,13 @@ class _PE:
     # -- control flow ------------------------------------------------------------------
     def _branch(self, e: Expr, env: Env, store: dict[int, PValue],
                 bind: dict[Var, PValue] | None = None) -> tuple[Expr, dict[int, PValue]]:
-        outer = self.scope
-        inner = Scope(outer)
-        self.scope = inner
         self.store = dict(store)
-        try:
-            benv = Env(env)
-            if bind:
-                benv.vars.update(bind)
-            atom = self.reify(self.eval(e, benv))
-        finally:
-            self.scope = outer
-        return inner.build(atom), self.store
+        benv = Env(env)
+        if bind:
+            benv.vars.update(bind)
+        with self._nested():
+            body = self.sb.build(self.reify(self.eval(e, benv)))
+        return body, self.store
 
     @staticmethod
     def _merge(stores: list[dict[int, PValue]]) -> dict[int, PValue]:
@@ -799,7 +788,7 @@ def _to_pvalue(res: Any) -> PValue | None:
 
 # ----------------------------------------------------------------------------- the pass
 @dataclass(frozen=True)
-class PartialEvaluate(Pass):
+class PartialEvaluate(FunctionPass):
     """Online partial evaluation with a fuel bound (see the module docstring for the rules).
 
     ``op(consts) => const``; ``if (static) {a} else {b} => a|b``; ``match`` on a known value
@@ -814,14 +803,11 @@ class PartialEvaluate(Pass):
     name: ClassVar[str] = "partial-eval"
     opt_level: ClassVar[int] = 1
 
-    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        changed = {}
-        for gname, fn in mod.functions.items():
-            if fn.is_primitive:
-                continue
-            changed[gname] = partial_eval_function(fn, mod, fuel=self.fuel,
-                                                   max_depth=self.max_depth)
-        return mod.with_functions(changed) if changed else mod
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        """``func`` partially evaluated (primitive functions are kept as they are)."""
+        if func.is_primitive:
+            return func
+        return partial_eval_function(func, mod, fuel=self.fuel, max_depth=self.max_depth)
 
 
 def partial_eval_function(fn: Function, mod: IRModule | None = None, *, fuel: int = 1000,
@@ -833,8 +819,7 @@ def partial_eval_function(fn: Function, mod: IRModule | None = None, *, fuel: in
     for p in fn.params:
         env.vars[p] = PValue(None, p, None)
     pe.active.append(fn)
-    atom = pe.reify(pe.eval(fn.body, env))
-    body = pe.scope.build(atom)
+    body = pe.sb.build(pe.reify(pe.eval(fn.body, env)))
     return Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
 
 
@@ -842,5 +827,4 @@ def partial_eval_expr(expr: Expr, mod: IRModule | None = None, *, fuel: int = 10
                       max_depth: int = 40) -> Expr:
     """Partially evaluate a closed (or free-variable) expression."""
     pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth)
-    atom = pe.reify(pe.eval(expr, Env(None)))
-    return pe.scope.build(atom)
+    return pe.sb.build(pe.reify(pe.eval(expr, Env(None))))
