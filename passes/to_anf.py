@@ -11,7 +11,7 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import fresh_copy
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
-from relay_ir.traversal import children, same_scope_children
+from relay_ir.traversal import bound_vars, children, same_scope_children
 
 
 _ATOMS = frozenset({Var, GlobalVar, Constant, Op, Constructor})
@@ -71,7 +71,11 @@ def _edges(e: Expr) -> list[tuple[Expr, int]]:
 
 
 def _shares_with(fn: Function, outside: set[Expr]) -> bool:
-    """True if a compound node of ``fn``'s body is also used outside it."""
+    """True if a compound node of ``fn``'s body that binds variables is also used outside it.
+
+    A shared node without binders is harmless (both sides compute the same pure value), and
+    copying it anyway would make the pass copy the function again on every run.
+    """
     seen: set[int] = set()
     stack = [fn.body]
     while stack:
@@ -79,7 +83,9 @@ def _shares_with(fn: Function, outside: set[Expr]) -> bool:
         if type(e) in _ATOMS or id(e) in seen:
             continue
         if e in outside:
-            return True
+            if bound_vars(e):
+                return True
+            continue
         seen.add(id(e))
         stack.extend(children(e))
     return False

@@ -724,9 +724,7 @@ def apply(fn: Any, *args: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
         func = fn.func
         ptypes = [p.type_annotation for p in func.params] if func is not None else \
             [None] * len(args)
-        converted = check_arguments(func, ptypes, args) if func is not None else \
-            check_arguments(None, ptypes, args)
-        return _normalize_output(_execute(fn, converted, max_depth))
+        return _normalize_output(_execute(fn, check_arguments(func, ptypes, args), max_depth))
     return _normalize_output(_apply_builtin(fn, check_arguments(None, [None] * len(args),
                                                                 args)))
 
