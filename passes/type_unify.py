@@ -5,7 +5,7 @@
 check; linear dimension equations (``2 * n = 6``) are solved for one flexible variable.
 Polymorphic function types are instantiated here with fresh variables. A failure is a
 :class:`Fail` carrying the reason, which the constraint generator turns into a diagnostic
-naming the expression. :func:`fmt_type` is the text of a type in messages.
+naming the expression. :func:`~relay_ir.ty.fmt_type` (re-exported here) is the text of a type in messages.
 """
 from __future__ import annotations
 
@@ -15,53 +15,12 @@ from typing import Any
 from relay_ir.expr import Call, Constructor, Expr, Function, GlobalVar, If, Op, Var
 from relay_ir.span import Span
 from relay_ir.ty import (AnyDim, Dim, DimExpr, FuncType, GlobalTypeVar, IncompleteType,
-                         RefType, ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData,
-                         TypeVar, dim_add, dim_mul, dim_sub, dim_vars, format_dim, type_children)
+                         RefType, ShapeVar, TensorType, TupleType, Type, TypeCall,
+                         TypeVar, dim_add, dim_mul, dim_sub, dim_vars, fmt_type, format_dim,
+                         type_children)
 
 
 __all__ = ["Unifier", "Fail", "fmt_type", "describe_node", "callee_name"]
-
-
-def fmt_type(t: Any) -> str:
-    """Text of a type as the printer writes it (``Tensor[(2, 3), float32]``, ``fn (A) -> B``).
-
-    Generic function types print as ``fn [A, n](A) -> A``; an unknown type prints as ``_``.
-    """
-    if t is None:
-        return "_"
-    tt = type(t)
-    if tt is TensorType:
-        if not t.shape:
-            return t.dtype
-        return f"Tensor[({', '.join(format_dim(d) for d in t.shape)}), {t.dtype}]"
-    if tt is TupleType:
-        if len(t.fields) == 1:
-            return f"({fmt_type(t.fields[0])},)"
-        return "(" + ", ".join(fmt_type(f) for f in t.fields) + ")"
-    if tt is FuncType:
-        tps = ""
-        if t.type_params:
-            tps = "[" + ", ".join(p.name if isinstance(p, ShapeVar) else p.name_hint
-                                  for p in t.type_params) + "]"
-        args = ", ".join(fmt_type(a) for a in t.arg_types)
-        return f"fn {tps}({args}) -> {fmt_type(t.ret_type)}" if tps else \
-            f"fn ({args}) -> {fmt_type(t.ret_type)}"
-    if tt is RefType:
-        return f"ref({fmt_type(t.value)})"
-    if tt is TypeCall:
-        head = fmt_type(t.func)
-        if not t.args:
-            return head
-        return f"{head}[{', '.join(fmt_type(a) for a in t.args)}]"
-    if tt is GlobalTypeVar or tt is TypeVar:
-        return t.name_hint
-    if tt is IncompleteType:
-        return "_"
-    if tt is TypeData:
-        return t.header.name_hint
-    if isinstance(t, (int, AnyDim, ShapeVar, DimExpr)):
-        return format_dim(t)
-    return repr(t)
 
 
 def callee_name(op: Expr) -> str:

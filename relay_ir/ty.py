@@ -349,3 +349,48 @@ _TYPE_CHILDREN: dict[type, Callable[[Any], tuple[Type, ...]]] = {
     RefType: lambda t: (t.value,),
     TypeCall: lambda t: (t.func, *t.args),
 }
+
+
+def fmt_type(t: Any) -> str:
+    """Text of a type as the printer writes it (``Tensor[(3), float32]``, ``fn (A) -> B``).
+
+    The one formatter of types in messages (type inference, operator rules, the interpreter's
+    argument checks), in the printer's text form (:func:`relay_ir.printer.astext`).
+
+    Generic function types print as ``fn [A, n](A) -> A``; an unknown type prints as ``_``.
+    """
+    if t is None:
+        return "_"
+    tt = type(t)
+    if tt is TensorType:
+        if not t.shape and is_dtype_name(t.dtype):
+            return t.dtype
+        return f"Tensor[({', '.join(format_dim(d) for d in t.shape)}), {t.dtype}]"
+    if tt is TupleType:
+        if len(t.fields) == 1:
+            return f"({fmt_type(t.fields[0])},)"
+        return "(" + ", ".join(fmt_type(f) for f in t.fields) + ")"
+    if tt is FuncType:
+        tps = ""
+        if t.type_params:
+            tps = "[" + ", ".join(p.name if isinstance(p, ShapeVar) else p.name_hint
+                                  for p in t.type_params) + "]"
+        args = ", ".join(fmt_type(a) for a in t.arg_types)
+        return f"fn {tps}({args}) -> {fmt_type(t.ret_type)}" if tps else \
+            f"fn ({args}) -> {fmt_type(t.ret_type)}"
+    if tt is RefType:
+        return f"ref({fmt_type(t.value)})"
+    if tt is TypeCall:
+        head = fmt_type(t.func)
+        if not t.args:
+            return head
+        return f"{head}[{', '.join(fmt_type(a) for a in t.args)}]"
+    if tt is GlobalTypeVar or tt is TypeVar:
+        return t.name_hint
+    if tt is IncompleteType:
+        return "_"
+    if tt is TypeData:
+        return t.header.name_hint
+    if isinstance(t, (int, AnyDim, ShapeVar, DimExpr)):
+        return format_dim(t)
+    return repr(t)

@@ -23,7 +23,7 @@ import numpy as np
 from relay_ir.errors import InterpreterError
 from relay_ir.expr import Constructor, Function, Op
 from relay_ir.ty import (AnyDim, DimExpr, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
-                         TupleType, Type, TypeCall, format_dim)
+                         TupleType, Type, TypeCall, fmt_type)
 
 TensorValue = np.ndarray
 
@@ -194,23 +194,6 @@ def is_callable_value(v: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- argument checks
-def _fmt_type(t: Type | None) -> str:
-    """A parameter type as messages show it (``Tensor[(3,), float32]``)."""
-    if isinstance(t, TensorType):
-        shape = ", ".join(format_dim(d) for d in t.shape)
-        if len(t.shape) == 1:
-            shape += ","
-        return f"Tensor[({shape}), {t.dtype}]"
-    if isinstance(t, TupleType):
-        return "(" + ", ".join(_fmt_type(f) for f in t.fields) + ("," if len(t.fields) == 1
-                                                                  else "") + ")"
-    try:
-        from relay_ir.printer import astext
-        return astext(t)
-    except Exception:
-        return repr(t)
-
-
 def _describe(v: Any) -> str:
     if isinstance(v, np.ndarray):
         return f"an array of shape {v.shape} and dtype {v.dtype}"
@@ -265,7 +248,7 @@ def _convert(v: Any, t: Type | None, env: dict[ShapeVar, int]) -> Any:
         if isinstance(v, list):
             v = tuple(v)
         if not isinstance(v, tuple) or len(v) != len(t.fields):
-            raise _ArgError(f"expected {_fmt_type(t)}, got {_describe(v)}")
+            raise _ArgError(f"expected {fmt_type(t)}, got {_describe(v)}")
         out = []
         for j, (x, ft) in enumerate(zip(v, t.fields)):
             try:
@@ -276,19 +259,19 @@ def _convert(v: Any, t: Type | None, env: dict[ShapeVar, int]) -> Any:
     if isinstance(t, (TypeCall, GlobalTypeVar)):
         head = t.func if isinstance(t, TypeCall) else t
         if not isinstance(v, ADTValue):
-            raise _ArgError(f"expected {_fmt_type(t)}, got {_describe(v)}")
+            raise _ArgError(f"expected {fmt_type(t)}, got {_describe(v)}")
         if isinstance(head, GlobalTypeVar) and \
                 v.constructor.belong_to.name_hint != head.name_hint:
-            raise _ArgError(f"expected {_fmt_type(t)}, got a value of type "
+            raise _ArgError(f"expected {fmt_type(t)}, got a value of type "
                             f"{v.constructor.belong_to.name_hint}")
         return v
     if isinstance(t, RefType):
         if not isinstance(v, RefValue):
-            raise _ArgError(f"expected {_fmt_type(t)}, got {_describe(v)}")
+            raise _ArgError(f"expected {fmt_type(t)}, got {_describe(v)}")
         return v
     if isinstance(t, FuncType):
         if not isinstance(v, (Closure, Constructor, Op)):
-            raise _ArgError(f"expected a function of type {_fmt_type(t)}, got {_describe(v)}")
+            raise _ArgError(f"expected a function of type {fmt_type(t)}, got {_describe(v)}")
         return v
     return default_convert(v)
 
@@ -323,7 +306,7 @@ def default_convert(v: Any) -> Any:
 
 
 def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarray:
-    expect = f"expected {_fmt_type(t)}"
+    expect = f"expected {fmt_type(t)}"
     if isinstance(v, np.ndarray):
         arr = v
     elif isinstance(v, np.generic):

@@ -408,8 +408,8 @@ def test_argument_errors_name_the_parameter():
                                 "array of shape (3,) and dtype float64")
     with pytest.raises(InterpreterError, match=r"argument 1 \(%x\).*dtype float64"):
         evaluate(mod, np.zeros((2, 3)), 1)
-    with pytest.raises(InterpreterError, match=r"argument 2 \(%y\): expected Tensor\[\(\), "
-                                               r"int32\].*float"):
+    with pytest.raises(InterpreterError, match=r"argument 2 \(%y\): expected "
+                                               r"int32.*float"):
         evaluate(mod, good, 2.5)
     with pytest.raises(InterpreterError, match=r"argument 2 \(%y\).*tuple"):
         evaluate(mod, good, (1, 2))

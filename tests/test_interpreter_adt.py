@@ -247,7 +247,7 @@ def test_unannotated_params_are_typed_by_inference():
     assert r.dtype == np.float32
     np.testing.assert_array_equal(r, [1.0, 2.0])
     with pytest.raises(InterpreterError, match=r"argument 1 \(%x\): expected "
-                                               r"Tensor\[\(2,\), float32\]"):
+                                               r"Tensor\[\(2\), float32\]"):
         evaluate(mod, np.zeros(3, "float32"), np.zeros(2, "float32"))
 
 

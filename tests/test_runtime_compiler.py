@@ -118,13 +118,13 @@ RANGE = HEADER + "def @main(%a: int32, %b: uint8) { (%a, %b) }"
 
 
 @pytest.mark.parametrize("a, b, what", [
-    (99999999999, 1, "argument 1 (%a): expected Tensor[(), int32]: the integer 99999999999 "
+    (99999999999, 1, "argument 1 (%a): expected int32: the integer 99999999999 "
                      "is out of range for int32 (-2147483648 to 2147483647)"),
-    (1, 300, "argument 2 (%b): expected Tensor[(), uint8]: the integer 300 is out of range "
+    (1, 300, "argument 2 (%b): expected uint8: the integer 300 is out of range "
              "for uint8 (0 to 255)"),
-    (1, -1, "argument 2 (%b): expected Tensor[(), uint8]: the integer -1 is out of range for "
+    (1, -1, "argument 2 (%b): expected uint8: the integer -1 is out of range for "
             "uint8 (0 to 255)"),
-    (2**70, 1, "argument 1 (%a): expected Tensor[(), int32]: the integer "
+    (2**70, 1, "argument 1 (%a): expected int32: the integer "
                "1180591620717411303424 is out of range for int32"),
 ])
 def test_out_of_range_integers_are_refused(a, b, what, tmp_path, capsys):

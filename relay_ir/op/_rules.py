@@ -28,7 +28,7 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.op import AttrField, OpDef, OpPattern, get_opdef, register_op
 from relay_ir.ty import (AnyDim, Dim, IncompleteType, ShapeVar, TensorType, TupleType, Type,
-                         dim_mul, format_dim)
+                         dim_mul, fmt_type, format_dim)
 
 # ----------------------------------------------------------------------------- registration
 
@@ -150,13 +150,6 @@ def def_broadcast(name: str, np_fn: Callable[[np.ndarray, np.ndarray], Any], *,
 def fmt_shape(shape: Iterable[Dim]) -> str:
     """``(2, 3)``, ``(6)``, ``()`` as the text format writes shapes."""
     return "(" + ", ".join(format_dim(d) for d in shape) + ")"
-
-
-def fmt_type(t: Type) -> str:
-    """Short text of a type for messages."""
-    if isinstance(t, TensorType):
-        return f"Tensor[{fmt_shape(t.shape)}, {t.dtype}]"
-    return repr(t)
 
 
 # ----------------------------------------------------------------------------- argument access
