@@ -29,6 +29,16 @@ _FLOAT_MAX = {"float16": float(np.finfo(np.float16).max),
               "float64": float(np.finfo(np.float64).max)}
 
 
+def _check_width(width: str, suffix: str, shown: str, family: str, hint: str) -> None:
+    """Refuse a literal suffix whose width is not 16, 32 or 64 (or empty: 32)."""
+    if width in ("", "16", "32", "64"):
+        return
+    if width.isdigit():
+        raise ValueError(f"unrecognized {family} scalar width `{suffix}`: literals can be "
+                         f"{family}16, {family}32 or {family}64{hint}")
+    raise ValueError(f"invalid numeric suffix `{suffix}` in `{shown}`")
+
+
 def _number_value(text: str) -> tuple[int | float, str]:
     """The value and dtype of a numeric literal token; raises ValueError with a message."""
     body = text.lstrip("-")
@@ -53,11 +63,7 @@ def _number_value(text: str) -> tuple[int | float, str]:
                          f"around them, e.g. `2 - 1`)")
     kind, width = suffix[0], suffix[1:]
     if kind == "i":
-        if width not in ("", "16", "32", "64"):
-            if width.isdigit():
-                raise ValueError(f"unrecognized int scalar width `i{width}`: literals can be "
-                                 f"int16, int32 or int64 (use cast(...) for other dtypes)")
-            raise ValueError(f"invalid numeric suffix `{suffix}` in `{shown}`")
+        _check_width(width, suffix, shown, "int", " (use cast(...) for other dtypes)")
         if not _INT_RE.match(run):
             raise ValueError(f"malformed integer literal `{shown}`")
         dtype = "int" + (width or "32")
@@ -67,11 +73,7 @@ def _number_value(text: str) -> tuple[int | float, str]:
             raise ValueError(f"integer literal `{shown}` does not fit in {dtype}")
         return v, dtype
     if kind == "f":
-        if width not in ("", "16", "32", "64"):
-            if width.isdigit():
-                raise ValueError(f"unrecognized float scalar width `f{width}`: literals can be "
-                                 f"float16, float32 or float64")
-            raise ValueError(f"invalid numeric suffix `{suffix}` in `{shown}`")
+        _check_width(width, suffix, shown, "float", "")
         if not _FLOAT_RE.match(run):
             raise ValueError(f"malformed floating-point literal `{shown}`")
         dtype = "float" + (width or "32")

@@ -12,6 +12,8 @@ from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.well_formed import check as wf_check
 
+from util_ad import leaves
+
 HEADER = '#[version = "0.0.5"]\n'
 
 
@@ -37,16 +39,6 @@ def grad_module(mod: IRModule, entry: str = "main") -> IRModule:
     rly.assert_structural_equal(strip_type_args(g), back)
     assert rly.astext(back) == text
     return g
-
-
-def leaves(v: Any) -> list[np.ndarray]:
-    """The tensor leaves of a (nested) tuple value, in order."""
-    if isinstance(v, tuple):
-        out: list[np.ndarray] = []
-        for x in v:
-            out.extend(leaves(x))
-        return out
-    return [np.asarray(v)]
 
 
 def objective(mod: IRModule, entry: str) -> Callable[..., float]:
