@@ -229,7 +229,7 @@ def override_op(name: str, **changes: Any) -> Iterator[OpDef]:
 def _ensure_loaded() -> None:
     if not _LOADED:
         _LOADED.append(True)
-        from relay_ir.op import tensor, reduce, transform, nn, conv  # noqa: F401
+        from relay_ir.op import tensor, reduce, transform, indexing, nn, conv  # noqa: F401
         from relay_ir.op import dyn, annotation  # noqa: F401
 
 

@@ -32,8 +32,9 @@ from relay_ir.expr import Call, Expr
 from relay_ir.op import OpPattern
 from relay_ir.op._rules import (F, check_dtype, defop, fmt_type, is_int_dtype, make_call,
                                 tensor_arg, tensor_args)
-from relay_ir.op.transform import (_check_broadcastable_to, _slices, expand_dims_shape,
-                                   reshape_dims, squeeze_shape)
+from relay_ir.op.indexing import _slices
+from relay_ir.op.transform import (_check_broadcastable_to, expand_dims_shape, reshape_dims,
+                                   squeeze_shape)
 from relay_ir.ty import ANY, TensorType, Type
 
 
