@@ -55,7 +55,7 @@ for _n in REDUCE:
                    ([I(2, 3, 4)], {"axis": [0, -1], "exclude": True}),
                    ([T(5, dtype="float16")], {"axis": [0]})]
 SAMPLES.update({
-    # gradient operators (relay_ir/op/nn.py, transform.py): out_grad first
+    # gradient operators (relay_ir/op/nn.py, conv.py, indexing.py): out_grad first
     "nn.conv2d_backward_data": [([T(1, 4, 6, 6), T(4, 3, 3, 3), T(1, 3, 8, 8)], {}),
                                 ([T(2, 6, 5, 6), T(6, 2, 3, 2), T(2, 4, 9, 7)],
                                  {"strides": [2, 1], "padding": [1, 0, 2, 1],

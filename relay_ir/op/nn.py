@@ -1,10 +1,7 @@
 """Neural-network operators (``nn.*``): dense/matmul, bias_add, activations, softmax,
 batch_flatten, layer_norm, batch_norm (inference form), dropout, pad, cross_entropy.
 
-Layouts: ``nn.conv2d`` accepts any data layout that permutes ``NCHW`` (``NCHW``, ``NHWC``) and any
-kernel layout that permutes ``OIHW`` (``OIHW``, ``HWIO``, ...); pools take ``NCHW``-style layouts.
-``padding`` has 1 (all sides), 2 (top/bottom, left/right) or 4 (top, left, bottom, right)
-values, as in TVM. ``nn.dense``, ``nn.bias_add``, ``nn.conv2d``, ``nn.layer_norm`` and
+``nn.dense``, ``nn.bias_add``, ``nn.layer_norm`` and
 ``nn.batch_norm`` infer the types of their parameter arguments when those are unknown.
 
 ``nn.dropout`` is the inference form: it returns ``(data, mask)`` as Relay's dropout does
