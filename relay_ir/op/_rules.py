@@ -162,6 +162,15 @@ def tensor_arg(t: Type, what: str = "argument") -> TensorType | None:
     raise TypeInferenceError(f"expected a tensor for {what}, found {fmt_type(t)}")
 
 
+def ranked_arg(t: Type, op: str, what: str, rank: int) -> TensorType | None:
+    """``tensor_arg`` that also requires rank ``rank`` (0: a scalar); ``op`` names the operator."""
+    tt = tensor_arg(t, what)
+    if tt is not None and tt.ndim != rank:
+        need = "be a scalar" if rank == 0 else f"have rank {rank}"
+        raise TypeInferenceError(f"{op}: {what} must {need}, found rank {tt.ndim}")
+    return tt
+
+
 def tensor_args(arg_types: Sequence[Type], names: Sequence[str]) -> list[TensorType] | None:
     """All arguments as tensors, or None if any is still unknown."""
     out = []

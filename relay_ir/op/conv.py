@@ -19,8 +19,8 @@ from relay_ir.expr import Expr
 from relay_ir.op import OpPattern
 from relay_ir.op._grad import grad_rule, op, scalar, static_shape, zeros_for
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, tensor_arg,
-                                tensor_args, wrap)
+from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, ranked_arg,
+                                tensor_arg, tensor_args, wrap)
 from relay_ir.ty import ANY, Dim, TensorType, Type, dim_add, dim_div_exact, format_dim
 from relay_ir.op.nn import _acc, _g_in, _input_dtypes, _is_unknown, _mm_result, _out_dtype
 
@@ -96,10 +96,7 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
         ln, lc, lh, lw = _layout(attrs.layout, "NCHW", "layout")
         xs = T.shape_of(x)
         h, w = xs[lh], xs[lw]
-        kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-        sh, sw = _pair(attrs.strides, "strides", 1)
-        dlh, dlw = _pair(attrs.dilation, "dilation", 1)
-        pt, pl, pb, pr = _padding(attrs.padding)
+        kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
         oshape = list(out_type.shape)
         ry = te.reduce_axis((0, kh), name="ry")
         rx = te.reduce_axis((0, kw), name="rx")
@@ -130,20 +127,10 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
             return te.sum(tirx.if_then_else(inside, T.cast(x(*idx), acc), T.const(0, acc)),
                           axis=[ry, rx])
         total = te.compute(oshape, sbody, name="T_avg_pool2d_sum", tag="pool_sum")
-        if attrs.count_include_pad:
-            lo_h, hi_h, lo_w, hi_w = 0, h + pt + pb, 0, w + pl + pr
-        else:
-            lo_h, hi_h, lo_w, hi_w = pt, pt + h, pl, pl + w
-
-        def count(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
-            c = T.const(0, "int32")
-            for j in range(k):
-                p = o * s + j * dl
-                c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
-            return c
+        count = _avg_count(attrs, h, w)
 
         def norm(*oi):  # type: ignore[no-untyped-def]
-            n = count(oi[lh], kh, sh, dlh, lo_h, hi_h) * count(oi[lw], kw, sw, dlw, lo_w, hi_w)
+            n = count(oi[lh], oi[lw])
             v = total(*oi) / T.cast(tirx.max(n, T.const(1, "int32")), acc)
             return T.cast(v, dt)
         return te.compute(oshape, norm, name="T_avg_pool2d", tag="elemwise")
@@ -223,11 +210,9 @@ def _out_dim(d: Dim, pad: int, k: int, dil: int, stride: int, ceil_mode: bool = 
 
 def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     """``nn.conv2d``: output ``(N, O, OH, OW)`` in the data layout; infers the weight."""
-    data = tensor_arg(arg_types[0], "data")
+    data = ranked_arg(arg_types[0], "nn.conv2d", "data", 4)
     if data is None:
         return None
-    if data.ndim != 4:
-        raise TypeInferenceError(f"nn.conv2d: data must have rank 4, found rank {data.ndim}")
     dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
     ko, ki, kh_, kw_ = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
     out_layout = attrs.out_layout or attrs.data_layout
@@ -361,18 +346,13 @@ defop("nn.conv2d", 2, grad=conv2d_grad,
 
 # ----------------------------------------------------------------------------- pooling
 def _pool_rel(arg_types: Sequence[Type], attrs: Attrs, name: str) -> Type | None:
-    data = tensor_arg(arg_types[0], "data")
+    data = ranked_arg(arg_types[0], name, "data", 4)
     if data is None:
         return None
-    if data.ndim != 4:
-        raise TypeInferenceError(f"{name}: data must have rank 4, found rank {data.ndim}")
     _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
     if attrs.out_layout and attrs.out_layout != attrs.layout:
         raise TypeInferenceError(f"{name}: out_layout {attrs.out_layout!r} must equal layout")
-    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-    sh, sw = _pair(attrs.strides, "strides", 1)
-    dlh, dlw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     shape = list(data.shape)
     shape[dh] = _out_dim(data.shape[dh], pt + pb, kh, dlh, sh, attrs.ceil_mode)
     shape[dw] = _out_dim(data.shape[dw], pl + pr, kw, dlw, sw, attrs.ceil_mode)
@@ -384,10 +364,7 @@ def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
     perm = _layout(attrs.layout, "NCHW", "layout")
     xn = np.transpose(x, perm)
     n, c, h, w = xn.shape
-    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-    sh, sw = _pair(attrs.strides, "strides", 1)
-    dh, dw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dh, dw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
     ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
     assert isinstance(oh, int) and isinstance(ow, int)
@@ -464,12 +441,9 @@ defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad,
 
 def global_pool_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``nn.global_*_pool2d``: spatial dims become 1."""
-    data = tensor_arg(arg_types[0], "data")
+    data = ranked_arg(arg_types[0], "global pooling", "data", 4)
     if data is None:
         return None
-    if data.ndim != 4:
-        raise TypeInferenceError(f"global pooling: data must have rank 4, found rank "
-                                 f"{data.ndim}")
     _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
     shape = list(data.shape)
     shape[dh] = shape[dw] = 1
@@ -733,18 +707,38 @@ def conv2d_backward_weight_te(attrs: Attrs, inputs: list, out_type: TensorType) 
 
 
 def _pool_geometry(attrs: Attrs) -> tuple[int, ...]:
+    """``(kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr)`` of a pooling operator's attributes."""
     kh, kw = _pair(attrs.pool_size, "pool_size", 1)
     sh, sw = _pair(attrs.strides, "strides", 1)
     dlh, dlw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, _, _ = _padding(attrs.padding)
-    return kh, kw, sh, sw, dlh, dlw, pt, pl
+    pt, pl, pb, pr = _padding(attrs.padding)
+    return kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr
+
+
+def _avg_count(attrs: Attrs, h: object, w: object):  # type: ignore[no-untyped-def]
+    """``(oy, ox) -> int32``: how many taps of the window at ``(oy, ox)`` ``nn.avg_pool2d``
+    divides by (padding counts only with ``count_include_pad``)."""
+    tirx = T.tir_mod()
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
+    if attrs.count_include_pad:
+        bh, bw = (0, h + pt + pb), (0, w + pl + pr)  # type: ignore[operator]
+    else:
+        bh, bw = (pt, pt + h), (pl, pl + w)  # type: ignore[operator]
+
+    def taps(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
+        c = T.const(0, "int32")
+        for j in range(k):
+            p = o * s + j * dl
+            c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
+        return c
+    return lambda oy, ox: taps(oy, kh, sh, dlh, *bh) * taps(ox, kw, sw, dlw, *bw)
 
 
 def _first_max_tap(x: object, attrs: Attrs, pooled: Sequence[object]) -> object:
     """Per pooling window: the tap ``ky * kw + kx`` of its first maximum (padding is -inf)."""
     te, tirx = T.te_mod(), T.tir_mod()
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     vdt = "float64"
     h, w = _canon(lp, T.shape_of(x))[2:]
 
@@ -777,7 +771,7 @@ def max_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
     dt = out_type.dtype
     acc = _grad_acc(dt)
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh, ow = _canon(lp, T.shape_of(g))[2:]
     arg = _first_max_tap(x, attrs, T.shape_of(g))
     ry = te.reduce_axis((0, kh), name="ry")
@@ -801,7 +795,7 @@ def max_pool2d_gather_te(attrs: Attrs, inputs: list, out_type: TensorType) -> ob
     x, v = inputs
     dt = out_type.dtype
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     h, w = _canon(lp, T.shape_of(x))[2:]
     pooled = list(out_type.shape)
     arg = _first_max_tap(x, attrs, pooled)
@@ -824,21 +818,10 @@ def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
     dt = out_type.dtype
     acc = "float64" if dt == "float64" else "float32"
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
-    _, _, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     h, w = _canon(lp, T.shape_of(x))[2:]
     oh, ow = _canon(lp, T.shape_of(g))[2:]
-    if attrs.count_include_pad:
-        lo_h, hi_h, lo_w, hi_w = 0, h + pt + pb, 0, w + pl + pr
-    else:
-        lo_h, hi_h, lo_w, hi_w = pt, pt + h, pl, pl + w
-
-    def count(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
-        c = T.const(0, "int32")
-        for j in range(k):
-            p = o * s + j * dl
-            c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
-        return c
+    count = _avg_count(attrs, h, w)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
@@ -846,7 +829,7 @@ def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
         n, c, y, xx = _canon(lp, i)
         oky, wy = _tap(y, ry, sh, dlh, pt, oh)
         okx, wx = _tap(xx, rx, sw, dlw, pl, ow)
-        cnt = count(wy, kh, sh, dlh, lo_h, hi_h) * count(wx, kw, sw, dlw, lo_w, hi_w)
+        cnt = count(wy, wx)
         v = T.cast(g(*_at(lp, [n, c, wy, wx])), acc) / \
             T.cast(tirx.max(cnt, T.const(1, "int32")), acc)
         return te.sum(tirx.if_then_else(tirx.all(oky, okx), v, T.const(0, acc)),
@@ -876,10 +859,7 @@ def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
     perm = _layout(attrs.layout, "NCHW", "layout")
     xn = np.transpose(x, perm)
     n, c, h, w = xn.shape
-    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-    sh, sw = _pair(attrs.strides, "strides", 1)
-    dh, dw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dh, dw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
     ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
     eh = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt + pb))

@@ -19,7 +19,7 @@ from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, sum_to,
                                zero_rule, zeros_for)
 from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
-                                defop, identity_rel, same_dtype, tensor_arg,
+                                defop, identity_rel, ranked_arg, same_dtype, tensor_arg,
                                 tensor_args, wrap)
 from relay_ir.ty import TensorType, Type
 
@@ -765,12 +765,9 @@ defop("ones", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("one
 
 def full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``full(value, shape, dtype)``: ``value`` is 0-d; dtype "" means the value's dtype."""
-    v = tensor_arg(arg_types[0], "fill_value")
+    v = ranked_arg(arg_types[0], "full", "fill_value", 0)
     if v is None:
         return None
-    if v.ndim != 0:
-        raise TypeInferenceError(f"full: fill_value must be a scalar, found shape "
-                                 f"{tuple(v.shape)}")
     dtype = attrs.dtype or v.dtype
     return TensorType(_init_shape(attrs, "full"), check_dtype(dtype))
 
