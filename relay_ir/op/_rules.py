@@ -20,6 +20,7 @@ work.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -180,6 +181,18 @@ def tensor_args(arg_types: Sequence[Type], names: Sequence[str]) -> list[TensorT
             return None
         out.append(tt)
     return out
+
+
+def tensor_rel(*names: str) -> Callable[[Callable[..., Type | None]], Callable[..., Type | None]]:
+    """Decorator: write a relation over tensor arguments ``names`` as ``fn(*tensors, attrs)``;
+    the result is a ``(arg_types, attrs)`` relation that waits (None) while any is unknown."""
+    def deco(fn: Callable[..., Type | None]) -> Callable[..., Type | None]:
+        @functools.wraps(fn)
+        def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+            ts = tensor_args(arg_types, names)
+            return None if ts is None else fn(*ts, attrs)
+        return rel
+    return deco
 
 
 def tuple_of_tensors(t: Type, what: str = "argument") -> list[TensorType] | None:

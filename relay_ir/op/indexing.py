@@ -15,8 +15,8 @@ from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.op import OpPattern
 from relay_ir.op._grad import grad_rule, op, zeros_for
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, norm_axis, tensor_arg,
-                                tensor_args, wrap)
+from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, norm_axis, tensor_args,
+                                tensor_rel, wrap)
 from relay_ir.ty import ANY, Dim, TensorType, Type, format_dim
 from relay_ir.op.transform import _reshape_to, _slice_te
 
@@ -74,12 +74,9 @@ def take_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
 _TAKE_MODES = ("clip", "wrap", "fast")
 
 
-def take_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "indices")
+def take_rel(x: TensorType, ind: TensorType, attrs: Attrs) -> Type | None:
     """``take(x, indices, axis, batch_dims, mode)``; axis None indexes the flattened data."""
-    ts = tensor_args(arg_types, ("data", "indices"))
-    if ts is None:
-        return None
-    x, ind = ts
     if not ind.dtype.startswith(("int", "uint")):
         raise TypeInferenceError(f"take: indices must have an integer dtype, found {ind.dtype}")
     if attrs.mode not in _TAKE_MODES:
@@ -275,11 +272,9 @@ def _slices(shape: Sequence[Dim], attrs: Attrs) -> list[tuple[int, Any, Any, Any
     return out
 
 
-def strided_slice_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def strided_slice_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``strided_slice(x, begin, end, strides, axes, slice_mode)``: Python slice semantics."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     shape = list(t.shape)
     for a, b, e, s in _slices(shape, attrs):
         d = shape[a]
