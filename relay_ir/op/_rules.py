@@ -195,6 +195,35 @@ def tensor_rel(*names: str) -> Callable[[Callable[..., Type | None]], Callable[.
     return deco
 
 
+def grad_like_rel(name: str, like_index: int, ranks: Sequence[int] | None,
+                  forward: Any) -> Any:
+    """Relation: the type of argument ``like_index`` with the dtype of argument 0.
+
+    ``forward(arg_types, attrs)`` is the type the matching forward op gives; argument 0 (the
+    output gradient) must have its shape. ``ranks``: the rank each argument must have (None:
+    any).
+    """
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+        ts = tensor_args(arg_types, [f"argument {i}" for i in range(len(arg_types))])
+        if ts is None:
+            return None
+        for k, (t, r) in enumerate(zip(ts, ranks or ())):
+            if t.ndim != r:
+                raise TypeInferenceError(f"{name}: argument {k} must have rank {r}, found "
+                                         f"rank {t.ndim}")
+        fwd = forward(ts, attrs)
+        if isinstance(fwd, tuple):
+            fwd = fwd[0]
+        if fwd is not None and not all(dim_compatible(a, b)
+                                       for a, b in zip(fwd.shape, ts[0].shape)):
+            raise ShapeMismatchError(f"{name}: the output gradient has shape "
+                                     f"{fmt_shape(ts[0].shape)}, the forward result "
+                                     f"{fmt_shape(fwd.shape)}")
+        return TensorType(ts[like_index].shape, ts[0].dtype)
+    rel.__doc__ = f"``{name}``: the type of argument {like_index} (dtype of argument 0)."
+    return rel
+
+
 def tuple_of_tensors(t: Type, what: str = "argument") -> list[TensorType] | None:
     """The fields of a tuple-of-tensors argument, or None while any part is unknown."""
     if isinstance(t, IncompleteType):

@@ -19,8 +19,8 @@ from relay_ir.expr import Expr
 from relay_ir.op import OpPattern
 from relay_ir.op._grad import grad_rule, op, scalar, static_shape, zeros_for
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, ranked_arg,
-                                tensor_arg, tensor_args, wrap)
+from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, grad_like_rel, is_any,
+                                ranked_arg, tensor_arg, tensor_args, wrap)
 from relay_ir.ty import ANY, Dim, TensorType, Type, dim_add, dim_div_exact, format_dim
 from relay_ir.op.nn import _acc, _g_in, _input_dtypes, _is_unknown, _mm_result, _out_dtype
 
@@ -511,34 +511,6 @@ def _conv_geometry(attrs: Attrs) -> tuple[int, int, int, int, int, int, int, int
     return (sh, sw, dh, dw) + _padding(attrs.padding)
 
 
-def _grad_like_rel(name: str, like_index: int, ranks: Sequence[int],
-                   forward: Any) -> Any:
-    """Relation: the type of argument ``like_index`` with the dtype of argument 0.
-
-    ``forward(arg_types, attrs)`` is the type the matching forward op gives; argument 0 (the
-    output gradient) must have its shape.
-    """
-    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
-        ts = tensor_args(arg_types, [f"argument {i}" for i in range(len(arg_types))])
-        if ts is None:
-            return None
-        for k, (t, r) in enumerate(zip(ts, ranks)):
-            if t.ndim != r:
-                raise TypeInferenceError(f"{name}: argument {k} must have rank {r}, found "
-                                         f"rank {t.ndim}")
-        fwd = forward(ts, attrs)
-        if isinstance(fwd, tuple):
-            fwd = fwd[0]
-        if fwd is not None and not all(dim_compatible(a, b)
-                                       for a, b in zip(fwd.shape, ts[0].shape)):
-            raise ShapeMismatchError(f"{name}: the output gradient has shape "
-                                     f"{fmt_shape(ts[0].shape)}, the forward result "
-                                     f"{fmt_shape(fwd.shape)}")
-        return TensorType(ts[like_index].shape, ts[0].dtype)
-    rel.__doc__ = f"``{name}``: the type of argument {like_index} (dtype of argument 0)."
-    return rel
-
-
 def _conv_canon(g: np.ndarray, attrs: Attrs) -> np.ndarray:
     return np.transpose(g, _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout"))
 
@@ -643,19 +615,29 @@ def _tap(y: object, k: int, s: int, dl: int, lo: int, n: object) -> tuple:
     return ok, tirx.max(tirx.min(q, n - 1), 0)
 
 
+def _conv_grad_layouts(attrs: Attrs, dt: str) -> tuple:
+    """(accumulator dtype, data / kernel / output layout permutations) of a conv2d gradient."""
+    return (_grad_acc(dt), _layout(attrs.data_layout, "NCHW", "data_layout"),
+            _layout(attrs.kernel_layout, "OIHW", "kernel_layout"),
+            _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout"))
+
+
+def _per_group(channels: object, groups: int) -> object:
+    """``channels // groups`` (a TE expression when ``channels`` is symbolic)."""
+    return channels // groups if isinstance(channels, int) else \
+        T.tir_mod().floordiv(channels, groups)
+
+
 def conv2d_backward_data_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     """TE compute of ``nn.conv2d_backward_data``: each input pixel sums its output taps."""
     te, tirx = T.te_mod(), T.tir_mod()
     g, w, like = inputs
     dt = out_type.dtype
-    acc = _grad_acc(dt)
-    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
-    kp = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
-    op_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    acc, dp, kp, op_ = _conv_grad_layouts(attrs, dt)
     sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
     o, cg, kh, kw = _canon(kp, T.shape_of(w))
     oh, ow = _canon(op_, T.shape_of(g))[2:]
-    og = o // attrs.groups if isinstance(o, int) else tirx.floordiv(o, attrs.groups)
+    og = _per_group(o, attrs.groups)
     rq = te.reduce_axis((0, og), name="rq")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -678,15 +660,12 @@ def conv2d_backward_weight_te(attrs: Attrs, inputs: list, out_type: TensorType) 
     te, tirx = T.te_mod(), T.tir_mod()
     g, x, like = inputs
     dt = out_type.dtype
-    acc = _grad_acc(dt)
-    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
-    kp = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
-    op_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    acc, dp, kp, op_ = _conv_grad_layouts(attrs, dt)
     sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
     nb, _, h, wd = _canon(dp, T.shape_of(x))
     o, cg = _canon(kp, T.shape_of(like))[:2]
     oh, ow = _canon(op_, T.shape_of(g))[2:]
-    og = o // attrs.groups if isinstance(o, int) else tirx.floordiv(o, attrs.groups)
+    og = _per_group(o, attrs.groups)
     rn = te.reduce_axis((0, nb), name="rn")
     ry = te.reduce_axis((0, oh), name="ry")
     rx = te.reduce_axis((0, ow), name="rx")
@@ -839,14 +818,14 @@ def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
 
 
 defop("nn.conv2d_backward_data", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
-      rel=_grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
+      rel=grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[2], ts[1]], at)),
       impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its data: (out_grad, weight, data_like) -> data's type.",
       compute=conv2d_backward_data_te)
 defop("nn.conv2d_backward_weight", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
-      rel=_grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
+      rel=grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[1], ts[2]], at)),
       impl=conv2d_backward_weight_ref, grad=conv2d_backward_weight_grad,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
@@ -967,7 +946,7 @@ def _max_pool_gather_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None
 
 
 defop("nn.max_pool2d_grad", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
-      rel=_grad_like_rel("nn.max_pool2d_grad", 1, (4, 4),
+      rel=grad_like_rel("nn.max_pool2d_grad", 1, (4, 4),
                           lambda ts, at: _pool_rel(ts[1:], at, "nn.max_pool2d_grad")),
       impl=max_pool2d_grad_ref,
       grad=max_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
@@ -980,7 +959,7 @@ defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
       compute=max_pool2d_gather_te)
 defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs",
-      rel=_grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
+      rel=grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
                          lambda ts, at: _pool_rel(ts[1:], at, "nn.avg_pool2d_grad")),
       impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
       doc="Gradient of avg_pool2d: (out_grad, data) -> out_grad spread over each window.",
