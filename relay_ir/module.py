@@ -84,10 +84,10 @@ class IRModule:
         return MappingProxyType(self._constructors)
 
     def get_global_var(self, name: str) -> GlobalVar:
-        try:
-            return self._global_vars[name]
-        except KeyError:
-            raise KeyError(f"no global function @{name} in the module") from None
+        gv = self._global_vars.get(name)
+        if gv is None:
+            raise KeyError(f"no global function @{name} in the module")
+        return gv
 
     def get_type(self, name: GlobalTypeVar | str) -> TypeData:
         key = name.name_hint if isinstance(name, GlobalTypeVar) else name
