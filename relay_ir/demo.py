@@ -86,7 +86,10 @@ def first_order(mod: IRModule, entry: str) -> IRModule:
     tail = parse_pipeline("partial-eval,dead-ref-elim,dce,remove-unused-functions,to-anf")
     with PassContext(opt_level=3):
         out = tail(out)
-    return passes.optimize(out, entry=entry)
+    out = passes.optimize(out, entry=entry)
+    # NOTE: store forwarding in the second optimize leaves cells that are written, never read
+    with PassContext(opt_level=3):
+        return parse_pipeline("dead-ref-elim,dce,to-anf")(out)
 
 
 def compile_step(mod: IRModule, entry: str = "main", *, n_data: int, lr: float | None,
