@@ -40,14 +40,16 @@ BATCH, HIDDEN = 32, 64
 
 
 # ----------------------------------------------------------------------------- training steps
-def sgd_step_module(mod: IRModule, entry: str = "main", *, n_data: int, lr: float | None,
-                    name: str = "train_step") -> IRModule:
+def sgd_step_module(mod: IRModule, entry: str = "main", *, n_data: int = 0,
+                    lr: float | None = None, name: str = "train_step",
+                    wrt: Sequence[int] | None = None) -> IRModule:
     """``@entry(data.., params..) -> loss`` => ``@name(data.., params..)`` returning a step.
 
     ``@entry`` is differentiated with :func:`passes.gradient`; the new global calls it and
     returns ``(loss, p_1 - lr * dL/dp_1, ...)`` for the parameters after the first ``n_data``
-    (with ``lr=None``: ``(loss, dL/dp_1, ...)``, the update left to the caller). Gradients of
-    the data parameters are dropped, so the optimizer removes their computation.
+    (or those whose indices ``wrt`` lists; with ``lr=None``: ``(loss, dL/dp_1, ...)``, the
+    update left to the caller). Other gradients are dropped, so the optimizer removes their
+    computation.
     """
     from relay_ir import passes
     g = passes.gradient(mod, entry=entry)
@@ -56,8 +58,8 @@ def sgd_step_module(mod: IRModule, entry: str = "main", *, n_data: int, lr: floa
     r = Var("r")
     grads = TupleGetItem(r, 1)
     outs: list[Any] = [TupleGetItem(r, 0)]
-    for i, p in enumerate(params[n_data:], start=n_data):
-        d = TupleGetItem(grads, i)
+    for i in (range(n_data, len(params)) if wrt is None else wrt):
+        p, d = params[i], TupleGetItem(grads, i)
         if lr is None:
             outs.append(d)
         else:
@@ -92,11 +94,13 @@ def first_order(mod: IRModule, entry: str) -> IRModule:
         return parse_pipeline("dead-ref-elim,dce,to-anf")(out)
 
 
-def compile_step(mod: IRModule, entry: str = "main", *, n_data: int, lr: float | None,
-                 name: str = "train_step", target: str = "llvm") -> Any:
+def compile_step(mod: IRModule, entry: str = "main", *, n_data: int = 0,
+                 lr: float | None = None, name: str = "train_step", target: str = "llvm",
+                 wrt: Sequence[int] | None = None) -> Any:
     """gradient -> SGD step -> optimize -> ``runtime.build``: the step is the ``@main`` entry."""
     from relay_ir import runtime
-    step = first_order(sgd_step_module(mod, entry, n_data=n_data, lr=lr, name=name), name)
+    step = first_order(sgd_step_module(mod, entry, n_data=n_data, lr=lr, name=name, wrt=wrt),
+                       name)
     return runtime.build(IRModule({"main": step[name]}), target=target)
 
 
