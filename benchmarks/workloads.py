@@ -50,8 +50,14 @@ class Workload:
     definition: str = ""
 
 
+# NOTE: run_workloads.py --peers narrows this (e.g. to numpy only, as without the bench extra)
+ALLOWED_PEERS: set[str] | None = None
+
+
 def have(pkg: str) -> bool:
-    """Whether ``pkg`` can be imported (without importing it)."""
+    """Whether peer ``pkg`` is installed (found without importing it) and allowed."""
+    if ALLOWED_PEERS is not None and pkg in ("jax", "torch") and pkg not in ALLOWED_PEERS:
+        return False
     return importlib.util.find_spec(pkg) is not None
 
 
