@@ -130,7 +130,8 @@ def print_table(rec: dict[str, Any]) -> None:
         if "error" in r:
             print(f"| {label} |  |  |  |  |  | {r['error']} |")
             continue
-        note = r["note"] + ("; reference, not counted" if r["kind"] == "reference" else "")
+        note = "; ".join(n for n in (r["note"], "reference, not counted"
+                                     if r["kind"] == "reference" else "") if n)
         print(f"| {label} | {fmt(r.get('median', float('nan')))} | {fmt(r.get('min', 0))} | "
               f"{fmt(r.get('max', 0))} | {fmt(r['first_call_ms'])} | {r['check']:.7g} | "
               f"{note} |")

@@ -540,8 +540,7 @@ def w5_params() -> list[np.ndarray]:
 
 def w5_source() -> str:
     """The W5 TreeLSTM in relay_ir (float32, H = D = 128, 100 tokens, 5 classes)."""
-    h, t1, t2 = H5, f"Tensor[(1, {H5}), float32]", ""
-    del t2
+    h, t1 = H5, f"Tensor[(1, {H5}), float32]"
     st = f"({t1}, {t1})"
     return HDR + f"""type BinTree {{
   Leaf(int32),
