@@ -236,12 +236,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="", help="also write the records to this file")
     ap.add_argument("--peers", default="",
                     help="comma-separated peers to use among the installed (numpy,jax,torch)")
+    ap.add_argument("--profile", default="",
+                    help="time every kernel call of relay_ir's compiled W2, W4a, W4b or W7 step")
     ap.add_argument("--w8-child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.peers:
         wl.ALLOWED_PEERS = {p.strip() for p in args.peers.split(",")}
     if args.w8_child:
         print(json.dumps(wl.w8_child(args.w8_child)))
+        return 0
+    if args.profile:
+        exe, call_args = wl.relay_step(args.profile)
+        exe(*call_args)                   # NOTE: plan and load the kernels first
+        t0 = time.perf_counter()
+        for _ in range(10):
+            exe(*call_args)
+        print(f"{args.profile}: {(time.perf_counter() - t0) * 100:.2f} ms per step, "
+              f"{exe.num_kernels()} kernel calls; by fused group (ms per step):")
+        for label, n, ms in wl.profile_kernels(exe, call_args):
+            print(f"  {ms:8.3f} ms  x{n:<4d} {label}")
         return 0
     only = {k.strip() for k in args.only.split(",") if k.strip()}
     print(f"machine: {machine_line()}")

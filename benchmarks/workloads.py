@@ -780,6 +780,12 @@ def w7_v() -> np.ndarray:
 
 def w7_relay_make() -> Callable[[], Any]:
     """H v by reverse over reverse: gradient of <dL/dW1, v> wrt W1, optimized and built."""
+    exe, args = w7_relay_exe()
+    return lambda: exe(*args)[1]
+
+
+def w7_relay_exe() -> tuple[Any, list[np.ndarray]]:
+    """The compiled H v program of :func:`w7_relay_make` and its arguments."""
     import relay_ir as rly
     from relay_ir import demo, passes, runtime
     from relay_ir.expr import Call, Function, Let, TupleGetItem, Var
@@ -795,8 +801,7 @@ def w7_relay_make() -> Callable[[], Any]:
     step = demo.first_order(demo.sgd_step_module(gv, "gv", wrt=[2]), "train_step")
     exe = runtime.build(IRModule({"main": step["train_step"]}), target="llvm")
     x, y, params = w2_data()
-    args = _aligned(x, np.eye(10, dtype=F32)[y], *params, w7_v())
-    return lambda: exe(*args)[1]
+    return exe, _aligned(x, np.eye(10, dtype=F32)[y], *params, w7_v())
 
 
 def _fro(a: Any) -> float:
@@ -905,3 +910,46 @@ def w8_child(variant: str) -> dict[str, float]:
     second = time.perf_counter() - t2
     return {"setup_s": setup, "first_ms": first * 1e3, "second_ms": second * 1e3,
             "check": step.check()}
+
+
+# ============================================================================ profile
+def relay_step(key: str) -> tuple[Any, list[np.ndarray]]:
+    """The compiled relay_ir executable of W2, W4a, W4b or W7 and its arguments."""
+    import relay_ir as rly
+    from relay_ir import demo
+    if key == "W2":
+        x, y, params = w2_data()
+        exe = demo.compile_step(rly.parse(W2_LOSS), "main", n_data=2, lr=0.01)
+        return exe, _aligned(x, np.eye(10, dtype=F32)[y], *params)
+    if key in ("W4a", "W4b"):
+        batch = 1 if key == "W4a" else 32
+        params, inputs, targets = w4_data(batch)
+        eye = np.eye(V4, dtype=F32)
+        exe = demo.compile_step(rly.parse(w4_source(batch)), "main", n_data=2, lr=0.1)
+        return exe, _aligned(eye[inputs], eye[targets.reshape(-1)], *params)
+    if key == "W7":
+        return w7_relay_exe()
+    raise ValueError(f"no compiled relay_ir step to profile for {key} (W2, W4a, W4b, W7)")
+
+
+def profile_kernels(exe: Any, args: list[np.ndarray], calls: int = 10
+                    ) -> list[tuple[str, int, float]]:
+    """Per fused group: (label, calls per step, ms per step), slowest first.
+
+    NOTE: wraps the kernel functions of the executable's planned steps (runtime internals:
+    ``Executable._plans``); a runtime without them raises AttributeError.
+    """
+    exe(*args)
+    acc: dict[str, list[float]] = {}
+    for plan in exe._plans.values():
+        for c in plan.calls:
+            def timed(*a: Any, _f: Any = c.func, _l: str = c.label) -> Any:
+                t0 = time.perf_counter()
+                r = _f(*a)
+                acc.setdefault(_l, []).append(time.perf_counter() - t0)
+                return r
+            c.func = timed
+    for _ in range(calls):
+        exe(*args)
+    rows = [(label[:100], len(ts) // calls, sum(ts) / calls * 1e3) for label, ts in acc.items()]
+    return sorted(rows, key=lambda r: -r[2])
