@@ -29,7 +29,7 @@ import numpy as np
 
 import relay_ir as rly
 from relay_ir.errors import DiagnosticError
-from relay_ir.expr import Call, Function, Tuple, TupleGetItem, Var, const
+from relay_ir.expr import Call, Function, Let, Tuple, TupleGetItem, Var, const
 from relay_ir.module import IRModule
 from relay_ir.op._rules import make_call
 from relay_ir.ty import TensorType, TupleType, Type
@@ -65,7 +65,6 @@ def sgd_step_module(mod: IRModule, entry: str = "main", *, n_data: int = 0,
         else:
             dtype = p.type_annotation.dtype  # type: ignore[union-attr]
             outs.append(make_call("subtract", p, make_call("multiply", d, const(lr, dtype))))
-    from relay_ir.expr import Let
     body = Let(r, Call(g.get_global_var(entry), params), Tuple(tuple(outs)))
     return g.with_function(name, Function(params, body))
 
