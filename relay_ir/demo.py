@@ -212,6 +212,7 @@ def export_and_reload(mod: IRModule, params: Sequence[np.ndarray], x: np.ndarray
         print("export: skipped (this runtime has no export_library / runtime.load_module yet)",
               file=out)
         return None
+    exe(x, *params)           # NOTE: plans (and compiles) the entry for these shapes first
     with tempfile.TemporaryDirectory(prefix="relay_ir_demo_") as d:
         lib = os.path.join(d, "mlp_digits.so")
         t0 = time.perf_counter()

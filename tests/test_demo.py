@@ -110,3 +110,16 @@ def test_readme_tour_runs(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
     assert out[0].startswith("fn (Tensor[(32, 64), float32], Tensor[(32, 10), float32]")
     assert out[1].startswith("loss after 100 steps: ")
     assert float(out[1].split(": ")[1]) < 0.5     # from ~2.3: 100 steps on one batch of 32
+
+
+def test_shortened_make_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m relay_ir.demo --epochs 1``: every section prints what the README shows."""
+    assert demo.main(["--epochs", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    n = len([p for p in os.listdir(os.path.join(demo.ROOT, "examples")) if p.endswith(".rly")])
+    assert f"{n}/{n} examples parsed, type-checked, printed and ran" in out
+    assert "compiled train step and predictor in " in out
+    acc = float(out.split("test accuracy: ", 1)[1].split()[0])
+    assert 0.8 < acc <= 1.0
+    assert ("export: skipped" in out if not hasattr(runtime, "load_module")
+            else "reloaded in a fresh process: predictions match (360/360)" in out)
