@@ -100,4 +100,61 @@ def check_grad(text: str, args: Sequence[Any], entry: str = "main", prelude: boo
     want = finite_differences(objective(mod, entry), args)
     assert isinstance(grads, tuple) and len(grads) == len(args)
     assert_close_tree(grads, tuple(want), rtol, atol)
+    check_optimized(g, args, entry, value, grads)
     return value, grads
+
+
+def check_optimized(g: IRModule, args: Sequence[Any], entry: str, value: Any, grads: Any
+                    ) -> IRModule:
+    """``passes.optimize`` of gradient program ``g``: well formed, same value and gradients."""
+    opt = passes.optimize(g, entry=entry)
+    wf_check(opt)
+    ovalue, ograds = runtime.evaluate(opt, *args, entry=entry)
+    assert_close_tree(ovalue, value, 1e-12, 0)
+    assert_close_tree(ograds, grads, 1e-12, 1e-15)
+    return opt
+
+
+# ----------------------------------------------------------------------------- W2 workload
+W2_BATCH = 64
+W2_SIZES = [(784, 512), (512, 512), (512, 10)]
+W2_TEXT = HEADER + """def @main(%x: Tensor[(64, 784), float32], %y: Tensor[(64, 10), float32],
+          %w1: Tensor[(784, 512), float32], %b1: Tensor[(512), float32],
+          %w2: Tensor[(512, 512), float32], %b2: Tensor[(512), float32],
+          %w3: Tensor[(512, 10), float32], %b3: Tensor[(10), float32]) -> float32 {
+  let %h1 = nn.relu(add(nn.matmul(%x, %w1), %b1));
+  let %h2 = nn.relu(add(nn.matmul(%h1, %w2), %b2));
+  let %logits = add(nn.matmul(%h2, %w3), %b3);
+  let %logp = nn.log_softmax(%logits);
+  negative(mean(sum(multiply(%logp, %y), axis=[1])))
+}
+"""
+
+
+def w2_data() -> list[np.ndarray]:
+    """W2's arguments in ``@main``'s order, generated as /work/shared/WORKLOADS.md says."""
+    rng = np.random.default_rng(0)
+    params = []
+    for fan_in, fan_out in W2_SIZES:
+        bound = 1 / np.sqrt(fan_in)
+        params.append(rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32))
+        params.append(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32))
+    x = rng.standard_normal((W2_BATCH, 784), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, W2_BATCH)]
+    return [x, y, *params]
+
+
+def op_calls(mod: IRModule, entry: str = "main") -> int:
+    """Operator call sites in ``entry`` and every global it reaches (static count)."""
+    from relay_ir.expr import GlobalVar, Op
+    from relay_ir.traversal import post_order
+    seen, todo, count = {entry}, [entry], 0
+    while todo:
+        for node in post_order(mod[todo.pop()]):
+            if isinstance(node, Call) and isinstance(node.op, Op):
+                count += 1
+            elif isinstance(node, GlobalVar) and node.name_hint not in seen:
+                seen.add(node.name_hint)
+                todo.append(node.name_hint)
+    return count
+
