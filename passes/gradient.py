@@ -714,8 +714,8 @@ def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type
     return list(ft.arg_types), ft.ret_type
 
 
-def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type
-             ) -> Function:
+def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type,
+             wrt: Sequence[int]) -> Function:
     """The new entry: cells for the parameters, call, seed every float leaf, run the chain."""
     sb = ad.sb
     params = tuple(Var(p.name_hint, t, span=p.span, checked_type_=t)
@@ -731,11 +731,12 @@ def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret:
         k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
         sb.let_(Call(k, ()), "_", UNIT)
         value = ad.primal(r, ret)
-        grads = [_read_grad(ad, v, p, t) for v, p, t in zip(ad_params, params, arg_types)]
-        gt = sb.let_(Tuple(tuple(grads)), "grads", TupleType(tuple(arg_types)))
+        grads = [_read_grad(ad, ad_params[i], params[i], arg_types[i]) for i in wrt]
+        wrt_types = TupleType(tuple(arg_types[i] for i in wrt))
+        gt = sb.let_(Tuple(tuple(grads)), "grads", wrt_types)
         out = sb.let_(Tuple((value, gt)), "out")
         body = sb.build(out)
-    rt = TupleType((ret, TupleType(tuple(arg_types))))
+    rt = TupleType((ret, wrt_types))
     return Function(params, body, rt, span=fn.span)
 
 
@@ -770,12 +771,16 @@ def _read_grad(ad: _AD, v: Expr, p: Expr, t: Type) -> Expr:
 
 
 # ----------------------------------------------------------------------------- public entry
-def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> IRModule:
+def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
+             wrt: Sequence[str] | None = None) -> IRModule:
     """``def @entry(p..) -> R`` => ``def @entry(p..) -> (R, (grad p..))`` by reverse-mode AD.
 
     See the module docstring for the rules. The input is type-checked (when untyped) and
     brought to A-normal form first; the output is type-checked, and the original functions
-    other than the entry are kept.
+    other than the entry are kept. ``wrt=("w1", "b1")`` returns the gradients of the named
+    parameters only, in that order (``(R, (grad w1, grad b1))``); the default is one per
+    parameter. ``mode="first_order"`` is the direct reverse sweep for pure dataflow entries
+    (see :mod:`relay_ir.passes.gradient` docstring, "First-order mode").
     """
     from relay_ir.passes.to_anf import ToANormalForm
     from relay_ir.passes.type_infer import InferType
@@ -793,6 +798,7 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
         mod = InferType()(mod)
     mod = ToANormalForm()(mod)
     fn = _check_entry(mod, entry)
+    wrt_idx = _wrt_indices(fn, entry, wrt)
     arg_types, ret = _check_signature(fn, entry, mod)
 
     taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
@@ -807,7 +813,7 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
         if len(ad.rule_errors) > 1:
             first.notes = first.notes + tuple(str(e) for e in ad.rule_errors[1:])
         raise first
-    wrapper = _wrapper(ad, fn, twin, arg_types, ret)
+    wrapper = _wrapper(ad, fn, twin, arg_types, ret, wrt_idx)
 
     keep = _kept_functions(mod, entry)
     out = mod
@@ -821,6 +827,27 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
         return InferType()(out)
     except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug
         raise InternalError(f"gradient produced an ill-typed program: {e}") from e
+
+
+def _wrt_indices(fn: Function, entry: str, wrt: Sequence[str] | None) -> list[int]:
+    """Positions of the parameters named by ``wrt`` (all parameters when ``None``)."""
+    if wrt is None:
+        return list(range(len(fn.params)))
+    if isinstance(wrt, str):
+        wrt = [w for w in wrt.split(",") if w]
+    names = [p.name_hint for p in fn.params]
+    out: list[int] = []
+    for w in wrt:
+        w = w.lstrip("%").strip()
+        if w not in names:
+            known = ", ".join(f"%{n}" for n in names) or "none"
+            raise GradientError(f"wrt names `{w}`, which is not a parameter of @{entry} "
+                                f"(parameters: {known})", fn.span)
+        i = names.index(w)
+        if i in out:
+            raise GradientError(f"wrt names parameter `{w}` twice", fn.span)
+        out.append(i)
+    return out
 
 
 def _kept_functions(mod: IRModule, entry: str) -> set[str]:
