@@ -36,6 +36,21 @@ included), runs the chain once, and returns the primal result with one gradient 
 
 Everything is walked iteratively along let spines (ScopeBuilder); Python recursion only follows
 the nesting of functions, branches and match arms.
+
+First-order mode (``mode="first_order"``), for pure dataflow entries (operator calls, tuples,
+projections, lets, variables and constants; tensor and tuple parameters and results)::
+
+    def @f(%p..) { let %y1 = e1; ...; let %yn = en; %r }
+        =>  def @f(%p..) { let %y1 = e1; ...; let %yn = en;
+                           <adjoints of %yn .. %y1, in that order>; (%r, (adjoint of %p..)) }
+
+The forward bindings are kept; then, from the last binding to the first, each binding whose
+adjoint is non-zero pushes it to its operands (an op's OpDef.grad rule given the bound ``%y``;
+a tuple splits it field by field; a projection adds into one field). Adjoints are trees of
+atoms that start absent (zero) and are summed with ``add`` on a second contribution, so nothing
+is allocated for values that get no gradient and no reference or closure is emitted. Any
+other construct (``if``, ``match``, function literal, reference, call of a global or of a
+closure, constructor, ADT parameter) is a ``GradientError`` naming it, with its span.
 """
 from __future__ import annotations
 
@@ -770,6 +785,236 @@ def _read_grad(ad: _AD, v: Expr, p: Expr, t: Type) -> Expr:
     return sb.let_(_call("zeros_like", p), "grad", t)
 
 
+# ----------------------------------------------------------------------------- first order
+_CONSTRUCT_NAMES: dict[type, str] = {
+    If: "`if`", Match: "`match`", Function: "a function literal (closure)",
+    RefCreate: "a reference (`ref`)", RefRead: "a reference read (`ref_read`)",
+    RefWrite: "a reference write (`ref_write`)",
+}
+
+
+def _first_order_reject(what: str, span: Span | None, entry: str) -> GradientError:
+    return GradientError(f"first_order mode differentiates pure dataflow only: {what} in @{entry}"
+                         " is not supported (use mode='higher_order', which covers every "
+                         "program)", span)
+
+
+def _dataflow_spine(fn: Function, entry: str) -> tuple[list[tuple[Var, Expr]], Expr]:
+    """The bindings and result atom of a pure dataflow body (A-normal form, nested lets
+    flattened); the first unsupported construct is a :class:`GradientError` with its span."""
+    binds: list[tuple[Var, Expr]] = []
+    e: Expr = fn.body
+    pending: list[tuple[Var, Expr]] = []  # NOTE: a let whose value is itself a let spine
+    while True:
+        while isinstance(e, Let):
+            if isinstance(e.value, Let):
+                pending.append((e.var, e.body))
+                e = e.value
+                continue
+            binds.append((e.var, e.value))
+            e = e.body
+        if not pending:
+            break
+        var, rest = pending.pop()
+        binds.append((var, e))
+        e = rest
+    for _, v in binds + [(None, e)]:  # type: ignore[list-item]
+        nodes = [v] if not isinstance(v, (Call, Tuple, TupleGetItem)) else \
+            [v] + (list(v.args) if isinstance(v, Call) else list(v.fields)
+                   if isinstance(v, Tuple) else [v.tuple_value])
+        for n in nodes:
+            what = _CONSTRUCT_NAMES.get(type(n))
+            if what is None and isinstance(n, Call) and not isinstance(n.op, Op):
+                op = n.op
+                what = (f"a call of the global @{op.name_hint}" if isinstance(op, GlobalVar)
+                        else f"a call of constructor `{op.name_hint}` (an ADT value)"
+                        if isinstance(op, Constructor)
+                        else "a call of a local function (closure)")
+            elif what is None and isinstance(n, GlobalVar):
+                what = f"the global @{n.name_hint} used as a value"
+            elif what is None and isinstance(n, Constructor):
+                what = f"constructor `{n.name_hint}` (an ADT value)"
+            elif what is None and isinstance(n, Op) and n is not getattr(v, "op", None):
+                what = f"operator `{n.name}` used as a value"
+            if what is not None:
+                raise _first_order_reject(what, n.span or v.span or fn.span, entry)
+    return binds, e
+
+
+class _Adj:
+    """Adjoint trees of a first-order sweep: a tensor leaf is an atom or None (zero so far)."""
+
+    def __init__(self, sb: ScopeBuilder) -> None:
+        self.sb = sb
+        self.adj: dict[Var, object] = {}
+        self._add = get_opdef("add")
+
+    def get(self, v: Var) -> object:
+        return self.adj.get(v)
+
+    def add(self, v: Var, g: object, t: Type) -> None:
+        """Accumulate the adjoint tree ``g`` (of type ``t``) into ``v``'s."""
+        self.adj[v] = self._sum(self.adj.get(v), g, t)
+
+    def _sum(self, a: object, b: object, t: Type) -> object:
+        if b is None:
+            return a
+        if a is None:
+            return b
+        if isinstance(t, TupleType):
+            return [self._sum(x, y, ft) for x, y, ft in zip(a, b, t.fields)]  # type: ignore
+        return self.sb.let_(Call(self._add.op, (a, b), self._add.make_attrs(),  # type: ignore
+                                 checked_type_=t), "acc", t)
+
+    def tree(self, e: Expr, t: Type) -> object:
+        """The adjoint tree of an expression of type ``t`` (a rule's output)."""
+        if isinstance(t, TupleType):
+            if isinstance(e, Tuple):
+                return [self.tree(f, ft) for f, ft in zip(e.fields, t.fields)]
+            a = emit(self.sb, e)
+            return [self.tree(self.sb.let_(TupleGetItem(a, i, checked_type_=ft), "g", ft), ft)
+                    for i, ft in enumerate(t.fields)]
+        if not has_float_leaf(t):
+            return None
+        return emit(self.sb, e)
+
+    def materialize(self, g: object, primal: Expr, t: Type) -> Expr:
+        """An expression for the adjoint tree ``g``: zeros where nothing was accumulated."""
+        sb = self.sb
+        if isinstance(t, TupleType):
+            fields = []
+            for i, ft in enumerate(t.fields):
+                sub = g[i] if g is not None else None  # type: ignore[index]
+                fp = sb.let_(TupleGetItem(primal, i, checked_type_=ft), "p", ft)
+                fields.append(self.materialize(sub, fp, ft))
+            return sb.let_(Tuple(tuple(fields), checked_type_=t), "dt", t)
+        if g is None or not is_float(t):
+            return sb.let_(_call("zeros_like", primal, checked_type_=t), "z", t)
+        return g  # type: ignore[return-value]
+
+
+def _ones_tree(sb: ScopeBuilder, primal: Expr, t: Type) -> object:
+    if isinstance(t, TupleType):
+        return [_ones_tree(sb, sb.let_(TupleGetItem(primal, i, checked_type_=ft), "p", ft), ft)
+                for i, ft in enumerate(t.fields)]
+    if not is_float(t):
+        return None
+    return sb.let_(_call("ones_like", primal, checked_type_=t), "one", t)
+
+
+def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
+                 wrt: Sequence[int], mod: IRModule) -> Function:
+    """The direct reverse sweep of a pure dataflow entry (module docstring, first order)."""
+    for p, t in zip(fn.params, list(arg_types) + [ret]):
+        if not _tensor_tree(t):
+            raise _first_order_reject(f"parameter %{p.name_hint} of type {t!r} (an ADT)",
+                                      p.span or fn.span, entry)
+    if not _tensor_tree(ret):
+        raise _first_order_reject(f"a result of type {ret!r} (an ADT)", fn.span, entry)
+    binds, result = _dataflow_spine(fn, entry)
+    sb = ScopeBuilder()
+    vmap: dict[Var, Expr] = {}
+    types: dict[Var, Type] = {}
+    params = []
+    for p, t in zip(fn.params, arg_types):
+        np_ = Var(p.name_hint, t, span=p.span, checked_type_=t)
+        vmap[p], types[np_] = np_, t
+        params.append(np_)
+
+    def atom(a: Expr) -> Expr:
+        if isinstance(a, Var):
+            return vmap[a]
+        if isinstance(a, Constant):
+            return _typed_const(a)
+        return a
+
+    missing: list[_Missing] = []
+    rule_errors: list[DiagnosticError] = []
+    forward: list[tuple[Var, Expr]] = []   # (new var, new value)
+    with sb.scope():
+        for v, value in binds:
+            t = _type_of(value) if value.checked_type_ is not None else \
+                (v.type_annotation or v.checked_type_)
+            if t is None:
+                raise InternalError(f"gradient: no type on %{v.name_hint}")
+            if isinstance(value, (Var, Constant)):
+                vmap[v] = atom(value)
+                continue
+            if isinstance(value, Call):
+                nv: Expr = Call(value.op, tuple(atom(a) for a in value.args), value.attrs,
+                                value.type_args, span=value.span, checked_type_=t)
+            elif isinstance(value, Tuple):
+                nv = Tuple(tuple(atom(f) for f in value.fields), span=value.span,
+                           checked_type_=t)
+            else:
+                nv = TupleGetItem(atom(value.tuple_value), value.index,  # type: ignore
+                                  span=value.span, checked_type_=t)
+            y = Var(v.name_hint, t, span=v.span, checked_type_=t)
+            sb.bind(y, nv)
+            vmap[v], types[y] = y, t
+            forward.append((y, nv))
+        res = atom(result)
+        res_t = ret
+        adj = _Adj(sb)
+        if isinstance(res, Var) and res in types:
+            adj.add(res, _ones_tree(sb, res, res_t), res_t)
+        for y, nv in reversed(forward):
+            g = adj.get(y)
+            if g is None:
+                continue
+            t = types[y]
+            if isinstance(nv, Tuple):
+                for f, ft, gf in zip(nv.fields, t.fields, g):  # type: ignore
+                    if isinstance(f, Var) and f in types and has_float_leaf(ft):
+                        adj.add(f, gf, ft)
+                continue
+            if isinstance(nv, TupleGetItem):
+                src = nv.tuple_value
+                if isinstance(src, Var) and src in types:
+                    st = types[src]
+                    tree = [g if i == nv.index else None for i in range(len(st.fields))]
+                    adj.add(src, tree, st)
+                continue
+            call: Call = nv  # type: ignore[assignment]
+            opdef = get_opdef(call.op.name)  # type: ignore[union-attr]
+            arg_ts = [types.get(a, None) if isinstance(a, Var) else _type_of(a)
+                      for a in call.args]
+            if opdef.non_differentiable or not has_float_leaf(t) or not any(
+                    isinstance(a, Var) and a in types and has_float_leaf(at)
+                    for a, at in zip(call.args, arg_ts)):
+                continue
+            if opdef.grad is None:
+                missing.append(_Missing(opdef.name, call.span))
+                continue
+            dy = adj.materialize(g, y, t)
+            try:
+                grads = opdef.grad(call, y, dy)
+            except DiagnosticError as err:
+                rule_errors.append(err.with_span(call.span))
+                continue
+            if len(grads) != len(call.args):
+                raise InternalError(f"gradient rule of `{opdef.name}` returned {len(grads)} "
+                                    f"adjoints for {len(call.args)} arguments")
+            for a, ga, at in zip(call.args, grads, arg_ts):
+                if ga is None or not isinstance(a, Var) or a not in types \
+                        or not has_float_leaf(at):
+                    continue
+                adj.add(a, adj.tree(ga, at), at)
+        if missing:
+            raise _missing_error(missing)
+        if rule_errors:
+            first = rule_errors[0]
+            first.notes = first.notes + tuple(str(e) for e in rule_errors[1:])
+            raise first
+        grads_out = [adj.materialize(adj.get(params[i]), params[i], arg_types[i]) for i in wrt]
+        wrt_types = TupleType(tuple(arg_types[i] for i in wrt))
+        gt = sb.let_(Tuple(tuple(grads_out), checked_type_=wrt_types), "grads", wrt_types)
+        out_t = TupleType((ret, wrt_types))
+        out = sb.let_(Tuple((res, gt), checked_type_=out_t), "out", out_t)
+        body = sb.build(out)
+    return Function(tuple(params), body, out_t, span=fn.span)
+
+
 # ----------------------------------------------------------------------------- public entry
 def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
              wrt: Sequence[str] | None = None) -> IRModule:
@@ -785,9 +1030,6 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     from relay_ir.passes.to_anf import ToANormalForm
     from relay_ir.passes.type_infer import InferType
 
-    if mode == "first_order":
-        raise GradientError("gradient mode 'first_order' is not available yet (issue 11); use "
-                            "mode='higher_order', which covers every program")
     if mode not in MODES:
         raise GradientError(f"unknown gradient mode {mode!r}; expected one of "
                             + ", ".join(repr(m) for m in MODES))
@@ -800,6 +1042,18 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     fn = _check_entry(mod, entry)
     wrt_idx = _wrt_indices(fn, entry, wrt)
     arg_types, ret = _check_signature(fn, entry, mod)
+
+    if mode == "first_order":
+        out = mod
+        for name in list(mod.functions):
+            if name not in _kept_functions(mod, entry):
+                out = out.without_function(name)
+        out = out.with_functions({entry: _first_order(fn, entry, arg_types, ret, wrt_idx,
+                                                      mod)})
+        try:
+            return InferType()(out)
+        except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug
+            raise InternalError(f"gradient produced an ill-typed program: {e}") from e
 
     taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
     types = _Types(mod, taken)

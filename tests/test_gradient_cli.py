@@ -56,5 +56,8 @@ def test_grad_errors_are_diagnostics(tmp_path, capsys) -> None:
     src.write_text(HEADER + "def @main(%x: float32) -> float32 { exp(%x) }\n")
     code, out, err = _run(capsys, "grad", str(src), "--entry", "nope")
     assert code == 1 and out == "" and "no global function @nope" in err
+    src.write_text(HEADER + "def @main(%x: float32) -> float32 {\n  let %r = ref(%x);\n"
+                   "  exp(ref_read(%r))\n}\n")
     code, out, err = _run(capsys, "grad", str(src), "--mode", "first_order")
-    assert code == 1 and "not available yet" in err and "Traceback" not in err
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "f.rly:3:" in err and "a reference (`ref`)" in err and "^" in err

@@ -101,7 +101,55 @@ def check_grad(text: str, args: Sequence[Any], entry: str = "main", prelude: boo
     assert isinstance(grads, tuple) and len(grads) == len(args)
     assert_close_tree(grads, tuple(want), rtol, atol)
     check_optimized(g, args, entry, value, grads)
+    check_first_order(mod, args, entry, value, grads)
     return value, grads
+
+
+def is_pure_dataflow(mod: IRModule, entry: str) -> bool:
+    """The entry uses only operator calls, tuples, projections, lets, variables and constants,
+    and takes and returns tensors and tuples of them (what ``mode="first_order"`` accepts)."""
+    from relay_ir.expr import (Constant, Function, GlobalVar, Let, Op, Tuple, TupleGetItem,
+                               Var)
+    from relay_ir.traversal import post_order
+    fn = mod[entry]
+    ft = fn.checked_type_ or passes.InferType()(mod)[entry].checked_type_
+
+    def tensors(t: Any) -> bool:
+        if isinstance(t, rly.TupleType):
+            return all(tensors(f) for f in t.fields)
+        return isinstance(t, rly.TensorType)
+    if not all(tensors(t) for t in (*ft.arg_types, ft.ret_type)):
+        return False
+    for node in post_order(fn.body):
+        if isinstance(node, Call):
+            if not isinstance(node.op, Op):
+                return False
+        elif isinstance(node, GlobalVar) or not isinstance(
+                node, (Let, Tuple, TupleGetItem, Var, Constant, Op)):
+            return False
+    return not isinstance(fn.body, Function)
+
+
+def check_first_order(mod: IRModule, args: Sequence[Any], entry: str, value: Any, grads: Any
+                      ) -> IRModule | None:
+    """``mode="first_order"``: agrees with the higher-order gradient on a pure dataflow entry
+    (no reference, no closure in its output); any other entry is a diagnostic."""
+    from relay_ir.expr import Function, RefCreate
+    from relay_ir.traversal import post_order
+    if not is_pure_dataflow(mod, entry):
+        try:
+            passes.gradient(mod, entry, mode="first_order")
+        except rly.DiagnosticError as e:
+            assert "first_order mode differentiates pure dataflow only" in str(e)
+            return None
+        raise AssertionError("first_order accepted a program that is not pure dataflow")
+    fo = passes.gradient(mod, entry, mode="first_order")
+    wf_check(fo)
+    assert not any(isinstance(n, (Function, RefCreate)) for n in post_order(fo[entry].body))
+    fvalue, fgrads = runtime.evaluate(fo, *args, entry=entry)
+    assert_close_tree(fvalue, value, 1e-12, 0)
+    assert_close_tree(fgrads, grads, 1e-9, 1e-12)
+    return fo
 
 
 def check_optimized(g: IRModule, args: Sequence[Any], entry: str, value: Any, grads: Any
