@@ -26,7 +26,19 @@ Expressions map structurally, except:
 * ``fn (x) { e }`` => ``fn (x', bp2) { e' }`` where ``e'`` uses ``bp2``;
 * a float constant ``c`` used as a value => ``(c, ref(zeros_like(c)))``; as an operator argument
   it is used as is (its adjoint is never read);
-* ``if`` conditions and ``match`` scrutinee tags are not differentiated.
+* ``if`` conditions and ``match`` scrutinee tags are not differentiated;
+* ``annotation.checkpoint(@g(a..))`` (a call of a global on tensor trees, marked for
+  rematerialization) => the forward pass calls the *original* ``@g`` on the primal values (no
+  cells, no closures: its intermediates die when it returns) and pairs the result with fresh
+  cells; the backward step re-runs ``@g_grad(a'.., bp2)`` on the same AD arguments with a
+  private chain ``bp2``, adds the result's adjoint into the new result cells, runs ``bp2``
+  (which accumulates into the arguments' cells) and continues with the outer chain. The
+  ``annotation.checkpoint`` call itself is the identity on AD values; around anything else it
+  is just that identity.
+
+Adjoint cells start from ``zeros(shape, dtype)``: one buffer per static type and scope, shared by
+every cell of that type (values are immutable, a cell is only ever overwritten), so a function
+holds one zero buffer per type rather than one per intermediate.
 
 The new entry makes the empty chain ``ref(fn () { () })``, pairs every float parameter with a
 zero adjoint cell, calls the transformed entry, adds ``ones_like`` into the cell of **every**
@@ -135,6 +147,8 @@ def _typed_const(c: Constant) -> Constant:
 class _Types:
     """The type map ``T => T'`` with the ADT twins it needs."""
 
+    SUFFIX = "_ad"  # NOTE: twins of ADTs and constructors are named NAME_ad / Ctor_ad
+
     def __init__(self, mod: IRModule, taken: set[str]) -> None:
         self.adt_map: dict[str, GlobalTypeVar] = {}
         self.ctor_map: dict[str, Constructor] = {}
@@ -155,7 +169,7 @@ class _Types:
             if not grew:
                 break
         for name in changed:
-            self.adt_map[name] = GlobalTypeVar(_fresh_name(name + "_ad", taken))
+            self.adt_map[name] = GlobalTypeVar(_fresh_name(name + self.SUFFIX, taken))
         for name in tds:
             if name not in changed:
                 continue
@@ -165,7 +179,7 @@ class _Types:
             self.subst = dict(zip(td.type_params, params))
             ctors = []
             for c in td.constructors:
-                nc = Constructor(_fresh_name(c.name_hint + "_ad", taken),
+                nc = Constructor(_fresh_name(c.name_hint + self.SUFFIX, taken),
                                  tuple(self.map(t) for t in c.inputs), header, c.tag,
                                  span=c.span)
                 self.ctor_map[c.name_hint] = nc
@@ -257,6 +271,7 @@ class _AD:
         self.cells: dict[Var, Var] = {}
         self._add = get_opdef("add").op
         self._add_attrs = get_opdef("add").make_attrs()
+        self._zeros: dict[Type, tuple[list, Expr]] = {}  # type -> (scope bindings, zero atom)
 
     # ---------------------------------------------------------------- globals
     def global_twin(self, gv: GlobalVar) -> GlobalVar:
@@ -314,10 +329,14 @@ class _AD:
     def scope(self, e: Expr, bp: Var) -> Expr:
         """Transform a let spine (a function body, branch or arm) in a fresh scope."""
         sb = self.sb
+        marked = _checkpointed(e)
         with sb.scope():
             while isinstance(e, Let):
                 nv = self.map_var(e.var, annotate=e.var.type_annotation is not None)
-                value = self.value(e.value, bp)
+                if e.var in marked and self.can_checkpoint(e.value):
+                    value = self.checkpoint_call(e.value, bp)  # type: ignore[arg-type]
+                else:
+                    value = self.value(e.value, bp)
                 if isinstance(value, (Var, GlobalVar, Constant, Constructor)):
                     self.vmap[e.var] = value  # type: ignore[assignment]  # NOTE: alias atoms
                 else:
@@ -325,6 +344,47 @@ class _AD:
                 e = e.body
             tail = self.atom(e, bp)
             return sb.build(tail)
+
+    # ---------------------------------------------------------------- checkpointing
+    def can_checkpoint(self, e: Expr) -> bool:
+        """``e`` is a call of a global on tensor trees returning a tensor tree."""
+        if not (isinstance(e, Call) and isinstance(e.op, GlobalVar)
+                and e.op.name_hint in self.mod):
+            return False
+        return all(_tensor_tree(_type_of(a)) for a in e.args) and _tensor_tree(_type_of(e))
+
+    def checkpoint_call(self, e: Call, bp: Var) -> Expr:
+        """``annotation.checkpoint(@g(a..))``: the forward pass runs the *original* ``@g`` on
+        the primal values (no adjoint cells, no closures: its intermediates are freed); the
+        backward step re-runs ``@g_grad`` on the same AD arguments with a private chain, seeds
+        its result with the adjoint of the call, runs that chain, then the rest."""
+        sb = self.sb
+        arg_types = [_type_of(a) for a in e.args]
+        out_t = _type_of(e)
+        ad_args = [self.atom(a, bp) for a in e.args]
+        prims = [self.primal(v, t) for v, t in zip(ad_args, arg_types)]
+        y = sb.let_(Call(e.op, tuple(prims), e.attrs, e.type_args, span=e.span,
+                         checked_type_=out_t), "y", out_t)
+        result = self.lift_new(y, out_t)
+        if not has_float_leaf(out_t):
+            return result
+        twin = self.global_twin(e.op)  # type: ignore[arg-type]
+        k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
+        with sb.scope():
+            with sb.scope():
+                unit_body = sb.build(Tuple((), checked_type_=UNIT))
+            empty = sb.let_(Function((), unit_body, UNIT), "empty", FuncType((), UNIT))
+            bp2 = sb.let_(RefCreate(empty), "bp", BP_TYPE)
+            again = sb.let_(Call(twin, tuple(ad_args) + (bp2,), span=e.span), "again",
+                            self.types.map(out_t))
+            dy = self.read_adjoint(result, y, out_t)
+            self.accumulate(again, dy, out_t)
+            k2 = sb.let_(RefRead(bp2), "k", FuncType((), UNIT))
+            sb.let_(Call(k2, ()), "_", UNIT)
+            back_body = sb.build(Call(k, (), span=e.span))
+        back = sb.let_(Function((), back_body, UNIT, span=e.span), "back", FuncType((), UNIT))
+        sb.let_(RefWrite(bp, back), "_", UNIT)
+        return result
 
     # ---------------------------------------------------------------- atoms and values
     def atom(self, e: Expr, bp: Var) -> Expr:
@@ -352,12 +412,34 @@ class _AD:
     def pair(self, y: Expr, t: Type) -> Var:
         """``(y, ref(zeros_like(y)))`` for a float tensor ``y`` of type ``t``."""
         sb = self.sb
-        z = sb.let_(_call("zeros_like", y), "z", t)
+        z = self.zero_of(y, t)
         cell = sb.let_(RefCreate(z), "cell", RefType(t))
         ad = sb.let_(Tuple((y, cell)), "ad", TupleType((t, RefType(t))))
         self.prims[ad] = y  # type: ignore[index]
         self.cells[ad] = cell  # type: ignore[index,assignment]
         return ad  # type: ignore[return-value]
+
+    def zero_of(self, y: Expr, t: Type) -> Expr:
+        """A zero tensor of ``t`` to start an adjoint cell from.
+
+        Values are immutable (a cell is overwritten, never updated in place), so every cell of
+        one static type in scope shares a single ``zeros(shape, dtype)`` buffer: a function
+        holds one zero buffer per type, not one per intermediate (the interpreter keeps every
+        let-bound value of an activation alive until it returns).
+        """
+        sb = self.sb
+        static = isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape)
+        if not static:
+            return sb.let_(_call("zeros_like", y), "z", t)
+        hit = self._zeros.get(t)
+        if hit is not None and any(hit[0] is s for s in sb._scopes):  # NOTE: still open
+            return hit[1]
+        od = get_opdef("zeros")
+        z = sb.let_(Call(od.op, (), od.make_attrs({"shape": list(t.shape),  # type: ignore
+                                                    "dtype": t.dtype}),
+                         checked_type_=t), "z", t)
+        self._zeros[t] = (sb.bindings, z)
+        return z
 
     def cell_of(self, v: Expr, t: Type) -> Expr:
         """The adjoint cell of the AD value ``v`` of float type ``t``."""
@@ -429,6 +511,11 @@ class _AD:
         """``op(a..)`` => forward value paired with cells; the backward step pushed on ``bp``."""
         sb = self.sb
         opdef = get_opdef(e.op.name)  # type: ignore[union-attr]
+        if opdef.name == "annotation.checkpoint" and len(e.args) == 1 \
+                and not isinstance(e.args[0], Constant):
+            # NOTE: an identity whose adjoint passes through: the AD value itself (the marked
+            # call was transformed by checkpoint_call); no second pair, cell or step.
+            return self.atom(e.args[0], bp)
         prim_args: list[Expr] = []
         ad_args: list[Expr | None] = []   # AD value of each float-carrying argument, else None
         arg_types: list[Type] = []
@@ -602,6 +689,18 @@ class _AD:
                 else:
                     fg = sb.let_(TupleGetItem(emit(sb, g), i), "g", ft)
                 self.accumulate(fv, fg, ft)
+
+
+def _checkpointed(e: Expr) -> set[Var]:
+    """Variables of this let spine that are the argument of ``annotation.checkpoint``."""
+    out: set[Var] = set()
+    while isinstance(e, Let):
+        v = e.value
+        if isinstance(v, Call) and isinstance(v.op, Op) and v.op.name == "annotation.checkpoint" \
+                and v.args and isinstance(v.args[0], Var):
+            out.add(v.args[0])
+        e = e.body
+    return out
 
 
 def _call(name: str, *args: Expr, checked_type_: Type | None = None) -> Call:
