@@ -22,9 +22,9 @@ from relay_ir.op import OpPattern
 from relay_ir.op._grad import (GradientRuleError, grad_rule, op, scalar, static_shape,
                                tensor_type, zeros_for)
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
-                                dim_compatible, fmt_shape, norm_axis,
-                                same_dtype, shape_size, tensor_arg, tensor_args, wrap)
+from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_elemwise, defop,
+                                dim_compatible, fmt_shape, norm_axis, same_dtype, shape_size,
+                                tensor_arg, tensor_rel, wrap)
 from relay_ir.ty import (Dim, IncompleteType, TensorType, TupleType, Type, dim_add,
                          format_dim)
 
@@ -443,12 +443,9 @@ defop("nn.matmul", 2, grad=matmul_grad, attrs=_DENSE_ATTRS + [F("transpose_a", "
       compute=matmul_te)
 
 
-def batch_matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("x", "y")
+def batch_matmul_rel(x: TensorType, y: TensorType, attrs: Attrs) -> Type | None:
     """``nn.batch_matmul(x: (B, M, K), y: (B, N, K)) : (B, M, N)`` (default transpose_b)."""
-    ts = tensor_args(arg_types, ("x", "y"))
-    if ts is None:
-        return None
-    x, y = ts
     if x.ndim != 3 or y.ndim != 3:
         raise TypeInferenceError(f"nn.batch_matmul: both inputs must have rank 3, found ranks "
                                  f"{x.ndim} and {y.ndim}")
@@ -632,11 +629,9 @@ def_elemwise("nn.leaky_relu",
              compute=leaky_relu_te)
 
 
-def softmax_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def softmax_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``nn.softmax(x, axis)`` : type of x."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     norm_axis(attrs.axis, t.ndim)
     return t
 
@@ -683,11 +678,9 @@ defop("nn.log_softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=
 
 
 # ----------------------------------------------------------------------------- flatten / pad
-def batch_flatten_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def batch_flatten_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``nn.batch_flatten(x: (N, ...)) : (N, prod(...))``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if t.ndim < 1:
         raise TypeInferenceError("nn.batch_flatten: data must have rank >= 1")
     return TensorType((t.shape[0], shape_size(t.shape[1:])), t.dtype)
@@ -722,12 +715,9 @@ def _pad_width(pw: Any, ndim: int) -> list[tuple[int, int]]:
     return out
 
 
-def pad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "pad_value")
+def pad_rel(x: TensorType, v: TensorType, attrs: Attrs) -> Type | None:
     """``nn.pad(x, pad_value, pad_width, pad_mode)``."""
-    ts = tensor_args(arg_types, ("data", "pad_value"))
-    if ts is None:
-        return None
-    x, v = ts
     if v.ndim != 0:
         raise TypeInferenceError("nn.pad: pad_value must be a scalar")
     if attrs.pad_mode not in ("constant", "edge", "reflect"):
@@ -940,12 +930,9 @@ defop("nn.dropout", 1, grad=dropout_grad,
       compute=dropout_te)
 
 
-def cross_entropy_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("predictions", "targets")
+def cross_entropy_rel(p: TensorType, t: TensorType, attrs: Attrs) -> Type | None:
     """``nn.cross_entropy(pred, target)``: equal 2-d types; a scalar result."""
-    ts = tensor_args(arg_types, ("predictions", "targets"))
-    if ts is None:
-        return None
-    p, t = ts
     same_dtype(p, t)
     if p.ndim != 2 or t.ndim != 2 or not all(dim_compatible(a, b)
                                              for a, b in zip(p.shape, t.shape)):

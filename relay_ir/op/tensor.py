@@ -19,8 +19,7 @@ from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, sum_to,
                                zero_rule, zeros_for)
 from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
-                                defop, identity_rel, same_dtype, tensor_arg,
-                                tensor_args, wrap)
+                                defop, identity_rel, ranked_arg, same_dtype, tensor_rel, wrap)
 from relay_ir.ty import TensorType, Type
 
 _ERR = {"divide": "ignore", "over": "ignore", "invalid": "ignore", "under": "ignore"}
@@ -563,51 +562,28 @@ for _name, _fn in {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite
 
 
 # ----------------------------------------------------------------------------- binary math
-def_broadcast("add", np.add, doc="Broadcasting ``a + b``.",
-              grad=_BINARY_GRAD["add"],
-              compute=_binary_te(_add_b, "TE compute of ``add``."))
-def_broadcast("subtract", np.subtract, doc="Broadcasting ``a - b``.",
-              grad=_BINARY_GRAD["subtract"],
-              compute=_binary_te(_sub_b, "TE compute of ``subtract``."))
-def_broadcast("multiply", np.multiply, doc="Broadcasting ``a * b``.",
-              grad=_BINARY_GRAD["multiply"],
-              compute=_binary_te(_mul_b, "TE compute of ``multiply``."))
-def_broadcast("divide", _trunc_div, doc="Broadcasting ``a / b`` (integers truncate toward 0).",
-              grad=_BINARY_GRAD["divide"], compute=_binary_te(_div_b, "TE compute of ``divide``."))
-def_broadcast("floor_divide", _floor_div, doc="Broadcasting division rounding down.",
-              grad=_BINARY_GRAD["floor_divide"],
-              compute=_binary_te(_floordiv_b, "TE compute of ``floor_divide``."))
-def_broadcast("mod", _trunc_mod, doc="Remainder of truncating division (sign of ``a``).",
-              grad=_BINARY_GRAD["mod"], compute=_binary_te(_mod_b, "TE compute of ``mod``."))
-def_broadcast("floor_mod", _floor_mod, doc="Remainder of flooring division (sign of ``b``).",
-              grad=_BINARY_GRAD["floor_mod"],
-              compute=_binary_te(_floormod_b, "TE compute of ``floor_mod``."))
-def_broadcast("power", _power, doc="Broadcasting ``a ** b``.",
-              grad=_BINARY_GRAD["power"], compute=power_te)
-def_broadcast("maximum", np.maximum, doc="Broadcasting elementwise maximum.",
-              grad=_BINARY_GRAD["maximum"],
-              compute=_binary_te(_max_b, "TE compute of ``maximum``."))
-def_broadcast("minimum", np.minimum, doc="Broadcasting elementwise minimum.",
-              grad=_BINARY_GRAD["minimum"],
-              compute=_binary_te(_min_b, "TE compute of ``minimum``."))
-def_broadcast("logical_and", np.logical_and, doc="Broadcasting logical and.",
-              non_differentiable=True,
-              compute=_binary_te(_logical_b("and"), "TE compute of ``logical_and``."))
-def_broadcast("logical_or", np.logical_or, doc="Broadcasting logical or.",
-              non_differentiable=True,
-              compute=_binary_te(_logical_b("or"), "TE compute of ``logical_or``."))
-def_broadcast("logical_xor", np.logical_xor, doc="Broadcasting logical xor.",
-              non_differentiable=True,
-              compute=_binary_te(_logical_b("xor"), "TE compute of ``logical_xor``."))
-def_broadcast("bitwise_and", np.bitwise_and, doc="Broadcasting bitwise and.",
-              non_differentiable=True,
-              compute=_binary_te(_bitwise_b("and"), "TE compute of ``bitwise_and``."))
-def_broadcast("bitwise_or", np.bitwise_or, doc="Broadcasting bitwise or.",
-              non_differentiable=True,
-              compute=_binary_te(_bitwise_b("or"), "TE compute of ``bitwise_or``."))
-def_broadcast("bitwise_xor", np.bitwise_xor, doc="Broadcasting bitwise xor.",
-              non_differentiable=True,
-              compute=_binary_te(_bitwise_b("xor"), "TE compute of ``bitwise_xor``."))
+_BINARY_MATH = [  # name, numpy reference, TE body, doc
+    ("add", np.add, _add_b, "Broadcasting ``a + b``."),
+    ("subtract", np.subtract, _sub_b, "Broadcasting ``a - b``."),
+    ("multiply", np.multiply, _mul_b, "Broadcasting ``a * b``."),
+    ("divide", _trunc_div, _div_b, "Broadcasting ``a / b`` (integers truncate toward 0)."),
+    ("floor_divide", _floor_div, _floordiv_b, "Broadcasting division rounding down."),
+    ("mod", _trunc_mod, _mod_b, "Remainder of truncating division (sign of ``a``)."),
+    ("floor_mod", _floor_mod, _floormod_b, "Remainder of flooring division (sign of ``b``)."),
+    ("power", _power, None, "Broadcasting ``a ** b``."),
+    ("maximum", np.maximum, _max_b, "Broadcasting elementwise maximum."),
+    ("minimum", np.minimum, _min_b, "Broadcasting elementwise minimum."),
+]
+for _name, _fn, _body, _doc in _BINARY_MATH:
+    def_broadcast(_name, _fn, doc=_doc, grad=_BINARY_GRAD[_name],
+                  compute=power_te if _body is None else
+                  _binary_te(_body, f"TE compute of ``{_name}``."))
+for _family, _make_body in (("logical", _logical_b), ("bitwise", _bitwise_b)):
+    for _kind in ("and", "or", "xor"):
+        _name = f"{_family}_{_kind}"
+        def_broadcast(_name, getattr(np, _name), doc=f"Broadcasting {_family} {_kind}.",
+                      non_differentiable=True,
+                      compute=_binary_te(_make_body(_kind), f"TE compute of ``{_name}``."))
 for _name, _fn in {"less": np.less, "greater": np.greater, "less_equal": np.less_equal,
                    "greater_equal": np.greater_equal, "equal": np.equal,
                    "not_equal": np.not_equal}.items():
@@ -617,12 +593,9 @@ for _name, _fn in {"less": np.less, "greater": np.greater, "less_equal": np.less
 
 
 # ----------------------------------------------------------------------------- where, cast, clip
-def where_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("condition", "x", "y")
+def where_rel(c: TensorType, x: TensorType, y: TensorType, attrs: Attrs) -> Type | None:
     """``where(cond, x, y)``: three-way broadcast; x and y share a dtype (the result's)."""
-    ts = tensor_args(arg_types, ("condition", "x", "y"))
-    if ts is None:
-        return None
-    c, x, y = ts
     dtype = same_dtype(x, y)
     shape = broadcast_shapes(broadcast_shapes(c.shape, x.shape), y.shape)
     return TensorType(shape, dtype)
@@ -651,11 +624,9 @@ defop("where", 3, rel=where_rel, impl=where_ref, pattern=OpPattern.BROADCAST, gr
       doc="Select from ``x`` where ``cond`` holds, else from ``y`` (broadcasting).")
 
 
-def cast_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def cast_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``cast(x, dtype)``: same shape, the new dtype."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(t.shape, check_dtype(attrs.dtype))
 
 
@@ -679,12 +650,10 @@ defop("cast", 1, grad=cast_grad,
       required=("dtype",))
 
 
-def cast_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "dtype_like")
+def cast_like_rel(data: TensorType, dtype_like: TensorType, attrs: Attrs) -> Type | None:
     """``cast_like(x, like)``: the shape of ``x``, the dtype of ``like``."""
-    ts = tensor_args(arg_types, ("data", "dtype_like"))
-    if ts is None:
-        return None
-    return TensorType(ts[0].shape, ts[1].dtype)
+    return TensorType(data.shape, dtype_like.dtype)
 
 
 @grad_rule
@@ -765,12 +734,9 @@ defop("ones", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("one
 
 def full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``full(value, shape, dtype)``: ``value`` is 0-d; dtype "" means the value's dtype."""
-    v = tensor_arg(arg_types[0], "fill_value")
+    v = ranked_arg(arg_types[0], "full", "fill_value", 0)
     if v is None:
         return None
-    if v.ndim != 0:
-        raise TypeInferenceError(f"full: fill_value must be a scalar, found shape "
-                                 f"{tuple(v.shape)}")
     dtype = attrs.dtype or v.dtype
     return TensorType(_init_shape(attrs, "full"), check_dtype(dtype))
 
@@ -795,14 +761,12 @@ defop("full", 1, grad=full_grad, attrs=[F("shape", "ints", None, "the result sha
       doc="A tensor filled with a scalar value.")
 
 
-def full_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "fill_value")
+def full_like_rel(data: TensorType, fill_value: TensorType, attrs: Attrs) -> Type | None:
     """``full_like(x, value)``: the type of ``x``; ``value`` is 0-d."""
-    ts = tensor_args(arg_types, ("data", "fill_value"))
-    if ts is None:
-        return None
-    if ts[1].ndim != 0:
+    if fill_value.ndim != 0:
         raise TypeInferenceError("full_like: fill_value must be a scalar")
-    return ts[0]
+    return data
 
 
 @grad_rule
@@ -818,11 +782,9 @@ defop("full_like", 2, rel=full_like_rel, grad=full_like_grad,
       compute=full_like_te)
 
 
-def shape_of_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def shape_of_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``shape_of(x)``: ``Tensor[(rank,), dtype]``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType((t.ndim,), check_dtype(attrs.dtype))
 
 

@@ -21,8 +21,8 @@ from relay_ir.op import OpPattern
 from relay_ir.op._grad import (GradientRuleError, field, grad_rule, op, static_shape, tensor_type,
                                zeros_for)
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis,
-                                shape_size, tensor_arg, tensor_args, tuple_of_tensors, wrap)
+from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis, shape_size,
+                                tensor_rel, tuple_of_tensors, wrap)
 from relay_ir.ty import (ANY, Dim, TensorType, TupleType, Type, dim_add, dim_div_exact,
                          dim_mul, format_dim)
 
@@ -212,11 +212,9 @@ def reshape_dims(ishape: Sequence[Dim], newshape: Sequence[int], allowzero: bool
     return tuple(out)
 
 
-def reshape_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def reshape_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``reshape(x, newshape)`` with Relay's special codes."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.newshape is None:
         raise TypeInferenceError("reshape needs a newshape attribute")
     return TensorType(reshape_dims(t.shape, attrs.newshape, attrs.allowzero), t.dtype)
@@ -263,12 +261,10 @@ def reshape_like_shape(xs: Sequence[Dim], ls: Sequence[Dim], attrs: Attrs) -> tu
     return out
 
 
-def reshape_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "shape_like")
+def reshape_like_rel(data: TensorType, shape_like: TensorType, attrs: Attrs) -> Type | None:
     """``reshape_like(x, like)``: x's dims [lhs_begin, lhs_end) replaced by like's range."""
-    ts = tensor_args(arg_types, ("data", "shape_like"))
-    if ts is None:
-        return None
-    return TensorType(reshape_like_shape(ts[0].shape, ts[1].shape, attrs), ts[0].dtype)
+    return TensorType(reshape_like_shape(data.shape, shape_like.shape, attrs), data.dtype)
 
 
 defop("reshape_like", 2, grad=_reshape_grad,
@@ -297,11 +293,9 @@ def transpose_axes(ndim: int, axes: Sequence[int] | None) -> tuple[int, ...]:
     return out
 
 
-def transpose_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def transpose_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``transpose(x, axes)``: permuted dims."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(tuple(t.shape[a] for a in transpose_axes(t.ndim, attrs.axes)), t.dtype)
 
 
@@ -331,11 +325,9 @@ def expand_dims_shape(shape: Sequence[Dim], axis: int, num: int) -> tuple[Dim, .
     return tuple(shape[:a]) + (1,) * num + tuple(shape[a:])
 
 
-def expand_dims_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def expand_dims_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``expand_dims(x, axis, num_newaxis)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(expand_dims_shape(t.shape, attrs.axis, attrs.num_newaxis), t.dtype)
 
 
@@ -362,11 +354,9 @@ def squeeze_shape(shape: Sequence[Dim], axis: Sequence[int] | None) -> tuple[Dim
     return tuple(d for i, d in enumerate(shape) if i not in drop)
 
 
-def squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def squeeze_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``squeeze(x, axis)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(squeeze_shape(t.shape, attrs.axis), t.dtype)
 
 
@@ -668,11 +658,9 @@ def split_sizes(d: Dim, ios: Any, axis: int) -> list[Dim]:
     return out
 
 
-def split_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def split_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``split(x, indices_or_sections, axis)``: a tuple of tensors."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     axis = norm_axis(attrs.axis, t.ndim)
     sizes = split_sizes(t.shape[axis], attrs.indices_or_sections, attrs.axis)
     fields = []
@@ -720,11 +708,9 @@ def _check_broadcastable_to(src: Sequence[Dim], dst: Sequence[Dim], what: str) -
                                      f"{fmt_shape(dst)}")
 
 
-def broadcast_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def broadcast_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``broadcast_to(x, shape)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.shape is None:
         raise TypeInferenceError("broadcast_to needs a shape attribute")
     _check_broadcastable_to(t.shape, attrs.shape, "broadcast_to")
@@ -752,13 +738,12 @@ defop("broadcast_to", 1, grad=_broadcast_grad, attrs=[F("shape", "ints", None, "
       compute=broadcast_to_te)
 
 
-def broadcast_to_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "broadcast_type")
+def broadcast_to_like_rel(data: TensorType, broadcast_type: TensorType,
+                          attrs: Attrs) -> Type | None:
     """``broadcast_to_like(x, like)``: like's shape, x's dtype."""
-    ts = tensor_args(arg_types, ("data", "broadcast_type"))
-    if ts is None:
-        return None
-    _check_broadcastable_to(ts[0].shape, ts[1].shape, "broadcast_to_like")
-    return TensorType(ts[1].shape, ts[0].dtype)
+    _check_broadcastable_to(data.shape, broadcast_type.shape, "broadcast_to_like")
+    return TensorType(broadcast_type.shape, data.dtype)
 
 
 defop("broadcast_to_like", 2, grad=_broadcast_grad, rel=broadcast_to_like_rel,
@@ -776,13 +761,11 @@ def collapse_sum(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return wrap(np.reshape(s, shape), x.dtype)
 
 
-def collapse_sum_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "collapse_type")
+def collapse_sum_like_rel(data: TensorType, collapse_type: TensorType, attrs: Attrs) -> Type | None:
     """``collapse_sum_like(x, like)``: like's shape (which must broadcast to x's), x's dtype."""
-    ts = tensor_args(arg_types, ("data", "collapse_type"))
-    if ts is None:
-        return None
-    _check_broadcastable_to(ts[1].shape, ts[0].shape, "collapse_sum_like")
-    return TensorType(ts[1].shape, ts[0].dtype)
+    _check_broadcastable_to(collapse_type.shape, data.shape, "collapse_sum_like")
+    return TensorType(collapse_type.shape, data.dtype)
 
 
 defop("collapse_sum_like", 2, grad=_collapse_grad, rel=collapse_sum_like_rel,
@@ -791,11 +774,9 @@ defop("collapse_sum_like", 2, grad=_collapse_grad, rel=collapse_sum_like_rel,
       compute=collapse_sum_like_te)
 
 
-def collapse_sum_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def collapse_sum_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``collapse_sum_to(x, shape)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.shape is None:
         raise TypeInferenceError("collapse_sum_to needs a shape attribute")
     _check_broadcastable_to(attrs.shape, t.shape, "collapse_sum_to")
@@ -811,11 +792,9 @@ defop("collapse_sum_to", 1, grad=_collapse_grad,
 
 
 # ----------------------------------------------------------------------------- reverse/tile/repeat
-def reverse_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def reverse_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``reverse(x, axis)``: same type."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     norm_axis(attrs.axis, t.ndim)
     return t
 
@@ -833,11 +812,9 @@ defop("reverse", 1, grad=reverse_grad, attrs=[F("axis", "int", 0, "the axis to f
       compute=reverse_te)
 
 
-def tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def tile_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``tile(x, reps)``: numpy semantics (shapes right-aligned, padded with 1)."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     reps = tuple(attrs.reps or ())
     if any(r < 0 for r in reps):
         raise TypeInferenceError(f"tile: negative repetition in {reps}")
@@ -869,11 +846,9 @@ defop("tile", 1, grad=tile_grad, attrs=[F("reps", "ints", None, "repetitions per
       required=("reps",))
 
 
-def repeat_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def repeat_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``repeat(x, repeats, axis)``: every element repeated along ``axis``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.repeats < 0:
         raise TypeInferenceError(f"repeat: repeats must be >= 0, found {attrs.repeats}")
     axis = norm_axis(attrs.axis, t.ndim)
@@ -995,11 +970,9 @@ def layout_transform_shape(shape: Sequence[Dim], src: str, dst: str) -> tuple[Di
     return tuple(out)
 
 
-def layout_transform_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def layout_transform_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``layout_transform(x, src_layout, dst_layout)``: same elements in the new layout."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(layout_transform_shape(t.shape, attrs.src_layout, attrs.dst_layout),
                       t.dtype)
 
