@@ -102,7 +102,37 @@ def check_grad(text: str, args: Sequence[Any], entry: str = "main", prelude: boo
     assert_close_tree(grads, tuple(want), rtol, atol)
     check_optimized(g, args, entry, value, grads)
     check_first_order(mod, args, entry, value, grads)
+    check_jvp(mod, args, entry, value, grads)
     return value, grads
+
+
+def check_jvp(mod: IRModule, args: Sequence[Any], entry: str, value: Any, grads: Any,
+              seed: int = 0) -> IRModule:
+    """``passes.jvp``: for random tangents ``t``, ``sum(result tangent) == <gradient, t>``; the
+    value is the original one; the tangent has the result's structure, zeros on int leaves."""
+    from util_ad import inner, rebuild
+    rng = np.random.default_rng(seed)
+    tangents = []
+    for a in args:
+        flat = [rng.uniform(-1, 1, x.shape).astype(x.dtype) if np.issubdtype(x.dtype, np.floating)
+                else (rng.integers(0, 5, x.shape).astype(x.dtype) if x.dtype != np.bool_
+                      else np.ones(x.shape, bool)) for x in leaves(a)]
+        tangents.append(rebuild(a, flat))  # NOTE: ADT values: leaves() sees their fields
+    j = passes.jvp(mod, entry)
+    wf_check(j)
+    jvalue, jtangent = runtime.evaluate(j, *args, *tangents, entry=entry)
+    assert_close_tree(jvalue, value, 1e-12, 0)
+    vl, tl = leaves(value), leaves(jtangent)
+    assert len(vl) == len(tl)
+    for v, t in zip(vl, tl):
+        assert v.shape == t.shape and v.dtype == t.dtype
+        if not np.issubdtype(v.dtype, np.floating):
+            assert not np.any(t), "non-float leaves of the tangent are zeros"
+    want = inner(tuple(grads), tuple(tangents))
+    got = float(sum(np.sum(t, dtype=np.float64) for t in tl
+                    if np.issubdtype(t.dtype, np.floating)))
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
+    return j
 
 
 def is_pure_dataflow(mod: IRModule, entry: str) -> bool:
