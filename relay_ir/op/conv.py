@@ -17,6 +17,8 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Expr
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import (jvp_collapse, jvp_linear, jvp_linear_in, jvp_multilinear,
+                              jvp_multilinear_in)
 from relay_ir.op._grad import grad_rule, op, scalar, static_shape, zeros_for
 from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, grad_like_rel, is_any,
@@ -337,7 +339,7 @@ def conv2d_grad(call, out, g):  # type: ignore[no-untyped-def]
             op("nn.conv2d_backward_weight", g, x, w, **at))
 
 
-defop("nn.conv2d", 2, grad=conv2d_grad,
+defop("nn.conv2d", 2, grad=conv2d_grad, jvp=jvp_multilinear,
       attrs=_CONV_ATTRS,
       attrs_type="Conv2DAttrs", rel=conv2d_rel, impl=conv2d_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d convolution.",
@@ -426,12 +428,17 @@ def avg_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("nn.avg_pool2d_grad", g, call.args[0], **dict(call.attrs)),)
 
 
-defop("nn.max_pool2d", 1, grad=max_pool2d_grad,
+def max_pool2d_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """``max_pool2d(x)``: the tangent at each window's maximum of ``x``."""
+    return op("nn.max_pool2d_gather", call.args[0], t[0], **dict(call.attrs))
+
+
+defop("nn.max_pool2d", 1, grad=max_pool2d_grad, jvp=max_pool2d_jvp,
       attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "max"),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.",
       compute=_pool_te("max"))
-defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad,
+defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad, jvp=jvp_linear,
       attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs", rel=avg_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "avg"),
@@ -486,12 +493,12 @@ def global_max_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 _GLOBAL_ATTRS = [F("layout", "str", "NCHW"), F("out_layout", "str", "")]
-defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad,
+defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad, jvp=jvp_linear,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Average over the spatial dims.",
       compute=_global_te("avg"))
-defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad,
+defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad, jvp=jvp_collapse,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Maximum over the spatial dims.",
@@ -820,7 +827,7 @@ def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
 defop("nn.conv2d_backward_data", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
       rel=grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[2], ts[1]], at)),
-      impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad,
+      impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad, jvp=jvp_multilinear_in(0, 1),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its data: (out_grad, weight, data_like) -> data's type.",
       compute=conv2d_backward_data_te)
@@ -828,6 +835,7 @@ defop("nn.conv2d_backward_weight", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs
       rel=grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[1], ts[2]], at)),
       impl=conv2d_backward_weight_ref, grad=conv2d_backward_weight_grad,
+      jvp=jvp_multilinear_in(0, 1),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its weight: (out_grad, data, weight_like) -> weight's type.",
       compute=conv2d_backward_weight_te)
@@ -949,11 +957,12 @@ defop("nn.max_pool2d_grad", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
       rel=grad_like_rel("nn.max_pool2d_grad", 1, (4, 4),
                           lambda ts, at: _pool_rel(ts[1:], at, "nn.max_pool2d_grad")),
       impl=max_pool2d_grad_ref,
-      grad=max_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
+      grad=max_pool2d_grad_grad, jvp=jvp_linear_in(0), pattern=OpPattern.OPAQUE,
       doc="Gradient of max_pool2d: (out_grad, data) -> out_grad routed to each window's max.",
       compute=max_pool2d_grad_te)
 defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
       rel=_max_pool_gather_rel, impl=max_pool2d_gather_ref, grad=max_pool2d_gather_grad,
+      jvp=jvp_linear_in(1),
       pattern=OpPattern.OPAQUE,
       doc="(data, values) -> values at each max_pool2d window's maximum of data (pooled).",
       compute=max_pool2d_gather_te)
@@ -961,6 +970,7 @@ defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool
       attrs_type="AvgPool2DAttrs",
       rel=grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
                          lambda ts, at: _pool_rel(ts[1:], at, "nn.avg_pool2d_grad")),
-      impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
+      impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad,
+      jvp=jvp_linear_in(0), pattern=OpPattern.OPAQUE,
       doc="Gradient of avg_pool2d: (out_grad, data) -> out_grad spread over each window.",
       compute=avg_pool2d_grad_te)

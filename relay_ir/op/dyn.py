@@ -30,6 +30,7 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import InterpreterError, ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Call, Expr
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear_in
 from relay_ir.op._rules import (F, check_dtype, defop, fmt_type, is_int_dtype, make_call,
                                 tensor_arg, tensor_args, tensor_rel)
 from relay_ir.op.indexing import _slices
@@ -218,7 +219,7 @@ def _full_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 defop("dyn.full", 2, attrs=[F("shape", "ints?", None, "unused (the shape is an argument)"),
                             F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=dyn_full_rel, impl=dyn_full_ref,
-      pattern=OpPattern.ELEMWISE, grad=_full_grad,
+      pattern=OpPattern.ELEMWISE, grad=_full_grad, jvp=jvp_linear_in(0),
       doc="A scalar filled into a shape given as a tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
@@ -285,7 +286,7 @@ def _tile_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 
 defop("dyn.tile_grad", 3, rel=dyn_tile_grad_rel, impl=dyn_tile_grad_ref,
-      pattern=OpPattern.OPAQUE, grad=_tile_grad_grad,
+      pattern=OpPattern.OPAQUE, grad=_tile_grad_grad, jvp=jvp_linear_in(0),
       doc="Gradient of dyn.tile: (out_grad, data_like, reps) -> the tiles of out_grad summed.",
       host_only=_GRAD_OF_HOST_ONLY)
 
@@ -380,7 +381,7 @@ def _strided_slice_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 defop("dyn.strided_slice_grad", 5, attrs=_DYN_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
       rel=dyn_strided_slice_grad_rel, impl=dyn_strided_slice_grad_ref,
-      pattern=OpPattern.OPAQUE, grad=_strided_slice_grad_grad,
+      pattern=OpPattern.OPAQUE, grad=_strided_slice_grad_grad, jvp=jvp_linear_in(0),
       doc="Gradient of dyn.strided_slice: out_grad placed into zeros like the data.",
       host_only=_GRAD_OF_HOST_ONLY)
 
@@ -531,7 +532,7 @@ def _pad_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 
 defop("dyn.nn.pad_grad", 3, attrs=_PAD_ATTRS, attrs_type="PadAttrs", rel=dyn_pad_grad_rel,
-      impl=dyn_pad_grad_ref, pattern=OpPattern.OPAQUE, grad=_pad_grad_grad,
+      impl=dyn_pad_grad_ref, pattern=OpPattern.OPAQUE, grad=_pad_grad_grad, jvp=jvp_linear_in(0),
       doc="Gradient of dyn.nn.pad: out_grad folded back onto the data positions.",
       host_only=_GRAD_OF_HOST_ONLY)
 

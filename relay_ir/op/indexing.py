@@ -13,6 +13,7 @@ import numpy as np
 from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear, jvp_linear_in
 from relay_ir.op._grad import grad_rule, op, zeros_for
 from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, defop, dim_compatible, grad_like_rel, norm_axis, tensor_rel,
@@ -216,12 +217,12 @@ def take_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
 
 
 defop("take_grad", 3, attrs=_TAKE_ATTRS, attrs_type="TakeAttrs", rel=take_grad_rel,
-      impl=take_grad_ref, grad=take_grad_grad, pattern=OpPattern.OPAQUE,
+      impl=take_grad_ref, grad=take_grad_grad, jvp=jvp_linear_in(0), pattern=OpPattern.OPAQUE,
       doc="Gradient of take: (out_grad, data_like, indices) -> out_grad scatter-added.",
       compute=take_grad_te)
 
 
-defop("take", 2, grad=take_grad, attrs=_TAKE_ATTRS,
+defop("take", 2, grad=take_grad, jvp=jvp_linear_in(0), attrs=_TAKE_ATTRS,
       attrs_type="TakeAttrs", rel=take_rel, impl=take_ref, pattern=OpPattern.INJECTIVE,
       doc="Gather elements along an axis.",
       compute=take_te)
@@ -354,12 +355,13 @@ def strided_slice_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> o
 
 defop("strided_slice_grad", 2, attrs=_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
       rel=strided_slice_grad_rel, impl=strided_slice_grad_ref, grad=strided_slice_grad_grad,
+      jvp=jvp_linear_in(0),
       pattern=OpPattern.INJECTIVE, required=("begin", "end"),
       doc="Gradient of strided_slice: (out_grad, data_like) -> out_grad placed in zeros.",
       compute=strided_slice_grad_te)
 
 
-defop("strided_slice", 1, grad=strided_slice_grad,
+defop("strided_slice", 1, grad=strided_slice_grad, jvp=jvp_linear,
       attrs=_SLICE_ATTRS,
       attrs_type="StridedSliceAttrs", rel=strided_slice_rel, impl=strided_slice_ref,
       pattern=OpPattern.INJECTIVE, doc="Python-style strided slicing.",

@@ -18,6 +18,8 @@ from relay_ir.op import OpPattern
 from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, sum_to,
                                zero_rule, zeros_for)
 from relay_ir.op import _te as T
+from relay_ir.op._jvp import (jvp_linear, jvp_linear_in, jvp_multilinear, jvp_symmetric,
+                              jvp_zero)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
                                 defop, identity_rel, ranked_arg, same_dtype, tensor_rel, wrap)
 from relay_ir.ty import TensorType, Type
@@ -217,6 +219,33 @@ _BINARY_GRAD = {
                          lambda a, b, y, g: op("negative", _mul(g, op("floor", _div(a, b))))),
 }
 
+
+
+# ----------------------------------------------------------------------------- JVP rules
+def _bjvp(local):  # type: ignore[no-untyped-def]
+    """A binary JVP rule from ``local(a, b, out, ta, tb)`` (broadcasting like the op)."""
+    def rule(call, out, t):  # type: ignore[no-untyped-def]
+        a, b = call.args
+        return local(a, b, out, t[0], t[1])
+    rule.__doc__ = local.__doc__
+    return rule
+
+
+_BINARY_JVP = {
+    "add": jvp_linear,
+    "subtract": jvp_linear,
+    "multiply": jvp_multilinear,
+    "divide": _bjvp(lambda a, b, y, ta, tb: _div(op("subtract", ta, _mul(y, tb)), b)),
+    "power": _bjvp(lambda a, b, y, ta, tb: op("add", _mul(ta, _mul(b, op("power", a, op(
+        "subtract", b, scalar(1.0, b))))), _power_db(a, b, y, tb))),
+    "maximum": _bjvp(lambda a, b, y, ta, tb: op("where", op("greater_equal", a, b), ta, tb)),
+    "minimum": _bjvp(lambda a, b, y, ta, tb: op("where", op("less_equal", a, b), ta, tb)),
+    "floor_divide": jvp_zero,
+    "mod": _bjvp(lambda a, b, y, ta, tb: op("subtract", ta,
+                                             _mul(tb, op("trunc", _div(a, b))))),
+    "floor_mod": _bjvp(lambda a, b, y, ta, tb: op("subtract", ta,
+                                                   _mul(tb, op("floor", _div(a, b))))),
+}
 
 # ----------------------------------------------------------------------------- TE computes
 # Each ``*_te(attrs, inputs, out_type)`` builds the operator's tensor expression (relay_ir.op).
@@ -524,25 +553,29 @@ _UNARY_FLOAT = {
 }
 for _name, _fn in _UNARY_FLOAT.items():
     def_elemwise(_name, _float_fn(_fn), doc=f"Elementwise ``{_name}``.",
-                 grad=_UNARY_GRAD[_name], compute=_float_te(_name))
+                 grad=_UNARY_GRAD[_name], jvp=jvp_symmetric, compute=_float_te(_name))
 
 def_elemwise("negative", np.negative, doc="Elementwise ``-x``.",
-             grad=_u(lambda x, y, g: op("negative", g)),
+             grad=_u(lambda x, y, g: op("negative", g)), jvp=jvp_linear,
              compute=_elem_te(_negative_e, "TE compute of ``negative``."))
 def_elemwise("abs", np.abs, doc="Elementwise absolute value.", grad=_u(_abs_local),
+             jvp=jvp_symmetric,
              compute=_elem_te(_abs_e, "TE compute of ``abs``."))
 def_elemwise("floor", np.floor, doc="Round toward negative infinity (identity on integers).",
-             grad=_ZERO, compute=_elem_te(_rounding_e("floor"), "TE compute of ``floor``."))
+             grad=_ZERO,
+             jvp=jvp_zero, compute=_elem_te(_rounding_e("floor"), "TE compute of ``floor``."))
 def_elemwise("ceil", np.ceil, doc="Round toward positive infinity (identity on integers).",
-             grad=_ZERO, compute=_elem_te(_rounding_e("ceil"), "TE compute of ``ceil``."))
+             grad=_ZERO,
+             jvp=jvp_zero, compute=_elem_te(_rounding_e("ceil"), "TE compute of ``ceil``."))
 def_elemwise("trunc", np.trunc, doc="Round toward zero (identity on integers).", grad=_ZERO,
+             jvp=jvp_zero,
              compute=_elem_te(_rounding_e("trunc"), "TE compute of ``trunc``."))
-def_elemwise("round", _round, doc="Round half away from zero.", grad=_ZERO,
+def_elemwise("round", _round, doc="Round half away from zero.", grad=_ZERO, jvp=jvp_zero,
              compute=_elem_te(_round_e, "TE compute of ``round``."))
-def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).", grad=_ZERO,
+def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).", grad=_ZERO, jvp=jvp_zero,
              compute=_elem_te(_sign_e, "TE compute of ``sign``."))
 def_elemwise("copy", _identity_copy, doc="A copy of the input.",
-             grad=_u(lambda x, y, g: g), compute=_copy_te)
+             grad=_u(lambda x, y, g: g), jvp=jvp_linear, compute=_copy_te)
 def_elemwise("logical_not", np.logical_not, doc="Elementwise logical not.",
              non_differentiable=True,
              compute=_elem_te(_logical_not_e, "TE compute of ``logical_not``."))
@@ -554,7 +587,7 @@ def_elemwise("zeros_like", lambda x: np.zeros(x.shape, x.dtype),
 def_elemwise("ones_like", lambda x: np.ones(x.shape, x.dtype),
              doc="Ones of the input's type.", non_differentiable=True, compute=_fill_like_te(1))
 def_elemwise("stop_gradient", _identity_copy, doc="Identity whose gradient is zero.",
-             grad=_ZERO, compute=_copy_te)
+             grad=_ZERO, jvp=jvp_zero, compute=_copy_te)
 for _name, _fn in {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}.items():
     def_elemwise(_name, _float_fn(_fn), out_dtype="bool", non_differentiable=True,
                  doc=f"Elementwise ``{_name}`` (bool result).", compute=_float_pred_te(_name))
@@ -574,7 +607,7 @@ _BINARY_MATH = [  # name, numpy reference, TE body, doc
     ("minimum", np.minimum, _min_b, "Broadcasting elementwise minimum."),
 ]
 for _name, _fn, _body, _doc in _BINARY_MATH:
-    def_broadcast(_name, _fn, doc=_doc, grad=_BINARY_GRAD[_name],
+    def_broadcast(_name, _fn, doc=_doc, grad=_BINARY_GRAD[_name], jvp=_BINARY_JVP[_name],
                   compute=power_te if _body is None else
                   _binary_te(_body, f"TE compute of ``{_name}``."))
 for _family, _make_body in (("logical", _logical_b), ("bitwise", _bitwise_b)):
@@ -619,6 +652,7 @@ def where_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 defop("where", 3, rel=where_rel, impl=where_ref, pattern=OpPattern.BROADCAST, grad=where_grad,
+      jvp=jvp_linear_in(1, 2),
       compute=where_te,
       doc="Select from ``x`` where ``cond`` holds, else from ``y`` (broadcasting).")
 
@@ -642,7 +676,7 @@ def cast_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("cast_like", g, x),)
 
 
-defop("cast", 1, grad=cast_grad,
+defop("cast", 1, grad=cast_grad, jvp=jvp_linear,
       attrs=[F("dtype", "dtype", None, "the target dtype")], attrs_type="CastAttrs",
       rel=cast_rel, impl=cast_ref, pattern=OpPattern.ELEMWISE, compute=cast_te,
       doc="Convert to another dtype.",
@@ -662,7 +696,8 @@ def cast_like_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("cast_like", g, x), zeros_for(like))
 
 
-defop("cast_like", 2, rel=cast_like_rel, grad=cast_like_grad, compute=cast_like_te,
+defop("cast_like", 2, rel=cast_like_rel, grad=cast_like_grad,
+      jvp=jvp_linear_in(0), compute=cast_like_te,
       impl=lambda args, attrs: args[0].astype(args[1].dtype), pattern=OpPattern.ELEMWISE,
       doc="Convert to the dtype of the second argument.")
 
@@ -695,7 +730,7 @@ def clip_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("where", inside, g, op("zeros_like", g)),)
 
 
-defop("clip", 1, grad=clip_grad, attrs=[F("a_min", "float", None, "lower bound"),
+defop("clip", 1, grad=clip_grad, jvp=jvp_symmetric, attrs=[F("a_min", "float", None, "lower bound"),
                         F("a_max", "float", None, "upper bound")],
       attrs_type="ClipAttrs", rel=identity_rel, impl=clip_ref, pattern=OpPattern.ELEMWISE,
       compute=clip_te,
@@ -753,7 +788,8 @@ def full_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("cast_like", op("sum", g), v),)
 
 
-defop("full", 1, grad=full_grad, attrs=[F("shape", "ints", None, "the result shape"),
+defop("full", 1, grad=full_grad,
+      jvp=jvp_linear, attrs=[F("shape", "ints", None, "the result shape"),
                         F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=full_rel, impl=full_ref, pattern=OpPattern.ELEMWISE,
       compute=full_te,
@@ -775,7 +811,7 @@ def full_like_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (zeros_for(x), op("cast_like", op("sum", g), v))
 
 
-defop("full_like", 2, rel=full_like_rel, grad=full_like_grad,
+defop("full_like", 2, rel=full_like_rel, grad=full_like_grad, jvp=jvp_linear_in(1),
       impl=lambda args, attrs: np.full(args[0].shape, args[1], dtype=args[0].dtype),
       pattern=OpPattern.ELEMWISE, doc="A tensor like ``x`` filled with a scalar value.",
       compute=full_like_te)

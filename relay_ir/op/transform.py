@@ -18,6 +18,7 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Tuple, TupleGetItem
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear, jvp_linear_in
 from relay_ir.op._grad import (GradientRuleError, field, grad_rule, op, static_shape, tensor_type,
                                zeros_for)
 from relay_ir.op import _te as T
@@ -232,7 +233,7 @@ def _reshape_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("reshape_like", g, call.args[0]),) + tuple(zeros_for(a) for a in call.args[1:])
 
 
-defop("reshape", 1, grad=_reshape_grad,
+defop("reshape", 1, grad=_reshape_grad, jvp=jvp_linear,
       attrs=[F("newshape", "ints", None, "the new shape, with codes"),
                            F("allowzero", "bool", False, "0 is a literal zero")],
       attrs_type="ReshapeAttrs", rel=reshape_rel, impl=reshape_ref, pattern=OpPattern.INJECTIVE,
@@ -267,7 +268,7 @@ def reshape_like_rel(data: TensorType, shape_like: TensorType, attrs: Attrs) -> 
     return TensorType(reshape_like_shape(data.shape, shape_like.shape, attrs), data.dtype)
 
 
-defop("reshape_like", 2, grad=_reshape_grad,
+defop("reshape_like", 2, grad=_reshape_grad, jvp=jvp_linear_in(0),
       attrs=[F("lhs_begin", "int", 0), F("lhs_end", "int?", None),
              F("rhs_begin", "int", 0), F("rhs_end", "int?", None)],
       attrs_type="ReshapeLikeAttrs", rel=reshape_like_rel,
@@ -309,7 +310,7 @@ def transpose_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("transpose", g, axes=tuple(inv)),)
 
 
-defop("transpose", 1, grad=transpose_grad,
+defop("transpose", 1, grad=transpose_grad, jvp=jvp_linear,
       attrs=[F("axes", "ints?", None, "the permutation (None: reverse)")],
       attrs_type="TransposeAttrs", rel=transpose_rel,
       impl=lambda args, attrs: np.transpose(args[0], transpose_axes(args[0].ndim, attrs.axes)),
@@ -331,7 +332,8 @@ def expand_dims_rel(t: TensorType, attrs: Attrs) -> Type | None:
     return TensorType(expand_dims_shape(t.shape, attrs.axis, attrs.num_newaxis), t.dtype)
 
 
-defop("expand_dims", 1, grad=_reshape_grad, attrs=[F("axis", "int", None, "where to insert"),
+defop("expand_dims", 1, grad=_reshape_grad,
+      jvp=jvp_linear, attrs=[F("axis", "int", None, "where to insert"),
                                F("num_newaxis", "int", 1, "how many unit axes")],
       attrs_type="ExpandDimsAttrs", rel=expand_dims_rel,
       impl=lambda args, attrs: np.reshape(
@@ -360,7 +362,7 @@ def squeeze_rel(t: TensorType, attrs: Attrs) -> Type | None:
     return TensorType(squeeze_shape(t.shape, attrs.axis), t.dtype)
 
 
-defop("squeeze", 1, grad=_reshape_grad,
+defop("squeeze", 1, grad=_reshape_grad, jvp=jvp_linear,
       attrs=[F("axis", "ints?", None, "axes to drop (None: every unit axis)")],
       attrs_type="SqueezeAttrs", rel=squeeze_rel,
       impl=lambda args, attrs: np.reshape(args[0], squeeze_shape(args[0].shape, attrs.axis)),
@@ -585,7 +587,7 @@ def concatenate_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (Tuple(tuple(TupleGetItem(parts, i) for i in range(len(fields)))),)
 
 
-defop("concatenate", 1, grad=concatenate_grad,
+defop("concatenate", 1, grad=concatenate_grad, jvp=jvp_linear,
       attrs=[F("axis", "int", 0, "the axis to join along")],
       attrs_type="ConcatenateAttrs", rel=concatenate_rel,
       impl=lambda args, attrs: np.concatenate(args[0], axis=attrs.axis),
@@ -625,7 +627,8 @@ def stack_grad(call, out, g):  # type: ignore[no-untyped-def]
                         for i in range(n))),)
 
 
-defop("stack", 1, grad=stack_grad, attrs=[F("axis", "int", 0, "where the new axis goes")],
+defop("stack", 1, grad=stack_grad,
+      jvp=jvp_linear, attrs=[F("axis", "int", 0, "where the new axis goes")],
       attrs_type="StackAttrs", rel=stack_rel,
       impl=lambda args, attrs: np.stack(args[0], axis=attrs.axis),
       pattern=OpPattern.INJECTIVE, doc="Join a tuple of equal tensors along a new axis.",
@@ -686,7 +689,8 @@ def split_grad(call, out, g):  # type: ignore[no-untyped-def]
                axis=call.attrs.axis),)
 
 
-defop("split", 1, grad=split_grad, attrs=[F("indices_or_sections", "int_or_ints", None,
+defop("split", 1, grad=split_grad,
+      jvp=jvp_linear, attrs=[F("indices_or_sections", "int_or_ints", None,
                            "a section count or the split indices"),
                          F("axis", "int", 0, "the axis to split")],
       attrs_type="SplitAttrs", rel=split_rel, impl=split_ref, pattern=OpPattern.INJECTIVE,
@@ -731,7 +735,8 @@ def _collapse_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("broadcast_to_like", g, x),) + tuple(zeros_for(a) for a in call.args[1:])
 
 
-defop("broadcast_to", 1, grad=_broadcast_grad, attrs=[F("shape", "ints", None, "the target shape")],
+defop("broadcast_to", 1, grad=_broadcast_grad,
+      jvp=jvp_linear, attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=broadcast_to_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], attrs.shape)),
       pattern=OpPattern.BROADCAST, doc="Broadcast to a given shape.",
@@ -746,7 +751,7 @@ def broadcast_to_like_rel(data: TensorType, broadcast_type: TensorType,
     return TensorType(broadcast_type.shape, data.dtype)
 
 
-defop("broadcast_to_like", 2, grad=_broadcast_grad, rel=broadcast_to_like_rel,
+defop("broadcast_to_like", 2, grad=_broadcast_grad, jvp=jvp_linear_in(0), rel=broadcast_to_like_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], args[1].shape)),
       pattern=OpPattern.BROADCAST, doc="Broadcast to another tensor's shape.",
       compute=broadcast_to_like_te)
@@ -768,7 +773,7 @@ def collapse_sum_like_rel(data: TensorType, collapse_type: TensorType, attrs: At
     return TensorType(collapse_type.shape, data.dtype)
 
 
-defop("collapse_sum_like", 2, grad=_collapse_grad, rel=collapse_sum_like_rel,
+defop("collapse_sum_like", 2, grad=_collapse_grad, jvp=jvp_linear_in(0), rel=collapse_sum_like_rel,
       impl=lambda args, attrs: collapse_sum(args[0], args[1].shape),
       pattern=OpPattern.COMM_REDUCE, doc="Sum over the axes that broadcasting ``like`` added.",
       compute=collapse_sum_like_te)
@@ -783,7 +788,7 @@ def collapse_sum_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
     return TensorType(tuple(attrs.shape), t.dtype)
 
 
-defop("collapse_sum_to", 1, grad=_collapse_grad,
+defop("collapse_sum_to", 1, grad=_collapse_grad, jvp=jvp_linear,
       attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=collapse_sum_to_rel,
       impl=lambda args, attrs: collapse_sum(args[0], attrs.shape),
@@ -805,7 +810,8 @@ def reverse_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("reverse", g, axis=call.attrs.axis),)
 
 
-defop("reverse", 1, grad=reverse_grad, attrs=[F("axis", "int", 0, "the axis to flip")],
+defop("reverse", 1, grad=reverse_grad,
+      jvp=jvp_linear, attrs=[F("axis", "int", 0, "the axis to flip")],
       attrs_type="ReverseAttrs", rel=reverse_rel,
       impl=lambda args, attrs: np.flip(args[0], attrs.axis).copy(),
       pattern=OpPattern.INJECTIVE, doc="Reverse the order along an axis.",
@@ -838,7 +844,8 @@ def tile_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("reshape_like", summed, x),)
 
 
-defop("tile", 1, grad=tile_grad, attrs=[F("reps", "ints", None, "repetitions per axis")],
+defop("tile", 1, grad=tile_grad,
+      jvp=jvp_linear, attrs=[F("reps", "ints", None, "repetitions per axis")],
       attrs_type="TileAttrs", rel=tile_rel,
       impl=lambda args, attrs: np.tile(args[0], attrs.reps),
       pattern=OpPattern.INJECTIVE, doc="Repeat the whole tensor along each axis.",
@@ -867,7 +874,7 @@ def repeat_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("sum", op("reshape", g, newshape=inter), axis=(axis + 1,)),)
 
 
-defop("repeat", 1, grad=repeat_grad, attrs=[F("repeats", "int", None, "how often"),
+defop("repeat", 1, grad=repeat_grad, jvp=jvp_linear, attrs=[F("repeats", "int", None, "how often"),
                           F("axis", "int", 0, "the axis")],
       attrs_type="RepeatAttrs", rel=repeat_rel,
       impl=lambda args, attrs: np.repeat(args[0], attrs.repeats, axis=attrs.axis),
