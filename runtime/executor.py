@@ -1,10 +1,14 @@
-"""``runtime.build(mod, target="llvm")``: dataflow programs as straight-line kernel calls.
+"""``runtime.build(mod, target="llvm")``: any well-typed module, compiled.
 
-The module is optimized (``passes.optimize``) and fused (``fuse-ops``); each entry must then be
-a first-order dataflow function: a let spine of fused kernel calls, tuples, projections and
-aliases over tensor parameters. Closures, ``if``, ``match``, references, ADTs and calls of
-other globals raise a :class:`~relay_ir.errors.DiagnosticError` (they come with the compiled
-executor of the next issue; ``runtime.evaluate`` runs them today).
+The module is optimized (``passes.optimize``) and fused (``fuse-ops``). Each entry then runs on
+one of two paths:
+
+* **dataflow entries** -- a let spine of fused kernel calls, tuples, projections and aliases
+  over tensor parameters -- run as straight-line kernel calls with a static memory plan (the
+  fast path below);
+* **every other entry** (closures, ``if``, ``match``, references, ADTs, calls of globals,
+  recursion) runs on the compiled executor of ``runtime.vm``: the shared instruction compiler's
+  control program, with an invoke-kernel instruction for each fused group.
 
 An entry is planned per concrete input signature (so ``?`` and symbolic dims compile on the
 first call with each new shape, then hit the plan cache): every fused group is lowered to one
@@ -14,6 +18,8 @@ outputs are fresh arrays every call. Inputs that are contiguous, 64-byte aligned
 right dtype are passed zero-copy; others are copied once into an aligned buffer. A group
 containing an operator without a TVM compute runs on the host with the numpy reference
 implementations (reported by :meth:`Executable.host_kernels`).
+:meth:`Executable.export_library` writes the whole program to one module file
+(``runtime.load_module`` reads it back; ``runtime.vm`` documents the format).
 """
 from __future__ import annotations
 
@@ -34,9 +40,9 @@ ALIGN = 64
 
 
 class UnsupportedProgramError(DiagnosticError):
-    """The program is outside what ``runtime.build`` compiles today (dataflow only)."""
+    """An entry is outside the dataflow fast path (it runs on the compiled executor instead)."""
 
-    kind = "unsupported by runtime.build"
+    kind = "unsupported by the dataflow path"
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -217,6 +223,8 @@ class Executable:
         self._entries: dict[str, tuple[list[_Step], Expr]] = {}
         self._plans: dict[tuple, _Plan] = {}
         self._lowered: dict[tuple, list[tuple[Function, Any]]] = {}
+        self._vm_entries: set[str] = set()
+        self._vm: Any = None
         from relay_ir.runtime.lower_tvm import is_cuda
         self._cuda = is_cuda(self.target)
         ensure_threads()
@@ -227,9 +235,44 @@ class Executable:
             if entry not in self.module:
                 raise DiagnosticError(f"there is no global function @{entry} (globals: "
                                       f"{', '.join('@' + n for n in self.module)})")
-            got = analyze_entry(self.module[entry])
+            try:
+                got = analyze_entry(self.module[entry])
+            except UnsupportedProgramError:
+                self._vm_entries.add(entry)
+                self.vm()
+                raise
             self._entries[entry] = got
         return got
+
+    def is_dataflow(self, entry: str = "main") -> bool:
+        """Whether ``entry`` runs on the dataflow fast path (else on the compiled executor)."""
+        if entry in self._vm_entries:
+            return False
+        try:
+            self._entry(entry)
+        except UnsupportedProgramError:
+            return False
+        return True
+
+    def vm(self) -> Any:
+        """The compiled executor of the whole module (``runtime.vm.VM``), built once.
+
+        Building it compiles every global to instructions and every fused group with static
+        shapes to a kernel (one batch through the kernel cache).
+        """
+        if self._vm is None:
+            from relay_ir.runtime.compiler import CompiledProgram
+            from relay_ir.runtime.vm import VM
+            cp = CompiledProgram(self.module, kernels=True).compile_all()
+            vm = VM(cp, self.target, exe=self)
+            vm._translate_all()
+            vm.compile_static()
+            self._vm = vm
+        return self._vm
+
+    def export_library(self, path: str) -> None:
+        """Write the whole program (control program + kernels) to one module file."""
+        self.vm().export_library(path)
 
     # ------------------------------------------------------------------ planning
     def _lower(self, fn: Function, arg_types: list[Type]) -> Any:
@@ -250,8 +293,6 @@ class Executable:
         return group
 
     def _plan(self, entry: str, args: list[np.ndarray]) -> _Plan:
-        from relay_ir.runtime.kernel_cache import KernelRequest
-        from relay_ir.runtime.lower_tvm import schedule
         steps, body = self._entry(entry)
         fn = self.module[entry]
         slot_types: list[TensorType] = []
@@ -302,14 +343,8 @@ class Executable:
                     env[id(st.var)] = _rebuild_desc(host.result_type, outs)
                     continue
                 outs = [new_slot(t) for t in group.out_types]
-                sig = ";".join(f"{t.concrete_shape}:{t.dtype}"
-                               for t in group.in_types + group.out_types)
-                sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in group.constants)
                 label = "+".join(group.ops)
-                req = KernelRequest(group.prim_func, sig,
-                                    (lambda g=group: schedule(g, self.target)), label,
-                                    make_fallback=(lambda g=group: schedule(g, self.target,
-                                                                            fallback=True)))
+                req = kernel_request(group, self.target)
                 consts = [_to_tvm(_aligned_copy(c)) for c in group.constants]
                 calls.append(_KernelCall(None, False, ins, consts, outs, label))
                 pending.append((len(calls) - 1, req, group))
@@ -360,7 +395,9 @@ class Executable:
 
     # ------------------------------------------------------------------ running
     def __call__(self, *args: Any, entry: str = "main") -> Any:
-        """Run ``entry`` on numpy arguments; returns numpy arrays (tuples for tuples)."""
+        """Run ``entry``; numpy arrays in and out (tuples, ADT values, refs as the interpreter)."""
+        if entry not in self._entries and not self.is_dataflow(entry):
+            return self.vm()(*args, entry=entry)
         plan, arrays = self._get_plan(args, entry)
         if self._cuda:
             return self._run_cuda(plan, arrays)
@@ -369,14 +406,19 @@ class Executable:
     def prepare(self, *args: Any, entry: str = "main") -> int:
         """Plan and compile ``entry`` for these arguments' shapes without running it.
 
-        Returns the number of kernel calls per run. (For ``target="cuda"`` on a machine
-        without a GPU this is how kernels are compiled and inspected.)
+        Returns the number of kernel calls per run (for an entry on the compiled executor: the
+        number of compiled kernels). (For ``target="cuda"`` on a machine without a GPU this is
+        how kernels are compiled and inspected.)
         """
+        if not self.is_dataflow(entry):
+            return self.vm().num_compiled()
         plan, _ = self._get_plan(args, entry)
         return len(plan.calls)
 
     def kernel_sources(self, entry: str = "main") -> list[str]:
         """The generated source (CUDA C, or LLVM IR for the CPU) of each planned kernel."""
+        if not self.is_dataflow(entry):
+            return self.vm().kernel_sources()
         out = []
         for k, plan in self._plans.items():
             if k[0] != entry:
@@ -481,6 +523,17 @@ class Executable:
     def num_kernels(self, entry: str = "main") -> int:
         """The number of kernel calls per run of ``entry`` (after planning it once)."""
         return max((len(p.calls) for k, p in self._plans.items() if k[0] == entry), default=0)
+
+
+def kernel_request(group: Any, target: Any) -> Any:
+    """The kernel-cache request of a lowered group (scheduled only on a cache miss)."""
+    from relay_ir.runtime.kernel_cache import KernelRequest
+    from relay_ir.runtime.lower_tvm import schedule
+    sig = ";".join(f"{t.concrete_shape}:{t.dtype}" for t in group.in_types + group.out_types)
+    sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in group.constants)
+    return KernelRequest(group.prim_func, sig, (lambda: schedule(group, target)),
+                         "+".join(group.ops),
+                         make_fallback=(lambda: schedule(group, target, fallback=True)))
 
 
 def _rebuild_desc(t: Type, slots: list[int]) -> Desc:
@@ -608,14 +661,15 @@ def _post(e: Expr) -> Any:
 def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
           max_fuse_depth: int = 256, cache: Any = None,
           fast_math: bool | None = None) -> Executable:
-    """Compile a dataflow module: optimize, fuse, and return an :class:`Executable`.
+    """Compile a well-typed module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
     ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False) or where
     their float32 error is within tolerance (None, the default; ``relay_ir.op._te``).
     ``cache``: a :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one).
-    Kernels are compiled when an entry is first called with a new input signature (the
-    ``main`` entry is checked for the supported subset right away).
+    A dataflow ``main`` compiles its kernels on the first call with a new input signature;
+    any other program is compiled now (instructions, and the kernels of every fused group
+    with static shapes; groups with dynamic shapes compile per shape on first use).
     """
     from relay_ir.passes import optimize
     from relay_ir.passes.fuse_ops import fuse_ops
@@ -626,5 +680,5 @@ def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)
     if "main" in fused:
-        exe._entry("main")
+        exe.is_dataflow("main")
     return exe
