@@ -381,10 +381,18 @@ class FunctionCompiler:
                                        getattr(node, "span", None))
         return self._known(e)  # type: ignore[return-value]
 
-    def bind_lets(self, e: Expr) -> Expr:
-        """Emit the bindings of a let spine; return its body."""
+    def bind_lets(self, e: Expr, tail: bool = False) -> Expr:
+        """Emit the bindings of a let spine; return its body.
+
+        With ``tail``, a last binding returned as it is (``let %v = e; %v``, the shape A-normal
+        form gives an ``if`` or a call in tail position) is not bound: ``e`` is returned, so
+        that it is compiled in tail position (tail calls stay tail calls).
+        """
         while type(e) is Let:
             var, val = e.var, e.value
+            if tail and e.body is var and type(val) is not Function and \
+                    id(val) not in self.memo:
+                return val
             if type(val) is Function:
                 r = self._reg()
                 self.slots[var] = r
@@ -533,7 +541,7 @@ class FunctionCompiler:
     def tail(self, e: Expr) -> None:
         """Emit code that returns the value of ``e`` from the function."""
         while True:
-            e = self.bind_lets(e)
+            e = self.bind_lets(e, tail=True)
             t = type(e)
             if t is If:
                 br = self._branch(e)

@@ -265,8 +265,8 @@ class Executable:
             from relay_ir.runtime.vm import VM
             cp = CompiledProgram(self.module, kernels=True).compile_all()
             vm = VM(cp, self.target, exe=self)
-            vm._translate_all()
             vm.compile_static()
+            vm._translate_all()
             self._vm = vm
         return self._vm
 
