@@ -503,7 +503,9 @@ class VM:
         if self.cuda:
             if isinstance(x, self._tvm.runtime.Tensor):
                 return x
-            return self._tvm.runtime.tensor(np.ascontiguousarray(x), device=self._dev)
+            x = np.asarray(x)
+            return self._tvm.runtime.tensor(x if x.flags.c_contiguous else x.copy(),
+                                            device=self._dev)
         try:
             return self._from_dlpack(x)
         except Exception:  # NOTE: unaligned, read-only, strided or a numpy scalar: copy once
@@ -644,7 +646,8 @@ class VM:
         arrays: list[np.ndarray] = []
 
         def array_ref(a: np.ndarray) -> int:
-            arrays.append(np.ascontiguousarray(a))
+            a = np.asarray(a)
+            arrays.append(a if a.flags.c_contiguous else a.copy())  # NOTE: keeps 0-d
             return len(arrays) - 1
 
         cp = self.compiled
@@ -923,6 +926,8 @@ def _struct(r: Any) -> Any:
 
 def _verify(path: str, data: bytes) -> tuple[dict, bytes]:
     n = _PREFIX.size
+    if not data:
+        raise ModuleFileError(f"{path}: the module file is empty")
     if len(data) < n or not data.startswith(MAGIC):
         if len(data) >= 4 and data[:4] == b"\x7fELF":
             raise ModuleFileError(f"{path}: this is a plain shared library, not a relay_ir "
