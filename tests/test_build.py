@@ -284,3 +284,49 @@ def test_long_dataflow_chain_builds_without_recursion() -> None:
     assert exe.num_kernels() == -(-n // 256)
     # the groups are alpha-equivalent: lowered once per distinct group, compiled once each
     assert len(exe._lowered) <= 3
+
+
+def test_cli_build_then_run_the_module_file(tmp_path: object,
+                                            capsys: pytest.CaptureFixture) -> None:
+    src = os.path.join(ROOT, "examples", "mlp.rly")
+    out = os.path.join(str(tmp_path), "model.so")
+    assert main(["build", src, "-o", out, "--target", "llvm"]) == 0
+    assert "wrote " + out in capsys.readouterr().out
+    mod = rly.parse(open(src).read())
+    args = random_inputs(mod, seed=2)
+    paths = []
+    for i, a in enumerate(args):
+        p = os.path.join(str(tmp_path), f"a{i}.npy")
+        np.save(p, a)
+        paths.append(p)
+    assert main(["run", out, *paths]) == 0
+    got = capsys.readouterr().out.strip()
+    assert main(["run", src, *paths]) == 0
+    want = capsys.readouterr().out.strip()
+    assert got.split("(")[0] == want.split("(")[0] and got.startswith("Tensor[(")
+    from relay_ir.runtime.values import format_value
+    assert got == format_value(runtime.load_module(out)(*args))
+    np.testing.assert_allclose(runtime.load_module(out)(*args), runtime.evaluate(mod, *args),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_cli_build_recursive_program_and_bad_module_files(tmp_path: object,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    out = os.path.join(str(tmp_path), "fact.so")
+    assert main(["build", os.path.join(ROOT, "examples", "factorial.rly"), "-o", out]) == 0
+    capsys.readouterr()
+    assert main(["run", out, "6"]) == 0
+    assert capsys.readouterr().out.strip() == "720"
+    bad = os.path.join(str(tmp_path), "bad.so")
+    with open(bad, "wb") as f:
+        f.write(open(out, "rb").read()[:-3])
+    assert main(["run", bad, "6"]) == 1
+    err = capsys.readouterr().err
+    assert "truncated" in err and "Traceback" not in err
+    assert main(["run", out, "6", "--target", "cuda"]) == 1
+    assert "built for target llvm" in capsys.readouterr().err
+    typo = os.path.join(str(tmp_path), "typo.rly")
+    with open(typo, "w") as f:
+        f.write(HDR + "def @main(%x: int32) { %x + 1f }")
+    assert main(["build", typo, "-o", os.path.join(str(tmp_path), "t.so")]) == 1
+    assert "^" in capsys.readouterr().err
