@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
+from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.expr import (Call, Constant, Expr, Function, GlobalVar, If, Match, Op, RefCreate,
                            RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
@@ -37,6 +38,10 @@ from relay_ir.traversal import flatten_lets
 from relay_ir.ty import AnyDim, ShapeVar, TensorType, TupleType, Type
 
 ALIGN = 64
+
+
+class _NeedsVM(Exception):
+    """Planning found a group whose output shape depends on values: run the entry on the VM."""
 
 
 class UnsupportedProgramError(DiagnosticError):
@@ -254,6 +259,11 @@ class Executable:
             return False
         return True
 
+    def _to_vm(self, entry: str) -> None:
+        """Run ``entry`` on the compiled executor from now on (data-dependent shapes)."""
+        self._entries.pop(entry, None)
+        self._vm_entries.add(entry)
+
     def vm(self) -> Any:
         """The compiled executor of the whole module (``runtime.vm.VM``), built once.
 
@@ -332,6 +342,8 @@ class Executable:
                 ins = [leaf for d in arg_descs for leaf in _leaves(d)]
                 try:
                     group = self._lower(st.fn, arg_types)
+                except DynamicShapeError:
+                    raise _NeedsVM() from None
                 except LoweringError as e:
                     if "has no TVM compute" not in str(e):
                         raise
@@ -398,7 +410,11 @@ class Executable:
         """Run ``entry``; numpy arrays in and out (tuples, ADT values, refs as the interpreter)."""
         if entry not in self._entries and not self.is_dataflow(entry):
             return self.vm()(*args, entry=entry)
-        plan, arrays = self._get_plan(args, entry)
+        try:
+            plan, arrays = self._get_plan(args, entry)
+        except _NeedsVM:
+            self._to_vm(entry)
+            return self.vm()(*args, entry=entry)
         if self._cuda:
             return self._run_cuda(plan, arrays)
         return self._run(plan, arrays)
@@ -412,7 +428,11 @@ class Executable:
         """
         if not self.is_dataflow(entry):
             return self.vm().num_compiled()
-        plan, _ = self._get_plan(args, entry)
+        try:
+            plan, _ = self._get_plan(args, entry)
+        except _NeedsVM:
+            self._to_vm(entry)
+            return self.vm().num_compiled()
         return len(plan.calls)
 
     def kernel_sources(self, entry: str = "main") -> list[str]:

@@ -92,6 +92,10 @@ def is_cuda(target: Any) -> bool:
     return str(target.kind.name) == "cuda"
 
 
+class DynamicShapeError(LoweringError):
+    """A group whose output shape depends on its input values (``dyn.reshape``): no kernel."""
+
+
 @dataclass
 class LoweredGroup:
     """One fused group as a PrimFunc plus what the executor needs to call it."""
@@ -163,6 +167,10 @@ def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
     import tvm
     from tvm import te
     types = infer_group_types(fn, arg_types)
+    for t in flatten_type(types[id(fn.body)]):
+        if not t.is_static:
+            raise DynamicShapeError(f"the output shape {t!r} of a fused group depends on "
+                                    f"the values of its inputs", fn.span)
     te_of: dict[int, Any] = {}
     placeholders: list[Any] = []
     in_types: list[TensorType] = []

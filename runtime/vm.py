@@ -51,6 +51,7 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import DiagnosticError, InterpreterError, LoweringError
 from relay_ir.expr import Constructor, Function
 from relay_ir.runtime.compiler import CompiledFunction, CompiledProgram
+from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.runtime.interpreter import (DEFAULT_MAX_DEPTH, Code, Program, _execute,
                                           _normalize_output)
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, check_arguments
@@ -467,7 +468,9 @@ class VM:
             try:
                 lowered = exe._lower(g.fn, types)
             except LoweringError as e:
-                if "has no TVM compute" not in str(e):
+                # NOTE: no TVM compute, or an output shape that depends on values
+                # (dyn.reshape): the group runs on the host with the reference impls
+                if "has no TVM compute" not in str(e) and not isinstance(e, DynamicShapeError):
                     raise
                 g.add(key, KernelSig(None, [], [], 0, host=True))
                 continue
