@@ -596,6 +596,9 @@ class VM:
     def __call__(self, *args: Any, entry: str = "main", max_depth: int = DEFAULT_MAX_DEPTH
                  ) -> Any:
         """Run ``entry`` on ``args`` (numpy arrays, tuples, ADT values, refs, closures)."""
+        if self.cuda and not self._dev.exist:
+            raise DiagnosticError("target cuda: no CUDA GPU is available to run the kernels "
+                                  "(they are compiled; kernel_sources() shows them)")
         ptypes = self.param_types(entry)
         clo = self.program.global_closure(entry)
         fn = self.compiled.mod[entry] if self.compiled.mod is not None else None
@@ -611,7 +614,9 @@ class VM:
     def _entry_value(self, v: Any) -> Any:
         if type(v) is np.ndarray:
             if self.cuda:
-                return self._tvm_arg(v)
+                # NOTE: 0-d arguments stay on the host: they are mostly control values (loop
+                # counts) read by host scalar groups; a kernel copies one in when it needs it
+                return self._tvm_arg(v) if v.ndim else v
             return _aligned(v)
         if type(v) is tuple:
             return tuple(self._entry_value(x) for x in v)
