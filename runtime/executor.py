@@ -549,9 +549,12 @@ def kernel_request(group: Any, target: Any) -> Any:
     """The kernel-cache request of a lowered group (scheduled only on a cache miss)."""
     from relay_ir.runtime.kernel_cache import KernelRequest
     from relay_ir.runtime.lower_tvm import schedule
+    from relay_ir.runtime.schedules import SERIAL_BELOW
     sig = ";".join(f"{t.concrete_shape}:{t.dtype}" for t in group.in_types + group.out_types)
     sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in group.constants)
-    return KernelRequest(group.prim_func, sig, (lambda: schedule(group, target)),
+    sig += f"|serial<{SERIAL_BELOW}"
+    return KernelRequest(group.prim_func, sig,
+                         (lambda: schedule(group, target, serial_below=SERIAL_BELOW)),
                          "+".join(group.ops),
                          make_fallback=(lambda: schedule(group, target, fallback=True)))
 

@@ -279,11 +279,13 @@ def _flatten_te(v: Any) -> list[Any]:
     return out
 
 
-def schedule(group: LoweredGroup, target: Any, fallback: bool = False) -> Any:
+def schedule(group: LoweredGroup, target: Any, fallback: bool = False,
+             serial_below: int = 0) -> Any:
     """The scheduled IRModule (``main``) of ``group`` for ``target``.
 
     ``fallback``: the simplest schedule that works (CUDA: dlight's Fallback rule alone; CPU:
-    every block's outer loop in parallel).
+    every block's outer loop in parallel). ``serial_below``: CPU kernels with a smaller
+    iteration space run on one thread (``schedules.SERIAL_BELOW``).
     """
     from relay_ir.runtime import schedules
     if is_cuda(target):
@@ -293,10 +295,7 @@ def schedule(group: LoweredGroup, target: Any, fallback: bool = False) -> Any:
         sch = s_tir.Schedule(group.prim_func)
         schedules.schedule_generic(sch)
         return sch.mod
-    return schedules.schedule_cpu(group.prim_func, group.kind)
-
-
-
+    return schedules.schedule_cpu(group.prim_func, group.kind, serial_below=serial_below)
 
 
 def _plain(x: Any) -> Any:
