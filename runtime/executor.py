@@ -189,6 +189,8 @@ class _Plan:
     buffers: dict[int, np.ndarray] = field(default_factory=dict)   # intermediates
     wrapped: dict[int, Any] = field(default_factory=dict)          # their tvm tensors
     device: dict[int, Any] | None = None                          # GPU intermediates
+    out_specs: dict[int, tuple] = field(default_factory=dict)     # output allocation
+    param_set: frozenset = frozenset()
 
 
 def _leaves(d: Desc) -> list[Desc]:
@@ -230,6 +232,9 @@ class Executable:
         self._lowered: dict[tuple, list[tuple[Function, Any]]] = {}
         self._vm_entries: set[str] = set()
         self._vm: Any = None
+        self._static: dict[str, tuple] = {}      # entry -> (its one plan, shapes, dtypes)
+        from relay_ir.runtime.vm import _Slab
+        self._slab = _Slab()
         from relay_ir.runtime.lower_tvm import is_cuda
         self._cuda = is_cuda(self.target)
         ensure_threads()
@@ -369,7 +374,8 @@ class Executable:
                 calls[ci].key = r.key
         result = desc_of(body)
         output_slots = {d[1] for d in _leaves(result) if d[0] == "slot"}
-        plan = _Plan(param_slots, slot_types, calls, result, output_slots)
+        plan = _Plan(param_slots, slot_types, calls, result, output_slots,
+                     param_set=frozenset(param_slots))
         self._plan_memory(plan)
         return plan
 
@@ -408,6 +414,19 @@ class Executable:
     # ------------------------------------------------------------------ running
     def __call__(self, *args: Any, entry: str = "main") -> Any:
         """Run ``entry``; numpy arrays in and out (tuples, ADT values, refs as the interpreter)."""
+        fast = self._static.get(entry)
+        if fast is not None:
+            # NOTE: a fully static entry has one plan; arrays of the exact dtypes and shapes
+            # skip the conversions (the alignment check is the zero-copy wrap's own)
+            plan, shapes, dtypes = fast
+            if len(args) == len(shapes):
+                for a, sh, dt in zip(args, shapes, dtypes):
+                    if type(a) is not np.ndarray or a.shape != sh or a.dtype != dt:
+                        break
+                else:
+                    if self._cuda:
+                        return self._run_cuda(plan, list(args))
+                    return self._run(plan, args, unchecked=True)
         if entry not in self._entries and not self.is_dataflow(entry):
             return self.vm()(*args, entry=entry)
         try:
@@ -465,6 +484,10 @@ class Executable:
         if plan is None:
             plan = self._plan(entry, arrays)
             self._plans[key] = plan
+            types = [p.checked_type_ or p.type_annotation for p in fn.params]
+            if all(isinstance(t, TensorType) and t.is_static for t in types):
+                self._static[entry] = (plan, [tuple(t.shape) for t in types],  # type: ignore
+                                       [np.dtype(t.dtype) for t in types])  # type: ignore
         return plan, arrays
 
     def _run_cuda(self, plan: _Plan, arrays: list[np.ndarray]) -> Any:
@@ -499,15 +522,28 @@ class Executable:
                 if s in plan.output_slots or s in plan.param_slots}
         return _materialize(plan.result, host, set(plan.param_slots))
 
-    def _run(self, plan: _Plan, arrays: list[np.ndarray]) -> Any:
+    def _run(self, plan: _Plan, arrays: Any, unchecked: bool = False) -> Any:
         values: dict[int, np.ndarray] = dict(plan.buffers)
         wrapped: dict[int, Any] = dict(plan.wrapped)
         for s, a in zip(plan.param_slots, arrays):
+            if unchecked:
+                try:
+                    wrapped[s] = _to_tvm(a)
+                except Exception:  # NOTE: unaligned or read-only: one aligned copy
+                    a = _aligned_copy(a)
             values[s] = a
         for s in plan.output_slots:
             if s not in values:
-                t = plan.slot_types[s]
-                values[s] = aligned_empty(t.concrete_shape, t.dtype)
+                spec = plan.out_specs.get(s)
+                if spec is None:
+                    t = plan.slot_types[s]
+                    shape, dt = tuple(t.concrete_shape), np.dtype(t.dtype)
+                    count = math.prod(shape)
+                    spec = plan.out_specs[s] = (shape, dt, count, count * dt.itemsize)
+                if spec[3] <= 4096:
+                    values[s] = self._slab.alloc(*spec)
+                else:
+                    values[s] = aligned_empty(spec[0], spec[1])
         for c in plan.calls:
             if c.host:
                 ins = [values[d[1]] if d[0] == "slot" else d[1] for d in c.ins]
@@ -533,7 +569,7 @@ class Executable:
                     wrapped[s] = w
                 targs.append(w)
             c.func(*targs[:len(c.ins)], *c.consts, *targs[len(c.ins):])
-        return _materialize(plan.result, values, set(plan.param_slots))
+        return _materialize(plan.result, values, plan.param_set)
 
     def host_kernels(self, entry: str = "main") -> list[str]:
         """Labels of the groups of planned calls of ``entry`` that run on the host."""
@@ -584,9 +620,14 @@ def _aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
+_FROM_DLPACK: list[Any] = []
+
+
 def _to_tvm(a: np.ndarray) -> Any:
-    import tvm
-    return tvm.runtime.from_dlpack(a)
+    if not _FROM_DLPACK:
+        import tvm
+        _FROM_DLPACK.append(tvm.runtime.from_dlpack)
+    return _FROM_DLPACK[0](a)
 
 
 def _convert_arg(a: Any, p: Var, i: int) -> np.ndarray:

@@ -613,11 +613,17 @@ class VM:
 
     def _entry_value(self, v: Any) -> Any:
         if type(v) is np.ndarray:
+            if not v.ndim:
+                # NOTE: 0-d arguments stay on the host as they are: they are mostly control
+                # values (loop counts) read by host scalar groups; a kernel copies one in
+                return v
             if self.cuda:
-                # NOTE: 0-d arguments stay on the host: they are mostly control values (loop
-                # counts) read by host scalar groups; a kernel copies one in when it needs it
-                return self._tvm_arg(v) if v.ndim else v
-            return _aligned(v)
+                return self._tvm_arg(v)
+            try:
+                self._from_dlpack(v)    # NOTE: the zero-copy wrap checks alignment fastest
+                return v
+            except Exception:
+                return _aligned(v)
         if type(v) is tuple:
             return tuple(self._entry_value(x) for x in v)
         return v
