@@ -81,11 +81,14 @@ def _aligned_empty(shape: tuple, dtype: Any) -> np.ndarray:
     return raw[off:off + n].view(dt).reshape(shape)
 
 
+ndarray = np.ndarray
+
+
 class _Slab:
     """Small aligned output buffers carved from 256 KiB slabs (one allocation per slab).
 
     A kernel's small outputs are fresh arrays like any other; carving them from a slab
-    replaces a 1.5 us aligned allocation by a 0.2 us ``np.frombuffer``. A slab is freed when
+    replaces a 1.5 us aligned allocation by a 0.3 us ``np.ndarray`` view. A slab is freed when
     the last array carved from it dies.
     """
 
@@ -102,8 +105,8 @@ class _Slab:
         if pos + nbytes > self.SIZE:
             self.buf = _aligned_empty((self.SIZE,), np.uint8)
             pos = 0
-        self.pos = pos + ((nbytes + ALIGN - 1) & -ALIGN) if nbytes else pos + ALIGN
-        return np.frombuffer(self.buf, dtype, count, pos).reshape(shape)
+        self.pos = pos + ((nbytes + ALIGN - 1) & -ALIGN or ALIGN)
+        return ndarray(shape, dtype, self.buf, pos)
 
 
 def _aligned(a: Any) -> np.ndarray:
@@ -527,6 +530,10 @@ class VM:
         empty = self._tvm.runtime.empty
         slab = self._slab
         host: list[Callable[..., Any]] = []
+        sig0 = group.static
+        if sig0 is not None and not cuda and not has_tuples and len(sig0.specs) == 1 and \
+                sig0.specs[0][4] and sig0.result == 0:
+            return self._small_runner(sig0, nargs)
 
         def run(*args: Any) -> Any:
             flat = _flat(args) if has_tuples else args
@@ -551,6 +558,48 @@ class VM:
                          *[from_dlpack(o) for o in outs])
             r = sig.result
             return outs[0] if r == 0 else _rebuild(r, outs)
+        return run
+
+    def _small_runner(self, sig: KernelSig, nargs: int) -> Callable[..., Any]:
+        """The hot case: a static CPU kernel with tensor arguments and one small output."""
+        fd = self._from_dlpack
+        func = sig.func
+        consts = tuple(sig.tconsts)
+        shape, dt, count, nbytes = sig.specs[0][:4]
+        alloc = self._slab.alloc
+
+        def wrap(x: Any) -> Any:
+            try:
+                return fd(x)
+            except Exception:  # NOTE: unaligned, read-only or a numpy scalar: copy once
+                return fd(_aligned(x))
+
+        if nargs == 1 and not consts:
+            def run1(a: Any) -> Any:
+                o = alloc(shape, dt, count, nbytes)
+                try:
+                    ta = fd(a)
+                except Exception:
+                    ta = wrap(a)
+                func(ta, fd(o))
+                return o
+            return run1
+        if nargs == 2 and not consts:
+            def run2(a: Any, b: Any) -> Any:
+                o = alloc(shape, dt, count, nbytes)
+                try:
+                    ta = fd(a)
+                    tb = fd(b)
+                except Exception:
+                    ta, tb = wrap(a), wrap(b)
+                func(ta, tb, fd(o))
+                return o
+            return run2
+
+        def run(*args: Any) -> Any:
+            o = alloc(shape, dt, count, nbytes)
+            func(*[wrap(x) for x in args], *consts, fd(o))
+            return o
         return run
 
     def host_runner(self, group: KernelGroup) -> Callable[..., Any]:
