@@ -29,5 +29,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(mod), name)
 
 
-__all__ = ["evaluate", "apply", "build", "load_module", "ADTValue", "Closure", "RecClosure", "RefValue", "TensorValue",
-           "format_value"]
+__all__ = ["evaluate", "apply", "build", "load_module", "ADTValue", "Closure", "RecClosure",
+           "RefValue", "TensorValue", "format_value"]

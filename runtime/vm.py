@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import struct
 import tempfile
 from typing import Any, Callable, Sequence
@@ -55,8 +54,8 @@ from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.runtime.interpreter import (DEFAULT_MAX_DEPTH, Code, Program, _execute,
                                           _normalize_output)
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, check_arguments
-from relay_ir.ty import (ANY, AnyDim, DimExpr, FuncType, GlobalTypeVar, RefType, ShapeVar,
-                         TensorType, TupleType, Type, TypeCall)
+from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
+                         TupleType, Type, TypeCall)
 
 MAGIC = b"RLYMOD\0\0"
 FORMAT_VERSION = 1
@@ -1046,7 +1045,6 @@ def _load_library(path: str, lib: bytes, tvm: Any) -> Any:
 
 
 def _program_from_json(prog: dict, arrays: list[np.ndarray]) -> CompiledProgram:
-    from relay_ir.ty import Kind  # noqa: F401  (ADT heads)
     cp = CompiledProgram(None, kernels=True)  # type: ignore[arg-type]
     cp.globals = {str(k): int(v) for k, v in prog["globals"].items()}
     cp.functions = [CompiledFunction.from_data(f) for f in prog["functions"]]

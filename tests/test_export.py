@@ -1,4 +1,4 @@
-"""Module files: export_library -> load_module in a fresh process; every bad file is a diagnostic."""
+"""Module files: export -> load in a fresh process -> run; every bad file is a diagnostic."""
 from __future__ import annotations
 
 import hashlib
