@@ -70,20 +70,17 @@ def sgd_step_module(mod: IRModule, entry: str = "main", *, n_data: int = 0,
 
 
 def first_order(mod: IRModule, entry: str) -> IRModule:
-    """``passes.optimize`` of a gradient program, down to first-order dataflow code.
+    """``passes.optimize`` of a gradient program, down to first-order code where it can.
 
-    Uses ``passes.optimize(mod, entry=entry, mode="first_order")`` where the optimizer has it
-    (issue 11); otherwise the default pipeline followed by partial evaluation, dead-reference
-    elimination and DCE, which turn the backpropagator chain of a dataflow loss into plain
-    lets.
+    A dataflow loss is first-order after one ``optimize``. A loss that recurses over a list
+    of known length (the char-RNN) needs a second round: partial evaluation unrolls the
+    recursion, then store forwarding and dead-reference elimination remove the cells.
     """
     from relay_ir import passes
     from relay_ir.passes import PassContext, parse_pipeline
-    try:
-        return passes.optimize(mod, entry=entry, mode="first_order")
-    except TypeError:  # NOTE: no `mode=` yet (issue 11)
-        pass
     out = passes.optimize(mod, entry=entry)
+    if "ref(" not in rly.astext(out):
+        return out
     tail = parse_pipeline("partial-eval,dead-ref-elim,dce,remove-unused-functions,to-anf")
     with PassContext(opt_level=3):
         out = tail(out)
@@ -199,19 +196,11 @@ np.save(sys.argv[3], np.asarray(lib(*args, entry="main")).argmax(1))
 
 
 def export_and_reload(mod: IRModule, params: Sequence[np.ndarray], x: np.ndarray,
-                      expected: np.ndarray, out: Any = None) -> bool | None:
-    """Export the predictor, reload it in a fresh process, compare predictions.
-
-    Returns None (and says so) when this runtime has no ``export_library`` /
-    ``runtime.load_module`` yet (issue 13).
-    """
+                      expected: np.ndarray, out: Any = None) -> bool:
+    """Export the predictor, reload it in a fresh process, compare predictions."""
     from relay_ir import runtime
     out = out or sys.stdout
     exe = runtime.build(predictor(mod), target="llvm")
-    if not (hasattr(exe, "export_library") and hasattr(runtime, "load_module")):
-        print("export: skipped (this runtime has no export_library / runtime.load_module yet)",
-              file=out)
-        return None
     exe(x, *params)           # NOTE: plans (and compiles) the entry for these shapes first
     with tempfile.TemporaryDirectory(prefix="relay_ir_demo_") as d:
         lib = os.path.join(d, "mlp_digits.so")
@@ -312,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"test accuracy: {res['test_acc']:.3f}")
     if not args.no_export:
         ok = export_and_reload(res["module"], res["params"], res["x_test"],
-                               res["test_pred"]) is not False and ok
+                               res["test_pred"]) and ok
     print(f"total {time.perf_counter() - t0:.1f} s")
     return 0 if ok else 1
 

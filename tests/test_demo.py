@@ -96,13 +96,10 @@ def test_main_runs_the_examples_section(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_readme_tour_runs(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
                           capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's Tour code block runs (export / reload only once the runtime has them)."""
+    """The README's Tour code block runs, export and reload included."""
     text = open(os.path.join(demo.ROOT, "README.md"), encoding="utf-8").read()
     tour = text.split("## Tour", 1)[1]
     code = tour.split("```python\n", 1)[1].split("```", 1)[0]
-    if not hasattr(runtime, "load_module"):
-        code = "\n".join(line for line in code.splitlines()
-                         if "export_library" not in line and "load_module" not in line)
     code = code.replace("/tmp/mlp_step.so", str(tmp_path) + "/mlp_step.so")
     monkeypatch.chdir(demo.ROOT)
     exec(compile(code, "README.md#tour", "exec"), {})
@@ -121,5 +118,4 @@ def test_shortened_make_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "compiled train step and predictor in " in out
     acc = float(out.split("test accuracy: ", 1)[1].split()[0])
     assert 0.8 < acc <= 1.0
-    assert ("export: skipped" in out if not hasattr(runtime, "load_module")
-            else "reloaded in a fresh process: predictions match (360/360)" in out)
+    assert "reloaded in a fresh process: predictions match (360/360)" in out
