@@ -25,12 +25,20 @@ def never_inline(fn: Function) -> bool:
     return bool(a.get("Primitive", 0) or a.get("Compiler", None) or a.get("NoInline", 0))
 
 
-def beta_reduce(fn: Function, call: Call) -> Expr:
+def beta_reduce(fn: Function, call: Call, copy: bool = True) -> Expr:
     """``(fn (p1..pn) { b })(a1..an)  =>  let p1' = a1; ...; let pn' = an; b'`` (fresh vars).
 
     Type parameters are replaced by the call's type arguments when it has them, otherwise the
     annotations that mention them become incomplete (``_``; type inference fills them in).
+    ``copy=False`` reuses ``fn``'s own variables: only for a function that disappears with
+    this call (used once, not shared, not generic) — copying there would make inlining a
+    chain of nested closures quadratic.
     """
+    if not copy and not fn.type_params:
+        body = fn.body
+        for p, a in reversed(list(zip(fn.params, call.args))):
+            body = Let(p, a, body, span=call.span)
+        return body
     tmap: dict[object, object] = {}
     if fn.type_params:
         if len(call.type_args) == len(fn.type_params):
@@ -87,16 +95,30 @@ def _local_candidates(fn: Expr) -> set[Var]:
 
 
 class _Inliner(ExprMutator):
+    """Inlines the candidates of one function.
+
+    A local closure that is called once, from a let binding of the spine it is bound in, and
+    then disappears is expanded top-down: its (not yet visited) body's bindings are walked as
+    part of the enclosing spine, so a chain of nested closures (a backpropagator chain) is
+    flattened in one linear walk instead of being re-spliced at every level.
+    """
+
     def __init__(self, fn: Function, globals_: dict[str, Function]) -> None:
         super().__init__()
         self.globals = globals_
         self.candidates = _local_candidates(fn)
-        self.local: dict[Var, Function] = {}
+        self.local: dict[Var, Function] = {}    # visited candidates (copied at each call)
+        self.pending: dict[Var, Function] = {}  # single-use candidates, expanded where called
         self.counts = ref_counts(fn)
 
     def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
         if var in self.candidates:
-            self.local[var] = self.visit(value)  # type: ignore[assignment]
+            assert isinstance(value, Function)
+            if self.counts.get(value, 1) <= 1 and not marked_inline(value) and \
+                    not value.type_params:
+                self.pending[var] = value
+            else:
+                self.local[var] = self.visit(value)  # type: ignore[assignment]
             return None
         return super().visit_binding(var, value)
 
@@ -105,6 +127,9 @@ class _Inliner(ExprMutator):
         if type(new) is not Call:
             return new
         op = new.op
+        if type(op) is Var and op in self.pending:  # called off the spine: visit, then reduce
+            return beta_reduce(self.visit(self.pending.pop(op)), new,  # type: ignore[arg-type]
+                               copy=False)
         if type(op) is Var and op in self.local:
             return beta_reduce(self.local[op], new)
         if type(op) is GlobalVar and op.name_hint in self.globals:
@@ -114,27 +139,43 @@ class _Inliner(ExprMutator):
         return new
 
     def visit_let(self, let: Let) -> Expr:
-        # NOTE: like ExprMutator.visit_let, but an inlined body in a binding is spliced into the
-        # spine: `let r = (let p = a; b); e  =>  let p = a; let r = b; e`.
+        # NOTE: like ExprMutator.visit_let, but inlined bodies are spliced into the spine:
+        # `let r = (let p = a; b); e  =>  let p = a; let r = b; e`. Work items: (chain, var the
+        # chain's result is bound to (None: the spine's own result), the binding's source).
         out_bindings: list[tuple[Var, Expr, object]] = []
-        node = let
-        while True:
-            b = self.visit_binding(node.var, node.value)
-            if b is not None:
-                var, value = b
-                # NOTE: a call node shared by several positions keeps its inlined body as one
-                # shared (unspliced) let, so its variables stay bound once
-                if type(value) is Let and value is not node.value and \
-                        self.counts.get(node.value, 1) <= 1:
-                    inner, last = flatten_lets(value)
-                    out_bindings.extend((lt.var, lt.value, lt.span) for lt in inner)
-                    value = last
-                out_bindings.append((var, value, node))
-            body = node.body
-            if type(body) is not Let or body in self.memo:  # NOTE: a shared let ends the spine
-                break
-            node = body
-        out = self.visit(body)
+        work: list[tuple[Expr, Var | None, object]] = [(let, None, None)]
+        result: Expr | None = None
+        while work:
+            node, target, src = work.pop()
+            # NOTE: a let already visited elsewhere (a shared node) ends its chain here
+            if type(node) is not Let or node in self.memo:
+                if target is None:
+                    result = self.visit(node)
+                else:
+                    out_bindings.append((target, self.visit(node), src))
+                continue
+            work.append((node.body, target, src))
+            value = node.value
+            if type(value) is Call and type(value.op) is Var and value.op in self.pending \
+                    and node.var not in self.candidates:
+                fn = self.pending.pop(value.op)
+                args = [self.visit(a) for a in value.args]
+                out_bindings.extend((p, a, node.span) for p, a in zip(fn.params, args))
+                work.append((fn.body, node.var, node))
+                continue
+            b = self.visit_binding(node.var, value)
+            if b is None:
+                continue
+            var, new = b
+            # NOTE: a call node shared by several positions keeps its inlined body as one
+            # shared (unspliced) let, so its variables stay bound once
+            if type(new) is Let and new is not value and self.counts.get(value, 1) <= 1:
+                inner, last = flatten_lets(new)
+                out_bindings.extend((lt.var, lt.value, lt.span) for lt in inner)
+                new = last
+            out_bindings.append((var, new, node))
+        out = result
+        assert out is not None
         for var, value, src in reversed(out_bindings):
             if isinstance(src, Let):
                 if var is src.var and value is src.value and out is src.body:
