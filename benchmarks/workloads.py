@@ -717,8 +717,9 @@ def @main(%x: float32) -> float32 {
 }"""
 
 
-def w6_impls() -> list[Impl]:
-    """relay_ir gradient (interpreter), torch 0-d tensors, jax.jit(grad); closed forms."""
+def w6_impls(compiled: bool = True) -> list[Impl]:
+    """relay_ir gradient (compiled, or interpreted with ``compiled=False``), torch 0-d tensors,
+    jax.jit(grad); closed forms."""
     x = F32(0.5)
     out = []
 
@@ -727,6 +728,8 @@ def w6_impls() -> list[Impl]:
         from relay_ir import passes, runtime
         g = passes.optimize(passes.gradient(rly.parse(W6_SRC), entry="main"))
         try:
+            if not compiled:
+                raise rly.DiagnosticError("interpreted on request")
             run = runtime.build(g, target="llvm")
         except rly.DiagnosticError:
             def run(*a: Any) -> Any:
