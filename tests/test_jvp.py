@@ -213,3 +213,10 @@ def test_op_jvp_rule_against_finite_differences(case) -> None:  # type: ignore[n
         if not is_float(np.asarray(hi)):
             continue
         np.testing.assert_allclose(g, (hi - lo) / (2 * EPS), rtol=tol, atol=tol)
+
+
+def test_every_differentiable_op_has_a_jvp_rule() -> None:
+    from relay_ir.op import list_ops
+    missing = [o.name for o in list_ops()
+               if not o.non_differentiable and o.grad is not None and o.jvp is None]
+    assert missing == []
