@@ -17,7 +17,8 @@ V3 = "Tensor[(3), float64]"
 
 
 def test_contract_and_tangent_of_a_tuple_result() -> None:
-    mod = rly.parse(HEADER + f"""def @main(%x: {V3}, %n: int32, %p: (float64, {V3})) -> ({V3}, int32) {{
+    mod = rly.parse(HEADER + f"""
+def @main(%x: {V3}, %n: int32, %p: (float64, {V3})) -> ({V3}, int32) {{
   (multiply(exp(%x), %p.1), add(%n, 1))
 }}""", "<t>")
     j = passes.jvp(mod)
