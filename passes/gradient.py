@@ -28,7 +28,8 @@ Expressions map structurally, except:
   it is used as is (its adjoint is never read);
 * ``if`` conditions and ``match`` scrutinee tags are not differentiated;
 * ``annotation.checkpoint(@g(a..))`` (a call of a global on tensor trees, marked for
-  rematerialization) => the forward pass calls the *original* ``@g`` on the primal values (no
+  rematerialization; a global declared with the attribute ``Checkpoint=1`` has every call
+  marked) => the forward pass calls the *original* ``@g`` on the primal values (no
   cells, no closures: its intermediates die when it returns) and pairs the result with fresh
   cells; the backward step re-runs ``@g_grad(a'.., bp2)`` on the same AD arguments with a
   private chain ``bp2``, adds the result's adjoint into the new result cells, runs ``bp2``
@@ -334,7 +335,8 @@ class _AD:
         with sb.scope():
             while isinstance(e, Let):
                 nv = self.map_var(e.var, annotate=e.var.type_annotation is not None)
-                if e.var in marked and self.can_checkpoint(e.value):
+                if (e.var in marked or self.marked_global(e.value)) \
+                        and self.can_checkpoint(e.value):
                     value = self.checkpoint_call(e.value, bp)  # type: ignore[arg-type]
                 else:
                     value = self.value(e.value, bp)
@@ -347,6 +349,13 @@ class _AD:
             return sb.build(tail)
 
     # ---------------------------------------------------------------- checkpointing
+    def marked_global(self, e: Expr) -> bool:
+        """``e`` calls a global marked ``Checkpoint=1`` (every call of it is checkpointed)."""
+        if not (isinstance(e, Call) and isinstance(e.op, GlobalVar) and e.op.name_hint in self.mod):
+            return False
+        fn = self.mod[e.op.name_hint]
+        return bool(getattr(fn, "attrs", None) and fn.attrs.get("Checkpoint", 0))
+
     def can_checkpoint(self, e: Expr) -> bool:
         """``e`` is a call of a global on tensor trees returning a tensor tree."""
         if not (isinstance(e, Call) and isinstance(e.op, GlobalVar)
