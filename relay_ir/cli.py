@@ -17,7 +17,8 @@ from relay_ir.span import SourceFile, Span
 COMMANDS = {
     "fmt": "print canonical text (--check, -i, --prelude)",
     "check": "type-check and print the type of every global",
-    "run": "run a program with the interpreter",
+    "run": "run a program with the interpreter (--target: compiled), or a built module file",
+    "build": "compile a program to a module file (-o model.so) for `rly run`",
     "opt": "run a pass pipeline (default: optimize, keeping what @main reaches) and print "
            "the result",
     "grad": "print the reverse-mode gradient program of a global",

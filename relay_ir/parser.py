@@ -193,11 +193,7 @@ class _Builder(_AttrBuilder, _TypeBuilder):
 
     # ---------------------------------------------------------------- scopes
     def push(self, key: str, value: Any) -> None:
-        st = self.scope.get(key)
-        if st is None:
-            self.scope[key] = [value]
-        else:
-            st.append(value)
+        self.scope.setdefault(key, []).append(value)
         self.bound.append(key)
 
     def pop(self, n: int) -> None:
@@ -232,11 +228,7 @@ class _Builder(_AttrBuilder, _TypeBuilder):
             if "." in name:
                 raise ParseError(f"invalid type parameter name `{name}`", self.tspan(tok))
             e = _TParam(name, self.tspan(tok))
-            st = self.tscope.get(name)
-            if st is None:
-                self.tscope[name] = [e]
-            else:
-                st.append(e)
+            self.tscope.setdefault(name, []).append(e)
             self.tbound.append(name)
             out.append(e)
         return out

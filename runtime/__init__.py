@@ -2,7 +2,8 @@
 
 ``evaluate(mod, *args, entry="main")`` runs a module with the reference interpreter; values are
 numpy arrays, Python tuples, :class:`ADTValue`, :class:`RefValue` and :class:`Closure`.
-Heavier parts (the interpreter itself, later the TVM executor) are imported on first use.
+Heavier parts (the interpreter, ``build`` -- the compiled executor -- and ``load_module``)
+are imported on first use.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ _LAZY: dict[str, str] = {
     "evaluate": "relay_ir.runtime.interpreter",
     "apply": "relay_ir.runtime.interpreter",
     "build": "relay_ir.runtime.executor",
+    "load_module": "relay_ir.runtime.vm",
 }
 
 
@@ -27,5 +29,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(mod), name)
 
 
-__all__ = ["evaluate", "apply", "ADTValue", "Closure", "RecClosure", "RefValue", "TensorValue",
-           "format_value"]
+__all__ = ["evaluate", "apply", "build", "load_module", "ADTValue", "Closure", "RecClosure",
+           "RefValue", "TensorValue", "format_value"]

@@ -42,7 +42,16 @@ the function's instruction list; a step without a target continues at the next o
                                                  back at the closure (``let %f = fn ... %f``)
 ``("match", src, [[pattern, pc], ...], total)``  the first clause whose pattern matches
                                                  (``total``: a ``match``, not a ``match?``)
+``("kernel", dst, k, srcs)``                     ``dst = kernels[k](srcs)``: a fused group
+                                                 (only with ``kernels=True``)
+``("kernel_ret", k, srcs)``                      return ``kernels[k](srcs)`` (tail position)
 ===============================================  =============================================
+
+With ``CompiledProgram(mod, kernels=True)`` (the compiled executor, ``runtime.vm``) a call of a
+``Primitive=1`` function -- a fused group of ``fuse-ops``, let-bound or literal -- becomes an
+invoke-kernel instruction instead of a closure call. ``CompiledProgram.kernels[k]`` is the
+group's :class:`~relay_ir.expr.Function` and ``kernel_fns[k]`` the index of its body compiled as
+an ordinary closed function (the host fallback for a group without a TVM compute).
 
 Patterns are plain data too: ``["_"]``, ``["var", slot]``, ``["con", con, [subpatterns]]`` and
 ``["tup", [subpatterns]]``.
@@ -111,8 +120,12 @@ class CompiledProgram:
     :meth:`compile_all` compiles every global, which :meth:`to_json` needs.
     """
 
-    def __init__(self, mod: IRModule):
+    def __init__(self, mod: IRModule, kernels: bool = False):
         self.mod = mod
+        self.use_kernels = kernels             # calls of primitive functions -> "kernel"
+        self.kernels: list[Function] = []      # fused groups (with use_kernels)
+        self.kernel_fns: list[int] = []        # their bodies as closed functions (host code)
+        self._kernel_ids: dict[int, int] = {}
         self.functions: list[CompiledFunction] = []
         self.globals: dict[str, int] = {}      # global name -> index in functions
         self.consts: list[np.ndarray] = []
@@ -146,6 +159,15 @@ class CompiledProgram:
         if k is None:
             k = self._con_ids[con.name_hint] = len(self.cons)
             self.cons.append(con)
+        return k
+
+    def kernel_index(self, fn: Function, body: int) -> int:
+        """The index of the fused group ``fn`` (its body compiled as function ``body``)."""
+        k = self._kernel_ids.get(id(fn))
+        if k is None:
+            k = self._kernel_ids[id(fn)] = len(self.kernels)
+            self.kernels.append(fn)
+            self.kernel_fns.append(body)
         return k
 
     def add_function(self, fn: CompiledFunction) -> int:
@@ -251,6 +273,7 @@ class FunctionCompiler:
         self.consts: dict[Any, int] = {}
         self.memo: dict[int, int] = {}
         self.memo_log: list[int] = []
+        self.prims: dict[Var, int] = {}     # let-bound primitive functions -> kernel index
         for p in func.params:
             self.slots[p] = self._reg()
         for v in captured:
@@ -358,14 +381,24 @@ class FunctionCompiler:
                                        getattr(node, "span", None))
         return self._known(e)  # type: ignore[return-value]
 
-    def bind_lets(self, e: Expr) -> Expr:
-        """Emit the bindings of a let spine; return its body."""
+    def bind_lets(self, e: Expr, tail: bool = False) -> Expr:
+        """Emit the bindings of a let spine; return its body.
+
+        With ``tail``, a last binding returned as it is (``let %v = e; %v``, the shape A-normal
+        form gives an ``if`` or a call in tail position) is not bound: ``e`` is returned, so
+        that it is compiled in tail position (tail calls stay tail calls).
+        """
         while type(e) is Let:
             var, val = e.var, e.value
+            if tail and e.body is var and type(val) is not Function and \
+                    id(val) not in self.memo:
+                return val
             if type(val) is Function:
                 r = self._reg()
                 self.slots[var] = r
                 self.closure(val, r)
+                if self.prog.use_kernels and val.is_primitive and not free_vars(val):
+                    self.prims[var] = self.prog.kernel_index(val, self.template[r][1])
             else:
                 self.slots[var] = self.value(val)
             e = e.body
@@ -379,10 +412,13 @@ class FunctionCompiler:
             op = node.op
             a = [known(x) for x in node.args]
             top = type(op)
+            g = self._kernel_of(op) if self.prog.use_kernels else None
             if top is Op:
                 instr: tuple = ("op", dst, op.name, self.prog.attrs_index(op, node.attrs), a)
             elif top is Constructor:
                 instr = ("adt", dst, self.prog.con_index(op), a)
+            elif g is not None:
+                instr = ("kernel", dst, g, a)
             else:
                 instr = ("call", dst, known(op), a)
         elif t is Tuple:
@@ -397,6 +433,17 @@ class FunctionCompiler:
             instr = ("ref_write", dst, known(node.ref), known(node.value))
         self._emit(instr, node.span)
         return dst
+
+    def _kernel_of(self, op: Expr) -> int | None:
+        """The kernel index when ``op`` is a (let-bound or literal) primitive function."""
+        t = type(op)
+        if t is Var:
+            return self.prims.get(op)
+        if t is Function and op.is_primitive and not free_vars(op):
+            r = self.value(op)
+            init = self.template[r]
+            return self.prog.kernel_index(op, init[1])
+        return None
 
     def closure(self, fn: Function, dst: int | None = None) -> int:
         """Emit the creation of a closure for ``fn`` (into ``dst`` if given)."""
@@ -494,7 +541,7 @@ class FunctionCompiler:
     def tail(self, e: Expr) -> None:
         """Emit code that returns the value of ``e`` from the function."""
         while True:
-            e = self.bind_lets(e)
+            e = self.bind_lets(e, tail=True)
             t = type(e)
             if t is If:
                 br = self._branch(e)
@@ -524,6 +571,10 @@ class FunctionCompiler:
                     return
                 if top is not Constructor:
                     a = [self.value(x) for x in e.args]
+                    g = self._kernel_of(e.op) if self.prog.use_kernels else None
+                    if g is not None:
+                        self._emit(("kernel_ret", g, a), e.span)
+                        return
                     f = self.value(e.op)
                     self._emit(("tailcall", f, a), e.span)
                     return

@@ -1,10 +1,14 @@
-"""``runtime.build(mod, target="llvm")``: dataflow programs as straight-line kernel calls.
+"""``runtime.build(mod, target="llvm")``: any well-typed module, compiled.
 
-The module is optimized (``passes.optimize``) and fused (``fuse-ops``); each entry must then be
-a first-order dataflow function: a let spine of fused kernel calls, tuples, projections and
-aliases over tensor parameters. Closures, ``if``, ``match``, references, ADTs and calls of
-other globals raise a :class:`~relay_ir.errors.DiagnosticError` (they come with the compiled
-executor of the next issue; ``runtime.evaluate`` runs them today).
+The module is optimized (``passes.optimize``) and fused (``fuse-ops``). Each entry then runs on
+one of two paths:
+
+* **dataflow entries** -- a let spine of fused kernel calls, tuples, projections and aliases
+  over tensor parameters -- run as straight-line kernel calls with a static memory plan (the
+  fast path below);
+* **every other entry** (closures, ``if``, ``match``, references, ADTs, calls of globals,
+  recursion) runs on the compiled executor of ``runtime.vm``: the shared instruction compiler's
+  control program, with an invoke-kernel instruction for each fused group.
 
 An entry is planned per concrete input signature (so ``?`` and symbolic dims compile on the
 first call with each new shape, then hit the plan cache): every fused group is lowered to one
@@ -14,6 +18,8 @@ outputs are fresh arrays every call. Inputs that are contiguous, 64-byte aligned
 right dtype are passed zero-copy; others are copied once into an aligned buffer. A group
 containing an operator without a TVM compute runs on the host with the numpy reference
 implementations (reported by :meth:`Executable.host_kernels`).
+:meth:`Executable.export_library` writes the whole program to one module file
+(``runtime.load_module`` reads it back; ``runtime.vm`` documents the format).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
+from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.expr import (Call, Constant, Expr, Function, GlobalVar, If, Match, Op, RefCreate,
                            RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
@@ -33,10 +40,14 @@ from relay_ir.ty import AnyDim, ShapeVar, TensorType, TupleType, Type
 ALIGN = 64
 
 
-class UnsupportedProgramError(DiagnosticError):
-    """The program is outside what ``runtime.build`` compiles today (dataflow only)."""
+class _NeedsVM(Exception):
+    """Planning found a group whose output shape depends on values: run the entry on the VM."""
 
-    kind = "unsupported by runtime.build"
+
+class UnsupportedProgramError(DiagnosticError):
+    """An entry is outside the dataflow fast path (it runs on the compiled executor instead)."""
+
+    kind = "unsupported by the dataflow path"
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -178,6 +189,8 @@ class _Plan:
     buffers: dict[int, np.ndarray] = field(default_factory=dict)   # intermediates
     wrapped: dict[int, Any] = field(default_factory=dict)          # their tvm tensors
     device: dict[int, Any] | None = None                          # GPU intermediates
+    out_specs: dict[int, tuple] = field(default_factory=dict)     # output allocation
+    param_set: frozenset = frozenset()
 
 
 def _leaves(d: Desc) -> list[Desc]:
@@ -217,6 +230,11 @@ class Executable:
         self._entries: dict[str, tuple[list[_Step], Expr]] = {}
         self._plans: dict[tuple, _Plan] = {}
         self._lowered: dict[tuple, list[tuple[Function, Any]]] = {}
+        self._vm_entries: set[str] = set()
+        self._vm: Any = None
+        self._static: dict[str, tuple] = {}      # entry -> (its one plan, shapes, dtypes)
+        from relay_ir.runtime.vm import _Slab
+        self._slab = _Slab()
         from relay_ir.runtime.lower_tvm import is_cuda
         self._cuda = is_cuda(self.target)
         ensure_threads()
@@ -227,9 +245,61 @@ class Executable:
             if entry not in self.module:
                 raise DiagnosticError(f"there is no global function @{entry} (globals: "
                                       f"{', '.join('@' + n for n in self.module)})")
-            got = analyze_entry(self.module[entry])
+            try:
+                got = analyze_entry(self.module[entry])
+            except UnsupportedProgramError:
+                self._vm_entries.add(entry)
+                self.vm()
+                raise
             self._entries[entry] = got
         return got
+
+    def is_dataflow(self, entry: str = "main") -> bool:
+        """Whether ``entry`` runs on the dataflow fast path (else on the compiled executor)."""
+        if entry in self._vm_entries:
+            return False
+        try:
+            self._entry(entry)
+        except UnsupportedProgramError:
+            return False
+        return True
+
+    def _to_vm(self, entry: str) -> None:
+        """Run ``entry`` on the compiled executor from now on (data-dependent shapes)."""
+        self._entries.pop(entry, None)
+        self._vm_entries.add(entry)
+
+    def vm(self) -> Any:
+        """The compiled executor of the whole module (``runtime.vm.VM``), built once.
+
+        Building it compiles every global to instructions and every fused group with static
+        shapes to a kernel (one batch through the kernel cache).
+        """
+        if self._vm is None:
+            from relay_ir.runtime.compiler import CompiledProgram
+            from relay_ir.runtime.vm import VM
+            cp = CompiledProgram(self.module, kernels=True).compile_all()
+            vm = VM(cp, self.target, exe=self)
+            vm.compile_static()
+            vm._translate_all()
+            self._vm = vm
+        return self._vm
+
+    def export_library(self, path: str) -> None:
+        """Write the whole program (control program + kernels) to one module file.
+
+        Kernels for ``?`` dimensions are compiled per shape on first use, and a loaded module
+        never compiles: the shapes this executable has already run are replayed on the VM
+        first (with zeros), so the file carries their kernels.
+        """
+        vm = self.vm()
+        for entry, *sig in list(self._plans):
+            if entry not in self._static:
+                try:
+                    vm(*(np.zeros(shape, dtype) for shape, dtype in sig), entry=entry)
+                except DiagnosticError:  # NOTE: value-dependent shapes: not replayable
+                    pass
+        vm.export_library(path)
 
     # ------------------------------------------------------------------ planning
     def _lower(self, fn: Function, arg_types: list[Type]) -> Any:
@@ -250,8 +320,6 @@ class Executable:
         return group
 
     def _plan(self, entry: str, args: list[np.ndarray]) -> _Plan:
-        from relay_ir.runtime.kernel_cache import KernelRequest
-        from relay_ir.runtime.lower_tvm import schedule
         steps, body = self._entry(entry)
         fn = self.module[entry]
         slot_types: list[TensorType] = []
@@ -291,6 +359,8 @@ class Executable:
                 ins = [leaf for d in arg_descs for leaf in _leaves(d)]
                 try:
                     group = self._lower(st.fn, arg_types)
+                except DynamicShapeError:
+                    raise _NeedsVM() from None
                 except LoweringError as e:
                     if "has no TVM compute" not in str(e):
                         raise
@@ -302,14 +372,8 @@ class Executable:
                     env[id(st.var)] = _rebuild_desc(host.result_type, outs)
                     continue
                 outs = [new_slot(t) for t in group.out_types]
-                sig = ";".join(f"{t.concrete_shape}:{t.dtype}"
-                               for t in group.in_types + group.out_types)
-                sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in group.constants)
                 label = "+".join(group.ops)
-                req = KernelRequest(group.prim_func, sig,
-                                    (lambda g=group: schedule(g, self.target)), label,
-                                    make_fallback=(lambda g=group: schedule(g, self.target,
-                                                                            fallback=True)))
+                req = kernel_request(group, self.target)
                 consts = [_to_tvm(_aligned_copy(c)) for c in group.constants]
                 calls.append(_KernelCall(None, False, ins, consts, outs, label))
                 pending.append((len(calls) - 1, req, group))
@@ -322,7 +386,8 @@ class Executable:
                 calls[ci].key = r.key
         result = desc_of(body)
         output_slots = {d[1] for d in _leaves(result) if d[0] == "slot"}
-        plan = _Plan(param_slots, slot_types, calls, result, output_slots)
+        plan = _Plan(param_slots, slot_types, calls, result, output_slots,
+                     param_set=frozenset(param_slots))
         self._plan_memory(plan)
         return plan
 
@@ -360,8 +425,27 @@ class Executable:
 
     # ------------------------------------------------------------------ running
     def __call__(self, *args: Any, entry: str = "main") -> Any:
-        """Run ``entry`` on numpy arguments; returns numpy arrays (tuples for tuples)."""
-        plan, arrays = self._get_plan(args, entry)
+        """Run ``entry``; numpy arrays in and out (tuples, ADT values, refs as the interpreter)."""
+        fast = self._static.get(entry)
+        if fast is not None:
+            # NOTE: a fully static entry has one plan; arrays of the exact dtypes and shapes
+            # skip the conversions (the alignment check is the zero-copy wrap's own)
+            plan, shapes, dtypes = fast
+            if len(args) == len(shapes):
+                for a, sh, dt in zip(args, shapes, dtypes):
+                    if type(a) is not np.ndarray or a.shape != sh or a.dtype != dt:
+                        break
+                else:
+                    if self._cuda:
+                        return self._run_cuda(plan, list(args))
+                    return self._run(plan, args, unchecked=True)
+        if entry not in self._entries and not self.is_dataflow(entry):
+            return self.vm()(*args, entry=entry)
+        try:
+            plan, arrays = self._get_plan(args, entry)
+        except _NeedsVM:
+            self._to_vm(entry)
+            return self.vm()(*args, entry=entry)
         if self._cuda:
             return self._run_cuda(plan, arrays)
         return self._run(plan, arrays)
@@ -369,14 +453,23 @@ class Executable:
     def prepare(self, *args: Any, entry: str = "main") -> int:
         """Plan and compile ``entry`` for these arguments' shapes without running it.
 
-        Returns the number of kernel calls per run. (For ``target="cuda"`` on a machine
-        without a GPU this is how kernels are compiled and inspected.)
+        Returns the number of kernel calls per run (for an entry on the compiled executor: the
+        number of compiled kernels). (For ``target="cuda"`` on a machine without a GPU this is
+        how kernels are compiled and inspected.)
         """
-        plan, _ = self._get_plan(args, entry)
+        if not self.is_dataflow(entry):
+            return self.vm().num_compiled()
+        try:
+            plan, _ = self._get_plan(args, entry)
+        except _NeedsVM:
+            self._to_vm(entry)
+            return self.vm().num_compiled()
         return len(plan.calls)
 
     def kernel_sources(self, entry: str = "main") -> list[str]:
         """The generated source (CUDA C, or LLVM IR for the CPU) of each planned kernel."""
+        if not self.is_dataflow(entry):
+            return self.vm().kernel_sources()
         out = []
         for k, plan in self._plans.items():
             if k[0] != entry:
@@ -403,6 +496,10 @@ class Executable:
         if plan is None:
             plan = self._plan(entry, arrays)
             self._plans[key] = plan
+            types = [p.checked_type_ or p.type_annotation for p in fn.params]
+            if all(isinstance(t, TensorType) and t.is_static for t in types):
+                self._static[entry] = (plan, [tuple(t.shape) for t in types],  # type: ignore
+                                       [np.dtype(t.dtype) for t in types])  # type: ignore
         return plan, arrays
 
     def _run_cuda(self, plan: _Plan, arrays: list[np.ndarray]) -> Any:
@@ -437,15 +534,28 @@ class Executable:
                 if s in plan.output_slots or s in plan.param_slots}
         return _materialize(plan.result, host, set(plan.param_slots))
 
-    def _run(self, plan: _Plan, arrays: list[np.ndarray]) -> Any:
+    def _run(self, plan: _Plan, arrays: Any, unchecked: bool = False) -> Any:
         values: dict[int, np.ndarray] = dict(plan.buffers)
         wrapped: dict[int, Any] = dict(plan.wrapped)
         for s, a in zip(plan.param_slots, arrays):
+            if unchecked:
+                try:
+                    wrapped[s] = _to_tvm(a)
+                except Exception:  # NOTE: unaligned or read-only: one aligned copy
+                    a = _aligned_copy(a)
             values[s] = a
         for s in plan.output_slots:
             if s not in values:
-                t = plan.slot_types[s]
-                values[s] = aligned_empty(t.concrete_shape, t.dtype)
+                spec = plan.out_specs.get(s)
+                if spec is None:
+                    t = plan.slot_types[s]
+                    shape, dt = tuple(t.concrete_shape), np.dtype(t.dtype)
+                    count = math.prod(shape)
+                    spec = plan.out_specs[s] = (shape, dt, count, count * dt.itemsize)
+                if spec[3] <= 4096:
+                    values[s] = self._slab.alloc(*spec)
+                else:
+                    values[s] = aligned_empty(spec[0], spec[1])
         for c in plan.calls:
             if c.host:
                 ins = [values[d[1]] if d[0] == "slot" else d[1] for d in c.ins]
@@ -471,7 +581,7 @@ class Executable:
                     wrapped[s] = w
                 targs.append(w)
             c.func(*targs[:len(c.ins)], *c.consts, *targs[len(c.ins):])
-        return _materialize(plan.result, values, set(plan.param_slots))
+        return _materialize(plan.result, values, plan.param_set)
 
     def host_kernels(self, entry: str = "main") -> list[str]:
         """Labels of the groups of planned calls of ``entry`` that run on the host."""
@@ -481,6 +591,20 @@ class Executable:
     def num_kernels(self, entry: str = "main") -> int:
         """The number of kernel calls per run of ``entry`` (after planning it once)."""
         return max((len(p.calls) for k, p in self._plans.items() if k[0] == entry), default=0)
+
+
+def kernel_request(group: Any, target: Any) -> Any:
+    """The kernel-cache request of a lowered group (scheduled only on a cache miss)."""
+    from relay_ir.runtime.kernel_cache import KernelRequest
+    from relay_ir.runtime.lower_tvm import schedule
+    from relay_ir.runtime.schedules import SERIAL_BELOW
+    sig = ";".join(f"{t.concrete_shape}:{t.dtype}" for t in group.in_types + group.out_types)
+    sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in group.constants)
+    sig += f"|serial<{SERIAL_BELOW}"
+    return KernelRequest(group.prim_func, sig,
+                         (lambda: schedule(group, target, serial_below=SERIAL_BELOW)),
+                         "+".join(group.ops),
+                         make_fallback=(lambda: schedule(group, target, fallback=True)))
 
 
 def _rebuild_desc(t: Type, slots: list[int]) -> Desc:
@@ -508,9 +632,14 @@ def _aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
+_FROM_DLPACK: list[Any] = []
+
+
 def _to_tvm(a: np.ndarray) -> Any:
-    import tvm
-    return tvm.runtime.from_dlpack(a)
+    if not _FROM_DLPACK:
+        import tvm
+        _FROM_DLPACK.append(tvm.runtime.from_dlpack)
+    return _FROM_DLPACK[0](a)
 
 
 def _convert_arg(a: Any, p: Var, i: int) -> np.ndarray:
@@ -608,14 +737,15 @@ def _post(e: Expr) -> Any:
 def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
           max_fuse_depth: int = 256, cache: Any = None,
           fast_math: bool | None = None) -> Executable:
-    """Compile a dataflow module: optimize, fuse, and return an :class:`Executable`.
+    """Compile a well-typed module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
     ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False) or where
     their float32 error is within tolerance (None, the default; ``relay_ir.op._te``).
     ``cache``: a :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one).
-    Kernels are compiled when an entry is first called with a new input signature (the
-    ``main`` entry is checked for the supported subset right away).
+    A dataflow ``main`` compiles its kernels on the first call with a new input signature;
+    any other program is compiled now (instructions, and the kernels of every fused group
+    with static shapes; groups with dynamic shapes compile per shape on first use).
     """
     from relay_ir.passes import optimize
     from relay_ir.passes.fuse_ops import fuse_ops
@@ -626,5 +756,5 @@ def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)
     if "main" in fused:
-        exe._entry("main")
+        exe.is_dataflow("main")
     return exe

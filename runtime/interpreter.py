@@ -107,6 +107,10 @@ class Program:
     each of its functions into a :class:`Code` once.
     """
 
+    # instruction tag -> factory(ins, pc, code) -> (step, kind): a backend built on this one
+    # (the compiled executor, ``runtime.vm``) adds or replaces instructions here
+    step_factories: dict[str, Callable] = {}
+
     def __init__(self, mod: IRModule, compiled: CompiledProgram | None = None):
         self.mod = mod
         self.compiled = compiled if compiled is not None else CompiledProgram(mod)
@@ -544,11 +548,14 @@ def _translate(prog: Program, cf: CompiledFunction) -> Code:
     kinds: list[str | None] = []
     # NOTE: built before its steps, so that call sites can name the code they return to
     code = Code(steps, cf.spans, kinds, cf.nparams, cf.ncap, rest, cf.func, cf.name)
+    factories = prog.step_factories
     for pc, ins in enumerate(cf.code):
         nxt = pc + 1
         tag = ins[0]
         kind = None
-        if tag == "op" or tag == "op_ret" or tag == "op_br":
+        if tag in factories:
+            step, kind = factories[tag](ins, pc, code)
+        elif tag == "op" or tag == "op_ret" or tag == "op_br":
             kind = ins[2] if tag != "op_ret" else ins[1]
             impl = get_opdef(kind).impl
             if impl is None:

@@ -92,6 +92,10 @@ def is_cuda(target: Any) -> bool:
     return str(target.kind.name) == "cuda"
 
 
+class DynamicShapeError(LoweringError):
+    """A group whose output shape depends on its input values (``dyn.reshape``): no kernel."""
+
+
 @dataclass
 class LoweredGroup:
     """One fused group as a PrimFunc plus what the executor needs to call it."""
@@ -163,6 +167,10 @@ def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
     import tvm
     from tvm import te
     types = infer_group_types(fn, arg_types)
+    for t in flatten_type(types[id(fn.body)]):
+        if not t.is_static:
+            raise DynamicShapeError(f"the output shape {t!r} of a fused group depends on "
+                                    f"the values of its inputs", fn.span)
     te_of: dict[int, Any] = {}
     placeholders: list[Any] = []
     in_types: list[TensorType] = []
@@ -271,11 +279,13 @@ def _flatten_te(v: Any) -> list[Any]:
     return out
 
 
-def schedule(group: LoweredGroup, target: Any, fallback: bool = False) -> Any:
+def schedule(group: LoweredGroup, target: Any, fallback: bool = False,
+             serial_below: int = 0) -> Any:
     """The scheduled IRModule (``main``) of ``group`` for ``target``.
 
     ``fallback``: the simplest schedule that works (CUDA: dlight's Fallback rule alone; CPU:
-    every block's outer loop in parallel).
+    every block's outer loop in parallel). ``serial_below``: CPU kernels with a smaller
+    iteration space run on one thread (``schedules.SERIAL_BELOW``).
     """
     from relay_ir.runtime import schedules
     if is_cuda(target):
@@ -285,7 +295,63 @@ def schedule(group: LoweredGroup, target: Any, fallback: bool = False) -> Any:
         sch = s_tir.Schedule(group.prim_func)
         schedules.schedule_generic(sch)
         return sch.mod
-    return schedules.schedule_cpu(group.prim_func, group.kind)
+    return schedules.schedule_cpu(group.prim_func, group.kind, serial_below=serial_below)
 
 
+def _plain(x: Any) -> Any:
+    """A TVM container (Map, Array, String, IntImm) as plain JSON-able Python data."""
+    if isinstance(x, (bool, int, float)) or x is None:
+        return x
+    if isinstance(x, str):
+        return str(x)
+    if hasattr(x, "items"):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)) or hasattr(x, "__len__") and hasattr(x, "__getitem__"):
+        return [_plain(v) for v in x]
+    if hasattr(x, "value"):
+        return _plain(x.value)
+    return str(x)
 
+
+def target_description(target: Any) -> dict[str, Any]:
+    """The target as plain data for a module file: its config plus the build machine."""
+    import platform
+    return {"config": _plain(target.export()), "machine": platform.machine()}
+
+
+_GENERIC_CPUS = ("", "generic", "x86-64")
+
+
+def check_target_description(desc: dict[str, Any]) -> Any:
+    """The Target of a module file, if this machine can run its kernels (else LoweringError)."""
+    import platform
+
+    import tvm
+    config = dict(desc["config"])
+    kind = config.get("kind")
+    if kind == "llvm":
+        machine = desc.get("machine")
+        if machine != platform.machine():
+            raise LoweringError(f"the module was built for a {machine} CPU; this machine is "
+                                f"{platform.machine()} (rebuild it here)")
+        from tvm.target import codegen
+        here = codegen.llvm_get_system_cpu()
+        mcpu = config.get("mcpu", "")
+        if mcpu not in _GENERIC_CPUS and mcpu != here:
+            raise LoweringError(f"the module was built for the CPU {mcpu!r} (target llvm "
+                                f"-mcpu={mcpu}); this machine is {here!r}, whose instruction "
+                                f"set may differ (rebuild it here, or build with a portable "
+                                f"target such as {{\"kind\": \"llvm\", \"mcpu\": "
+                                f"\"x86-64-v3\"}})")
+    elif kind == "cuda":
+        if not tvm.cuda(0).exist:
+            raise LoweringError("the module was built for target cuda and this machine has "
+                                "no CUDA GPU")
+    else:
+        raise LoweringError(f"the module was built for an unknown target kind {kind!r}")
+    config.pop("keys", None)
+    config.pop("tag", None)
+    try:
+        return tvm.target.Target(config)
+    except Exception as e:
+        raise LoweringError(f"cannot rebuild the module's target {config}: {e}") from None

@@ -26,6 +26,35 @@ from typing import Any, Callable
 
 LANES = 16
 
+# Kernels whose iteration space (sum over blocks of the product of loop extents) is below
+# this run on one thread when the caller asks (``schedule_cpu(..., serial_below=)``): waking
+# TVM's thread pool costs 10-20 us, far more than a 1x128 vector op or a 1x256x640 matmul
+# takes on one core (the scalar- and vector-sized kernels of control-heavy programs).
+SERIAL_BELOW = 1 << 18
+_SERIAL = [False]
+
+
+def _parallel(sch: Any, loop: Any) -> None:
+    """``sch.parallel(loop)`` unless the kernel being scheduled is small (then: nothing)."""
+    if not _SERIAL[0]:
+        sch.parallel(loop)
+
+
+def work_volume(func: Any) -> int | None:
+    """The iteration-space size of an unscheduled PrimFunc (None when symbolic)."""
+    from tvm import s_tir
+    sch = s_tir.Schedule(func)
+    total = 0
+    for b in blocks(sch):
+        vol = 1
+        for loop in sch.get_loops(b):
+            e = _extent(sch, loop)
+            if e is None:
+                return None
+            vol *= e
+        total += vol
+    return total
+
 
 def _tvm() -> Any:
     import tvm
@@ -98,7 +127,7 @@ def schedule_injective(sch: Any, b: Any) -> None:
         sch.vectorize(sch.split(fused, [None, LANES])[1]) if ext % LANES == 0 else None
         return
     o, v = sch.split(fused, [None, LANES])
-    sch.parallel(o)
+    _parallel(sch, o)
     sch.vectorize(v)
 
 
@@ -154,9 +183,9 @@ def schedule_matmul(sch: Any, blk: Any, mr: int = 6, nr: int = 32, kc: int = 4,
                 *bs, kk, n = a
                 return (*bs, n // nr, kk, n % nr)
         sch.transform_layout(bp, ("write", 0), _index_map(idx, nb + 2))
-        sch.parallel(sch.get_loops(bp)[0])
+        _parallel(sch, sch.get_loops(bp)[0])
     outer = sch.fuse(*batch, j0, i0) if batch else sch.fuse(j0, i0)
-    sch.parallel(outer)
+    _parallel(sch, outer)
     sch.vectorize(j1)
     sch.unroll(i1)
     init = sch.decompose_reduction(blk, k0)
@@ -204,7 +233,7 @@ def schedule_row_reduce(sch: Any, blk: Any) -> None:
             sp = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
             for c in sch.get_consumers(blk):
                 sch.reverse_compute_at(c, sp)
-            sch.parallel(sp)
+            _parallel(sch, sp)
         return
     nsp = len(spatial)
     _, ki = sch.split(r, [None, lanes])
@@ -218,7 +247,7 @@ def schedule_row_reduce(sch: Any, blk: Any) -> None:
         sch.vectorize(sch.get_loops(rf)[-1])
         for c in cons:
             sch.reverse_compute_at(c, sp)
-        sch.parallel(sp)
+        _parallel(sch, sp)
     else:
         lr = sch.get_loops(rf)
         sch.reorder(lr[-1], lr[-2])
@@ -255,7 +284,7 @@ def schedule_reduce_generic(sch: Any, blk: Any) -> None:
         sch.unroll(u)
     if tail:
         sch.vectorize(tail[0])
-    sch.parallel(par)
+    _parallel(sch, par)
     for c in sch.get_consumers(blk):
         sch.reverse_compute_at(c, par)
     if red:
@@ -299,7 +328,7 @@ def schedule_rowwise(sch: Any) -> None:
         if ext is not None and ext >= LANES and ext % LANES == 0:
             _, v = sch.split(loops[-1], [None, LANES])
             sch.vectorize(v)
-    sch.parallel(row)
+    _parallel(sch, row)
 
 
 def schedule_generic(sch: Any) -> None:
@@ -309,7 +338,7 @@ def schedule_generic(sch: Any) -> None:
         loops = sch.get_loops(b)
         if loops and _iter_types(sch, b)[0] == 0:
             try:
-                sch.parallel(loops[0])
+                _parallel(sch, loops[0])
             except s_tir.ScheduleError:
                 pass
 
@@ -349,13 +378,24 @@ def _cpu_plan(sch: Any, kind: str) -> None:
     schedule_rowwise(sch)
 
 
-def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None) -> Any:
+def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
+                 serial_below: int = 0) -> Any:
     """An IRModule holding ``func`` scheduled for the CPU (see the module docstring).
 
     ``kind`` is a hint from the lowering: ``"matmul"``, ``"conv"``, ``"pool"`` or ``""``.
     ``report``, when given, receives the name of the strategy that applied (``"planned"``,
     ``"per-block"``, ``"parallel"``, ``"inline+parallel"`` or ``"none"``).
+    ``serial_below``: a kernel with a smaller iteration space gets no parallel loops.
     """
+    vol = work_volume(func) if serial_below else None
+    _SERIAL[0] = vol is not None and vol < serial_below
+    try:
+        return _schedule_cpu(func, kind, report)
+    finally:
+        _SERIAL[0] = False
+
+
+def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
         ("planned", lambda s: _cpu_plan(s, kind)),
@@ -385,7 +425,7 @@ def _per_block(sch: Any) -> None:
         except (s_tir.ScheduleError, ValueError):
             loops = sch.get_loops(b)
             if loops and _iter_types(sch, b)[0] == 0:
-                sch.parallel(loops[0])
+                _parallel(sch, loops[0])
 
 
 def schedule_cuda(func: Any, target: Any, fallback_only: bool = False) -> Any:

@@ -305,7 +305,15 @@ def default_convert(v: Any) -> Any:
     return v
 
 
+_DTYPES: dict[str, np.dtype] = {}
+
+
 def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarray:
+    dt = _DTYPES.get(t.dtype)
+    if dt is None:
+        dt = _DTYPES[t.dtype] = np.dtype(t.dtype)
+    if type(v) is np.ndarray and v.dtype == dt and v.shape == t.shape:
+        return v    # NOTE: the common case (static shape, right dtype) without the checks below
     expect = f"expected {fmt_type(t)}"
     if isinstance(v, np.ndarray):
         arr = v

@@ -1,5 +1,10 @@
 """``rly run FILE [ARGS...]``: type-check a program, run it with the interpreter, print its result.
 
+``--target llvm|cuda`` compiles the program with ``runtime.build`` (any program) and runs it
+compiled. FILE may also be a module file written by ``rly build`` (recognized by its magic
+bytes, whatever its name): it is loaded with ``runtime.load_module`` and run, without parsing
+or compiling anything.
+
 The program is type-checked first (``InferType``, as ``runtime.evaluate`` does); a type error
 is printed as a diagnostic (exit status 1) and nothing runs. An argument is a literal -- ``3``
 (int), ``2.5`` (float), ``True``/``False``, a nested list ``[[1,2],[3,4]]``, a tuple
@@ -22,7 +27,8 @@ from relay_ir.errors import DiagnosticError, InterpreterError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``rly run``."""
-    parser.add_argument("file", metavar="FILE", help="a .rly program")
+    parser.add_argument("file", metavar="FILE",
+                        help="a .rly program, or a module file written by `rly build`")
     # NOTE: REMAINDER, so that options may also follow the arguments (`rly run f.rly 2
     # --prelude`); run() picks the known options out of it (argparse cannot intermix them).
     parser.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
@@ -31,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prelude", action="store_true",
                         help="parse with the standard prelude (List, Option, map, foldl, ...)")
     parser.add_argument("--target", default=None,
-                        help="compile for this target (llvm, cuda) with runtime.build (dataflow "
-                             "programs) instead of interpreting")
+                        help="compile for this target (llvm, cuda) with runtime.build instead "
+                             "of interpreting")
     parser.add_argument("--max-depth", default=None, type=_positive_int, metavar="N",
                         help="the interpreter's limit on nested (non-tail) calls "
                              "(default 1,048,576)")
@@ -69,6 +75,18 @@ def parse_argument(text: str, index: int) -> Any:
     if not _is_plain(value):
         raise InterpreterError(f"argument {index}: {text!r} is not a number, bool or list")
     return value
+
+
+def _is_module_file(path: str) -> bool:
+    """Whether ``path`` is a module file (``rly build`` output), by its magic bytes."""
+    from relay_ir.runtime.vm import MAGIC
+    if path == "-" or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def _looks_literal(text: str) -> bool:
@@ -116,8 +134,17 @@ def _split_options(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Parse FILE, run its entry on ARGS, print the result."""
     arg_texts = _split_options(args)
-    import relay_ir as rly
     from relay_ir.runtime.values import format_value
+    if _is_module_file(args.file):
+        from relay_ir.runtime.vm import load_module
+        module = load_module(args.file)
+        values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
+        if args.target and args.target != module.target.kind.name:
+            raise DiagnosticError(f"{args.file} was built for target "
+                                  f"{module.target.kind.name}, not {args.target}")
+        print(format_value(module(*values, entry=args.entry)))
+        return 0
+    import relay_ir as rly
 
     text, _ = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
@@ -127,12 +154,12 @@ def run(args: argparse.Namespace) -> int:
                               f"(globals: {', '.join('@' + n for n in mod) or 'none'})")
     values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
     if args.target:
-        from relay_ir import runtime
-        build = getattr(runtime, "build", None)
-        if build is None:
-            raise DiagnosticError(f"--target {args.target}: the compiled executor is not "
-                                  f"available yet")
-        result = build(mod, target=args.target)(*values, entry=args.entry)
+        from relay_ir.runtime.executor import build
+        exe = build(mod, target=args.target)
+        if args.max_depth and not exe.is_dataflow(args.entry):
+            result = exe.vm()(*values, entry=args.entry, max_depth=args.max_depth)
+        else:
+            result = exe(*values, entry=args.entry)
     else:
         from relay_ir.runtime.interpreter import DEFAULT_MAX_DEPTH, evaluate
         result = evaluate(mod, *values, entry=args.entry,

@@ -7,7 +7,7 @@ Integer semantics follow TVM's: ``divide`` and ``mod`` truncate toward zero (C s
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -48,24 +48,23 @@ def _trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.fmod(a, b)
 
 
-def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _int_or_float(a: np.ndarray, b: np.ndarray, int_op: Any, float_op: Any) -> np.ndarray:
+    """``int_op(a, b)`` on integers (0 where ``b`` is 0), ``float_op(a, b)`` on floats."""
     if a.dtype.kind in "iu":
         if b.all():
-            return np.floor_divide(a, b)
+            return int_op(a, b)
         with np.errstate(**_ERR):
-            return np.where(np.equal(b, 0), np.zeros((), a.dtype), np.floor_divide(a, b))
+            return np.where(np.equal(b, 0), np.zeros((), a.dtype), int_op(a, b))
     with np.errstate(**_ERR):
-        return np.floor(np.true_divide(a, b))
+        return float_op(a, b)
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _int_or_float(a, b, np.floor_divide, lambda a, b: np.floor(np.true_divide(a, b)))
 
 
 def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu":
-        if b.all():
-            return np.mod(a, b)
-        with np.errstate(**_ERR):
-            return np.where(np.equal(b, 0), np.zeros((), a.dtype), np.mod(a, b))
-    with np.errstate(**_ERR):
-        return a - np.floor(np.true_divide(a, b)) * b
+    return _int_or_float(a, b, np.mod, lambda a, b: a - np.floor(np.true_divide(a, b)) * b)
 
 
 def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,0 +1,408 @@
+"""The compiled executor (runtime.build on whole programs) side by side with its peers, one run.
+
+Parts (workloads of /work/shared/WORKLOADS.md):
+
+* **Per-call overhead** of a one-kernel program, ``exp`` on a (4,) float32 vector: the raw TVM
+  kernel call (prebuilt tvm tensors), ``runtime.build`` on the dataflow fast path, the same
+  kernel behind an ``if`` (the compiled executor, VM), and a module file loaded back.
+  Goal: at most 10 us above the kernel.
+* **W6**: d/dx of sum_{i<1000} sin(x*i)*0.001 at x = 0.5, written as a 1000-step recursive
+  loop over float32 scalars; ``passes.gradient`` compiled, against the interpreter on the same
+  program, jax.jit(jax.grad) and PyTorch eager (0-d tensors + autograd.grad).
+* **W5**: binary TreeLSTM, H = 128, 64 random trees of 8-32 leaves, forward + backward
+  (gradients of the loss wrt the 7 parameters) per tree at batch 1; the gradient program
+  compiled, against the interpreter and PyTorch eager (recursion in Python, autograd.grad).
+  Goal: at most 0.7x PyTorch eager.
+* **Corpus**: compiled vs interpreted on every example program (examples/*.rly) with random
+  inputs.
+
+Every figure is the median over ``--rounds`` interleaved rounds of the best of ``--repeat``
+calls. jax and torch are optional (``pip install -e .[bench]``); missing ones are reported.
+
+Run: ``.venv/bin/python benchmarks/bench_executor.py [--rounds 3] [--repeat 5]``
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+
+import relay_ir as rly  # noqa: E402
+from relay_ir import passes, runtime  # noqa: E402
+from relay_ir.passes import InferType  # noqa: E402
+
+HDR = '#[version = "0.0.5"]\n'
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def best(fn: Callable[[], Any], repeat: int) -> float:
+    """Best seconds per call over ``repeat`` calls."""
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+def per_call(fn: Callable[[], Any], inner: int, repeat: int) -> float:
+    """Best seconds per call, timing ``inner`` calls at a time."""
+    def many() -> None:
+        for _ in range(inner):
+            fn()
+    return best(many, repeat) / inner
+
+
+class Table:
+    """Rows measured over rounds; printed as a markdown table."""
+
+    def __init__(self, title: str, unit: str):
+        self.title = title
+        self.unit = unit
+        self.rows: dict[str, list[float]] = {}
+        self.notes: dict[str, str] = {}
+
+    def add(self, name: str, seconds: float, note: str = "") -> None:
+        """Record one round's figure for ``name``."""
+        self.rows.setdefault(name, []).append(seconds)
+        if note:
+            self.notes[name] = note
+
+    def skip(self, name: str, why: str) -> None:
+        """A row that could not run."""
+        self.rows.setdefault(name, [])
+        self.notes[name] = why
+
+    def median(self, name: str) -> float | None:
+        """The median of ``name``'s rounds (None when it did not run)."""
+        v = self.rows.get(name)
+        return statistics.median(v) if v else None
+
+    def show(self, ref: str | None = None) -> str:
+        """The table as markdown (ratio column against row ``ref``)."""
+        scale = {"us": 1e6, "ms": 1e3}[self.unit]
+        lines = [f"### {self.title}", "",
+                 f"| implementation | median {self.unit} | min {self.unit} | "
+                 f"x {ref or '-'} | notes |", "|---|---|---|---|---|"]
+        r = self.median(ref) if ref else None
+        for name, vals in self.rows.items():
+            if not vals:
+                lines.append(f"| {name} | - | - | - | {self.notes.get(name, '')} |")
+                continue
+            m = statistics.median(vals)
+            ratio = f"{m / r:.2f}" if r else "-"
+            lines.append(f"| {name} | {m * scale:.4g} | {min(vals) * scale:.4g} | {ratio} | "
+                         f"{self.notes.get(name, '')} |")
+        return "\n".join(lines)
+
+
+# ============================================================================ per-call overhead
+ONE_KERNEL = HDR + "def @main(%x: Tensor[(4), float32]) { exp(%x) }"
+ONE_KERNEL_VM = HDR + """
+def @main(%x: Tensor[(4), float32], %c: bool) { if (%c) { exp(%x) } else { %x } }"""
+
+
+def overhead(rounds: int, repeat: int) -> Table:
+    """Per-call cost of the executors around one tiny kernel."""
+    import tvm
+    from relay_ir.runtime.executor import as_aligned
+    t = Table("Per-call overhead: one kernel, exp on Tensor[(4), float32]", "us")
+    mod = rly.parse(ONE_KERNEL)
+    exe = runtime.build(mod)
+    x = as_aligned(np.float32([0.1, 0.2, 0.3, 0.4]))
+    exe(x)
+    (plan,) = exe._plans.values()
+    kern = plan.calls[0].func
+    tx = tvm.runtime.tensor(x)
+    to = tvm.runtime.empty((4,), "float32")
+    vm_exe = runtime.build(rly.parse(ONE_KERNEL_VM))
+    c = np.bool_(True)
+    vm_exe(x, c)
+    path = os.path.join(tempfile.mkdtemp(), "one.so")
+    vm_exe.export_library(path)
+    loaded = runtime.load_module(path)
+    loaded(x, c)
+    np_exp = (lambda: np.exp(x))
+    for _ in range(rounds):
+        t.add("TVM kernel alone (prebuilt tvm tensors)", per_call(lambda: kern(tx, to), 2000,
+                                                                  repeat))
+        t.add("runtime.build, dataflow fast path", per_call(lambda: exe(x), 2000, repeat))
+        t.add("runtime.build, compiled executor (exp behind an if)",
+              per_call(lambda: vm_exe(x, c), 2000, repeat))
+        t.add("module file loaded back (runtime.load_module)",
+              per_call(lambda: loaded(x, c), 2000, repeat))
+        t.add("numpy np.exp (reference)", per_call(np_exp, 2000, repeat))
+    return t
+
+
+# ============================================================================ W6
+W6_SRC = HDR + """
+def @loop(%x: float32, %i: int32, %acc: float32) -> float32 {
+  if (%i == 1000) { %acc } else {
+    @loop(%x, %i + 1, %acc + sin(%x * cast(%i, dtype="float32")) * 0.001f)
+  }
+}
+def @main(%x: float32) -> float32 { @loop(%x, 0, 0f) }
+"""
+
+
+def w6(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
+    """Grad of the 1000-step scalar loop."""
+    t = Table("W6: grad of the 1000-step scalar loop (one call = df/dx at x = 0.5)", "us")
+    checks: dict[str, float] = {}
+    g = passes.gradient(InferType()(rly.parse(W6_SRC)), "main")
+    t0 = time.perf_counter()
+    exe = runtime.build(g)
+    build_s = time.perf_counter() - t0
+    x = np.float32(0.5)
+    checks["relay_ir compiled"] = float(exe(x)[1][0])
+    checks["relay_ir interpreter"] = float(runtime.evaluate(g, x)[1][0])
+    peers: list[tuple[str, Callable[[], Any], str]] = []
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        def f(xx: Any) -> Any:
+            acc = 0.0
+            for i in range(1000):
+                acc = acc + jnp.sin(xx * i) * 0.001
+            return acc
+        t1 = time.perf_counter()
+        jg = jax.jit(jax.grad(f))
+        xj = jnp.float32(0.5)
+        checks["jax.jit(grad)"] = float(jg(xj).block_until_ready())
+        jit_s = time.perf_counter() - t1
+        peers.append(("jax.jit(jax.grad)", lambda: jg(xj).block_until_ready(),
+                      f"compile + first call {jit_s * 1e3:.0f} ms"))
+    except ImportError:
+        t.skip("jax.jit(jax.grad)", "jax not installed")
+    try:
+        import torch
+
+        def tgrad() -> Any:
+            xt = torch.tensor(0.5, dtype=torch.float32, requires_grad=True)
+            acc = torch.zeros((), dtype=torch.float32)
+            for i in range(1000):
+                acc = acc + torch.sin(xt * i) * 0.001
+            return torch.autograd.grad(acc, xt)[0]
+        checks["torch eager"] = float(tgrad())
+        peers.append(("torch eager 0-d tensors + autograd.grad", tgrad, ""))
+    except ImportError:
+        t.skip("torch eager 0-d tensors + autograd.grad", "torch not installed")
+    for _ in range(rounds):
+        t.add("relay_ir compiled (runtime.build of passes.gradient)",
+              best(lambda: exe(x), repeat), f"build {build_s:.1f} s")
+        t.add("relay_ir interpreter (same program)", best(lambda: runtime.evaluate(g, x),
+                                                          repeat))
+        for name, fn, note in peers:
+            t.add(name, best(fn, repeat), note)
+    return t, checks
+
+
+# ============================================================================ W5
+H = 128
+
+
+def w5_source() -> str:
+    """The W5 TreeLSTM loss in the text format (a Tree ADT, one recursive cell)."""
+    return HDR + f"""
+type Tree {{ Leaf(int32), Node(Tree, Tree) }}
+def @cell(%t: Tree, %E: Tensor[(100, {H}), float32], %Wl: Tensor[({H}, {3 * H}), float32],
+          %bl: Tensor[({3 * H}), float32], %U: Tensor[({2 * H}, {5 * H}), float32],
+          %bU: Tensor[({5 * H}), float32]) -> (Tensor[(1, {H}), float32],
+                                               Tensor[(1, {H}), float32]) {{
+  match (%t) {{
+    Leaf(%tok) => {{
+      let %e = reshape(take(%E, %tok, axis=0), newshape=[1, {H}]);
+      let %g = split(add(nn.matmul(%e, %Wl), %bl), indices_or_sections=3, axis=1);
+      let %c = multiply(sigmoid(%g.0), tanh(%g.2));
+      (multiply(sigmoid(%g.1), tanh(%c)), %c)
+    }},
+    Node(%l, %r) => {{
+      let %a = @cell(%l, %E, %Wl, %bl, %U, %bU);
+      let %b = @cell(%r, %E, %Wl, %bl, %U, %bU);
+      let %hh = concatenate((%a.0, %b.0), axis=1);
+      let %g = split(add(nn.matmul(%hh, %U), %bU), indices_or_sections=5, axis=1);
+      let %c = add(add(multiply(sigmoid(%g.0), tanh(%g.4)), multiply(sigmoid(%g.1), %a.1)),
+                   multiply(sigmoid(%g.2), %b.1));
+      (multiply(sigmoid(%g.3), tanh(%c)), %c)
+    }},
+  }}
+}}
+def @main(%t: Tree, %label: int32, %E: Tensor[(100, {H}), float32],
+          %Wl: Tensor[({H}, {3 * H}), float32], %bl: Tensor[({3 * H}), float32],
+          %U: Tensor[({2 * H}, {5 * H}), float32], %bU: Tensor[({5 * H}), float32],
+          %Wo: Tensor[({H}, 5), float32], %bo: Tensor[(5), float32]) -> float32 {{
+  let %hc = @cell(%t, %E, %Wl, %bl, %U, %bU);
+  let %logits = add(nn.matmul(%hc.0, %Wo), %bo);
+  negative(take(reshape(nn.log_softmax(%logits), newshape=[5]), %label, axis=0))
+}}
+"""
+
+
+def w5_data() -> tuple[list[tuple[Any, int]], list[np.ndarray]]:
+    """The 64 trees (nested tuples: ("leaf", tok) / ("node", l, r)) and the 7 parameters."""
+    trng = np.random.default_rng(1)
+
+    def build(n: int) -> Any:
+        # NOTE: recursion depth <= 32 (the number of leaves)
+        if n == 1:
+            return ("leaf", int(trng.integers(0, 100)))
+        k = int(trng.integers(1, n))
+        left = build(k)
+        return ("node", left, build(n - k))
+    trees = []
+    for _ in range(64):
+        n = int(trng.integers(8, 33))
+        tree = build(n)
+        trees.append((tree, int(trng.integers(0, 5))))
+    rng = np.random.default_rng(0)
+    shapes = [(100, H), (H, 3 * H), (3 * H,), (2 * H, 5 * H), (5 * H,), (H, 5), (5,)]
+    return trees, [rng.uniform(-0.1, 0.1, s).astype("float32") for s in shapes]
+
+
+def _to_adt(tree: Any, leaf: Any, node: Any) -> Any:
+    if tree[0] == "leaf":
+        return runtime.ADTValue(leaf, (np.int32(tree[1]),))
+    return runtime.ADTValue(node, (_to_adt(tree[1], leaf, node), _to_adt(tree[2], leaf, node)))
+
+
+def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
+    """TreeLSTM forward + backward per tree."""
+    t = Table("W5: TreeLSTM H=128, fwd + bwd per tree (64 trees of 8-32 leaves, batch 1)",
+              "ms")
+    checks: dict[str, float] = {}
+    trees, params = w5_data()
+    g = passes.gradient(InferType()(rly.parse(w5_source())), "main")
+    t0 = time.perf_counter()
+    exe = runtime.build(g)
+    build_s = time.perf_counter() - t0
+    leaf, node = g.get_constructor("Leaf"), g.get_constructor("Node")
+    data = [(_to_adt(tr, leaf, node), np.int32(lab)) for tr, lab in trees]
+    from relay_ir.runtime.executor import as_aligned
+    aparams = [as_aligned(p) for p in params]
+
+    def compiled_pass() -> float:
+        return sum(float(exe(tr, lab, *aparams)[0]) for tr, lab in data)
+
+    def interp_pass() -> float:
+        return sum(float(runtime.evaluate(g, tr, lab, *params)[0]) for tr, lab in data)
+    checks["relay_ir compiled"] = compiled_pass()
+    checks["relay_ir interpreter"] = interp_pass()
+    peers: list[tuple[str, Callable[[], Any]]] = []
+    try:
+        import torch
+        tp = [torch.tensor(p, requires_grad=True) for p in params]
+
+        def cell(tree: Any) -> tuple[Any, Any]:
+            E, Wl, bl, U, bU = tp[:5]
+            if tree[0] == "leaf":
+                i, o, u = torch.split(E[tree[1]][None] @ Wl + bl, H, dim=1)
+                c = torch.sigmoid(i) * torch.tanh(u)
+                return torch.sigmoid(o) * torch.tanh(c), c
+            hl, cl = cell(tree[1])
+            hr, cr = cell(tree[2])
+            i, fl, fr, o, u = torch.split(torch.cat((hl, hr), 1) @ U + bU, H, dim=1)
+            c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + \
+                torch.sigmoid(fr) * cr
+            return torch.sigmoid(o) * torch.tanh(c), c
+
+        def torch_pass() -> float:
+            total = 0.0
+            for tree, lab in trees:
+                h, _ = cell(tree)
+                logits = h @ tp[5] + tp[6]
+                loss = -torch.log_softmax(logits, 1)[0, lab]
+                torch.autograd.grad(loss, tp)
+                total += float(loss)
+            return total
+        checks["torch eager"] = torch_pass()
+        peers.append(("torch eager (Python recursion, autograd.grad)", torch_pass))
+    except ImportError:
+        t.skip("torch eager (Python recursion, autograd.grad)", "torch not installed")
+    for _ in range(rounds):
+        t.add("relay_ir compiled (runtime.build of passes.gradient)",
+              best(compiled_pass, repeat) / len(data), f"build {build_s:.1f} s")
+        t.add("relay_ir interpreter (same program)", best(interp_pass, max(1, repeat // 2))
+              / len(data))
+        for name, fn in peers:
+            t.add(name, best(fn, repeat) / len(data))
+    return t, checks
+
+
+# ============================================================================ corpus
+def corpus(rounds: int, repeat: int) -> Table:
+    """Compiled vs interpreted on every example program."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from util_diff import random_inputs
+    t = Table("Corpus: examples/*.rly, compiled (runtime.build) vs interpreted, per call",
+              "us")
+    progs = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.rly"))):
+        text = open(path, encoding="utf-8").read()
+        try:
+            mod = rly.parse(text, path)
+        except rly.DiagnosticError:
+            mod = rly.parse(text, path, prelude=True)
+        args = tuple(np.abs(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
+                     for a in random_inputs(mod, seed=0))
+        exe = runtime.build(mod)
+        exe(*args)
+        runtime.evaluate(mod, *args)
+        kind = "dataflow" if exe.is_dataflow() else "VM"
+        progs.append((os.path.basename(path), mod, exe, args, kind))
+    for _ in range(rounds):
+        for name, mod, exe, args, kind in progs:
+            t.add(f"{name} compiled ({kind})", per_call(lambda: exe(*args), 20, repeat))
+            t.add(f"{name} interpreted", per_call(lambda: runtime.evaluate(mod, *args), 20,
+                                                  repeat))
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--only", default="overhead,w6,w5,corpus")
+    a = ap.parse_args()
+    import tvm
+    print(f"# bench_executor: {platform.processor() or platform.machine()}, "
+          f"{len(os.sched_getaffinity(0))} cores, TVM {tvm.__version__}, "
+          f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}, "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    only = a.only.split(",")
+    if "overhead" in only:
+        t = overhead(a.rounds, a.repeat)
+        print(t.show("TVM kernel alone (prebuilt tvm tensors)"), "\n")
+        k = t.median("TVM kernel alone (prebuilt tvm tensors)") or 0
+        for row in ("runtime.build, dataflow fast path",
+                    "runtime.build, compiled executor (exp behind an if)"):
+            m = t.median(row)
+            if m is not None:
+                print(f"{row}: {(m - k) * 1e6:.2f} us above the kernel")
+        print()
+    if "w6" in only:
+        t, checks = w6(a.rounds, a.repeat)
+        print(t.show("torch eager 0-d tensors + autograd.grad"), "\n")
+        print("check values (df/dx):", {k: round(v, 6) for k, v in checks.items()}, "\n")
+    if "w5" in only:
+        t, checks = w5(a.rounds, a.repeat)
+        print(t.show("torch eager (Python recursion, autograd.grad)"), "\n")
+        print("check values (loss sum over 64 trees):",
+              {k: round(v, 4) for k, v in checks.items()}, "\n")
+    if "corpus" in only:
+        print(corpus(a.rounds, a.repeat).show(), "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""``rly build FILE -o model.so [--target llvm|cuda]``: compile a program to a module file.
+
+The program is parsed (``--prelude`` for the standard prelude), type-checked, optimized, fused
+and compiled with ``runtime.build``; ``-o`` names the module file that
+``Executable.export_library`` writes (one file: the control program as JSON and the kernels as
+a TVM shared library, with a format version and checksums; docs/runtime.md). ``rly run
+model.so ARGS`` runs it later without the compiler. ``--opt-level`` (0 to 3, default 2) is the
+optimization level. Type errors and unsupported targets are diagnostics (exit status 1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from relay_ir.cli import read_source
+from relay_ir.errors import DiagnosticError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``rly build``."""
+    parser.add_argument("file", metavar="FILE", help="a .rly program ('-' for stdin)")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="the module file to write (e.g. model.so)")
+    parser.add_argument("--target", default="llvm",
+                        help="llvm (this CPU, the default) or cuda")
+    parser.add_argument("--prelude", action="store_true",
+                        help="parse with the standard prelude (List, Option, map, foldl, ...)")
+    parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
+                        help="optimization level (default 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse, compile and export FILE; print where the module went."""
+    import relay_ir as rly
+    from relay_ir import runtime
+    from relay_ir.passes import InferType
+
+    text, name = read_source(args.file)
+    kwargs = {"prelude": True} if args.prelude else {}
+    mod = InferType()(rly.parse(text, source_name=name, **kwargs))
+    if "main" not in mod:
+        raise DiagnosticError(f"{name}: there is no global function @main to build")
+    exe = runtime.build(mod, target=args.target, opt_level=args.opt_level)
+    out = os.fspath(args.output)
+    exe.export_library(out)
+    kernels = exe.vm().num_compiled()
+    print(f"wrote {out} ({os.path.getsize(out)} bytes, {kernels} kernels, target "
+          f"{exe.target.kind.name})")
+    return 0

@@ -1,0 +1,235 @@
+"""The compiled executor (runtime.vm): whole programs, kernels, dynamic shapes, deep recursion."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("RELAY_IR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"relay_ir_test_kernels_{os.getuid()}"))
+
+pytest.importorskip("tvm")
+
+import relay_ir as rly  # noqa: E402
+from relay_ir import runtime  # noqa: E402
+from relay_ir.errors import InterpreterError  # noqa: E402
+from relay_ir.runtime.kernel_cache import KernelCache  # noqa: E402
+from util_diff import assert_same_results, assert_values_close  # noqa: E402
+
+pytestmark = pytest.mark.tvm
+HDR = '#[version = "0.0.5"]\n'
+
+
+def parse(text: str, prelude: bool = False) -> rly.IRModule:
+    return rly.parse(HDR + text, prelude=prelude)
+
+
+def compiled(exe: object) -> object:
+    return lambda m, *a: exe(*a)  # type: ignore[operator]
+
+
+TREE = """
+type Tree { Leaf(Tensor[(4), float32]), Node(Tree, Tree) }
+def @sum(%t: Tree) -> Tensor[(4), float32] {
+  match (%t) {
+    Leaf(%x) => tanh(%x),
+    Node(Leaf(%a), %r) => add(%a, @sum(%r)),
+    Node(%l, %r) => add(@sum(%l), @sum(%r)),
+  }
+}
+def @main(%x: Tensor[(4), float32], %n: int32) -> (Tree, Tensor[(4), float32]) {
+  let %c = ref(%x);
+  let %loop = fn (%i: int32, %acc: Tree) -> Tree {
+    if (%i == 0) { %acc } else {
+      ref_write(%c, multiply(ref_read(%c), 0.5f));
+      %loop(%i - 1, Node(Leaf(@sum(%acc)), Leaf(ref_read(%c))))
+    }
+  };
+  let %t = %loop(%n, Leaf(%x));
+  (%t, @sum(%t))
+}
+"""
+
+
+def test_recursive_adt_program_with_refs_closures_and_nested_patterns() -> None:
+    mod = parse(TREE)
+    exe = runtime.build(mod)
+    assert not exe.is_dataflow()
+    x = np.float32([0.5, -1, 2, 3])
+    for n in (0, 1, 4):
+        got = exe(x, n)
+        want = runtime.evaluate(mod, x, n)
+        assert_values_close(got, want, rtol=1e-5, atol=1e-6)
+        assert got[0].constructor.name == ("Leaf" if n == 0 else "Node")
+    vm = exe.vm()
+    # the tensor groups are TVM kernels; the loop counter arithmetic runs on the host
+    labels = sorted({g.label for g in vm.groups if any(not s.host for s in g.sigs.values())})
+    assert {"tanh", "add", "multiply"} <= set(labels)
+    assert all(s.host for g in vm.groups if g.label in ("equal", "subtract")
+               for s in g.sigs.values())
+
+
+def test_kernels_of_tensor_groups_are_compiled_once_at_build() -> None:
+    cache = KernelCache(use_disk=False)
+    mod = parse(TREE)
+    exe = runtime.build(mod, cache=cache)
+    n = cache.stats.compiled
+    assert n >= 3
+    exe(np.ones(4, "float32"), 3)
+    exe(np.ones(4, "float32"), 5)
+    assert cache.stats.compiled == n          # static groups: nothing compiled at run time
+    runtime.build(mod, cache=cache)(np.ones(4, "float32"), 2)
+    assert cache.stats.compiled == n          # a second build hits the cache
+
+
+def test_million_step_tail_recursion_at_the_default_recursion_limit() -> None:
+    mod = parse("""
+def @loop(%i: int32, %acc: float32) -> float32 {
+  if (%i == 0) { %acc } else { @loop(%i - 1, %acc + 1f) }
+}
+def @main(%n: int32) -> float32 { @loop(%n, 0f) }""")
+    limit = sys.getrecursionlimit()
+    exe = runtime.build(mod)
+    r = exe(1_000_000)
+    assert sys.getrecursionlimit() == limit
+    assert r.dtype == np.float32 and float(r) == 1_000_000.0
+
+
+def test_deep_non_tail_recursion_and_the_frame_limit() -> None:
+    mod = parse("""
+def @count(%n: int32) -> int32 { if (%n == 0) { 0 } else { 1 + @count(%n - 1) } }
+def @main(%n: int32) -> int32 { @count(%n) }""")
+    exe = runtime.build(mod)
+    assert int(exe(100_000)) == 100_000
+    with pytest.raises(InterpreterError, match="recursion too deep"):
+        exe.vm()(5_000, max_depth=1_000)
+
+
+def test_tensor_loop_with_kernels_matches_the_interpreter() -> None:
+    mod = parse("""
+def @main(%x: Tensor[(3, 8), float32], %w: Tensor[(8, 8), float32], %n: int32) {
+  let %loop = fn (%i: int32, %h: Tensor[(3, 8), float32]) -> Tensor[(3, 8), float32] {
+    if (%i >= %n) { %h } else { %loop(%i + 1, tanh(add(nn.matmul(%h, %w), %x))) }
+  };
+  %loop(0, %x)
+}""")
+    exe = runtime.build(mod)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 8)).astype("float32")
+    w = (rng.standard_normal((8, 8)) / 4).astype("float32")
+    for n in (0, 1, 7):
+        assert_same_results(mod, mod, inputs=(x, w, n), run_b=compiled(exe), rtol=1e-5,
+                            atol=1e-5)
+
+
+def test_dynamic_shapes_in_control_flow_compile_per_shape_on_first_use() -> None:
+    mod = parse("""
+def @main(%xs: List[Tensor[(?), float32]]) -> List[Tensor[(?), float32]] {
+  @map(fn (%t: Tensor[(?), float32]) { multiply(exp(%t), 2f) }, %xs)
+}""", prelude=True)
+    cache = KernelCache(use_disk=False)
+    exe = runtime.build(mod, cache=cache)
+    cons, nil = mod.get_constructor("Cons"), mod.get_constructor("Nil")
+    rng = np.random.default_rng(1)
+
+    def lst(arrays: list) -> object:
+        v = runtime.ADTValue(nil, ())
+        for a in reversed(arrays):
+            v = runtime.ADTValue(cons, (a, v))
+        return v
+
+    xs = [rng.standard_normal(n).astype("float32") for n in (3, 5, 3, 1)]
+    before = cache.stats.compiled
+    got = exe(lst(xs))
+    assert cache.stats.compiled - before == 3          # lengths 3, 5 and 1
+    assert_values_close(got, runtime.evaluate(mod, lst(xs)), rtol=1e-6, atol=1e-6)
+    exe(lst(xs[::-1]))
+    assert cache.stats.compiled - before == 3          # all seen: nothing new
+
+
+def test_failed_match_in_compiled_code_has_a_span() -> None:
+    mod = parse("""
+type T { A(int32), B }
+def @main(%b: bool) -> int32 {
+  let %v = if (%b) { A(1) } else { B };
+  match? (%v) { A(%x) => %x + 1 }
+}""")
+    exe = runtime.build(mod)
+    assert int(exe(True)) == 2
+    with pytest.raises(InterpreterError, match="match. failed") as info:
+        exe(False)
+    assert info.value.span is not None
+
+
+def test_first_class_functions_and_tuples_returned() -> None:
+    mod = parse("""
+def @compose(%f: fn (float32) -> float32, %g: fn (float32) -> float32) -> fn (float32) -> float32 {
+  fn (%x: float32) { %f(%g(%x)) }
+}
+def @main(%x: Tensor[(2, 3), float32]) -> (Tensor[(2, 3), float32], float32) {
+  let %h = @compose(fn (%a: float32) { %a * 3f }, fn (%b: float32) { %b + 1f });
+  (nn.relu(%x), %h(2f))
+}""")
+    exe = runtime.build(mod, opt_level=0)
+    x = np.float32([[1, -2, 3], [-4, 5, -6]])
+    assert_same_results(mod, mod, inputs=(x,), run_b=compiled(exe))
+    r = exe(x)
+    assert isinstance(r, tuple) and float(r[1]) == 9.0
+
+
+def test_argument_errors_name_the_parameter() -> None:
+    exe = runtime.build(parse(TREE))
+    with pytest.raises(InterpreterError, match="argument 2"):
+        exe(np.ones(4, "float32"), 2.5)
+    with pytest.raises(InterpreterError, match="expected 2 arguments"):
+        exe(np.ones(4, "float32"))
+
+
+def test_long_let_spine_in_control_flow_at_the_default_recursion_limit() -> None:
+    from relay_ir.builder import ScopeBuilder
+    from relay_ir.expr import Constant, Function, If, Var
+    from relay_ir.op._rules import make_call
+    from relay_ir.ty import TensorType
+    x = Var("x", TensorType((4,), "float32"))
+    c = Var("c", TensorType((), "bool"))
+    sb = ScopeBuilder()
+    v = x
+    n = int(os.environ.get("RELAY_IR_VM_SPINE", "3000"))
+    one = Constant(np.float32(1))
+    for i in range(n):
+        v = sb.let_(make_call("add", v, one) if i % 2 else make_call("negative", v))
+    limit = sys.getrecursionlimit()
+    mod = rly.IRModule({"main": Function((x, c), If(c, sb.build(v), x))})
+    exe = runtime.build(mod)
+    assert not exe.is_dataflow()
+    xv = np.float32([0, 1, 2, 3])
+    want = xv.copy()
+    for i in range(n):
+        want = want + 1 if i % 2 else -want
+    np.testing.assert_allclose(exe(xv, True), want, rtol=1e-6)
+    np.testing.assert_array_equal(exe(xv, False), xv)
+    assert sys.getrecursionlimit() == limit
+
+
+@pytest.mark.slow
+def test_100000_binding_program_compiled_and_run_at_the_default_recursion_limit() -> None:
+    from relay_ir.builder import ScopeBuilder
+    from relay_ir.expr import Constant, Function, If, Var
+    from relay_ir.op._rules import make_call
+    from relay_ir.ty import TensorType
+    x = Var("x", TensorType((), "float32"))
+    c = Var("c", TensorType((), "bool"))
+    sb = ScopeBuilder()
+    v = x
+    one = Constant(np.float32(1))
+    for _ in range(100_000):
+        v = sb.let_(make_call("add", v, one))
+    limit = sys.getrecursionlimit()
+    exe = runtime.build(rly.IRModule({"main": Function((x, c), If(c, sb.build(v), x))}))
+    assert not exe.is_dataflow()
+    assert float(exe(np.float32(0), True)) == 100_000.0
+    assert float(exe(np.float32(0), False)) == 0.0
+    assert sys.getrecursionlimit() == limit
