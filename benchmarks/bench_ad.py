@@ -13,7 +13,8 @@ backward before anything is timed):
 
 * the forward program; the raw higher-order gradient (``passes.gradient``); that gradient after
   ``passes.optimize`` (first-order code); the first-order mode's gradient
-  (``mode="first_order"``); numpy's forward and hand-written forward + backward;
+  (``mode="first_order"``); the forward-mode JVP along one random direction (``passes.jvp``),
+  raw and optimized; numpy's forward and hand-written forward + backward;
 * transform time (parse and type inference excluded: the input is typed);
 * primitive calls: static (op call sites in the entry and every global it reaches) and dynamic
   (operator implementations the interpreter ran for one call, counted by wrapping them);
@@ -300,12 +301,26 @@ def main(argv: list[str] | None = None) -> int:
     programs.append(("first-order-mode gradient", passes.gradient(mod, mode="first_order"),
                      t_fo))
 
-    # correctness first: value and every gradient against numpy's hand-written backward
+    t_jvp = timed(lambda: passes.jvp(mod), tr)
+    jvp_mod = passes.jvp(mod)
+    t_jopt = timed(lambda: passes.optimize(jvp_mod), tr)
+    jvp_opt = passes.optimize(jvp_mod)
+
+    # correctness first: value and every gradient against numpy's hand-written backward, and
+    # the JVP along a random direction against <gradient, direction>
     for name, prog, _ in programs[1:]:
         value, grads = runtime.evaluate(prog, *data)
         np.testing.assert_allclose(value, ref_value, rtol=1e-5)
         for got, want in zip(grads, ref_grads):
             np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-6, err_msg=name)
+
+    rng = np.random.default_rng(1)
+    tangents = [rng.standard_normal(a.shape).astype(np.float32) for a in data]
+    want = sum(float(np.sum(g.astype(np.float64) * t)) for g, t in zip(ref_grads, tangents))
+    for prog in (jvp_mod, jvp_opt):
+        value, tangent = runtime.evaluate(prog, *data, *tangents)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        np.testing.assert_allclose(float(tangent), want, rtol=2e-3)
 
     rows = []
     for name, prog, t_tr in programs:
@@ -313,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
         d_calls, _ = dynamic_op_calls(prog, data)
         t = timed(lambda p=prog: runtime.evaluate(p, *data), args.repeat)
         rows.append((name, s_calls, d_calls, t, t_tr))
+    jargs = data + tangents
+    for name, prog, t_tr in (("forward-mode JVP, one direction (`passes.jvp`)", jvp_mod, t_jvp),
+                             ("optimized JVP", jvp_opt,
+                              (t_jvp[0] + t_jopt[0], t_jvp[1] + t_jopt[1]))):
+        d_calls, _ = dynamic_op_calls(prog, jargs)
+        t = timed(lambda p=prog: runtime.evaluate(p, *jargs), args.repeat)
+        rows.append((name, static_op_calls(prog, "main"), d_calls, t, t_tr))
     t_np_fwd = timed(lambda: numpy_forward(*data), args.repeat)
     t_np_grad = timed(lambda: numpy_value_and_grad(*data), args.repeat)
 
@@ -320,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# W2 MLP loss: forward and gradients (python {platform.python_version()}, "
           f"numpy {np.__version__}, {args.repeat} runs, median and min)")
     print(f"loss = {float(ref_value):.6f}; every gradient program matches numpy's hand-written "
-          "backward (8 gradients)")
+          "backward (8 gradients), the JVPs match <gradient, direction>")
     print("| program | transform ms | static op calls | dynamic op calls | x forward (dynamic) "
           "| interpreter ms | x forward (time, min) |")
     print("|---|---:|---:|---:|---:|---:|---:|")

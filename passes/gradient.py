@@ -28,7 +28,8 @@ Expressions map structurally, except:
   it is used as is (its adjoint is never read);
 * ``if`` conditions and ``match`` scrutinee tags are not differentiated;
 * ``annotation.checkpoint(@g(a..))`` (a call of a global on tensor trees, marked for
-  rematerialization) => the forward pass calls the *original* ``@g`` on the primal values (no
+  rematerialization; a global declared with the attribute ``Checkpoint=1`` has every call
+  marked) => the forward pass calls the *original* ``@g`` on the primal values (no
   cells, no closures: its intermediates die when it returns) and pairs the result with fresh
   cells; the backward step re-runs ``@g_grad(a'.., bp2)`` on the same AD arguments with a
   private chain ``bp2``, adds the result's adjoint into the new result cells, runs ``bp2``
@@ -60,7 +61,8 @@ The forward bindings are kept; then, from the last binding to the first, each bi
 adjoint is non-zero pushes it to its operands (an op's OpDef.grad rule given the bound ``%y``;
 a tuple splits it field by field; a projection adds into one field). Adjoints are trees of
 atoms that start absent (zero) and are summed with ``add`` on a second contribution, so nothing
-is allocated for values that get no gradient and no reference or closure is emitted. Any
+is allocated for values that get no gradient and no reference or closure is emitted; only values
+that depend on a parameter named by ``wrt`` get an adjoint. Any
 other construct (``if``, ``match``, function literal, reference, call of a global or of a
 closure, constructor, ADT parameter) is a ``GradientError`` naming it, with its span.
 """
@@ -333,7 +335,8 @@ class _AD:
         with sb.scope():
             while isinstance(e, Let):
                 nv = self.map_var(e.var, annotate=e.var.type_annotation is not None)
-                if e.var in marked and self.can_checkpoint(e.value):
+                if (e.var in marked or self.marked_global(e.value)) \
+                        and self.can_checkpoint(e.value):
                     value = self.checkpoint_call(e.value, bp)  # type: ignore[arg-type]
                 else:
                     value = self.value(e.value, bp)
@@ -346,6 +349,13 @@ class _AD:
             return sb.build(tail)
 
     # ---------------------------------------------------------------- checkpointing
+    def marked_global(self, e: Expr) -> bool:
+        """``e`` calls a global marked ``Checkpoint=1`` (every call of it is checkpointed)."""
+        if not (isinstance(e, Call) and isinstance(e.op, GlobalVar) and e.op.name_hint in self.mod):
+            return False
+        fn = self.mod[e.op.name_hint]
+        return bool(getattr(fn, "attrs", None) and fn.attrs.get("Checkpoint", 0))
+
     def can_checkpoint(self, e: Expr) -> bool:
         """``e`` is a call of a global on tensor trees returning a tensor tree."""
         if not (isinstance(e, Call) and isinstance(e.op, GlobalVar)
@@ -1030,6 +1040,9 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
     missing: list[_Missing] = []
     rule_errors: list[DiagnosticError] = []
     forward: list[tuple[Var, Expr]] = []   # (new var, new value)
+    # NOTE: values that depend on a parameter in ``wrt``: the only ones whose adjoint is needed
+    # (with wrt=, nothing is emitted for the data's gradient)
+    live: set[Var] = {params[i] for i in wrt}
     with sb.scope():
         for v, value in binds:
             t = _type_of(value) if value.checked_type_ is not None else \
@@ -1052,6 +1065,10 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
             sb.bind(y, nv)
             vmap[v], types[y] = y, t
             forward.append((y, nv))
+            kids = nv.args if isinstance(nv, Call) else nv.fields if isinstance(nv, Tuple) \
+                else (nv.tuple_value,)  # type: ignore[union-attr]
+            if any(k in live for k in kids if isinstance(k, Var)):
+                live.add(y)
         res = atom(result)
         res_t = ret
         adj = _Adj(sb)
@@ -1064,12 +1081,12 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
             t = types[y]
             if isinstance(nv, Tuple):
                 for f, ft, gf in zip(nv.fields, t.fields, g):  # type: ignore
-                    if isinstance(f, Var) and f in types and has_float_leaf(ft):
-                        adj.add(f, gf, ft)
+                    if isinstance(f, Var) and f in live and has_float_leaf(ft):
+                        adj.add(f, gf, ft)  # type: ignore[arg-type]
                 continue
             if isinstance(nv, TupleGetItem):
                 src = nv.tuple_value
-                if isinstance(src, Var) and src in types:
+                if isinstance(src, Var) and src in live:
                     st = types[src]
                     tree = [g if i == nv.index else None for i in range(len(st.fields))]
                     adj.add(src, tree, st)
@@ -1079,7 +1096,7 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
             arg_ts = [types.get(a, None) if isinstance(a, Var) else _type_of(a)
                       for a in call.args]
             if opdef.non_differentiable or not has_float_leaf(t) or not any(
-                    isinstance(a, Var) and a in types and has_float_leaf(at)
+                    isinstance(a, Var) and a in live and has_float_leaf(at)
                     for a, at in zip(call.args, arg_ts)):
                 continue
             if opdef.grad is None:
@@ -1095,10 +1112,10 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
                 raise InternalError(f"gradient rule of `{opdef.name}` returned {len(grads)} "
                                     f"adjoints for {len(call.args)} arguments")
             for a, ga, at in zip(call.args, grads, arg_ts):
-                if ga is None or not isinstance(a, Var) or a not in types \
+                if ga is None or not isinstance(a, Var) or a not in live \
                         or not has_float_leaf(at):
                     continue
-                adj.add(a, adj.tree(ga, at), at)
+                adj.add(a, adj.tree(ga, at), at)  # type: ignore[arg-type]
         if missing:
             raise _missing_error(missing)
         if rule_errors:

@@ -29,9 +29,9 @@ The new entry pairs every float parameter leaf with its tangent argument (int an
 are accepted and ignored), calls the transformed entry and returns the primal result with its
 tangent, which has the result's type (``zeros_like`` on int and bool leaves). Parameters and
 results may be tensors, tuples and ADTs of them; for an ADT the helper globals
-``@dual_Name`` (zip a value with its tangent), ``@primal_Name`` and ``@tangent_Name`` convert. Because each
-nesting level gets its own pair types, ``jvp`` of a program that already is a JVP or a
-gradient (forward over reverse: Hessian-vector products) keeps the levels apart: no
+``@dual_Name`` (zip a value with its tangent), ``@primal_Name`` and ``@tangent_Name`` convert.
+Because each nesting level gets its own pair types, ``jvp`` of a program that already is a JVP
+or a gradient (forward over reverse: Hessian-vector products) keeps the levels apart: no
 perturbation confusion.
 
 Everything is walked iteratively along let spines (ScopeBuilder); Python recursion only follows

@@ -102,3 +102,18 @@ def test_checkpointing_lowers_peak_memory() -> None:
     _, d1 = runtime.evaluate(g_ck, *args)
     _, d2 = runtime.evaluate(g_plain, *args)
     assert_close_tree(d1, d2, 0, 0)
+
+
+def test_a_global_marked_checkpoint_has_every_call_recomputed() -> None:
+    # the function form: `Checkpoint=1` on @block marks each of its calls
+    plain = mlp(4, 2, 3, 2, False)
+    head = next(ln for ln in plain.splitlines() if ln.startswith("def @block"))
+    marked = plain.replace(head, head.replace(") -> ", ", Checkpoint=1) -> "), 1)
+    assert marked != plain
+    args = _args(4, 3, 2)
+    g_marked = passes.gradient(rly.parse(marked))
+    twin = _main_grad_text(g_marked)
+    assert twin.count("= @block(") == 2 and twin.count("@block_grad(") == 2
+    _, d1 = runtime.evaluate(g_marked, *args)
+    _, d2 = runtime.evaluate(passes.gradient(rly.parse(plain)), *args)
+    assert_close_tree(d1, d2, 0, 0)

@@ -17,7 +17,8 @@ V3 = "Tensor[(3), float64]"
 
 
 def test_contract_and_tangent_of_a_tuple_result() -> None:
-    mod = rly.parse(HEADER + f"""def @main(%x: {V3}, %n: int32, %p: (float64, {V3})) -> ({V3}, int32) {{
+    mod = rly.parse(HEADER + f"""
+def @main(%x: {V3}, %n: int32, %p: (float64, {V3})) -> ({V3}, int32) {{
   (multiply(exp(%x), %p.1), add(%n, 1))
 }}""", "<t>")
     j = passes.jvp(mod)
@@ -213,3 +214,10 @@ def test_op_jvp_rule_against_finite_differences(case) -> None:  # type: ignore[n
         if not is_float(np.asarray(hi)):
             continue
         np.testing.assert_allclose(g, (hi - lo) / (2 * EPS), rtol=tol, atol=tol)
+
+
+def test_every_differentiable_op_has_a_jvp_rule() -> None:
+    from relay_ir.op import list_ops
+    missing = [o.name for o in list_ops()
+               if not o.non_differentiable and o.grad is not None and o.jvp is None]
+    assert missing == []

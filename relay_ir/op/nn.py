@@ -868,7 +868,30 @@ def layer_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (dx, dgamma, dbeta)
 
 
-defop("nn.layer_norm", 3, grad=layer_norm_grad, attrs=[F("axis", "int", -1)] + _NORM_ATTRS,
+def layer_norm_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """``layer_norm(x, gamma, beta)``: ``dxh = rstd (tx - mean(tx) - xh mean(xh tx))``, then
+    ``dy = dxh gamma + xh t_gamma + t_beta`` (per-channel ``gamma``, ``beta`` broadcast)."""
+    x, gamma, beta = call.args
+    at = call.attrs
+    nd = tensor_type(x).ndim
+    axis = _axis_of(call)
+    ax = (axis,)
+    xc = op("subtract", x, op("mean", x, axis=ax, keepdims=True))
+    var = op("mean", _mul(xc, xc), axis=ax, keepdims=True)
+    rstd = op("rsqrt", op("add", var, scalar(at.epsilon, x)))
+    xh = _mul(xc, rstd)
+    dxh = _mul(rstd, op("subtract", op("subtract", t[0], op("mean", t[0], axis=ax, keepdims=True)),
+                        _mul(xh, op("mean", _mul(xh, t[0]), axis=ax, keepdims=True))))
+    dy = dxh
+    if at.scale:
+        dy = op("add", _mul(dxh, _channel(gamma, nd, axis)), _mul(xh, _channel(t[1], nd, axis)))
+    if at.center:
+        dy = op("add", dy, _channel(t[2], nd, axis))
+    return dy
+
+
+defop("nn.layer_norm", 3, grad=layer_norm_grad, jvp=layer_norm_jvp,
+      attrs=[F("axis", "int", -1)] + _NORM_ATTRS,
       attrs_type="LayerNormAttrs", rel=layer_norm_rel, impl=layer_norm_ref,
       pattern=OpPattern.OPAQUE, doc="Layer normalization.",
       compute=layer_norm_te)
@@ -926,7 +949,30 @@ def batch_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (dx, dgamma, dbeta, dm, dv)
 
 
-defop("nn.batch_norm", 5, grad=batch_norm_grad, attrs=[F("axis", "int", 1)] + _NORM_ATTRS,
+def batch_norm_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """Inference-form ``batch_norm``: ``y = (x - m) rstd gamma + beta`` differentiated in all
+    five inputs (``d rstd = -rstd^3 t_v / 2``); the pass-through outputs get ``t_m``, ``t_v``."""
+    x, gamma, beta, m, v = call.args
+    at = call.attrs
+    nd = tensor_type(x).ndim
+    axis = _axis_of(call)
+    tx, tg, tb, tm, tv = t
+    rstd = op("rsqrt", op("add", v, scalar(at.epsilon, x)))
+    xc = op("subtract", x, _channel(m, nd, axis))
+    drstd = _mul(_mul(scalar(-0.5, x), _mul(rstd, _mul(rstd, rstd))), tv)
+    dxh = op("add", _mul(op("subtract", tx, _channel(tm, nd, axis)), _channel(rstd, nd, axis)),
+             _mul(xc, _channel(drstd, nd, axis)))
+    dy = dxh
+    if at.scale:
+        xh = _mul(xc, _channel(rstd, nd, axis))
+        dy = op("add", _mul(dxh, _channel(gamma, nd, axis)), _mul(xh, _channel(tg, nd, axis)))
+    if at.center:
+        dy = op("add", dy, _channel(tb, nd, axis))
+    return Tuple((dy, tm, tv))
+
+
+defop("nn.batch_norm", 5, grad=batch_norm_grad, jvp=batch_norm_jvp,
+      attrs=[F("axis", "int", 1)] + _NORM_ATTRS,
       attrs_type="BatchNormAttrs", rel=batch_norm_rel, impl=batch_norm_ref,
       pattern=OpPattern.OPAQUE, doc="Batch normalization (inference form).",
       compute=batch_norm_te)
