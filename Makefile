@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all test demo install bench lint clean test-gpu new-op
+.PHONY: all test demo install bench bench-peers bench-all lint clean test-gpu new-op
 
 all: test
 
@@ -14,8 +14,10 @@ $(VPY):
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 
+# NOTE: the demo extra (scikit-learn, tqdm) is part of every install so that the test suite's
+# shortened demo runs too.
 $(STAMP): $(VPY) setup.cfg pyproject.toml
-	$(VPY) -m pip install -q -e ".[test]"
+	$(VPY) -m pip install -q -e ".[test,demo]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,7 +31,16 @@ test-gpu: $(STAMP)
 demo: $(STAMP)
 	$(VPY) -m relay_ir.demo
 
+# W1-W8 side by side with every installed peer (numpy always; JAX and PyTorch when the `bench`
+# extra is installed: make bench-peers). BENCH_ARGS: e.g. --rounds 3 --only W2,W3.
+BENCH_ARGS ?=
 bench: $(STAMP)
+	$(VPY) benchmarks/run_workloads.py $(BENCH_ARGS)
+
+bench-peers: $(STAMP)
+	$(VPY) -m pip install -q -e ".[bench]" --extra-index-url https://download.pytorch.org/whl/cpu
+
+bench-all: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
 
 # Scaffold an operator: make new-op NAME=nn.my_op [FAMILY=nn] [INPUTS=2]

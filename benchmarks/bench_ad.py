@@ -1,4 +1,4 @@
-"""Reverse-mode AD benchmark: the raw gradient of the W2 MLP loss (WORKLOADS.md).
+"""AD benchmark (issue 11): the W2 MLP loss's gradient in every form, side by side; checkpointing.
 
 W2 loss, forward only, float32, batch 64, MLP 784-512-512-10 (``y = x @ W + b``)::
 
@@ -8,21 +8,32 @@ W2 loss, forward only, float32, batch 64, MLP 784-512-512-10 (``y = x @ W + b``)
 Data exactly as WORKLOADS.md: ``rng = np.random.default_rng(0)``; per layer W then b uniform in
 +-1/sqrt(fan_in); then x standard normal and integer labels.
 
-Measured in one process, side by side:
+Measured in one process, side by side (every gradient is checked against numpy's hand-written
+backward before anything is timed):
 
-* transform time of ``passes.gradient`` (parse and type inference excluded; the input is typed),
+* the forward program; the raw higher-order gradient (``passes.gradient``); that gradient after
+  ``passes.optimize`` (first-order code); the first-order mode's gradient
+  (``mode="first_order"``); numpy's forward and hand-written forward + backward;
+* transform time (parse and type inference excluded: the input is typed);
 * primitive calls: static (op call sites in the entry and every global it reaches) and dynamic
-  (operator implementations the interpreter ran for one call, counted by wrapping them),
-* interpreter time of the forward program and of the raw gradient program (``runtime.evaluate``),
-* numpy: the same forward, and a hand-written forward + backward, in the same run.
+  (operator implementations the interpreter ran for one call, counted by wrapping them);
+* interpreter time (``runtime.evaluate``; median and min of ``--repeat`` runs after a warm-up;
+  ratios use the min, the least noisy figure on a shared machine).
 
-The gradient is checked against the numpy gradient before anything is timed.
+Goals (issue 11): optimized gradient <= 3.5x the forward's primitive calls and <= 4x its
+interpreter time.
+
+Checkpointing (``--ckpt``): a deep MLP (``--layers`` 32 relu layers of ``--width`` 512, batch
+``--batch`` 256, float32, blocks of ``--per-block`` 4 layers as a global ``@block``), the raw
+gradient with and without ``annotation.checkpoint`` around each block call: peak traced memory
+(``tracemalloc``, one run after a warm-up; the inputs are allocated before tracing starts) and
+interpreter time. Goal: at most half the peak memory for at most 1.4x the time.
 
 Also W6 (WORKLOADS.md, scalar-heavy): the gradient of ``sum_{i<1000} sin(x*i)*0.001`` at
 ``x = 0.5`` written as a recursive global (3000 forward ops and their backward steps), with the
 closed form ``sum_i 0.001*i*cos(x*i)`` as the check.
 
-Run: ``.venv/bin/python benchmarks/bench_ad.py [--repeat N]``.
+Run: ``.venv/bin/python benchmarks/bench_ad.py [--repeat N] [--no-ckpt] [--no-w6]``.
 """
 from __future__ import annotations
 
@@ -128,23 +139,21 @@ def static_op_calls(mod: IRModule, entry: str) -> int:
 
 def dynamic_op_calls(mod: IRModule, args: list[np.ndarray]) -> tuple[int, dict[str, int]]:
     """Operator implementations run by one interpreter call, in total and per operator."""
-    counts: dict[str, int] = {}
-    saved = []
-    for od in list_ops():
-        if od.impl is None:
-            continue
-        saved.append((od, od.impl))
+    import contextlib
 
-        def counted(a: Any, attrs: Any, _impl: Callable = od.impl, _n: str = od.name) -> Any:
-            counts[_n] = counts.get(_n, 0) + 1
-            return _impl(a, attrs)
-        od.impl = counted
-    try:
+    from relay_ir.op import override_op
+    counts: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        for od in list_ops():
+            if od.impl is None:
+                continue
+
+            def counted(a: Any, attrs: Any, _impl: Callable = od.impl, _n: str = od.name) -> Any:
+                counts[_n] = counts.get(_n, 0) + 1
+                return _impl(a, attrs)
+            stack.enter_context(override_op(od.name, impl=counted))
         fresh = rly.parse(rly.astext(mod), "<count>")  # NOTE: a new module, compiled afresh
         runtime.evaluate(fresh, *args)
-    finally:
-        for od, impl in saved:
-            od.impl = impl
     return sum(counts.values()), counts
 
 
@@ -192,51 +201,146 @@ def bench_w6(repeat: int) -> None:
           f"{t_grad[1] * 1e3:.1f}), {d_grad} op calls ({t_grad[1] / t_fwd[1]:.1f}x forward, min)")
 
 
+def deep_mlp(layers: int, width: int, batch: int, per_block: int, checkpoint: bool) -> str:
+    """The checkpointing workload: ``layers`` relu layers in blocks of ``per_block`` (a global
+    ``@block``), loss ``mean(h * h)``; each block call marked ``annotation.checkpoint`` or not."""
+    T = f"Tensor[({batch}, {width}), float32]"
+    W = f"Tensor[({width}, {width}), float32]"
+    Bt = f"Tensor[({width}), float32]"
+    bparams = ", ".join(f"%w{i}: {W}, %b{i}: {Bt}" for i in range(per_block))
+    body = "\n".join(f"  let %h{i + 1} = nn.relu(add(nn.matmul(%h{i}, %w{i}), %b{i}));"
+                     for i in range(per_block))
+    text = f"def @block(%h0: {T}, {bparams}) -> {T} {{\n{body}\n  %h{per_block}\n}}\n"
+    lines = []
+    for k in range(layers // per_block):
+        args = ", ".join(f"%w{k * per_block + i}, %b{k * per_block + i}"
+                         for i in range(per_block))
+        call = f"@block(%a{k}, {args})"
+        lines.append(f"  let %a{k + 1} = "
+                     + (f"annotation.checkpoint({call})" if checkpoint else call) + ";")
+    n = layers // per_block
+    params = ", ".join(f"%w{i}: {W}, %b{i}: {Bt}" for i in range(layers))
+    return ('#[version = "0.0.5"]\n' + text + f"def @main(%a0: {T}, {params}) -> float32 {{\n"
+            + "\n".join(lines) + f"\n  mean(multiply(%a{n}, %a{n}))\n}}\n")
+
+
+def peak_memory(mod: IRModule, args: list[np.ndarray]) -> int:
+    """Peak bytes traced by ``tracemalloc`` during one interpreter call (after a warm-up)."""
+    import gc
+    import tracemalloc
+    runtime.evaluate(mod, *args)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        runtime.evaluate(mod, *args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def bench_checkpoint(layers: int, width: int, batch: int, per_block: int, repeat: int) -> None:
+    """Peak memory and interpreter time of the raw gradient with and without checkpointing."""
+    rng = np.random.default_rng(0)
+    data = [rng.standard_normal((batch, width), dtype=np.float32)]
+    for _ in range(layers):
+        data += [(rng.uniform(-1, 1, (width, width)) * np.sqrt(3 / width)).astype(np.float32),
+                 np.zeros(width, np.float32)]
+    rows = {}
+    for ck in (False, True):
+        g = passes.gradient(rly.parse(deep_mlp(layers, width, batch, per_block, ck), "<mlp>"))
+        rows[ck] = (g, peak_memory(g, data))
+    out = {ck: runtime.evaluate(rows[ck][0], *data) for ck in rows}
+    for a, b in zip(out[True][1], out[False][1]):
+        assert np.array_equal(a, b), "checkpointed gradient differs"
+    # NOTE: interleaved runs, so that both see the same machine load
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(repeat):
+        for ck in (False, True):
+            t0 = time.perf_counter()
+            runtime.evaluate(rows[ck][0], *data)
+            times[ck].append(time.perf_counter() - t0)
+    print(f"# checkpointing: {layers} relu layers of {width}, batch {batch}, float32, blocks of "
+          f"{per_block} layers; raw gradient; gradients identical with and without")
+    print("| program | peak traced memory (MiB) | interpreter ms (median, min) |")
+    print("|---|---:|---:|")
+    for ck, label in ((False, "without checkpoint"), (True, "annotation.checkpoint per block")):
+        ts = times[ck]
+        print(f"| {label} | {rows[ck][1] / 2**20:.1f} | {statistics.median(ts) * 1e3:.0f} "
+              f"(min {min(ts) * 1e3:.0f}) |")
+    print(f"checkpoint / plain: {rows[True][1] / rows[False][1]:.2f}x peak memory, "
+          f"{min(times[True]) / min(times[False]):.2f}x time (min), "
+          f"{statistics.median(times[True]) / statistics.median(times[False]):.2f}x (median) "
+          "(goal: <= 0.5x memory for <= 1.4x time)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--no-ckpt", action="store_true", help="skip the checkpointing benchmark")
+    ap.add_argument("--no-w6", action="store_true", help="skip W6")
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--per-block", type=int, default=4, dest="per_block")
     args = ap.parse_args(argv)
 
     data = w2_data()
     mod = passes.InferType()(rly.parse(W2_TEXT, "<w2>"))
-    t_transform = timed(lambda: passes.gradient(mod), max(3, args.repeat // 2))
-    g = passes.gradient(mod)
+    ref_value, ref_grads = numpy_value_and_grad(*data)
+    np.testing.assert_allclose(runtime.evaluate(mod, *data), ref_value, rtol=1e-5)
+    tr = max(3, args.repeat // 2)
+    programs: list[tuple[str, IRModule, tuple[float, float] | None]] = [("forward", mod, None)]
+    t_raw = timed(lambda: passes.gradient(mod), tr)
+    raw = passes.gradient(mod)
+    programs.append(("raw gradient (higher-order)", raw, t_raw))
+    t_opt = timed(lambda: passes.optimize(raw), tr)
+    programs.append(("optimized gradient (passes.optimize of the raw one)",
+                     passes.optimize(raw), (t_opt[0] + t_raw[0], t_opt[1] + t_raw[1])))
+    t_fo = timed(lambda: passes.gradient(mod, mode="first_order"), tr)
+    programs.append(("first-order-mode gradient", passes.gradient(mod, mode="first_order"),
+                     t_fo))
 
     # correctness first: value and every gradient against numpy's hand-written backward
-    value, grads = runtime.evaluate(g, *data)
-    ref_value, ref_grads = numpy_value_and_grad(*data)
-    np.testing.assert_allclose(value, ref_value, rtol=1e-5)
-    np.testing.assert_allclose(runtime.evaluate(mod, *data), ref_value, rtol=1e-5)
-    for got, want in zip(grads, ref_grads):
-        np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-6)
+    for name, prog, _ in programs[1:]:
+        value, grads = runtime.evaluate(prog, *data)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        for got, want in zip(grads, ref_grads):
+            np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-6, err_msg=name)
 
-    s_fwd, s_grad = static_op_calls(mod, "main"), static_op_calls(g, "main")
-    d_fwd, _ = dynamic_op_calls(mod, data)
-    d_grad, per_op = dynamic_op_calls(g, data)
-
-    t_fwd = timed(lambda: runtime.evaluate(mod, *data), args.repeat)
-    t_grad = timed(lambda: runtime.evaluate(g, *data), args.repeat)
+    rows = []
+    for name, prog, t_tr in programs:
+        s_calls = static_op_calls(prog, "main")
+        d_calls, _ = dynamic_op_calls(prog, data)
+        t = timed(lambda p=prog: runtime.evaluate(p, *data), args.repeat)
+        rows.append((name, s_calls, d_calls, t, t_tr))
     t_np_fwd = timed(lambda: numpy_forward(*data), args.repeat)
     t_np_grad = timed(lambda: numpy_value_and_grad(*data), args.repeat)
 
     ms = lambda t: f"{t[0] * 1e3:.2f} (min {t[1] * 1e3:.2f})"  # noqa: E731
-    print(f"# W2 MLP loss, raw reverse-mode gradient (python {platform.python_version()}, "
+    print(f"# W2 MLP loss: forward and gradients (python {platform.python_version()}, "
           f"numpy {np.__version__}, {args.repeat} runs, median and min)")
-    print(f"loss = {float(value):.6f} (numpy {float(ref_value):.6f}); all 8 gradients match "
-          "numpy's hand-written backward")
-    print(f"transform passes.gradient: {ms(t_transform)} ms")
-    print("| program | static op calls | dynamic op calls | interpreter ms | numpy ms |")
-    print("|---|---:|---:|---:|---:|")
-    print(f"| forward | {s_fwd} | {d_fwd} | {ms(t_fwd)} | {ms(t_np_fwd)} |")
-    print(f"| raw gradient (value + 8 gradients) | {s_grad} | {d_grad} | {ms(t_grad)} | "
-          f"{ms(t_np_grad)} (hand-written) |")
-    print(f"gradient / forward: {s_grad / s_fwd:.1f}x static op calls, "
-          f"{d_grad / d_fwd:.1f}x dynamic op calls, {t_grad[1] / t_fwd[1]:.2f}x interpreter "
-          f"time (min); raw gradient / numpy hand-written: {t_grad[1] / t_np_grad[1]:.2f}x (min)")
-    top = sorted(per_op.items(), key=lambda kv: -kv[1])
-    print("dynamic op calls of the gradient by operator: "
-          + ", ".join(f"{n} {c}" for n, c in top))
-    bench_w6(args.repeat)
+    print(f"loss = {float(ref_value):.6f}; every gradient program matches numpy's hand-written "
+          "backward (8 gradients)")
+    print("| program | transform ms | static op calls | dynamic op calls | x forward (dynamic) "
+          "| interpreter ms | x forward (time, min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    f_d, f_t = rows[0][2], rows[0][3][1]
+    for name, s_calls, d_calls, t, t_tr in rows:
+        tr_s = "" if t_tr is None else ms(t_tr)
+        print(f"| {name} | {tr_s} | {s_calls} | {d_calls} | {d_calls / f_d:.2f} | {ms(t)} | "
+              f"{t[1] / f_t:.2f} |")
+    print(f"| numpy forward | | | | | {ms(t_np_fwd)} | {t_np_fwd[1] / f_t:.2f} |")
+    print(f"| numpy hand-written forward + backward | | | | | {ms(t_np_grad)} | "
+          f"{t_np_grad[1] / f_t:.2f} |")
+    opt = rows[2]
+    print(f"goals: optimized gradient {opt[2] / f_d:.2f}x the forward's primitive calls "
+          f"(goal <= 3.5x), {opt[3][1] / f_t:.2f}x its interpreter time (goal <= 4x); "
+          f"optimized / numpy hand-written: {opt[3][1] / t_np_grad[1]:.2f}x (min)")
+    if not args.no_ckpt:
+        bench_checkpoint(args.layers, args.width, args.batch, args.per_block,
+                         max(3, args.repeat // 2))
+    if not args.no_w6:
+        bench_w6(args.repeat)
     return 0
 
 

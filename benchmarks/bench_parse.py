@@ -25,6 +25,22 @@ sys.setrecursionlimit(1000)  # NOTE: the default; nothing here may need more
 HEADER = '#[version = "0.0.5"]'
 
 
+def _op_text(kind: int, prev: str, sigil: str, scale: str, minus_one: str) -> str:
+    """Operation ``kind`` (0-7) of the generated programs applied to ``prev``; ``sigil`` is
+    ``%`` in Relay text and empty in Python."""
+    x, w, b = (sigil + v for v in "xwb")
+    return {
+        0: f"add({prev}, {x})",
+        1: f"multiply({prev}, {scale})",
+        2: f"nn.relu({prev})",
+        3: f"nn.dense({prev}, {w}, units=4)",
+        4: f"nn.bias_add({prev}, {b})",
+        5: f"tanh({prev})",
+        6: f"nn.softmax({prev}, axis=0)",
+        7: f"subtract({prev}, {minus_one})",
+    }[kind]
+
+
 def relay_program(n_lines: int) -> str:
     """A canonical Relay module of exactly ``n_lines`` lines."""
     body: list[str] = []
@@ -44,19 +60,11 @@ def relay_program(n_lines: int) -> str:
             temp += 2
             continue
         if kind in (2, 5):
-            op = "nn.relu(" + prev + ")" if kind == 2 else f"tanh({prev})"
-            body.append(f"let %v{let} = {op};")
+            body.append(f"let %v{let} = {_op_text(kind, prev, '%', '', '')};")
             prev = f"%v{let}"
             let += 1
             continue
-        expr = {
-            0: f"add({prev}, %x)",
-            1: f"multiply({prev}, {0.5 + (k % 5) * 0.25:g}f)",
-            3: f"nn.dense({prev}, %w, units=4)",
-            4: f"nn.bias_add({prev}, %b)",
-            6: f"nn.softmax({prev}, axis=0)",
-            7: f"subtract({prev}, -1f)",
-        }[kind]
+        expr = _op_text(kind, prev, "%", f"{0.5 + (k % 5) * 0.25:g}f", "-1f")
         body.append(f"%{temp} = {expr};")
         prev = f"%{temp}"
         temp += 1
@@ -83,16 +91,7 @@ def python_program(n_lines: int) -> str:
             body.append(f"    t{len(body)} = {name}[0]")
             prev = f"t{len(body) - 1}"
             continue
-        expr = {
-            0: f"add({prev}, x)",
-            1: f"multiply({prev}, {0.5 + (k % 5) * 0.25!r})",
-            2: f"nn.relu({prev})",
-            3: f"nn.dense({prev}, w, units=4)",
-            4: f"nn.bias_add({prev}, b)",
-            5: f"tanh({prev})",
-            6: f"nn.softmax({prev}, axis=0)",
-            7: f"subtract({prev}, -1.0)",
-        }[kind]
+        expr = _op_text(kind, prev, "", repr(0.5 + (k % 5) * 0.25), "-1.0")
         body.append(f"    {name} = {expr}")
         prev = name
     return "def main(x, w, b):\n" + "\n".join(body) + f"\n    return add({prev}, x)\n"

@@ -26,7 +26,19 @@ Expressions map structurally, except:
 * ``fn (x) { e }`` => ``fn (x', bp2) { e' }`` where ``e'`` uses ``bp2``;
 * a float constant ``c`` used as a value => ``(c, ref(zeros_like(c)))``; as an operator argument
   it is used as is (its adjoint is never read);
-* ``if`` conditions and ``match`` scrutinee tags are not differentiated.
+* ``if`` conditions and ``match`` scrutinee tags are not differentiated;
+* ``annotation.checkpoint(@g(a..))`` (a call of a global on tensor trees, marked for
+  rematerialization) => the forward pass calls the *original* ``@g`` on the primal values (no
+  cells, no closures: its intermediates die when it returns) and pairs the result with fresh
+  cells; the backward step re-runs ``@g_grad(a'.., bp2)`` on the same AD arguments with a
+  private chain ``bp2``, adds the result's adjoint into the new result cells, runs ``bp2``
+  (which accumulates into the arguments' cells) and continues with the outer chain. The
+  ``annotation.checkpoint`` call itself is the identity on AD values; around anything else it
+  is just that identity.
+
+Adjoint cells start from ``zeros(shape, dtype)``: one buffer per static type and scope, shared by
+every cell of that type (values are immutable, a cell is only ever overwritten), so a function
+holds one zero buffer per type rather than one per intermediate.
 
 The new entry makes the empty chain ``ref(fn () { () })``, pairs every float parameter with a
 zero adjoint cell, calls the transformed entry, adds ``ones_like`` into the cell of **every**
@@ -36,6 +48,21 @@ included), runs the chain once, and returns the primal result with one gradient 
 
 Everything is walked iteratively along let spines (ScopeBuilder); Python recursion only follows
 the nesting of functions, branches and match arms.
+
+First-order mode (``mode="first_order"``), for pure dataflow entries (operator calls, tuples,
+projections, lets, variables and constants; tensor and tuple parameters and results)::
+
+    def @f(%p..) { let %y1 = e1; ...; let %yn = en; %r }
+        =>  def @f(%p..) { let %y1 = e1; ...; let %yn = en;
+                           <adjoints of %yn .. %y1, in that order>; (%r, (adjoint of %p..)) }
+
+The forward bindings are kept; then, from the last binding to the first, each binding whose
+adjoint is non-zero pushes it to its operands (an op's OpDef.grad rule given the bound ``%y``;
+a tuple splits it field by field; a projection adds into one field). Adjoints are trees of
+atoms that start absent (zero) and are summed with ``add`` on a second contribution, so nothing
+is allocated for values that get no gradient and no reference or closure is emitted. Any
+other construct (``if``, ``match``, function literal, reference, call of a global or of a
+closure, constructor, ADT parameter) is a ``GradientError`` naming it, with its span.
 """
 from __future__ import annotations
 
@@ -120,6 +147,8 @@ def _typed_const(c: Constant) -> Constant:
 class _Types:
     """The type map ``T => T'`` with the ADT twins it needs."""
 
+    SUFFIX = "_ad"  # NOTE: twins of ADTs and constructors are named NAME_ad / Ctor_ad
+
     def __init__(self, mod: IRModule, taken: set[str]) -> None:
         self.adt_map: dict[str, GlobalTypeVar] = {}
         self.ctor_map: dict[str, Constructor] = {}
@@ -140,7 +169,7 @@ class _Types:
             if not grew:
                 break
         for name in changed:
-            self.adt_map[name] = GlobalTypeVar(_fresh_name(name + "_ad", taken))
+            self.adt_map[name] = GlobalTypeVar(_fresh_name(name + self.SUFFIX, taken))
         for name in tds:
             if name not in changed:
                 continue
@@ -150,7 +179,7 @@ class _Types:
             self.subst = dict(zip(td.type_params, params))
             ctors = []
             for c in td.constructors:
-                nc = Constructor(_fresh_name(c.name_hint + "_ad", taken),
+                nc = Constructor(_fresh_name(c.name_hint + self.SUFFIX, taken),
                                  tuple(self.map(t) for t in c.inputs), header, c.tag,
                                  span=c.span)
                 self.ctor_map[c.name_hint] = nc
@@ -242,6 +271,7 @@ class _AD:
         self.cells: dict[Var, Var] = {}
         self._add = get_opdef("add").op
         self._add_attrs = get_opdef("add").make_attrs()
+        self._zeros: dict[Type, tuple[list, Expr]] = {}  # type -> (scope bindings, zero atom)
 
     # ---------------------------------------------------------------- globals
     def global_twin(self, gv: GlobalVar) -> GlobalVar:
@@ -299,10 +329,14 @@ class _AD:
     def scope(self, e: Expr, bp: Var) -> Expr:
         """Transform a let spine (a function body, branch or arm) in a fresh scope."""
         sb = self.sb
+        marked = _checkpointed(e)
         with sb.scope():
             while isinstance(e, Let):
                 nv = self.map_var(e.var, annotate=e.var.type_annotation is not None)
-                value = self.value(e.value, bp)
+                if e.var in marked and self.can_checkpoint(e.value):
+                    value = self.checkpoint_call(e.value, bp)  # type: ignore[arg-type]
+                else:
+                    value = self.value(e.value, bp)
                 if isinstance(value, (Var, GlobalVar, Constant, Constructor)):
                     self.vmap[e.var] = value  # type: ignore[assignment]  # NOTE: alias atoms
                 else:
@@ -310,6 +344,47 @@ class _AD:
                 e = e.body
             tail = self.atom(e, bp)
             return sb.build(tail)
+
+    # ---------------------------------------------------------------- checkpointing
+    def can_checkpoint(self, e: Expr) -> bool:
+        """``e`` is a call of a global on tensor trees returning a tensor tree."""
+        if not (isinstance(e, Call) and isinstance(e.op, GlobalVar)
+                and e.op.name_hint in self.mod):
+            return False
+        return all(_tensor_tree(_type_of(a)) for a in e.args) and _tensor_tree(_type_of(e))
+
+    def checkpoint_call(self, e: Call, bp: Var) -> Expr:
+        """``annotation.checkpoint(@g(a..))``: the forward pass runs the *original* ``@g`` on
+        the primal values (no adjoint cells, no closures: its intermediates are freed); the
+        backward step re-runs ``@g_grad`` on the same AD arguments with a private chain, seeds
+        its result with the adjoint of the call, runs that chain, then the rest."""
+        sb = self.sb
+        arg_types = [_type_of(a) for a in e.args]
+        out_t = _type_of(e)
+        ad_args = [self.atom(a, bp) for a in e.args]
+        prims = [self.primal(v, t) for v, t in zip(ad_args, arg_types)]
+        y = sb.let_(Call(e.op, tuple(prims), e.attrs, e.type_args, span=e.span,
+                         checked_type_=out_t), "y", out_t)
+        result = self.lift_new(y, out_t)
+        if not has_float_leaf(out_t):
+            return result
+        twin = self.global_twin(e.op)  # type: ignore[arg-type]
+        k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
+        with sb.scope():
+            with sb.scope():
+                unit_body = sb.build(Tuple((), checked_type_=UNIT))
+            empty = sb.let_(Function((), unit_body, UNIT), "empty", FuncType((), UNIT))
+            bp2 = sb.let_(RefCreate(empty), "bp", BP_TYPE)
+            again = sb.let_(Call(twin, tuple(ad_args) + (bp2,), span=e.span), "again",
+                            self.types.map(out_t))
+            dy = self.read_adjoint(result, y, out_t)
+            self.accumulate(again, dy, out_t)
+            k2 = sb.let_(RefRead(bp2), "k", FuncType((), UNIT))
+            sb.let_(Call(k2, ()), "_", UNIT)
+            back_body = sb.build(Call(k, (), span=e.span))
+        back = sb.let_(Function((), back_body, UNIT, span=e.span), "back", FuncType((), UNIT))
+        sb.let_(RefWrite(bp, back), "_", UNIT)
+        return result
 
     # ---------------------------------------------------------------- atoms and values
     def atom(self, e: Expr, bp: Var) -> Expr:
@@ -337,12 +412,34 @@ class _AD:
     def pair(self, y: Expr, t: Type) -> Var:
         """``(y, ref(zeros_like(y)))`` for a float tensor ``y`` of type ``t``."""
         sb = self.sb
-        z = sb.let_(_call("zeros_like", y), "z", t)
+        z = self.zero_of(y, t)
         cell = sb.let_(RefCreate(z), "cell", RefType(t))
         ad = sb.let_(Tuple((y, cell)), "ad", TupleType((t, RefType(t))))
         self.prims[ad] = y  # type: ignore[index]
         self.cells[ad] = cell  # type: ignore[index,assignment]
         return ad  # type: ignore[return-value]
+
+    def zero_of(self, y: Expr, t: Type) -> Expr:
+        """A zero tensor of ``t`` to start an adjoint cell from.
+
+        Values are immutable (a cell is overwritten, never updated in place), so every cell of
+        one static type in scope shares a single ``zeros(shape, dtype)`` buffer: a function
+        holds one zero buffer per type, not one per intermediate (the interpreter keeps every
+        let-bound value of an activation alive until it returns).
+        """
+        sb = self.sb
+        static = isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape)
+        if not static:
+            return sb.let_(_call("zeros_like", y), "z", t)
+        hit = self._zeros.get(t)
+        if hit is not None and any(hit[0] is s for s in sb._scopes):  # NOTE: still open
+            return hit[1]
+        od = get_opdef("zeros")
+        z = sb.let_(Call(od.op, (), od.make_attrs({"shape": list(t.shape),  # type: ignore
+                                                    "dtype": t.dtype}),
+                         checked_type_=t), "z", t)
+        self._zeros[t] = (sb.bindings, z)
+        return z
 
     def cell_of(self, v: Expr, t: Type) -> Expr:
         """The adjoint cell of the AD value ``v`` of float type ``t``."""
@@ -414,6 +511,11 @@ class _AD:
         """``op(a..)`` => forward value paired with cells; the backward step pushed on ``bp``."""
         sb = self.sb
         opdef = get_opdef(e.op.name)  # type: ignore[union-attr]
+        if opdef.name == "annotation.checkpoint" and len(e.args) == 1 \
+                and not isinstance(e.args[0], Constant):
+            # NOTE: an identity whose adjoint passes through: the AD value itself (the marked
+            # call was transformed by checkpoint_call); no second pair, cell or step.
+            return self.atom(e.args[0], bp)
         prim_args: list[Expr] = []
         ad_args: list[Expr | None] = []   # AD value of each float-carrying argument, else None
         arg_types: list[Type] = []
@@ -589,6 +691,18 @@ class _AD:
                 self.accumulate(fv, fg, ft)
 
 
+def _checkpointed(e: Expr) -> set[Var]:
+    """Variables of this let spine that are the argument of ``annotation.checkpoint``."""
+    out: set[Var] = set()
+    while isinstance(e, Let):
+        v = e.value
+        if isinstance(v, Call) and isinstance(v.op, Op) and v.op.name == "annotation.checkpoint" \
+                and v.args and isinstance(v.args[0], Var):
+            out.add(v.args[0])
+        e = e.body
+    return out
+
+
 def _call(name: str, *args: Expr, checked_type_: Type | None = None) -> Call:
     od = get_opdef(name)
     return Call(od.op, tuple(args), od.make_attrs(), checked_type_=checked_type_)
@@ -714,8 +828,8 @@ def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type
     return list(ft.arg_types), ft.ret_type
 
 
-def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type
-             ) -> Function:
+def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type,
+             wrt: Sequence[int]) -> Function:
     """The new entry: cells for the parameters, call, seed every float leaf, run the chain."""
     sb = ad.sb
     params = tuple(Var(p.name_hint, t, span=p.span, checked_type_=t)
@@ -731,11 +845,12 @@ def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret:
         k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
         sb.let_(Call(k, ()), "_", UNIT)
         value = ad.primal(r, ret)
-        grads = [_read_grad(ad, v, p, t) for v, p, t in zip(ad_params, params, arg_types)]
-        gt = sb.let_(Tuple(tuple(grads)), "grads", TupleType(tuple(arg_types)))
+        grads = [_read_grad(ad, ad_params[i], params[i], arg_types[i]) for i in wrt]
+        wrt_types = TupleType(tuple(arg_types[i] for i in wrt))
+        gt = sb.let_(Tuple(tuple(grads)), "grads", wrt_types)
         out = sb.let_(Tuple((value, gt)), "out")
         body = sb.build(out)
-    rt = TupleType((ret, TupleType(tuple(arg_types))))
+    rt = TupleType((ret, wrt_types))
     return Function(params, body, rt, span=fn.span)
 
 
@@ -769,20 +884,251 @@ def _read_grad(ad: _AD, v: Expr, p: Expr, t: Type) -> Expr:
     return sb.let_(_call("zeros_like", p), "grad", t)
 
 
+# ----------------------------------------------------------------------------- first order
+_CONSTRUCT_NAMES: dict[type, str] = {
+    If: "`if`", Match: "`match`", Function: "a function literal (closure)",
+    RefCreate: "a reference (`ref`)", RefRead: "a reference read (`ref_read`)",
+    RefWrite: "a reference write (`ref_write`)",
+}
+
+
+def _first_order_reject(what: str, span: Span | None, entry: str) -> GradientError:
+    return GradientError(f"first_order mode differentiates pure dataflow only: {what} in @{entry}"
+                         " is not supported (use mode='higher_order', which covers every "
+                         "program)", span)
+
+
+def _dataflow_spine(fn: Function, entry: str) -> tuple[list[tuple[Var, Expr]], Expr]:
+    """The bindings and result atom of a pure dataflow body (A-normal form, nested lets
+    flattened); the first unsupported construct is a :class:`GradientError` with its span."""
+    binds: list[tuple[Var, Expr]] = []
+    e: Expr = fn.body
+    pending: list[tuple[Var, Expr]] = []  # NOTE: a let whose value is itself a let spine
+    while True:
+        while isinstance(e, Let):
+            if isinstance(e.value, Let):
+                pending.append((e.var, e.body))
+                e = e.value
+                continue
+            binds.append((e.var, e.value))
+            e = e.body
+        if not pending:
+            break
+        var, rest = pending.pop()
+        binds.append((var, e))
+        e = rest
+    for _, v in binds + [(None, e)]:  # type: ignore[list-item]
+        nodes = [v] if not isinstance(v, (Call, Tuple, TupleGetItem)) else \
+            [v] + (list(v.args) if isinstance(v, Call) else list(v.fields)
+                   if isinstance(v, Tuple) else [v.tuple_value])
+        for n in nodes:
+            what = _CONSTRUCT_NAMES.get(type(n))
+            if what is None and isinstance(n, Call) and not isinstance(n.op, Op):
+                op = n.op
+                what = (f"a call of the global @{op.name_hint}" if isinstance(op, GlobalVar)
+                        else f"a call of constructor `{op.name_hint}` (an ADT value)"
+                        if isinstance(op, Constructor)
+                        else "a call of a local function (closure)")
+            elif what is None and isinstance(n, GlobalVar):
+                what = f"the global @{n.name_hint} used as a value"
+            elif what is None and isinstance(n, Constructor):
+                what = f"constructor `{n.name_hint}` (an ADT value)"
+            elif what is None and isinstance(n, Op) and n is not getattr(v, "op", None):
+                what = f"operator `{n.name}` used as a value"
+            if what is not None:
+                raise _first_order_reject(what, n.span or v.span or fn.span, entry)
+    return binds, e
+
+
+class _Adj:
+    """Adjoint trees of a first-order sweep: a tensor leaf is an atom or None (zero so far)."""
+
+    def __init__(self, sb: ScopeBuilder) -> None:
+        self.sb = sb
+        self.adj: dict[Var, object] = {}
+        self._add = get_opdef("add")
+
+    def get(self, v: Var) -> object:
+        return self.adj.get(v)
+
+    def add(self, v: Var, g: object, t: Type) -> None:
+        """Accumulate the adjoint tree ``g`` (of type ``t``) into ``v``'s."""
+        self.adj[v] = self._sum(self.adj.get(v), g, t)
+
+    def _sum(self, a: object, b: object, t: Type) -> object:
+        if b is None:
+            return a
+        if a is None:
+            return b
+        if isinstance(t, TupleType):
+            return [self._sum(x, y, ft) for x, y, ft in zip(a, b, t.fields)]  # type: ignore
+        return self.sb.let_(Call(self._add.op, (a, b), self._add.make_attrs(),  # type: ignore
+                                 checked_type_=t), "acc", t)
+
+    def tree(self, e: Expr, t: Type) -> object:
+        """The adjoint tree of an expression of type ``t`` (a rule's output)."""
+        if isinstance(t, TupleType):
+            if isinstance(e, Tuple):
+                return [self.tree(f, ft) for f, ft in zip(e.fields, t.fields)]
+            a = emit(self.sb, e)
+            return [self.tree(self.sb.let_(TupleGetItem(a, i, checked_type_=ft), "g", ft), ft)
+                    for i, ft in enumerate(t.fields)]
+        if not has_float_leaf(t):
+            return None
+        return emit(self.sb, e)
+
+    def materialize(self, g: object, primal: Expr, t: Type) -> Expr:
+        """An expression for the adjoint tree ``g``: zeros where nothing was accumulated."""
+        sb = self.sb
+        if isinstance(t, TupleType):
+            fields = []
+            for i, ft in enumerate(t.fields):
+                sub = g[i] if g is not None else None  # type: ignore[index]
+                fp = sb.let_(TupleGetItem(primal, i, checked_type_=ft), "p", ft)
+                fields.append(self.materialize(sub, fp, ft))
+            return sb.let_(Tuple(tuple(fields), checked_type_=t), "dt", t)
+        if g is None or not is_float(t):
+            return sb.let_(_call("zeros_like", primal, checked_type_=t), "z", t)
+        return g  # type: ignore[return-value]
+
+
+def _ones_tree(sb: ScopeBuilder, primal: Expr, t: Type) -> object:
+    if isinstance(t, TupleType):
+        return [_ones_tree(sb, sb.let_(TupleGetItem(primal, i, checked_type_=ft), "p", ft), ft)
+                for i, ft in enumerate(t.fields)]
+    if not is_float(t):
+        return None
+    return sb.let_(_call("ones_like", primal, checked_type_=t), "one", t)
+
+
+def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
+                 wrt: Sequence[int], mod: IRModule) -> Function:
+    """The direct reverse sweep of a pure dataflow entry (module docstring, first order)."""
+    for p, t in zip(fn.params, list(arg_types) + [ret]):
+        if not _tensor_tree(t):
+            raise _first_order_reject(f"parameter %{p.name_hint} of type {t!r} (an ADT)",
+                                      p.span or fn.span, entry)
+    if not _tensor_tree(ret):
+        raise _first_order_reject(f"a result of type {ret!r} (an ADT)", fn.span, entry)
+    binds, result = _dataflow_spine(fn, entry)
+    sb = ScopeBuilder()
+    vmap: dict[Var, Expr] = {}
+    types: dict[Var, Type] = {}
+    params = []
+    for p, t in zip(fn.params, arg_types):
+        np_ = Var(p.name_hint, t, span=p.span, checked_type_=t)
+        vmap[p], types[np_] = np_, t
+        params.append(np_)
+
+    def atom(a: Expr) -> Expr:
+        if isinstance(a, Var):
+            return vmap[a]
+        if isinstance(a, Constant):
+            return _typed_const(a)
+        return a
+
+    missing: list[_Missing] = []
+    rule_errors: list[DiagnosticError] = []
+    forward: list[tuple[Var, Expr]] = []   # (new var, new value)
+    with sb.scope():
+        for v, value in binds:
+            t = _type_of(value) if value.checked_type_ is not None else \
+                (v.type_annotation or v.checked_type_)
+            if t is None:
+                raise InternalError(f"gradient: no type on %{v.name_hint}")
+            if isinstance(value, (Var, Constant)):
+                vmap[v] = atom(value)
+                continue
+            if isinstance(value, Call):
+                nv: Expr = Call(value.op, tuple(atom(a) for a in value.args), value.attrs,
+                                value.type_args, span=value.span, checked_type_=t)
+            elif isinstance(value, Tuple):
+                nv = Tuple(tuple(atom(f) for f in value.fields), span=value.span,
+                           checked_type_=t)
+            else:
+                nv = TupleGetItem(atom(value.tuple_value), value.index,  # type: ignore
+                                  span=value.span, checked_type_=t)
+            y = Var(v.name_hint, t, span=v.span, checked_type_=t)
+            sb.bind(y, nv)
+            vmap[v], types[y] = y, t
+            forward.append((y, nv))
+        res = atom(result)
+        res_t = ret
+        adj = _Adj(sb)
+        if isinstance(res, Var) and res in types:
+            adj.add(res, _ones_tree(sb, res, res_t), res_t)
+        for y, nv in reversed(forward):
+            g = adj.get(y)
+            if g is None:
+                continue
+            t = types[y]
+            if isinstance(nv, Tuple):
+                for f, ft, gf in zip(nv.fields, t.fields, g):  # type: ignore
+                    if isinstance(f, Var) and f in types and has_float_leaf(ft):
+                        adj.add(f, gf, ft)
+                continue
+            if isinstance(nv, TupleGetItem):
+                src = nv.tuple_value
+                if isinstance(src, Var) and src in types:
+                    st = types[src]
+                    tree = [g if i == nv.index else None for i in range(len(st.fields))]
+                    adj.add(src, tree, st)
+                continue
+            call: Call = nv  # type: ignore[assignment]
+            opdef = get_opdef(call.op.name)  # type: ignore[union-attr]
+            arg_ts = [types.get(a, None) if isinstance(a, Var) else _type_of(a)
+                      for a in call.args]
+            if opdef.non_differentiable or not has_float_leaf(t) or not any(
+                    isinstance(a, Var) and a in types and has_float_leaf(at)
+                    for a, at in zip(call.args, arg_ts)):
+                continue
+            if opdef.grad is None:
+                missing.append(_Missing(opdef.name, call.span))
+                continue
+            dy = adj.materialize(g, y, t)
+            try:
+                grads = opdef.grad(call, y, dy)
+            except DiagnosticError as err:
+                rule_errors.append(err.with_span(call.span))
+                continue
+            if len(grads) != len(call.args):
+                raise InternalError(f"gradient rule of `{opdef.name}` returned {len(grads)} "
+                                    f"adjoints for {len(call.args)} arguments")
+            for a, ga, at in zip(call.args, grads, arg_ts):
+                if ga is None or not isinstance(a, Var) or a not in types \
+                        or not has_float_leaf(at):
+                    continue
+                adj.add(a, adj.tree(ga, at), at)
+        if missing:
+            raise _missing_error(missing)
+        if rule_errors:
+            first = rule_errors[0]
+            first.notes = first.notes + tuple(str(e) for e in rule_errors[1:])
+            raise first
+        grads_out = [adj.materialize(adj.get(params[i]), params[i], arg_types[i]) for i in wrt]
+        wrt_types = TupleType(tuple(arg_types[i] for i in wrt))
+        gt = sb.let_(Tuple(tuple(grads_out), checked_type_=wrt_types), "grads", wrt_types)
+        out_t = TupleType((ret, wrt_types))
+        out = sb.let_(Tuple((res, gt), checked_type_=out_t), "out", out_t)
+        body = sb.build(out)
+    return Function(tuple(params), body, out_t, span=fn.span)
+
+
 # ----------------------------------------------------------------------------- public entry
-def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> IRModule:
+def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
+             wrt: Sequence[str] | None = None) -> IRModule:
     """``def @entry(p..) -> R`` => ``def @entry(p..) -> (R, (grad p..))`` by reverse-mode AD.
 
     See the module docstring for the rules. The input is type-checked (when untyped) and
     brought to A-normal form first; the output is type-checked, and the original functions
-    other than the entry are kept.
+    other than the entry are kept. ``wrt=("w1", "b1")`` returns the gradients of the named
+    parameters only, in that order (``(R, (grad w1, grad b1))``); the default is one per
+    parameter. ``mode="first_order"`` is the direct reverse sweep for pure dataflow entries
+    (see :mod:`relay_ir.passes.gradient` docstring, "First-order mode").
     """
     from relay_ir.passes.to_anf import ToANormalForm
     from relay_ir.passes.type_infer import InferType
 
-    if mode == "first_order":
-        raise GradientError("gradient mode 'first_order' is not available yet (issue 11); use "
-                            "mode='higher_order', which covers every program")
     if mode not in MODES:
         raise GradientError(f"unknown gradient mode {mode!r}; expected one of "
                             + ", ".join(repr(m) for m in MODES))
@@ -793,7 +1139,20 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
         mod = InferType()(mod)
     mod = ToANormalForm()(mod)
     fn = _check_entry(mod, entry)
+    wrt_idx = _wrt_indices(fn, entry, wrt)
     arg_types, ret = _check_signature(fn, entry, mod)
+
+    if mode == "first_order":
+        out = mod
+        for name in list(mod.functions):
+            if name not in _kept_functions(mod, entry):
+                out = out.without_function(name)
+        out = out.with_functions({entry: _first_order(fn, entry, arg_types, ret, wrt_idx,
+                                                      mod)})
+        try:
+            return InferType()(out)
+        except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug
+            raise InternalError(f"gradient produced an ill-typed program: {e}") from e
 
     taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
     types = _Types(mod, taken)
@@ -807,7 +1166,7 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
         if len(ad.rule_errors) > 1:
             first.notes = first.notes + tuple(str(e) for e in ad.rule_errors[1:])
         raise first
-    wrapper = _wrapper(ad, fn, twin, arg_types, ret)
+    wrapper = _wrapper(ad, fn, twin, arg_types, ret, wrt_idx)
 
     keep = _kept_functions(mod, entry)
     out = mod
@@ -821,6 +1180,27 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order") -> 
         return InferType()(out)
     except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug
         raise InternalError(f"gradient produced an ill-typed program: {e}") from e
+
+
+def _wrt_indices(fn: Function, entry: str, wrt: Sequence[str] | None) -> list[int]:
+    """Positions of the parameters named by ``wrt`` (all parameters when ``None``)."""
+    if wrt is None:
+        return list(range(len(fn.params)))
+    if isinstance(wrt, str):
+        wrt = [w for w in wrt.split(",") if w]
+    names = [p.name_hint for p in fn.params]
+    out: list[int] = []
+    for w in wrt:
+        w = w.lstrip("%").strip()
+        if w not in names:
+            known = ", ".join(f"%{n}" for n in names) or "none"
+            raise GradientError(f"wrt names `{w}`, which is not a parameter of @{entry} "
+                                f"(parameters: {known})", fn.span)
+        i = names.index(w)
+        if i in out:
+            raise GradientError(f"wrt names parameter `{w}` twice", fn.span)
+        out.append(i)
+    return out
 
 
 def _kept_functions(mod: IRModule, entry: str) -> set[str]:

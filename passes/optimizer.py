@@ -10,6 +10,9 @@ from relay_ir.passes.pass_manager import PassContext, Sequential
 
 # NOTE: names, in order. Passes above the context's opt_level are skipped by Sequential.
 # to-anf runs before infer-type so that the types simplify-expr needs are inferred once.
+# The second half cleans what partial evaluation leaves (for a gradient program: the
+# backpropagator closures and adjoint references it ran at compile time, and the zero adjoints
+# the accumulations started from).
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "remove-unused-functions",  # 1  only what the entry reaches (skip the unused prelude)
     "to-anf",         # 0  canonical form: every intermediate value named once
@@ -17,7 +20,9 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "simplify-expr",  # 2  x*1, x+0, x*0, negative(negative(x)), reshape(reshape(x)), ...
     "fold-constant",  # 2  evaluate constant sub-programs with the reference implementations
     "inline",         # 1  functions called once or marked Inline=1
-    "partial-eval",   # 1  static values, closures, known branches (if available)
+    "partial-eval",   # 1  static values, closures, known branches, store forwarding
+    "dead-ref-elim",  # 1  references that no longer escape become lets (writes dropped)
+    "dce",            # 1  the closures and cells nothing reads any more
     "fold-constant",  # 2  constants exposed by inlining / partial evaluation
     "cse",            # 3  share identical pure computations
     "dce",            # 1  drop unused pure bindings (effects are kept)
@@ -25,33 +30,60 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "to-anf",         # 0  back to the canonical form
 )
 
+# Partial evaluation unrolls one closure call per unit of fuel. A gradient program's backward
+# pass is a chain of one closure per differentiable operator call, so the fuel grows with the
+# program: at least MIN_FUEL, else FUEL_PER_NODE per expression node of the module.
+MIN_FUEL = 1000
+FUEL_PER_NODE = 2
+
+
+def pipeline_fuel(mod: IRModule) -> int:
+    """The partial-evaluation fuel the default pipeline uses for ``mod`` (grows with its size)."""
+    from relay_ir.traversal import post_order
+    n = sum(sum(1 for _ in post_order(fn)) for fn in mod.functions.values())
+    return max(MIN_FUEL, FUEL_PER_NODE * n)
+
 
 def default_pipeline(names: tuple[str, ...] = DEFAULT_PIPELINE, *,
-                     entry: str = "main") -> Sequential:
-    """The default pipeline as a :class:`Sequential` (``entry``: the global to keep)."""
+                     entry: str = "main", fuel: int = MIN_FUEL) -> Sequential:
+    """The default pipeline as a :class:`Sequential` (``entry``: the global to keep; ``fuel``:
+    partial evaluation's unrolling budget)."""
     from relay_ir.passes import get_pass
-    return Sequential(tuple(get_pass(n, entry=entry) if n == "remove-unused-functions"
-                            else get_pass(n) for n in names), seq_name="optimize")
+    out = []
+    for n in names:
+        if n == "remove-unused-functions":
+            out.append(get_pass(n, entry=entry))
+        elif n == "partial-eval":
+            out.append(get_pass(n, fuel=fuel))
+        else:
+            out.append(get_pass(n))
+    return Sequential(tuple(out), seq_name="optimize")
 
 
 def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...] = (),
-             required_pass: tuple[str, ...] = (), entry: str = "main") -> IRModule:
+             required_pass: tuple[str, ...] = (), entry: str = "main",
+             fuel: int | None = None) -> IRModule:
     """Run the default pipeline; the result computes the same values as ``mod``.
 
     Pipeline (a pass runs when its level <= ``opt_level``)::
 
         remove-unused-functions (1) -> to-anf (0) -> infer-type (0) -> simplify-expr (2)
-        -> fold-constant (2) -> inline (1) -> partial-eval (1) -> fold-constant (2) -> cse (3)
-        -> dce (1) -> remove-unused-functions (1) -> to-anf (0)
+        -> fold-constant (2) -> inline (1) -> partial-eval (1) -> dead-ref-elim (1) -> dce (1)
+        -> fold-constant (2) -> cse (3) -> dce (1)
+        -> remove-unused-functions (1) -> to-anf (0)
 
     When the module has the global ``entry`` (default ``main``), only it and what it reaches
     are kept (globals and type definitions); without it every global is kept. Passes that
-    need types (simplify-expr) re-run ``infer-type`` first when the module changed. The
+    need types (simplify-expr) re-run ``infer-type`` first when the module changed. ``fuel``
+    bounds partial evaluation's unrolling (default: :func:`pipeline_fuel`, which grows with the
+    module so that the backward chain of a large gradient program is unrolled completely). The
     instruments of the current :class:`PassContext` (timing, printing, well-formedness
     checks) apply to every pass.
     """
     outer = PassContext.current()
+    if fuel is None:
+        fuel = pipeline_fuel(mod)
     with PassContext(opt_level=opt_level, disabled_pass=tuple(disabled_pass),
                      required_pass=tuple(required_pass), instruments=outer.instruments,
                      config=outer.config) as ctx:
-        return default_pipeline(entry=entry)(mod, ctx)
+        return default_pipeline(entry=entry, fuel=fuel)(mod, ctx)

@@ -12,6 +12,8 @@ Rules:
 
 * ``op(c1, ..., cn) => constant`` when every argument is a static tensor (or tuple of them)
   and the op is not effectful: folded through ``OpDef.impl``.
+* ``add(0, x) => x`` (and ``x + 0``, ``x - 0``, ``1 * x``, ``x * 1``, ``x / 1``) when the
+  constant is static and ``x`` has exactly the call's tensor type (no broadcast is lost).
 * ``(e1, ..., en).i => ei`` on a static tuple; ``if (static c) {a} else {b} => a`` or ``b``;
   ``match`` on a statically known constructor/tuple picks the clause and binds its fields.
 * ``ref_read(r) =>`` the value last stored in ``r`` when ``r`` was created in the program
@@ -20,10 +22,12 @@ Rules:
 * ``f(a1..an)`` with ``f`` a known closure or global is specialized by evaluating the body
   with the arguments bound (inlining/unrolling). A recursive function is unrolled only while
   some argument is static data (a tensor, an ADT value, or a tuple holding one); calls in
-  tail position are unrolled in a loop, so long chains of closures do not grow the stack.
-  Each unrolling costs one unit of ``fuel`` (per global function, default 1000); nesting is
-  also capped at ``max_depth`` (default 40) so Python's stack stays small. Out of fuel, the call is left as a residual call: every program
-  terminates, including infinite static recursion.
+  tail position (``f(x)``, or ``let %r = f(x); %r`` as A-normal form writes it) are unrolled
+  in a loop, so long chains of closures do not grow the stack. Each unrolling costs one unit
+  of ``fuel`` (per global function, default 1000; ``passes.optimize`` gives more to larger
+  programs); nesting is also capped at ``max_depth`` (default 40) so Python's stack stays
+  small. Out of fuel, the call is left as a residual call: every program terminates,
+  including infinite static recursion.
 * Anything else is *residualized*: emitted as a ``let`` in evaluation order (the output is in
   A-normal form with fresh binders); a dynamic ``if``/``match`` gets both branches partially
   evaluated, each with its own copy of the store, and the stores are merged afterwards. A
@@ -431,6 +435,16 @@ class _PE:
 
     def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Any:
         lets, body = flatten_lets(let)
+        if tail and lets and body is lets[-1].var:
+            # NOTE: ``let %x = f(); %x`` (a call in tail position, as A-normal form writes it)
+            # is a tail call too: the trampoline in _inline unrolls it without recursion.
+            for node in lets[:-1]:
+                env.vars[node.var] = self.eval(node.value, env, node.var)
+            last = lets[-1]
+            out = self.eval(last.value, env, last.var, True)
+            if type(out) is not _TailCall:
+                env.vars[last.var] = out
+            return out
         for node in lets:
             env.vars[node.var] = self.eval(node.value, env, node.var)
         return self.eval(body, env, hint, tail)
@@ -506,6 +520,9 @@ class _PE:
             folded = self._fold(s.op, args, call)
             if folded is not None:
                 return folded
+            same = _identity(s.op, args, call, hint)
+            if same is not None:
+                return same
             return self.emit(Call(s.op, tuple(self.reify(a) for a in args), call.attrs,
                                   self._closed_type_args(call.type_args), span=call.span),
                              hint, call.span, call.checked_type_)
@@ -757,6 +774,50 @@ def _fresh_pattern(p: Pattern, bind: dict[Var, PValue],
         return PatternTuple(tuple(_fresh_pattern(q, bind, closed) for q in p.patterns),
                             span=p.span)
     return p
+
+
+# op name -> (argument that may be the neutral constant, neutral value, the other argument)
+_NEUTRAL: dict[str, tuple[tuple[int, float, int], ...]] = {
+    "add": ((0, 0.0, 1), (1, 0.0, 0)),
+    "subtract": ((1, 0.0, 0),),
+    "multiply": ((0, 1.0, 1), (1, 1.0, 0)),
+    "divide": ((1, 1.0, 0),),
+}
+
+
+def _known_type(e: Expr, pv: PValue | None = None) -> Type | None:
+    t = e.checked_type_
+    if t is None and type(e) is Var:
+        t = e.type_annotation
+    if t is None and pv is not None and type(pv.dyn) is Var:
+        t = pv.dyn.type_annotation
+    return t
+
+
+def _identity(op: Op, args: list[PValue], call: Call, hint: Var | None) -> PValue | None:
+    """``add(0, x) => x``, ``x - 0``, ``1 * x``, ``x * 1``, ``x / 1 => x``.
+
+    Only when the constant is static and ``x`` has exactly the call's (tensor) type, so no
+    broadcast is lost. This is what makes a gradient's adjoints start lazily: a cell's first
+    accumulation ``add(zeros, g)`` becomes ``g``, with no zero buffer behind it.
+    """
+    rules = _NEUTRAL.get(op.name)
+    if rules is None or len(args) != 2:
+        return None
+    out_t = call.checked_type_
+    if out_t is None and hint is not None:
+        out_t = hint.type_annotation
+    if not isinstance(out_t, TensorType):
+        return None
+    for k, neutral, other in rules:
+        c = args[k].static
+        if not isinstance(c, STensor) or c.data.size == 0 or c.data.dtype == np.bool_:
+            continue
+        if _known_type(call.args[other], args[other]) != out_t \
+                or not np.all(c.data == neutral):
+            continue
+        return args[other]
+    return None
 
 
 def _static_array(pv: PValue) -> Any:

@@ -304,14 +304,10 @@ class TupleGetItemPattern(DFPattern):
 
     def __init__(self, tuple_value: DFPattern, index: int | None = None,
                  name: str | None = None):
-        self.tuple_value = tuple_value
-        self.index = index
-        self.name = name
+        self.tuple_value, self.index, self.name = tuple_value, index, name
 
     def _match_node(self, e: Expr, b: Bindings, env: Mapping[Var, Expr]) -> Bindings | None:
-        if not isinstance(e, TupleGetItem):
-            return None
-        if self.index is not None and e.index != self.index:
+        if not isinstance(e, TupleGetItem) or self.index not in (None, e.index):
             return None
         return _match(self.tuple_value, e.tuple_value, Bindings(b), env)
 

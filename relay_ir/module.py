@@ -65,29 +65,21 @@ class IRModule:
     def __len__(self) -> int:
         return len(self._functions)
 
-    @property
-    def functions(self) -> Mapping[str, Function]:
-        """Global name -> Function, in definition order (read-only view)."""
-        return MappingProxyType(self._functions)
-
-    @property
-    def global_vars(self) -> Mapping[str, GlobalVar]:
-        return MappingProxyType(self._global_vars)
-
-    @property
-    def type_definitions(self) -> Mapping[str, TypeData]:
-        """ADT name -> TypeData (read-only view)."""
-        return MappingProxyType(self._types)
-
-    @property
-    def constructors(self) -> Mapping[str, Constructor]:
-        return MappingProxyType(self._constructors)
+    # read-only views, in definition order
+    functions = property(lambda self: MappingProxyType(self._functions),
+                         doc="Global name -> Function, in definition order (read-only view).")
+    global_vars = property(lambda self: MappingProxyType(self._global_vars),
+                           doc="Global name -> GlobalVar (read-only view).")
+    type_definitions = property(lambda self: MappingProxyType(self._types),
+                                doc="ADT name -> TypeData (read-only view).")
+    constructors = property(lambda self: MappingProxyType(self._constructors),
+                            doc="Constructor name -> Constructor (read-only view).")
 
     def get_global_var(self, name: str) -> GlobalVar:
-        try:
-            return self._global_vars[name]
-        except KeyError:
-            raise KeyError(f"no global function @{name} in the module") from None
+        gv = self._global_vars.get(name)
+        if gv is None:
+            raise KeyError(f"no global function @{name} in the module")
+        return gv
 
     def get_type(self, name: GlobalTypeVar | str) -> TypeData:
         key = name.name_hint if isinstance(name, GlobalTypeVar) else name

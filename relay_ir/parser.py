@@ -131,21 +131,11 @@ class _Builder(_AttrBuilder, _TypeBuilder):
 
     def span(self, first: Any, last: Any) -> Span | None:
         """The span from the start of ``first`` to the end of ``last`` (tokens or nodes)."""
-        if isinstance(first, Token):
-            l0, c0 = first.line, first.column
-        else:
-            s = first.span
-            if s is None:
-                return None
-            l0, c0 = s.line, s.column
-        if isinstance(last, Token):
-            l1, c1 = last.end_line, last.end_column
-        else:
-            s = last.span
-            if s is None:
-                return None
-            l1, c1 = s.end_line, s.end_column
-        return Span(self.src, l0, c0, l1, c1)
+        a = first if isinstance(first, Token) else first.span  # both have line/column fields
+        z = last if isinstance(last, Token) else last.span
+        if a is None or z is None:
+            return None
+        return Span(self.src, a.line, a.column, z.end_line, z.end_column)
 
     # A reference (`%x`, `%0`, `@f`, `add`, `Cons`) returns a shared node whose own span is
     # its definition, so the span of an expression that starts or ends with one is recovered
@@ -203,11 +193,7 @@ class _Builder(_AttrBuilder, _TypeBuilder):
 
     # ---------------------------------------------------------------- scopes
     def push(self, key: str, value: Any) -> None:
-        st = self.scope.get(key)
-        if st is None:
-            self.scope[key] = [value]
-        else:
-            st.append(value)
+        self.scope.setdefault(key, []).append(value)
         self.bound.append(key)
 
     def pop(self, n: int) -> None:
@@ -242,11 +228,7 @@ class _Builder(_AttrBuilder, _TypeBuilder):
             if "." in name:
                 raise ParseError(f"invalid type parameter name `{name}`", self.tspan(tok))
             e = _TParam(name, self.tspan(tok))
-            st = self.tscope.get(name)
-            if st is None:
-                self.tscope[name] = [e]
-            else:
-                st.append(e)
+            self.tscope.setdefault(name, []).append(e)
             self.tbound.append(name)
             out.append(e)
         return out

@@ -35,6 +35,13 @@ _NAMED: dict[type, tuple[str, str]] = {
 }
 
 
+# node type -> its expression fields, in the order they are pushed (compared in reverse)
+_PLAIN_FIELDS: dict[type, tuple[str, ...]] = {
+    Let: ("body", "value"), If: ("false_branch", "true_branch", "cond"),
+    RefCreate: ("value",), RefRead: ("ref",), RefWrite: ("value", "ref"),
+}
+
+
 class _Mismatch(Exception):
     def __init__(self, path: Any, why: str):
         self.path = path
@@ -187,10 +194,11 @@ class _Equal:
             if a.index != b.index:
                 raise _Mismatch(path, f"projection .{a.index} vs .{b.index}")
             push(("any", a.tuple_value, b.tuple_value, (path, ".tuple_value")))
-        elif ta is Let:
-            push(("any", a.body, b.body, (path, ".body")))
-            push(("any", a.value, b.value, (path, ".value")))
-            push(("bindvar", a.var, b.var, (path, ".var")))
+        elif ta in _PLAIN_FIELDS:  # If, Let, refs: children pushed last-compared-first
+            for f in _PLAIN_FIELDS[ta]:
+                push(("any", getattr(a, f), getattr(b, f), (path, "." + f)))
+            if ta is Let:
+                push(("bindvar", a.var, b.var, (path, ".var")))
         elif ta is Function:
             if len(a.params) != len(b.params):
                 raise _Mismatch(path, f"function of {len(a.params)} vs {len(b.params)} params")
@@ -204,10 +212,6 @@ class _Equal:
             for i in reversed(range(len(a.params))):
                 push(("bindvar", a.params[i], b.params[i], (path, f".params[{i}]")))
             push(("bindtparams", a.type_params, b.type_params, (path, ".type_params")))
-        elif ta is If:
-            push(("any", a.false_branch, b.false_branch, (path, ".false_branch")))
-            push(("any", a.true_branch, b.true_branch, (path, ".true_branch")))
-            push(("any", a.cond, b.cond, (path, ".cond")))
         elif ta is Match:
             if a.complete != b.complete:
                 raise _Mismatch(path, "match vs match?")
@@ -218,13 +222,6 @@ class _Equal:
                 push(("any", ca.rhs, cb.rhs, (path, f".clauses[{i}].rhs")))
                 push(("bindpat", ca.lhs, cb.lhs, (path, f".clauses[{i}].lhs")))
             push(("any", a.data, b.data, (path, ".data")))
-        elif ta is RefCreate:
-            push(("any", a.value, b.value, (path, ".value")))
-        elif ta is RefRead:
-            push(("any", a.ref, b.ref, (path, ".ref")))
-        elif ta is RefWrite:
-            push(("any", a.value, b.value, (path, ".value")))
-            push(("any", a.ref, b.ref, (path, ".ref")))
         else:  # pragma: no cover
             raise _Mismatch(path, f"unknown node {ta.__name__}")
 

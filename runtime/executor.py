@@ -286,8 +286,20 @@ class Executable:
         return self._vm
 
     def export_library(self, path: str) -> None:
-        """Write the whole program (control program + kernels) to one module file."""
-        self.vm().export_library(path)
+        """Write the whole program (control program + kernels) to one module file.
+
+        Kernels for ``?`` dimensions are compiled per shape on first use, and a loaded module
+        never compiles: the shapes this executable has already run are replayed on the VM
+        first (with zeros), so the file carries their kernels.
+        """
+        vm = self.vm()
+        for entry, *sig in list(self._plans):
+            if entry not in self._static:
+                try:
+                    vm(*(np.zeros(shape, dtype) for shape, dtype in sig), entry=entry)
+                except DiagnosticError:  # NOTE: value-dependent shapes: not replayable
+                    pass
+        vm.export_library(path)
 
     # ------------------------------------------------------------------ planning
     def _lower(self, fn: Function, arg_types: list[Type]) -> Any:

@@ -23,12 +23,10 @@ FAMILIES = ("tensor", "reduce", "transform", "nn")
 TEMPLATE = '''
 
 # ----------------------------------------------------------------------------- {name}
-def {fn}_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel({names_list})  # waits (None) while an argument's type is still unknown
+def {fn}_rel({typed_params}, attrs: Attrs) -> Type | None:
     """``{name}({params})``: TODO state the result type (for now: the type of the first input)."""
-    ts = tensor_args(arg_types, {names})
-    if ts is None:
-        return None  # an argument is not known yet: the solver calls again
-    return ts[0]
+    return {first}
 
 
 def {fn}_ref(args: list, attrs: Attrs) -> np.ndarray:
@@ -65,12 +63,13 @@ def render(name: str, inputs: int) -> str:
     """The skeleton code for operator ``name`` with ``inputs`` tensor inputs."""
     fn = re.sub(r"\W", "_", name.replace("nn.", "", 1))
     names = ["data"] if inputs == 1 else [f"x{i}" for i in range(inputs)]
-    quoted = "(" + ", ".join(f'"{n}"' for n in names) + ",)"
     # NOTE: the skeleton is the identity of its first input: the others get zero adjoints
     zero_rest = "".join(f'\n            make_call("zeros_like", call.args[{i}]),'
                         for i in range(1, inputs))
-    return TEMPLATE.format(name=name, fn=fn, n=inputs, names=quoted, params=", ".join(names),
-                           zero_rest=zero_rest)
+    return TEMPLATE.format(name=name, fn=fn, n=inputs, params=", ".join(names),
+                           names_list=", ".join(f'"{n}"' for n in names),
+                           typed_params=", ".join(f"{n}: TensorType" for n in names),
+                           first=names[0], zero_rest=zero_rest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(ROOT, "relay_ir", "op", f"{family}.py")
     with open(path, encoding="utf-8") as f:
         src = f.read()
-    needed = ["Any", "Sequence", "Attrs", "Type", "Call", "Expr", "tensor_args", "wrap", "defop",
+    needed = ["Any", "Sequence", "Attrs", "Type", "Call", "Expr", "tensor_rel", "TensorType", "wrap", "defop",
               "OpPattern", "np"]
     missing = [n for n in needed if not re.search(rf"\b{n}\b", src.split("\ndefop(")[0])]
     if missing:

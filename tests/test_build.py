@@ -187,7 +187,8 @@ def test_programs_outside_the_dataflow_subset_run_on_the_compiled_executor(
     mod = parse(src)
     for level in (0, 2):
         exe = runtime.build(mod, opt_level=level)
-        assert exe.is_dataflow() is (level > 0 and "let %r" not in src and "%c" not in src)
+        # NOTE: at opt level 2 store forwarding turns `ref_read(ref(x))` into `x`
+        assert exe.is_dataflow() is (level > 0 and "%c" not in src)
         for a in args:
             assert_same_results(mod, mod, inputs=a, run_b=compiled(exe))
 

@@ -355,10 +355,8 @@ def test_entry_taking_a_function_is_rejected_with_span() -> None:
     assert ei.value.span is not None and ei.value.span.line == 2
 
 
-def test_first_order_mode_not_available_yet() -> None:
+def test_unknown_mode() -> None:
     mod = _parse(f"def @main(%x: {V3}) -> {V3} {{ exp(%x) }}")
-    with pytest.raises(rly.DiagnosticError, match="first_order.*not available yet"):
-        passes.gradient(mod, mode="first_order")
     with pytest.raises(rly.DiagnosticError, match="unknown gradient mode"):
         passes.gradient(mod, mode="sideways")
 

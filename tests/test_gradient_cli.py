@@ -56,5 +56,65 @@ def test_grad_errors_are_diagnostics(tmp_path, capsys) -> None:
     src.write_text(HEADER + "def @main(%x: float32) -> float32 { exp(%x) }\n")
     code, out, err = _run(capsys, "grad", str(src), "--entry", "nope")
     assert code == 1 and out == "" and "no global function @nope" in err
+    src.write_text(HEADER + "def @main(%x: float32) -> float32 {\n  let %r = ref(%x);\n"
+                   "  exp(ref_read(%r))\n}\n")
     code, out, err = _run(capsys, "grad", str(src), "--mode", "first_order")
-    assert code == 1 and "not available yet" in err and "Traceback" not in err
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "f.rly:3:" in err and "a reference (`ref`)" in err and "^" in err
+
+
+LOSS = HEADER + """def @loss(%x: float32, %y: float32) -> float32 {
+  multiply(multiply(%x, %x), %y)
+}
+"""
+
+
+def _grad_then_run(tmp_path, capsys, *flags: str, run_args=("3", "2")) -> tuple[str, str]:
+    src = tmp_path / "loss.rly"
+    src.write_text(LOSS)
+    code, out, err = _run(capsys, "grad", str(src), "--entry", "loss", *flags)
+    assert code == 0 and err == "", err
+    g = tmp_path / "grad.rly"
+    g.write_text(out)
+    code, ran, err = _run(capsys, "run", str(g), *run_args, "--entry", "loss")
+    assert code == 0, err
+    code, fmt, _ = _run(capsys, "fmt", str(g))
+    assert code == 0 and fmt == out
+    return out, ran.strip()
+
+
+def test_grad_first_order_mode(tmp_path, capsys) -> None:
+    out, ran = _grad_then_run(tmp_path, capsys, "--mode", "first_order")
+    assert "ref" not in out and "fn (" not in out
+    assert ran == "(18f, (12f, 9f))"
+
+
+def test_grad_wrt_picks_and_orders_gradients(tmp_path, capsys) -> None:
+    out, ran = _grad_then_run(tmp_path, capsys, "--wrt", "y,x")
+    assert "def @loss(%x: float32, %y: float32) -> (float32, (float32, float32))" in out
+    assert ran == "(18f, (9f, 12f))"
+    out, ran = _grad_then_run(tmp_path, capsys, "--wrt", "y", "--mode", "first_order")
+    assert ran == "(18f, (9f,))"
+    code, out, err = _run(capsys, "grad", str(tmp_path / "loss.rly"), "--entry", "loss",
+                          "--wrt", "x,q")
+    assert code == 1 and out == "" and "wrt names `q`" in err and "%x, %y" in err
+
+
+def test_grad_optimize_prints_first_order_code(tmp_path, capsys) -> None:
+    out, ran = _grad_then_run(tmp_path, capsys, "--optimize")
+    assert "ref" not in out and "fn (" not in out
+    assert ran == "(18f, (12f, 9f))"
+
+
+def test_grad_forward_prints_the_jvp_program(tmp_path, capsys) -> None:
+    # tangent (1, 0): d/dx x^2 y = 12; then (0.5, 1): 12 * 0.5 + 9 = 15
+    out, ran = _grad_then_run(tmp_path, capsys, "--forward", run_args=("3", "2", "1", "0"))
+    assert ("def @loss(%x: float32, %y: float32, %t_x: float32, %t_y: float32) "
+            "-> (float32, float32)") in out
+    assert ran == "(18f, 12f)"
+    out, ran = _grad_then_run(tmp_path, capsys, "--forward", "--optimize",
+                              run_args=("3", "2", "0.5", "1"))
+    assert ran == "(18f, 15f)" and "ref" not in out
+    code, _, err = _run(capsys, "grad", str(tmp_path / "loss.rly"), "--forward",
+                        "--mode", "first_order")
+    assert code == 2 and "--forward" in err

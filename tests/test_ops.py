@@ -10,20 +10,7 @@ from relay_ir.errors import DiagnosticError, ShapeMismatchError, TypeInferenceEr
 from relay_ir.op import AttrError, OpDef, get_opdef, register_op
 from relay_ir.op._rules import make_call
 from relay_ir.ty import ANY, IncompleteType, ShapeVar, TensorType, TupleType, dim_add, dim_mul
-
-
-def T(*shape, dtype="float32"):  # type: ignore[no-untyped-def]
-    return TensorType(tuple(shape), dtype)
-
-
-def rel(name, *args, **attrs):  # type: ignore[no-untyped-def]
-    od = get_opdef(name)
-    return od.type_rel(list(args), od.make_attrs(attrs))
-
-
-def run(name, *args, **attrs):  # type: ignore[no-untyped-def]
-    od = get_opdef(name)
-    return od.impl(list(args), od.make_attrs(attrs))
+from util_ops import T, rel, run
 
 
 I32 = "int32"

@@ -20,22 +20,9 @@ from relay_ir.op import OpPattern, get_opdef
 from relay_ir.op._rules import make_call
 from relay_ir.traversal import post_order
 from relay_ir.ty import ANY, TensorType, TupleType
+from util_ops import T, rel, run
 
 HEADER = '#[version = "0.0.5"]\n'
-
-
-def T(*shape, dtype="float32"):  # type: ignore[no-untyped-def]
-    return TensorType(tuple(shape), dtype)
-
-
-def rel(name, *args, **attrs):  # type: ignore[no-untyped-def]
-    od = get_opdef(name)
-    return od.type_rel(list(args), od.make_attrs(attrs))
-
-
-def run(name, *args, **attrs):  # type: ignore[no-untyped-def]
-    od = get_opdef(name)
-    return od.impl(list(args), od.make_attrs(attrs))
 
 
 def check_and_run(text: str, *args, **kw):  # type: ignore[no-untyped-def]
@@ -695,29 +682,22 @@ def test_tvm_onnx_loop_with_dyn_broadcast_to():
 # From TVM's AOT tests (tests/python/relay/aot/test_cpp_aot.py, test_conv2d): a quantized
 # network, uint8 data and int8 weights convolved into int32, pooled, narrowed to int8 and
 # convolved again (int8 x int8 into int32).
-AOT_CONV2D = """def @main(%data : Tensor[(1, 3, 64, 64), uint8], %weight : Tensor[(3, 3, 5, 5), int8]) {
-    %1 = nn.conv2d(
-         %data,
+_AOT_CONV = """nn.conv2d(
+         {x},
          %weight,
          padding=[2, 2],
          channels=3,
          kernel_size=[5, 5],
          data_layout="NCHW",
          kernel_layout="OIHW",
-         out_dtype="int32");
+         out_dtype="int32")"""
+AOT_CONV2D = f"""def @main(%data : Tensor[(1, 3, 64, 64), uint8], %weight : Tensor[(3, 3, 5, 5), int8]) {{
+    %1 = {_AOT_CONV.format(x="%data")};
     %2 = cast(nn.max_pool2d(%1, pool_size=[3, 3]), dtype="int8");
-    %3 = nn.conv2d(
-         %2,
-         %weight,
-         padding=[2, 2],
-         channels=3,
-         kernel_size=[5, 5],
-         data_layout="NCHW",
-         kernel_layout="OIHW",
-         out_dtype="int32");
+    %3 = {_AOT_CONV.format(x="%2")};
     %4 = nn.max_pool2d(%3, pool_size=[3, 3]);
     %4
-}
+}}
 """
 
 

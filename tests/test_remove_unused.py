@@ -10,16 +10,7 @@ from relay_ir.runtime import evaluate
 
 HDR = '#[version = "0.0.5"]\n'
 
-SRC = HDR + """
-type Box[A] { MkBox(A) }
-type Pair[A] { MkPair(A, Box[A]) }
-type Unused { U1, U2(int32) }
-type Nat { Z, S(Nat) }
-def @leaf(%x: float32) -> float32 { multiply(%x, 2f) }
-def @helper(%x: float32) -> float32 { @leaf(add(%x, 1f)) }
-def @dead(%x: float32) -> float32 { @dead2(%x) }
-def @dead2(%x: float32) -> float32 { @dead(%x) }
-def @even(%n: int32) -> bool { if (%n == 0) { True } else { @odd(%n - 1) } }
+KEPT = """def @even(%n: int32) -> bool { if (%n == 0) { True } else { @odd(%n - 1) } }
 def @odd(%n: int32) -> bool { if (%n == 0) { False } else { @even(%n - 1) } }
 def @unpack(%p: Pair[float32]) -> float32 {
   match (%p) { MkPair(%a, MkBox(%b)) => add(%a, %b) }
@@ -30,21 +21,23 @@ def @main(%x: float32) -> (float32, bool, float32) {
 }
 """
 
+SRC = HDR + """
+type Box[A] { MkBox(A) }
+type Pair[A] { MkPair(A, Box[A]) }
+type Unused { U1, U2(int32) }
+type Nat { Z, S(Nat) }
+def @leaf(%x: float32) -> float32 { multiply(%x, 2f) }
+def @helper(%x: float32) -> float32 { @leaf(add(%x, 1f)) }
+def @dead(%x: float32) -> float32 { @dead2(%x) }
+def @dead2(%x: float32) -> float32 { @dead(%x) }
+""" + KEPT
+
 EXPECTED = HDR + """
 type Box[A] { MkBox(A) }
 type Pair[A] { MkPair(A, Box[A]) }
 def @leaf(%x: float32) -> float32 { multiply(%x, 2f) }
 def @helper(%x: float32) -> float32 { @leaf(add(%x, 1f)) }
-def @even(%n: int32) -> bool { if (%n == 0) { True } else { @odd(%n - 1) } }
-def @odd(%n: int32) -> bool { if (%n == 0) { False } else { @even(%n - 1) } }
-def @unpack(%p: Pair[float32]) -> float32 {
-  match (%p) { MkPair(%a, MkBox(%b)) => add(%a, %b) }
-}
-def @main(%x: float32) -> (float32, bool, float32) {
-  let %g = @helper;
-  (%g(%x), @odd(3), @unpack(MkPair(%x, MkBox(%x))))
-}
-"""
+""" + KEPT
 
 
 def test_keeps_what_main_reaches_and_the_types_it_uses() -> None:

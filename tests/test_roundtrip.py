@@ -277,7 +277,7 @@ REQUIRED_FORMS = {
 def test_strategy_covers_every_form() -> None:
     seen: set[str] = set()
 
-    @settings(max_examples=150, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(strategies.modules())
     def collect(mod: IRModule) -> None:

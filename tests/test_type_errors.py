@@ -87,15 +87,28 @@ def test_wrong_argument_count() -> None:
     assert "too few" in err.message
 
 
-def test_wrong_argument_count_for_operator() -> None:
-    check("def @main(%x: float32) {\n  add(%x)\n}", TypeInferenceError,
-          "operator `add` is given too few arguments: expected 2, found 1", "add(")
+# (source, error class, message, where the caret points, more text the message must hold)
+SIMPLE_CASES = {
+    "operator_argument_count": (
+        "def @main(%x: float32) {\n  add(%x)\n}", TypeInferenceError,
+        "operator `add` is given too few arguments: expected 2, found 1", "add(", ""),
+    "calling_a_non_function": (
+        "def @main() {\n  let %x = 1;\n  %x(2)\n}", TypeInferenceError,
+        "calling a non-function", "%x(2)", "`%x` has type `int32`"),
+    "branch_type_mismatch": (
+        "def @main(%c: bool) {\n  if (%c) { 1 } else { 1f }\n}", UnificationError,
+        "branches of `if` have different types", "1f", "expected `int32`, found `float32`"),
+    "return_annotation_mismatch": (
+        "def @f() -> float32 {\n  1\n}", UnificationError,
+        "return annotation mismatch", "1\n", "expected `float32`, found `int32`"),
+}
 
 
-def test_calling_a_non_function() -> None:
-    err = check("def @main() {\n  let %x = 1;\n  %x(2)\n}", TypeInferenceError,
-                "calling a non-function", "%x(2)")
-    assert "`%x` has type `int32`" in err.message
+@pytest.mark.parametrize("case", sorted(SIMPLE_CASES))
+def test_simple_type_errors(case: str) -> None:
+    src, cls, msg, marker, more = SIMPLE_CASES[case]
+    err = check(src, cls, msg, marker)
+    assert more in err.message
 
 
 def test_non_bool_if_condition() -> None:
@@ -104,18 +117,6 @@ def test_non_bool_if_condition() -> None:
     assert "found `int32`" in err.message
     check("def @main(%c: Tensor[(1), bool]) {\n  if (%c) { 2 } else { 3 }\n}", UnificationError,
           "found `Tensor[(1), bool]`", "if (%c)")
-
-
-def test_branch_type_mismatch() -> None:
-    err = check("def @main(%c: bool) {\n  if (%c) { 1 } else { 1f }\n}", UnificationError,
-                "branches of `if` have different types", "1f")
-    assert "expected `int32`, found `float32`" in err.message
-
-
-def test_return_annotation_mismatch() -> None:
-    err = check("def @f() -> float32 {\n  1\n}", UnificationError,
-                "return annotation mismatch", "1\n")
-    assert "expected `float32`, found `int32`" in err.message
 
 
 def test_incomplete_match() -> None:

@@ -502,21 +502,28 @@ def test_types_are_plain_values() -> None:
 
 
 # ----------------------------------------------------------------------------- custom relations
+_TEST_OP = "a type-relation test operator (registered by tests/test_type_infer.py)"
+
+
 def _register_test_ops() -> None:
     from relay_ir.op import OpDef, lookup_opdef, register_op
     from relay_ir.op._rules import broadcast_rel, identity_rel
     if lookup_opdef("test.identity") is not None:
         return
-    register_op(OpDef(name="test.identity", num_inputs=1, type_rel=identity_rel))
-    register_op(OpDef(name="test.broadcast", num_inputs=2, type_rel=broadcast_rel))
-    register_op(OpDef(name="test.never", num_inputs=1, type_rel=lambda args, attrs: None))
+    register_op(OpDef(name="test.identity", num_inputs=1, type_rel=identity_rel,
+                      host_only=_TEST_OP))
+    register_op(OpDef(name="test.broadcast", num_inputs=2, type_rel=broadcast_rel,
+                      host_only=_TEST_OP))
+    register_op(OpDef(name="test.never", num_inputs=1, type_rel=lambda args, attrs: None,
+                      host_only=_TEST_OP))
 
     def first_dim_rel(args, attrs):  # type: ignore[no-untyped-def]
         t = args[0]
         if isinstance(t, IncompleteType):
             return None
         return TensorType((t.shape[0],), "int64")
-    register_op(OpDef(name="test.first_dim", num_inputs=1, type_rel=first_dim_rel))
+    register_op(OpDef(name="test.first_dim", num_inputs=1, type_rel=first_dim_rel,
+                      host_only=_TEST_OP))
 
 
 def test_python_defined_relations() -> None:

@@ -100,4 +100,139 @@ def check_grad(text: str, args: Sequence[Any], entry: str = "main", prelude: boo
     want = finite_differences(objective(mod, entry), args)
     assert isinstance(grads, tuple) and len(grads) == len(args)
     assert_close_tree(grads, tuple(want), rtol, atol)
+    check_optimized(g, args, entry, value, grads)
+    check_first_order(mod, args, entry, value, grads)
+    check_jvp(mod, args, entry, value, grads)
     return value, grads
+
+
+def check_jvp(mod: IRModule, args: Sequence[Any], entry: str, value: Any, grads: Any,
+              seed: int = 0) -> IRModule:
+    """``passes.jvp``: for random tangents ``t``, ``sum(result tangent) == <gradient, t>``; the
+    value is the original one; the tangent has the result's structure, zeros on int leaves."""
+    from util_ad import inner, rebuild
+    rng = np.random.default_rng(seed)
+    tangents = []
+    for a in args:
+        flat = [rng.uniform(-1, 1, x.shape).astype(x.dtype) if np.issubdtype(x.dtype, np.floating)
+                else (rng.integers(0, 5, x.shape).astype(x.dtype) if x.dtype != np.bool_
+                      else np.ones(x.shape, bool)) for x in leaves(a)]
+        tangents.append(rebuild(a, flat))  # NOTE: ADT values: leaves() sees their fields
+    j = passes.jvp(mod, entry)
+    wf_check(j)
+    jvalue, jtangent = runtime.evaluate(j, *args, *tangents, entry=entry)
+    assert_close_tree(jvalue, value, 1e-12, 0)
+    vl, tl = leaves(value), leaves(jtangent)
+    assert len(vl) == len(tl)
+    for v, t in zip(vl, tl):
+        assert v.shape == t.shape and v.dtype == t.dtype
+        if not np.issubdtype(v.dtype, np.floating):
+            assert not np.any(t), "non-float leaves of the tangent are zeros"
+    want = inner(tuple(grads), tuple(tangents))
+    got = float(sum(np.sum(t, dtype=np.float64) for t in tl
+                    if np.issubdtype(t.dtype, np.floating)))
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
+    return j
+
+
+def is_pure_dataflow(mod: IRModule, entry: str) -> bool:
+    """The entry uses only operator calls, tuples, projections, lets, variables and constants,
+    and takes and returns tensors and tuples of them (what ``mode="first_order"`` accepts)."""
+    from relay_ir.expr import (Constant, Function, GlobalVar, Let, Op, Tuple, TupleGetItem,
+                               Var)
+    from relay_ir.traversal import post_order
+    fn = mod[entry]
+    ft = fn.checked_type_ or passes.InferType()(mod)[entry].checked_type_
+
+    def tensors(t: Any) -> bool:
+        if isinstance(t, rly.TupleType):
+            return all(tensors(f) for f in t.fields)
+        return isinstance(t, rly.TensorType)
+    if not all(tensors(t) for t in (*ft.arg_types, ft.ret_type)):
+        return False
+    for node in post_order(fn.body):
+        if isinstance(node, Call):
+            if not isinstance(node.op, Op):
+                return False
+        elif isinstance(node, GlobalVar) or not isinstance(
+                node, (Let, Tuple, TupleGetItem, Var, Constant, Op)):
+            return False
+    return not isinstance(fn.body, Function)
+
+
+def check_first_order(mod: IRModule, args: Sequence[Any], entry: str, value: Any, grads: Any
+                      ) -> IRModule | None:
+    """``mode="first_order"``: agrees with the higher-order gradient on a pure dataflow entry
+    (no reference, no closure in its output); any other entry is a diagnostic."""
+    from relay_ir.expr import Function, RefCreate
+    from relay_ir.traversal import post_order
+    if not is_pure_dataflow(mod, entry):
+        try:
+            passes.gradient(mod, entry, mode="first_order")
+        except rly.DiagnosticError as e:
+            assert "first_order mode differentiates pure dataflow only" in str(e)
+            return None
+        raise AssertionError("first_order accepted a program that is not pure dataflow")
+    fo = passes.gradient(mod, entry, mode="first_order")
+    wf_check(fo)
+    assert not any(isinstance(n, (Function, RefCreate)) for n in post_order(fo[entry].body))
+    fvalue, fgrads = runtime.evaluate(fo, *args, entry=entry)
+    assert_close_tree(fvalue, value, 1e-12, 0)
+    assert_close_tree(fgrads, grads, 1e-9, 1e-12)
+    return fo
+
+
+def check_optimized(g: IRModule, args: Sequence[Any], entry: str, value: Any, grads: Any
+                    ) -> IRModule:
+    """``passes.optimize`` of gradient program ``g``: well formed, same value and gradients."""
+    opt = passes.optimize(g, entry=entry)
+    wf_check(opt)
+    ovalue, ograds = runtime.evaluate(opt, *args, entry=entry)
+    assert_close_tree(ovalue, value, 1e-12, 0)
+    assert_close_tree(ograds, grads, 1e-12, 1e-15)
+    return opt
+
+
+# ----------------------------------------------------------------------------- W2 workload
+W2_BATCH = 64
+W2_SIZES = [(784, 512), (512, 512), (512, 10)]
+W2_TEXT = HEADER + """def @main(%x: Tensor[(64, 784), float32], %y: Tensor[(64, 10), float32],
+          %w1: Tensor[(784, 512), float32], %b1: Tensor[(512), float32],
+          %w2: Tensor[(512, 512), float32], %b2: Tensor[(512), float32],
+          %w3: Tensor[(512, 10), float32], %b3: Tensor[(10), float32]) -> float32 {
+  let %h1 = nn.relu(add(nn.matmul(%x, %w1), %b1));
+  let %h2 = nn.relu(add(nn.matmul(%h1, %w2), %b2));
+  let %logits = add(nn.matmul(%h2, %w3), %b3);
+  let %logp = nn.log_softmax(%logits);
+  negative(mean(sum(multiply(%logp, %y), axis=[1])))
+}
+"""
+
+
+def w2_data() -> list[np.ndarray]:
+    """W2's arguments in ``@main``'s order, generated as /work/shared/WORKLOADS.md says."""
+    rng = np.random.default_rng(0)
+    params = []
+    for fan_in, fan_out in W2_SIZES:
+        bound = 1 / np.sqrt(fan_in)
+        params.append(rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32))
+        params.append(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32))
+    x = rng.standard_normal((W2_BATCH, 784), dtype=np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, W2_BATCH)]
+    return [x, y, *params]
+
+
+def op_calls(mod: IRModule, entry: str = "main") -> int:
+    """Operator call sites in ``entry`` and every global it reaches (static count)."""
+    from relay_ir.expr import GlobalVar, Op
+    from relay_ir.traversal import post_order
+    seen, todo, count = {entry}, [entry], 0
+    while todo:
+        for node in post_order(mod[todo.pop()]):
+            if isinstance(node, Call) and isinstance(node.op, Op):
+                count += 1
+            elif isinstance(node, GlobalVar) and node.name_hint not in seen:
+                seen.add(node.name_hint)
+                todo.append(node.name_hint)
+    return count
+

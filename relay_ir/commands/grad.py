@@ -1,11 +1,16 @@
-"""``rly grad FILE``: print the reverse-mode gradient program of a global.
+"""``rly grad FILE``: print the gradient (or, with ``--forward``, the JVP) program of a global.
 
 ``--entry NAME`` picks the global (default ``main``); the printed module's ``@NAME`` returns
 ``(result, (gradient per parameter))`` and is canonical text that ``rly check`` and ``rly run``
 accept as is (without ``--prelude``: the prelude's definitions are printed when used).
-``--mode higher_order`` (the default) is the reference-based transform; ``first_order`` is not
-available yet. ``--prelude`` parses with the standard prelude, ``--show-types`` prints inferred
-types on every binding.
+``--mode higher_order`` (the default) is the reference-based transform, ``--mode first_order``
+the direct reverse sweep of a pure dataflow entry. ``--wrt a,b`` returns the gradients of those
+parameters only, in that order. ``--optimize`` runs ``passes.optimize`` on the result (for a
+program with static control flow: first-order code, no references or closures).
+``--forward`` prints the forward-mode program instead: ``@NAME`` takes the parameters and then
+one tangent per parameter and returns ``(result, result tangent)`` (``--mode`` and ``--wrt``
+do not apply to it). ``--prelude`` parses with the standard prelude, ``--show-types`` prints
+inferred types on every binding.
 """
 from __future__ import annotations
 
@@ -19,7 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--entry", default="main",
                         help="the global to differentiate (default: main)")
     parser.add_argument("--mode", default="higher_order", choices=("higher_order", "first_order"),
-                        help="AD mode (default higher_order; first_order is not available yet)")
+                        help="reverse-mode AD: higher_order (default, any program) or "
+                             "first_order (pure dataflow entries)")
+    parser.add_argument("--wrt", default=None, metavar="A,B",
+                        help="comma-separated parameter names: gradients of these only, in "
+                             "that order (default: every parameter)")
+    parser.add_argument("--optimize", action="store_true",
+                        help="run the default optimization pipeline on the result")
+    parser.add_argument("--forward", action="store_true",
+                        help="print the forward-mode (JVP) program: @ENTRY(params..., "
+                             "tangents...) -> (result, tangent)")
     parser.add_argument("--prelude", action="store_true",
                         help="parse with the standard prelude (List, Option, map, foldl, ...)")
     parser.add_argument("--show-types", action="store_true", dest="show_types",
@@ -27,15 +41,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Parse, differentiate, print."""
+    """Parse, differentiate (reverse or forward mode), optionally optimize, print."""
     from relay_ir.cli import read_source
     from relay_ir.parser import parse
     from relay_ir.passes.gradient import gradient
+    from relay_ir.passes.jvp import jvp
+    from relay_ir.passes.optimizer import optimize
     from relay_ir.printer import astext
 
     text, name = read_source(args.file)
     mod = parse(text, source_name=name, prelude=bool(args.prelude))
-    out = gradient(mod, entry=args.entry, mode=args.mode)
+    if args.forward:
+        if args.wrt is not None or args.mode != "higher_order":
+            sys.stderr.write("rly grad: --wrt and --mode apply to reverse mode, not --forward\n")
+            return 2
+        out = jvp(mod, entry=args.entry)
+    else:
+        wrt = None
+        if args.wrt is not None:
+            wrt = tuple(w.strip().lstrip("%") for w in args.wrt.split(",") if w.strip())
+        out = gradient(mod, entry=args.entry, mode=args.mode, wrt=wrt)
+    if args.optimize:
+        out = optimize(out, entry=args.entry)
     printed = astext(out, show_types=args.show_types)
     sys.stdout.write(printed if printed.endswith("\n") else printed + "\n")
     return 0

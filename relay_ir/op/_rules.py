@@ -20,6 +20,7 @@ work.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -162,6 +163,15 @@ def tensor_arg(t: Type, what: str = "argument") -> TensorType | None:
     raise TypeInferenceError(f"expected a tensor for {what}, found {fmt_type(t)}")
 
 
+def ranked_arg(t: Type, op: str, what: str, rank: int) -> TensorType | None:
+    """``tensor_arg`` that also requires rank ``rank`` (0: a scalar); ``op`` names the operator."""
+    tt = tensor_arg(t, what)
+    if tt is not None and tt.ndim != rank:
+        need = "be a scalar" if rank == 0 else f"have rank {rank}"
+        raise TypeInferenceError(f"{op}: {what} must {need}, found rank {tt.ndim}")
+    return tt
+
+
 def tensor_args(arg_types: Sequence[Type], names: Sequence[str]) -> list[TensorType] | None:
     """All arguments as tensors, or None if any is still unknown."""
     out = []
@@ -171,6 +181,47 @@ def tensor_args(arg_types: Sequence[Type], names: Sequence[str]) -> list[TensorT
             return None
         out.append(tt)
     return out
+
+
+def tensor_rel(*names: str) -> Callable[[Callable[..., Type | None]], Callable[..., Type | None]]:
+    """Decorator: write a relation over tensor arguments ``names`` as ``fn(*tensors, attrs)``;
+    the result is a ``(arg_types, attrs)`` relation that waits (None) while any is unknown."""
+    def deco(fn: Callable[..., Type | None]) -> Callable[..., Type | None]:
+        @functools.wraps(fn)
+        def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+            ts = tensor_args(arg_types, names)
+            return None if ts is None else fn(*ts, attrs)
+        return rel
+    return deco
+
+
+def grad_like_rel(name: str, like_index: int, ranks: Sequence[int] | None,
+                  forward: Any) -> Any:
+    """Relation: the type of argument ``like_index`` with the dtype of argument 0.
+
+    ``forward(arg_types, attrs)`` is the type the matching forward op gives; argument 0 (the
+    output gradient) must have its shape. ``ranks``: the rank each argument must have (None:
+    any).
+    """
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+        ts = tensor_args(arg_types, [f"argument {i}" for i in range(len(arg_types))])
+        if ts is None:
+            return None
+        for k, (t, r) in enumerate(zip(ts, ranks or ())):
+            if t.ndim != r:
+                raise TypeInferenceError(f"{name}: argument {k} must have rank {r}, found "
+                                         f"rank {t.ndim}")
+        fwd = forward(ts, attrs)
+        if isinstance(fwd, tuple):
+            fwd = fwd[0]
+        if fwd is not None and not all(dim_compatible(a, b)
+                                       for a, b in zip(fwd.shape, ts[0].shape)):
+            raise ShapeMismatchError(f"{name}: the output gradient has shape "
+                                     f"{fmt_shape(ts[0].shape)}, the forward result "
+                                     f"{fmt_shape(fwd.shape)}")
+        return TensorType(ts[like_index].shape, ts[0].dtype)
+    rel.__doc__ = f"``{name}``: the type of argument {like_index} (dtype of argument 0)."
+    return rel
 
 
 def tuple_of_tensors(t: Type, what: str = "argument") -> list[TensorType] | None:

@@ -17,10 +17,12 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Expr
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import (jvp_collapse, jvp_linear, jvp_linear_in, jvp_multilinear,
+                              jvp_multilinear_in)
 from relay_ir.op._grad import grad_rule, op, scalar, static_shape, zeros_for
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, tensor_arg,
-                                tensor_args, wrap)
+from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, grad_like_rel, is_any,
+                                ranked_arg, tensor_arg, tensor_args, wrap)
 from relay_ir.ty import ANY, Dim, TensorType, Type, dim_add, dim_div_exact, format_dim
 from relay_ir.op.nn import _acc, _g_in, _input_dtypes, _is_unknown, _mm_result, _out_dtype
 
@@ -96,10 +98,7 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
         ln, lc, lh, lw = _layout(attrs.layout, "NCHW", "layout")
         xs = T.shape_of(x)
         h, w = xs[lh], xs[lw]
-        kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-        sh, sw = _pair(attrs.strides, "strides", 1)
-        dlh, dlw = _pair(attrs.dilation, "dilation", 1)
-        pt, pl, pb, pr = _padding(attrs.padding)
+        kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
         oshape = list(out_type.shape)
         ry = te.reduce_axis((0, kh), name="ry")
         rx = te.reduce_axis((0, kw), name="rx")
@@ -130,20 +129,10 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
             return te.sum(tirx.if_then_else(inside, T.cast(x(*idx), acc), T.const(0, acc)),
                           axis=[ry, rx])
         total = te.compute(oshape, sbody, name="T_avg_pool2d_sum", tag="pool_sum")
-        if attrs.count_include_pad:
-            lo_h, hi_h, lo_w, hi_w = 0, h + pt + pb, 0, w + pl + pr
-        else:
-            lo_h, hi_h, lo_w, hi_w = pt, pt + h, pl, pl + w
-
-        def count(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
-            c = T.const(0, "int32")
-            for j in range(k):
-                p = o * s + j * dl
-                c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
-            return c
+        count = _avg_count(attrs, h, w)
 
         def norm(*oi):  # type: ignore[no-untyped-def]
-            n = count(oi[lh], kh, sh, dlh, lo_h, hi_h) * count(oi[lw], kw, sw, dlw, lo_w, hi_w)
+            n = count(oi[lh], oi[lw])
             v = total(*oi) / T.cast(tirx.max(n, T.const(1, "int32")), acc)
             return T.cast(v, dt)
         return te.compute(oshape, norm, name="T_avg_pool2d", tag="elemwise")
@@ -223,11 +212,9 @@ def _out_dim(d: Dim, pad: int, k: int, dil: int, stride: int, ceil_mode: bool = 
 
 def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     """``nn.conv2d``: output ``(N, O, OH, OW)`` in the data layout; infers the weight."""
-    data = tensor_arg(arg_types[0], "data")
+    data = ranked_arg(arg_types[0], "nn.conv2d", "data", 4)
     if data is None:
         return None
-    if data.ndim != 4:
-        raise TypeInferenceError(f"nn.conv2d: data must have rank 4, found rank {data.ndim}")
     dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
     ko, ki, kh_, kw_ = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
     out_layout = attrs.out_layout or attrs.data_layout
@@ -352,7 +339,7 @@ def conv2d_grad(call, out, g):  # type: ignore[no-untyped-def]
             op("nn.conv2d_backward_weight", g, x, w, **at))
 
 
-defop("nn.conv2d", 2, grad=conv2d_grad,
+defop("nn.conv2d", 2, grad=conv2d_grad, jvp=jvp_multilinear,
       attrs=_CONV_ATTRS,
       attrs_type="Conv2DAttrs", rel=conv2d_rel, impl=conv2d_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d convolution.",
@@ -361,18 +348,13 @@ defop("nn.conv2d", 2, grad=conv2d_grad,
 
 # ----------------------------------------------------------------------------- pooling
 def _pool_rel(arg_types: Sequence[Type], attrs: Attrs, name: str) -> Type | None:
-    data = tensor_arg(arg_types[0], "data")
+    data = ranked_arg(arg_types[0], name, "data", 4)
     if data is None:
         return None
-    if data.ndim != 4:
-        raise TypeInferenceError(f"{name}: data must have rank 4, found rank {data.ndim}")
     _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
     if attrs.out_layout and attrs.out_layout != attrs.layout:
         raise TypeInferenceError(f"{name}: out_layout {attrs.out_layout!r} must equal layout")
-    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-    sh, sw = _pair(attrs.strides, "strides", 1)
-    dlh, dlw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     shape = list(data.shape)
     shape[dh] = _out_dim(data.shape[dh], pt + pb, kh, dlh, sh, attrs.ceil_mode)
     shape[dw] = _out_dim(data.shape[dw], pl + pr, kw, dlw, sw, attrs.ceil_mode)
@@ -384,10 +366,7 @@ def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
     perm = _layout(attrs.layout, "NCHW", "layout")
     xn = np.transpose(x, perm)
     n, c, h, w = xn.shape
-    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-    sh, sw = _pair(attrs.strides, "strides", 1)
-    dh, dw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dh, dw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
     ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
     assert isinstance(oh, int) and isinstance(ow, int)
@@ -449,12 +428,17 @@ def avg_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("nn.avg_pool2d_grad", g, call.args[0], **dict(call.attrs)),)
 
 
-defop("nn.max_pool2d", 1, grad=max_pool2d_grad,
+def max_pool2d_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """``max_pool2d(x)``: the tangent at each window's maximum of ``x``."""
+    return op("nn.max_pool2d_gather", call.args[0], t[0], **dict(call.attrs))
+
+
+defop("nn.max_pool2d", 1, grad=max_pool2d_grad, jvp=max_pool2d_jvp,
       attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs", rel=max_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "max"),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.",
       compute=_pool_te("max"))
-defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad,
+defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad, jvp=jvp_linear,
       attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs", rel=avg_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "avg"),
@@ -464,12 +448,9 @@ defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad,
 
 def global_pool_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``nn.global_*_pool2d``: spatial dims become 1."""
-    data = tensor_arg(arg_types[0], "data")
+    data = ranked_arg(arg_types[0], "global pooling", "data", 4)
     if data is None:
         return None
-    if data.ndim != 4:
-        raise TypeInferenceError(f"global pooling: data must have rank 4, found rank "
-                                 f"{data.ndim}")
     _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
     shape = list(data.shape)
     shape[dh] = shape[dw] = 1
@@ -512,12 +493,12 @@ def global_max_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 _GLOBAL_ATTRS = [F("layout", "str", "NCHW"), F("out_layout", "str", "")]
-defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad,
+defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad, jvp=jvp_linear,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Average over the spatial dims.",
       compute=_global_te("avg"))
-defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad,
+defop("nn.global_max_pool2d", 1, grad=global_max_pool2d_grad, jvp=jvp_collapse,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("max"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Maximum over the spatial dims.",
@@ -535,34 +516,6 @@ def _conv_geometry(attrs: Attrs) -> tuple[int, int, int, int, int, int, int, int
     sh, sw = _pair(attrs.strides, "strides", 1)
     dh, dw = _pair(attrs.dilation, "dilation", 1)
     return (sh, sw, dh, dw) + _padding(attrs.padding)
-
-
-def _grad_like_rel(name: str, like_index: int, ranks: Sequence[int],
-                   forward: Any) -> Any:
-    """Relation: the type of argument ``like_index`` with the dtype of argument 0.
-
-    ``forward(arg_types, attrs)`` is the type the matching forward op gives; argument 0 (the
-    output gradient) must have its shape.
-    """
-    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
-        ts = tensor_args(arg_types, [f"argument {i}" for i in range(len(arg_types))])
-        if ts is None:
-            return None
-        for k, (t, r) in enumerate(zip(ts, ranks)):
-            if t.ndim != r:
-                raise TypeInferenceError(f"{name}: argument {k} must have rank {r}, found "
-                                         f"rank {t.ndim}")
-        fwd = forward(ts, attrs)
-        if isinstance(fwd, tuple):
-            fwd = fwd[0]
-        if fwd is not None and not all(dim_compatible(a, b)
-                                       for a, b in zip(fwd.shape, ts[0].shape)):
-            raise ShapeMismatchError(f"{name}: the output gradient has shape "
-                                     f"{fmt_shape(ts[0].shape)}, the forward result "
-                                     f"{fmt_shape(fwd.shape)}")
-        return TensorType(ts[like_index].shape, ts[0].dtype)
-    rel.__doc__ = f"``{name}``: the type of argument {like_index} (dtype of argument 0)."
-    return rel
 
 
 def _conv_canon(g: np.ndarray, attrs: Attrs) -> np.ndarray:
@@ -669,19 +622,29 @@ def _tap(y: object, k: int, s: int, dl: int, lo: int, n: object) -> tuple:
     return ok, tirx.max(tirx.min(q, n - 1), 0)
 
 
+def _conv_grad_layouts(attrs: Attrs, dt: str) -> tuple:
+    """(accumulator dtype, data / kernel / output layout permutations) of a conv2d gradient."""
+    return (_grad_acc(dt), _layout(attrs.data_layout, "NCHW", "data_layout"),
+            _layout(attrs.kernel_layout, "OIHW", "kernel_layout"),
+            _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout"))
+
+
+def _per_group(channels: object, groups: int) -> object:
+    """``channels // groups`` (a TE expression when ``channels`` is symbolic)."""
+    return channels // groups if isinstance(channels, int) else \
+        T.tir_mod().floordiv(channels, groups)
+
+
 def conv2d_backward_data_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     """TE compute of ``nn.conv2d_backward_data``: each input pixel sums its output taps."""
     te, tirx = T.te_mod(), T.tir_mod()
     g, w, like = inputs
     dt = out_type.dtype
-    acc = _grad_acc(dt)
-    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
-    kp = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
-    op_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    acc, dp, kp, op_ = _conv_grad_layouts(attrs, dt)
     sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
     o, cg, kh, kw = _canon(kp, T.shape_of(w))
     oh, ow = _canon(op_, T.shape_of(g))[2:]
-    og = o // attrs.groups if isinstance(o, int) else tirx.floordiv(o, attrs.groups)
+    og = _per_group(o, attrs.groups)
     rq = te.reduce_axis((0, og), name="rq")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -704,15 +667,12 @@ def conv2d_backward_weight_te(attrs: Attrs, inputs: list, out_type: TensorType) 
     te, tirx = T.te_mod(), T.tir_mod()
     g, x, like = inputs
     dt = out_type.dtype
-    acc = _grad_acc(dt)
-    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
-    kp = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
-    op_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    acc, dp, kp, op_ = _conv_grad_layouts(attrs, dt)
     sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
     nb, _, h, wd = _canon(dp, T.shape_of(x))
     o, cg = _canon(kp, T.shape_of(like))[:2]
     oh, ow = _canon(op_, T.shape_of(g))[2:]
-    og = o // attrs.groups if isinstance(o, int) else tirx.floordiv(o, attrs.groups)
+    og = _per_group(o, attrs.groups)
     rn = te.reduce_axis((0, nb), name="rn")
     ry = te.reduce_axis((0, oh), name="ry")
     rx = te.reduce_axis((0, ow), name="rx")
@@ -733,18 +693,38 @@ def conv2d_backward_weight_te(attrs: Attrs, inputs: list, out_type: TensorType) 
 
 
 def _pool_geometry(attrs: Attrs) -> tuple[int, ...]:
+    """``(kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr)`` of a pooling operator's attributes."""
     kh, kw = _pair(attrs.pool_size, "pool_size", 1)
     sh, sw = _pair(attrs.strides, "strides", 1)
     dlh, dlw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, _, _ = _padding(attrs.padding)
-    return kh, kw, sh, sw, dlh, dlw, pt, pl
+    pt, pl, pb, pr = _padding(attrs.padding)
+    return kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr
+
+
+def _avg_count(attrs: Attrs, h: object, w: object):  # type: ignore[no-untyped-def]
+    """``(oy, ox) -> int32``: how many taps of the window at ``(oy, ox)`` ``nn.avg_pool2d``
+    divides by (padding counts only with ``count_include_pad``)."""
+    tirx = T.tir_mod()
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
+    if attrs.count_include_pad:
+        bh, bw = (0, h + pt + pb), (0, w + pl + pr)  # type: ignore[operator]
+    else:
+        bh, bw = (pt, pt + h), (pl, pl + w)  # type: ignore[operator]
+
+    def taps(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
+        c = T.const(0, "int32")
+        for j in range(k):
+            p = o * s + j * dl
+            c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
+        return c
+    return lambda oy, ox: taps(oy, kh, sh, dlh, *bh) * taps(ox, kw, sw, dlw, *bw)
 
 
 def _first_max_tap(x: object, attrs: Attrs, pooled: Sequence[object]) -> object:
     """Per pooling window: the tap ``ky * kw + kx`` of its first maximum (padding is -inf)."""
     te, tirx = T.te_mod(), T.tir_mod()
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     vdt = "float64"
     h, w = _canon(lp, T.shape_of(x))[2:]
 
@@ -777,7 +757,7 @@ def max_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
     dt = out_type.dtype
     acc = _grad_acc(dt)
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh, ow = _canon(lp, T.shape_of(g))[2:]
     arg = _first_max_tap(x, attrs, T.shape_of(g))
     ry = te.reduce_axis((0, kh), name="ry")
@@ -801,7 +781,7 @@ def max_pool2d_gather_te(attrs: Attrs, inputs: list, out_type: TensorType) -> ob
     x, v = inputs
     dt = out_type.dtype
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     h, w = _canon(lp, T.shape_of(x))[2:]
     pooled = list(out_type.shape)
     arg = _first_max_tap(x, attrs, pooled)
@@ -824,21 +804,10 @@ def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
     dt = out_type.dtype
     acc = "float64" if dt == "float64" else "float32"
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl = _pool_geometry(attrs)
-    _, _, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     h, w = _canon(lp, T.shape_of(x))[2:]
     oh, ow = _canon(lp, T.shape_of(g))[2:]
-    if attrs.count_include_pad:
-        lo_h, hi_h, lo_w, hi_w = 0, h + pt + pb, 0, w + pl + pr
-    else:
-        lo_h, hi_h, lo_w, hi_w = pt, pt + h, pl, pl + w
-
-    def count(o, k, s, dl, lo, hi):  # type: ignore[no-untyped-def]
-        c = T.const(0, "int32")
-        for j in range(k):
-            p = o * s + j * dl
-            c = c + T.cast(tirx.all(p >= lo, p < hi), "int32")
-        return c
+    count = _avg_count(attrs, h, w)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
@@ -846,7 +815,7 @@ def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
         n, c, y, xx = _canon(lp, i)
         oky, wy = _tap(y, ry, sh, dlh, pt, oh)
         okx, wx = _tap(xx, rx, sw, dlw, pl, ow)
-        cnt = count(wy, kh, sh, dlh, lo_h, hi_h) * count(wx, kw, sw, dlw, lo_w, hi_w)
+        cnt = count(wy, wx)
         v = T.cast(g(*_at(lp, [n, c, wy, wx])), acc) / \
             T.cast(tirx.max(cnt, T.const(1, "int32")), acc)
         return te.sum(tirx.if_then_else(tirx.all(oky, okx), v, T.const(0, acc)),
@@ -856,16 +825,17 @@ def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obje
 
 
 defop("nn.conv2d_backward_data", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
-      rel=_grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
+      rel=grad_like_rel("nn.conv2d_backward_data", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[2], ts[1]], at)),
-      impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad,
+      impl=conv2d_backward_data_ref, grad=conv2d_backward_data_grad, jvp=jvp_multilinear_in(0, 1),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its data: (out_grad, weight, data_like) -> data's type.",
       compute=conv2d_backward_data_te)
 defop("nn.conv2d_backward_weight", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
-      rel=_grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
+      rel=grad_like_rel("nn.conv2d_backward_weight", 2, (4, 4, 4),
                           lambda ts, at: conv2d_rel([ts[1], ts[2]], at)),
       impl=conv2d_backward_weight_ref, grad=conv2d_backward_weight_grad,
+      jvp=jvp_multilinear_in(0, 1),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its weight: (out_grad, data, weight_like) -> weight's type.",
       compute=conv2d_backward_weight_te)
@@ -876,10 +846,7 @@ def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
     perm = _layout(attrs.layout, "NCHW", "layout")
     xn = np.transpose(x, perm)
     n, c, h, w = xn.shape
-    kh, kw = _pair(attrs.pool_size, "pool_size", 1)
-    sh, sw = _pair(attrs.strides, "strides", 1)
-    dh, dw = _pair(attrs.dilation, "dilation", 1)
-    pt, pl, pb, pr = _padding(attrs.padding)
+    kh, kw, sh, sw, dh, dw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
     ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
     eh = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt + pb))
@@ -987,21 +954,23 @@ def _max_pool_gather_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None
 
 
 defop("nn.max_pool2d_grad", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
-      rel=_grad_like_rel("nn.max_pool2d_grad", 1, (4, 4),
+      rel=grad_like_rel("nn.max_pool2d_grad", 1, (4, 4),
                           lambda ts, at: _pool_rel(ts[1:], at, "nn.max_pool2d_grad")),
       impl=max_pool2d_grad_ref,
-      grad=max_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
+      grad=max_pool2d_grad_grad, jvp=jvp_linear_in(0), pattern=OpPattern.OPAQUE,
       doc="Gradient of max_pool2d: (out_grad, data) -> out_grad routed to each window's max.",
       compute=max_pool2d_grad_te)
 defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
       rel=_max_pool_gather_rel, impl=max_pool2d_gather_ref, grad=max_pool2d_gather_grad,
+      jvp=jvp_linear_in(1),
       pattern=OpPattern.OPAQUE,
       doc="(data, values) -> values at each max_pool2d window's maximum of data (pooled).",
       compute=max_pool2d_gather_te)
 defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
       attrs_type="AvgPool2DAttrs",
-      rel=_grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
+      rel=grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
                          lambda ts, at: _pool_rel(ts[1:], at, "nn.avg_pool2d_grad")),
-      impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad, pattern=OpPattern.OPAQUE,
+      impl=avg_pool2d_grad_ref, grad=avg_pool2d_grad_grad,
+      jvp=jvp_linear_in(0), pattern=OpPattern.OPAQUE,
       doc="Gradient of avg_pool2d: (out_grad, data) -> out_grad spread over each window.",
       compute=avg_pool2d_grad_te)

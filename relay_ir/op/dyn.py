@@ -30,8 +30,9 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import InterpreterError, ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Call, Expr
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear_in
 from relay_ir.op._rules import (F, check_dtype, defop, fmt_type, is_int_dtype, make_call,
-                                tensor_arg, tensor_args)
+                                tensor_arg, tensor_args, tensor_rel)
 from relay_ir.op.indexing import _slices
 from relay_ir.op.transform import (_check_broadcastable_to, expand_dims_shape, reshape_dims,
                                    squeeze_shape)
@@ -89,12 +90,9 @@ def _at_run_time(op: str, e: TypeInferenceError) -> InterpreterError:
 
 
 # ----------------------------------------------------------------------------- reshape
-def dyn_reshape_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "newshape")
+def dyn_reshape_rel(x: TensorType, s: TensorType, attrs: Attrs) -> Type | None:
     """``dyn.reshape(x, newshape: Tensor[(k), int]) : Tensor[(?, ..k times), x.dtype]``."""
-    ts = tensor_args(arg_types, ("data", "newshape"))
-    if ts is None:
-        return None
-    x, s = ts
     return TensorType(_any(shape_arg_length(s, "dyn.reshape", "newshape")), x.dtype)
 
 
@@ -132,12 +130,9 @@ defop("dyn.reshape", 2, attrs=[F("newshape", "ints?", None, "unused (the shape i
 
 
 # ----------------------------------------------------------------------------- broadcast_to
-def dyn_broadcast_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "shape")
+def dyn_broadcast_to_rel(x: TensorType, s: TensorType, attrs: Attrs) -> Type | None:
     """``dyn.broadcast_to(x, shape: Tensor[(k), int]) : Tensor[(?, ..k times), x.dtype]``."""
-    ts = tensor_args(arg_types, ("data", "shape"))
-    if ts is None:
-        return None
-    x, s = ts
     k = shape_arg_length(s, "dyn.broadcast_to", "shape")
     if k < x.ndim:
         raise ShapeMismatchError(f"dyn.broadcast_to: cannot broadcast a tensor of rank {x.ndim} "
@@ -199,12 +194,9 @@ defop("dyn.ones", 1, attrs=_DYN_INIT_ATTRS, attrs_type="InitOpAttrs",
       doc="Ones of a shape given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
-def dyn_full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("fill_value", "shape")
+def dyn_full_rel(v: TensorType, s: TensorType, attrs: Attrs) -> Type | None:
     """``dyn.full(value: 0-d, shape: Tensor[(k), int], dtype)``; dtype "" is the value's."""
-    ts = tensor_args(arg_types, ("fill_value", "shape"))
-    if ts is None:
-        return None
-    v, s = ts
     if v.ndim != 0:
         raise TypeInferenceError(f"dyn.full: fill_value must be a scalar, found rank {v.ndim}")
     k = shape_arg_length(s, "dyn.full", "shape")
@@ -227,17 +219,14 @@ def _full_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
 defop("dyn.full", 2, attrs=[F("shape", "ints?", None, "unused (the shape is an argument)"),
                             F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=dyn_full_rel, impl=dyn_full_ref,
-      pattern=OpPattern.ELEMWISE, grad=_full_grad,
+      pattern=OpPattern.ELEMWISE, grad=_full_grad, jvp=jvp_linear_in(0),
       doc="A scalar filled into a shape given as a tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
 # ----------------------------------------------------------------------------- tile
-def dyn_tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "reps")
+def dyn_tile_rel(x: TensorType, r: TensorType, attrs: Attrs) -> Type | None:
     """``dyn.tile(x, reps: Tensor[(k), int])``: rank ``max(rank x, k)``, every dim ``?``."""
-    ts = tensor_args(arg_types, ("data", "reps"))
-    if ts is None:
-        return None
-    x, r = ts
     k = shape_arg_length(r, "dyn.tile", "reps")
     return TensorType(_any(max(x.ndim, k)), x.dtype)
 
@@ -297,7 +286,7 @@ def _tile_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 
 defop("dyn.tile_grad", 3, rel=dyn_tile_grad_rel, impl=dyn_tile_grad_ref,
-      pattern=OpPattern.OPAQUE, grad=_tile_grad_grad,
+      pattern=OpPattern.OPAQUE, grad=_tile_grad_grad, jvp=jvp_linear_in(0),
       doc="Gradient of dyn.tile: (out_grad, data_like, reps) -> the tiles of out_grad summed.",
       host_only=_GRAD_OF_HOST_ONLY)
 
@@ -392,18 +381,15 @@ def _strided_slice_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 defop("dyn.strided_slice_grad", 5, attrs=_DYN_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
       rel=dyn_strided_slice_grad_rel, impl=dyn_strided_slice_grad_ref,
-      pattern=OpPattern.OPAQUE, grad=_strided_slice_grad_grad,
+      pattern=OpPattern.OPAQUE, grad=_strided_slice_grad_grad, jvp=jvp_linear_in(0),
       doc="Gradient of dyn.strided_slice: out_grad placed into zeros like the data.",
       host_only=_GRAD_OF_HOST_ONLY)
 
 
 # ----------------------------------------------------------------------------- expand/squeeze
-def dyn_expand_dims_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "axis")
+def dyn_expand_dims_rel(x: TensorType, a: TensorType, attrs: Attrs) -> Type | None:
     """``dyn.expand_dims(x, axis: 0-d int, num_newaxis)``: rank + num_newaxis, dims ``?``."""
-    ts = tensor_args(arg_types, ("data", "axis"))
-    if ts is None:
-        return None
-    x, a = ts
     _scalar_int_arg(a, "dyn.expand_dims", "axis")
     if attrs.num_newaxis < 0:
         raise TypeInferenceError(f"dyn.expand_dims: num_newaxis must be >= 0, found "
@@ -427,12 +413,9 @@ defop("dyn.expand_dims", 2, attrs=[F("num_newaxis", "int", 1, "how many unit axe
       doc="Insert unit axes at an axis given as a 0-d tensor.", host_only=_SHAPE_FROM_VALUES)
 
 
-def dyn_squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "axes")
+def dyn_squeeze_rel(x: TensorType, a: TensorType, attrs: Attrs) -> Type | None:
     """``dyn.squeeze(x, axes: Tensor[(k), int])``: rank ``rank x - k``, dims ``?``."""
-    ts = tensor_args(arg_types, ("data", "axes"))
-    if ts is None:
-        return None
-    x, a = ts
     k = shape_arg_length(a, "dyn.squeeze", "axes")
     if k > x.ndim:
         raise ShapeMismatchError(f"dyn.squeeze: {k} axes to remove from a tensor of rank "
@@ -461,12 +444,9 @@ defop("dyn.squeeze", 2, attrs=[F("axis", "ints?", None, "unused (the axes are an
 
 
 # ----------------------------------------------------------------------------- nn.pad
-def dyn_pad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "pad_width", "pad_value")
+def dyn_pad_rel(x: TensorType, pw: TensorType, v: TensorType, attrs: Attrs) -> Type | None:
     """``dyn.nn.pad(x, pad_width: Tensor[(rank x, 2), int], pad_value: 0-d)``: dims ``?``."""
-    ts = tensor_args(arg_types, ("data", "pad_width", "pad_value"))
-    if ts is None:
-        return None
-    x, pw, v = ts
     op = "dyn.nn.pad"
     if not is_int_dtype(pw.dtype):
         raise TypeInferenceError(f"{op}: pad_width must be an integer tensor, found dtype "
@@ -552,7 +532,7 @@ def _pad_grad_grad(call: Any, out: Expr, h: Expr) -> tuple[Expr, ...]:
 
 
 defop("dyn.nn.pad_grad", 3, attrs=_PAD_ATTRS, attrs_type="PadAttrs", rel=dyn_pad_grad_rel,
-      impl=dyn_pad_grad_ref, pattern=OpPattern.OPAQUE, grad=_pad_grad_grad,
+      impl=dyn_pad_grad_ref, pattern=OpPattern.OPAQUE, grad=_pad_grad_grad, jvp=jvp_linear_in(0),
       doc="Gradient of dyn.nn.pad: out_grad folded back onto the data positions.",
       host_only=_GRAD_OF_HOST_ONLY)
 

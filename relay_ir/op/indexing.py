@@ -13,10 +13,11 @@ import numpy as np
 from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear, jvp_linear_in
 from relay_ir.op._grad import grad_rule, op, zeros_for
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, norm_axis, tensor_arg,
-                                tensor_args, wrap)
+from relay_ir.op._rules import (F, defop, dim_compatible, grad_like_rel, norm_axis, tensor_rel,
+                                wrap)
 from relay_ir.ty import ANY, Dim, TensorType, Type, format_dim
 from relay_ir.op.transform import _reshape_to, _slice_te
 
@@ -39,19 +40,25 @@ def strided_slice_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object
     return _slice_te(x, starts, steps, out, "T_strided_slice")
 
 
-def take_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
-    """TE compute of ``take`` (clip, wrap; "fast" clips like the reference)."""
-    te, tirx = T.te_mod(), T.tir_mod()
-    x, ind = inputs
-    xs, is_ = T.shape_of(x), T.shape_of(ind)
-    wrap_mode = attrs.mode == "wrap"
+def _index_fixer(mode: str):  # type: ignore[no-untyped-def]
+    """``(i, n) -> int64 index``: ``take``'s out-of-range rule (``wrap`` or clip) in TE."""
+    tirx = T.tir_mod()
 
     def fix(i, n):  # type: ignore[no-untyped-def]
         i = T.cast(i, "int64")
         n = T.as_expr(n, "int64")
-        if wrap_mode:
+        if mode == "wrap":
             return tirx.floormod(i, n)
         return tirx.max(tirx.min(i, n - T.const(1, "int64")), T.const(0, "int64"))
+    return fix
+
+
+def take_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``take`` (clip, wrap; "fast" clips like the reference)."""
+    te = T.te_mod()
+    x, ind = inputs
+    xs, is_ = T.shape_of(x), T.shape_of(ind)
+    fix = _index_fixer(attrs.mode)
     if attrs.axis is None:
         flat = _reshape_to(x, [T.shape_size(xs)], "T_flatten")
         n = T.shape_size(xs)
@@ -74,12 +81,9 @@ def take_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
 _TAKE_MODES = ("clip", "wrap", "fast")
 
 
-def take_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "indices")
+def take_rel(x: TensorType, ind: TensorType, attrs: Attrs) -> Type | None:
     """``take(x, indices, axis, batch_dims, mode)``; axis None indexes the flattened data."""
-    ts = tensor_args(arg_types, ("data", "indices"))
-    if ts is None:
-        return None
-    x, ind = ts
     if not ind.dtype.startswith(("int", "uint")):
         raise TypeInferenceError(f"take: indices must have an integer dtype, found {ind.dtype}")
     if attrs.mode not in _TAKE_MODES:
@@ -138,16 +142,8 @@ def take_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("take_grad", g, x, idx, **dict(call.attrs)), zeros_for(idx))
 
 
-def take_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
-    """``take_grad(out_grad, data_like, indices)``: data_like's shape, out_grad's dtype."""
-    ts = tensor_args(arg_types, ("out_grad", "data_like", "indices"))
-    if ts is None:
-        return None
-    t = take_rel(arg_types[1:], attrs)
-    if t is not None and not all(dim_compatible(a, b) for a, b in zip(t.shape, ts[0].shape)):
-        raise ShapeMismatchError(f"take_grad: out_grad has shape {fmt_shape(ts[0].shape)}, "
-                                 f"take gives {fmt_shape(t.shape)}")
-    return TensorType(ts[1].shape, ts[0].dtype)
+take_grad_rel = grad_like_rel("take_grad", 1, None,
+                              lambda ts, attrs: take_rel(ts[1:], attrs))
 
 
 def take_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
@@ -194,14 +190,7 @@ def take_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     xs, is_ = T.shape_of(like), T.shape_of(ind)
     dt = out_type.dtype
     acc = "float64" if T.is_float(dt) else "int64"
-    wrap_mode = attrs.mode == "wrap"
-
-    def fix(i, n):  # type: ignore[no-untyped-def]
-        i = T.cast(i, "int64")
-        n = T.as_expr(n, "int64")
-        if wrap_mode:
-            return tirx.floormod(i, n)
-        return tirx.max(tirx.min(i, n - T.const(1, "int64")), T.const(0, "int64"))
+    fix = _index_fixer(attrs.mode)
     if attrs.axis is None:
         axis, bd, n = None, 0, T.shape_size(xs)
     else:
@@ -228,12 +217,12 @@ def take_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
 
 
 defop("take_grad", 3, attrs=_TAKE_ATTRS, attrs_type="TakeAttrs", rel=take_grad_rel,
-      impl=take_grad_ref, grad=take_grad_grad, pattern=OpPattern.OPAQUE,
+      impl=take_grad_ref, grad=take_grad_grad, jvp=jvp_linear_in(0), pattern=OpPattern.OPAQUE,
       doc="Gradient of take: (out_grad, data_like, indices) -> out_grad scatter-added.",
       compute=take_grad_te)
 
 
-defop("take", 2, grad=take_grad, attrs=_TAKE_ATTRS,
+defop("take", 2, grad=take_grad, jvp=jvp_linear_in(0), attrs=_TAKE_ATTRS,
       attrs_type="TakeAttrs", rel=take_rel, impl=take_ref, pattern=OpPattern.INJECTIVE,
       doc="Gather elements along an axis.",
       compute=take_te)
@@ -275,11 +264,9 @@ def _slices(shape: Sequence[Dim], attrs: Attrs) -> list[tuple[int, Any, Any, Any
     return out
 
 
-def strided_slice_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def strided_slice_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``strided_slice(x, begin, end, strides, axes, slice_mode)``: Python slice semantics."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     shape = list(t.shape)
     for a, b, e, s in _slices(shape, attrs):
         d = shape[a]
@@ -314,16 +301,8 @@ def strided_slice_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("strided_slice_grad", g, call.args[0], **dict(call.attrs)),)
 
 
-def strided_slice_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
-    """``strided_slice_grad(out_grad, data_like)``: data_like's shape, out_grad's dtype."""
-    ts = tensor_args(arg_types, ("out_grad", "data_like"))
-    if ts is None:
-        return None
-    t = strided_slice_rel(arg_types[1:], attrs)
-    if t is not None and not all(dim_compatible(a, b) for a, b in zip(t.shape, ts[0].shape)):
-        raise ShapeMismatchError(f"strided_slice_grad: out_grad has shape "
-                                 f"{fmt_shape(ts[0].shape)}, the slice {fmt_shape(t.shape)}")
-    return TensorType(ts[1].shape, ts[0].dtype)
+strided_slice_grad_rel = grad_like_rel("strided_slice_grad", 1, None,
+                                       lambda ts, attrs: strided_slice_rel(ts[1:], attrs))
 
 
 def strided_slice_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
@@ -376,12 +355,13 @@ def strided_slice_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> o
 
 defop("strided_slice_grad", 2, attrs=_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
       rel=strided_slice_grad_rel, impl=strided_slice_grad_ref, grad=strided_slice_grad_grad,
+      jvp=jvp_linear_in(0),
       pattern=OpPattern.INJECTIVE, required=("begin", "end"),
       doc="Gradient of strided_slice: (out_grad, data_like) -> out_grad placed in zeros.",
       compute=strided_slice_grad_te)
 
 
-defop("strided_slice", 1, grad=strided_slice_grad,
+defop("strided_slice", 1, grad=strided_slice_grad, jvp=jvp_linear,
       attrs=_SLICE_ATTRS,
       attrs_type="StridedSliceAttrs", rel=strided_slice_rel, impl=strided_slice_ref,
       pattern=OpPattern.INJECTIVE, doc="Python-style strided slicing.",

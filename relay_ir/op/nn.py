@@ -17,14 +17,15 @@ import numpy as np
 
 from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
-from relay_ir.expr import Expr, TupleGetItem
+from relay_ir.expr import Expr, Tuple, TupleGetItem
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear, jvp_multilinear, jvp_scalar, jvp_symmetric
 from relay_ir.op._grad import (GradientRuleError, grad_rule, op, scalar, static_shape,
                                tensor_type, zeros_for)
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, defop, def_elemwise,
-                                dim_compatible, fmt_shape, norm_axis,
-                                same_dtype, shape_size, tensor_arg, tensor_args, wrap)
+from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_elemwise, defop,
+                                dim_compatible, fmt_shape, norm_axis, same_dtype, shape_size,
+                                tensor_arg, tensor_rel, wrap)
 from relay_ir.ty import (Dim, IncompleteType, TensorType, TupleType, Type, dim_add,
                          format_dim)
 
@@ -392,7 +393,8 @@ def dense_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 _DENSE_ATTRS = [F("units", "int?", None, "the number of output units"),
                 F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
-defop("nn.dense", 2, attrs=_DENSE_ATTRS, grad=dense_grad, attrs_type="DenseAttrs", rel=dense_rel,
+defop("nn.dense", 2, attrs=_DENSE_ATTRS, grad=dense_grad,
+      jvp=jvp_multilinear, attrs_type="DenseAttrs", rel=dense_rel,
       impl=dense_ref, pattern=OpPattern.OUT_ELEMWISE_FUSABLE, compute=dense_te,
       doc="Fully connected layer: ``x @ w.T``.")
 
@@ -436,19 +438,17 @@ def matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (da, db)
 
 
-defop("nn.matmul", 2, grad=matmul_grad, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
+defop("nn.matmul", 2, grad=matmul_grad,
+      jvp=jvp_multilinear, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
                                             F("transpose_b", "bool", False)],
       attrs_type="MatmulAttrs", rel=matmul_rel, impl=matmul_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.",
       compute=matmul_te)
 
 
-def batch_matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("x", "y")
+def batch_matmul_rel(x: TensorType, y: TensorType, attrs: Attrs) -> Type | None:
     """``nn.batch_matmul(x: (B, M, K), y: (B, N, K)) : (B, M, N)`` (default transpose_b)."""
-    ts = tensor_args(arg_types, ("x", "y"))
-    if ts is None:
-        return None
-    x, y = ts
     if x.ndim != 3 or y.ndim != 3:
         raise TypeInferenceError(f"nn.batch_matmul: both inputs must have rank 3, found ranks "
                                  f"{x.ndim} and {y.ndim}")
@@ -495,7 +495,8 @@ def batch_matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (dx, dy)
 
 
-defop("nn.batch_matmul", 2, grad=batch_matmul_grad, attrs=[F("out_dtype", "str", ""),
+defop("nn.batch_matmul", 2, grad=batch_matmul_grad,
+      jvp=jvp_multilinear, attrs=[F("out_dtype", "str", ""),
                                    F("transpose_a", "bool", False),
                                    F("transpose_b", "bool", True)],
       attrs_type="BatchMatmulAttrs", rel=batch_matmul_rel, impl=batch_matmul_ref,
@@ -571,7 +572,8 @@ def bias_add_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (g, _per_channel_sum(g, _axis_of(call)))
 
 
-defop("nn.bias_add", 2, grad=bias_add_grad, attrs=[F("axis", "int", 1, "the channel axis")],
+defop("nn.bias_add", 2, grad=bias_add_grad,
+      jvp=jvp_linear, attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="BiasAddAttrs", rel=bias_add_rel, impl=bias_add_ref,
       pattern=OpPattern.BROADCAST, doc="Add a 1-d bias along an axis.",
       compute=_channel_bcast(_bias_add_e, "bias_add"))
@@ -601,7 +603,17 @@ def prelu_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (dx, da)
 
 
-defop("nn.prelu", 2, grad=prelu_grad, attrs=[F("axis", "int", 1, "the channel axis")],
+def prelu_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """``prelu(x, a)``: ``t_x`` (x > 0) or ``a t_x + x t_a`` (per-channel ``a``, ``t_a``)."""
+    x, a = call.args
+    axis, n = _axis_of(call), tensor_type(x).ndim
+    neg = op("add", op("multiply", t[0], _channel(a, n, axis)),
+             op("multiply", x, _channel(t[1], n, axis)))
+    return op("where", op("greater", x, scalar(0.0, x)), t[0], neg)
+
+
+defop("nn.prelu", 2, grad=prelu_grad, jvp=prelu_jvp,
+      attrs=[F("axis", "int", 1, "the channel axis")],
       attrs_type="PReluAttrs", rel=prelu_rel, impl=prelu_ref, pattern=OpPattern.BROADCAST,
       compute=_channel_bcast(_prelu_e, "prelu"),
       doc="Leaky ReLU with a learned per-channel slope.")
@@ -624,19 +636,18 @@ def leaky_relu_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 def_elemwise("nn.relu", lambda x: np.maximum(x, np.zeros((), x.dtype)), doc="``max(x, 0)``.",
-             grad=relu_grad, compute=relu_te)
+             grad=relu_grad, jvp=jvp_symmetric, compute=relu_te)
 def_elemwise("nn.leaky_relu",
              lambda x, attrs: np.where(x > 0, x, x * np.asarray(attrs.alpha, x.dtype)),
              attrs=[F("alpha", "float", 0.01, "slope for x < 0")], attrs_type="LeakyReluAttrs",
              with_attrs=True, doc="``x`` if positive, else ``alpha * x``.", grad=leaky_relu_grad,
+             jvp=jvp_symmetric,
              compute=leaky_relu_te)
 
 
-def softmax_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def softmax_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``nn.softmax(x, axis)`` : type of x."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     norm_axis(attrs.axis, t.ndim)
     return t
 
@@ -673,21 +684,25 @@ def log_softmax_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("subtract", g, op("multiply", op("exp", out), s)),)
 
 
+def log_softmax_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """``log_softmax(x) = y``: ``t - sum(exp(y) t, axis)``."""
+    s = op("sum", op("multiply", op("exp", out), t[0]), axis=(call.attrs.axis,), keepdims=True)
+    return op("subtract", t[0], s)
+
+
 _SOFTMAX_ATTRS = [F("axis", "int", -1, "the axis normalized over")]
 defop("nn.softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      grad=softmax_grad, impl=softmax_ref, pattern=OpPattern.OPAQUE,
+      grad=softmax_grad, jvp=jvp_symmetric, impl=softmax_ref, pattern=OpPattern.OPAQUE,
       doc="Softmax along an axis.", compute=_softmax_te(False))
 defop("nn.log_softmax", 1, attrs=_SOFTMAX_ATTRS, attrs_type="SoftmaxAttrs", rel=softmax_rel,
-      grad=log_softmax_grad, impl=log_softmax_ref, pattern=OpPattern.OPAQUE,
+      grad=log_softmax_grad, jvp=log_softmax_jvp, impl=log_softmax_ref, pattern=OpPattern.OPAQUE,
       doc="Log of softmax along an axis.", compute=_softmax_te(True))
 
 
 # ----------------------------------------------------------------------------- flatten / pad
-def batch_flatten_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def batch_flatten_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``nn.batch_flatten(x: (N, ...)) : (N, prod(...))``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if t.ndim < 1:
         raise TypeInferenceError("nn.batch_flatten: data must have rank >= 1")
     return TensorType((t.shape[0], shape_size(t.shape[1:])), t.dtype)
@@ -699,7 +714,7 @@ def batch_flatten_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("reshape_like", g, call.args[0]),)
 
 
-defop("nn.batch_flatten", 1, grad=batch_flatten_grad, rel=batch_flatten_rel,
+defop("nn.batch_flatten", 1, grad=batch_flatten_grad, jvp=jvp_linear, rel=batch_flatten_rel,
       impl=lambda args, attrs: np.reshape(args[0], (args[0].shape[0], -1)
                                           if args[0].shape[0] else (0, int(np.prod(
                                               args[0].shape[1:])))),
@@ -722,12 +737,9 @@ def _pad_width(pw: Any, ndim: int) -> list[tuple[int, int]]:
     return out
 
 
-def pad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "pad_value")
+def pad_rel(x: TensorType, v: TensorType, attrs: Attrs) -> Type | None:
     """``nn.pad(x, pad_value, pad_width, pad_mode)``."""
-    ts = tensor_args(arg_types, ("data", "pad_value"))
-    if ts is None:
-        return None
-    x, v = ts
     if v.ndim != 0:
         raise TypeInferenceError("nn.pad: pad_value must be a scalar")
     if attrs.pad_mode not in ("constant", "edge", "reflect"):
@@ -798,7 +810,7 @@ def _fold_axis(g: Expr, x: Expr, axis: int, d: int, pads: tuple[int, int], mode:
     return out
 
 
-defop("nn.pad", 2, grad=pad_grad,
+defop("nn.pad", 2, grad=pad_grad, jvp=jvp_linear,
       attrs=[F("pad_width", "any", None, "((before, after), ...) per axis"),
                           F("pad_mode", "str", "constant", "constant, edge or reflect")],
       attrs_type="PadAttrs", rel=pad_rel, impl=pad_ref, pattern=OpPattern.INJECTIVE,
@@ -932,7 +944,12 @@ def dropout_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (TupleGetItem(g, 0),)
 
 
-defop("nn.dropout", 1, grad=dropout_grad,
+def dropout_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """Inference-form ``dropout(x) = (x, ones)``: ``(t, 0)``."""
+    return Tuple((t[0], op("zeros_like", TupleGetItem(out, 1))))
+
+
+defop("nn.dropout", 1, grad=dropout_grad, jvp=dropout_jvp,
       attrs=[F("rate", "float", 0.5, "drop probability (training only)")],
       attrs_type="DropoutAttrs", rel=dropout_rel,
       impl=lambda args, attrs: (np.array(args[0], copy=True), np.ones_like(args[0])),
@@ -940,12 +957,9 @@ defop("nn.dropout", 1, grad=dropout_grad,
       compute=dropout_te)
 
 
-def cross_entropy_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("predictions", "targets")
+def cross_entropy_rel(p: TensorType, t: TensorType, attrs: Attrs) -> Type | None:
     """``nn.cross_entropy(pred, target)``: equal 2-d types; a scalar result."""
-    ts = tensor_args(arg_types, ("predictions", "targets"))
-    if ts is None:
-        return None
-    p, t = ts
     same_dtype(p, t)
     if p.ndim != 2 or t.ndim != 2 or not all(dim_compatible(a, b)
                                              for a, b in zip(p.shape, t.shape)):
@@ -971,6 +985,7 @@ def cross_entropy_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (_mul(c, op("divide", t, p)), _mul(c, op("log", p)))
 
 
-defop("nn.cross_entropy", 2, grad=cross_entropy_grad, rel=cross_entropy_rel, impl=cross_entropy_ref,
+defop("nn.cross_entropy", 2, grad=cross_entropy_grad,
+      jvp=jvp_scalar, rel=cross_entropy_rel, impl=cross_entropy_ref,
       pattern=OpPattern.OPAQUE, doc="Cross entropy of probabilities against targets.",
       compute=cross_entropy_te)

@@ -14,6 +14,7 @@ import numpy as np
 from relay_ir.attrs import Attrs
 from relay_ir.errors import TypeInferenceError
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear, jvp_quadratic, jvp_reduce
 from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, defop, reduce_axes, reduce_rel, reduce_shape, same_dtype,
                                 tensor_arg, tensor_args, wrap)
@@ -282,23 +283,23 @@ def variance_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     return T.elemwise(lambda v: T.cast(v / T.cast(n, acc), dt), s, name="T_var")
 
 
-defop("sum", 1, grad=_REDUCE_GRAD["sum"],
+defop("sum", 1, grad=_REDUCE_GRAD["sum"], jvp=jvp_linear,
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_sum), pattern=OpPattern.COMM_REDUCE, doc="Sum over axes.",
       compute=_reduce_te("sum"))
-defop("prod", 1, grad=_REDUCE_GRAD["prod"],
+defop("prod", 1, grad=_REDUCE_GRAD["prod"], jvp=jvp_reduce,
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_prod), pattern=OpPattern.COMM_REDUCE, doc="Product over axes.",
       compute=_reduce_te("prod"))
-defop("max", 1, grad=_REDUCE_GRAD["max"],
+defop("max", 1, grad=_REDUCE_GRAD["max"], jvp=jvp_reduce,
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_max), pattern=OpPattern.COMM_REDUCE, doc="Maximum over axes.",
       compute=_reduce_te("max"))
-defop("min", 1, grad=_REDUCE_GRAD["min"],
+defop("min", 1, grad=_REDUCE_GRAD["min"], jvp=jvp_reduce,
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=_simple(_min), pattern=OpPattern.COMM_REDUCE, doc="Minimum over axes.",
       compute=_reduce_te("min"))
-defop("mean", 1, grad=_REDUCE_GRAD["mean"],
+defop("mean", 1, grad=_REDUCE_GRAD["mean"], jvp=jvp_linear,
       attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
       impl=mean_ref, pattern=OpPattern.COMM_REDUCE, doc="Mean over axes.", compute=mean_te)
 defop("all", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("all"),
@@ -381,7 +382,7 @@ def variance_ref(args: list, attrs: Attrs) -> np.ndarray:
         return wrap(s / (count - int(attrs.unbiased)), x.dtype)
 
 
-defop("variance", 2, grad=variance_grad,
+defop("variance", 2, grad=variance_grad, jvp=jvp_quadratic,
       attrs=_REDUCE_ATTRS + [F("unbiased", "bool", False, "divide by n - 1")],
       attrs_type="VarianceAttrs", rel=variance_rel, impl=variance_ref,
       pattern=OpPattern.COMM_REDUCE, compute=variance_te,

@@ -7,7 +7,7 @@ Integer semantics follow TVM's: ``divide`` and ``mod`` truncate toward zero (C s
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -18,9 +18,10 @@ from relay_ir.op import OpPattern
 from relay_ir.op._grad import (grad_rule, op, out_shape, scalar, sum_to,
                                zero_rule, zeros_for)
 from relay_ir.op import _te as T
+from relay_ir.op._jvp import (jvp_linear, jvp_linear_in, jvp_multilinear, jvp_symmetric,
+                              jvp_zero)
 from relay_ir.op._rules import (F, broadcast_shapes, check_dtype, def_broadcast, def_elemwise,
-                                defop, identity_rel, same_dtype, tensor_arg,
-                                tensor_args, wrap)
+                                defop, identity_rel, ranked_arg, same_dtype, tensor_rel, wrap)
 from relay_ir.ty import TensorType, Type
 
 _ERR = {"divide": "ignore", "over": "ignore", "invalid": "ignore", "under": "ignore"}
@@ -47,24 +48,23 @@ def _trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.fmod(a, b)
 
 
-def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _int_or_float(a: np.ndarray, b: np.ndarray, int_op: Any, float_op: Any) -> np.ndarray:
+    """``int_op(a, b)`` on integers (0 where ``b`` is 0), ``float_op(a, b)`` on floats."""
     if a.dtype.kind in "iu":
         if b.all():
-            return np.floor_divide(a, b)
+            return int_op(a, b)
         with np.errstate(**_ERR):
-            return np.where(np.equal(b, 0), np.zeros((), a.dtype), np.floor_divide(a, b))
+            return np.where(np.equal(b, 0), np.zeros((), a.dtype), int_op(a, b))
     with np.errstate(**_ERR):
-        return np.floor(np.true_divide(a, b))
+        return float_op(a, b)
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _int_or_float(a, b, np.floor_divide, lambda a, b: np.floor(np.true_divide(a, b)))
 
 
 def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu":
-        if b.all():
-            return np.mod(a, b)
-        with np.errstate(**_ERR):
-            return np.where(np.equal(b, 0), np.zeros((), a.dtype), np.mod(a, b))
-    with np.errstate(**_ERR):
-        return a - np.floor(np.true_divide(a, b)) * b
+    return _int_or_float(a, b, np.mod, lambda a, b: a - np.floor(np.true_divide(a, b)) * b)
 
 
 def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -219,6 +219,33 @@ _BINARY_GRAD = {
                          lambda a, b, y, g: op("negative", _mul(g, op("floor", _div(a, b))))),
 }
 
+
+
+# ----------------------------------------------------------------------------- JVP rules
+def _bjvp(local):  # type: ignore[no-untyped-def]
+    """A binary JVP rule from ``local(a, b, out, ta, tb)`` (broadcasting like the op)."""
+    def rule(call, out, t):  # type: ignore[no-untyped-def]
+        a, b = call.args
+        return local(a, b, out, t[0], t[1])
+    rule.__doc__ = local.__doc__
+    return rule
+
+
+_BINARY_JVP = {
+    "add": jvp_linear,
+    "subtract": jvp_linear,
+    "multiply": jvp_multilinear,
+    "divide": _bjvp(lambda a, b, y, ta, tb: _div(op("subtract", ta, _mul(y, tb)), b)),
+    "power": _bjvp(lambda a, b, y, ta, tb: op("add", _mul(ta, _mul(b, op("power", a, op(
+        "subtract", b, scalar(1.0, b))))), _power_db(a, b, y, tb))),
+    "maximum": _bjvp(lambda a, b, y, ta, tb: op("where", op("greater_equal", a, b), ta, tb)),
+    "minimum": _bjvp(lambda a, b, y, ta, tb: op("where", op("less_equal", a, b), ta, tb)),
+    "floor_divide": jvp_zero,
+    "mod": _bjvp(lambda a, b, y, ta, tb: op("subtract", ta,
+                                             _mul(tb, op("trunc", _div(a, b))))),
+    "floor_mod": _bjvp(lambda a, b, y, ta, tb: op("subtract", ta,
+                                                   _mul(tb, op("floor", _div(a, b))))),
+}
 
 # ----------------------------------------------------------------------------- TE computes
 # Each ``*_te(attrs, inputs, out_type)`` builds the operator's tensor expression (relay_ir.op).
@@ -526,25 +553,29 @@ _UNARY_FLOAT = {
 }
 for _name, _fn in _UNARY_FLOAT.items():
     def_elemwise(_name, _float_fn(_fn), doc=f"Elementwise ``{_name}``.",
-                 grad=_UNARY_GRAD[_name], compute=_float_te(_name))
+                 grad=_UNARY_GRAD[_name], jvp=jvp_symmetric, compute=_float_te(_name))
 
 def_elemwise("negative", np.negative, doc="Elementwise ``-x``.",
-             grad=_u(lambda x, y, g: op("negative", g)),
+             grad=_u(lambda x, y, g: op("negative", g)), jvp=jvp_linear,
              compute=_elem_te(_negative_e, "TE compute of ``negative``."))
 def_elemwise("abs", np.abs, doc="Elementwise absolute value.", grad=_u(_abs_local),
+             jvp=jvp_symmetric,
              compute=_elem_te(_abs_e, "TE compute of ``abs``."))
 def_elemwise("floor", np.floor, doc="Round toward negative infinity (identity on integers).",
-             grad=_ZERO, compute=_elem_te(_rounding_e("floor"), "TE compute of ``floor``."))
+             grad=_ZERO,
+             jvp=jvp_zero, compute=_elem_te(_rounding_e("floor"), "TE compute of ``floor``."))
 def_elemwise("ceil", np.ceil, doc="Round toward positive infinity (identity on integers).",
-             grad=_ZERO, compute=_elem_te(_rounding_e("ceil"), "TE compute of ``ceil``."))
+             grad=_ZERO,
+             jvp=jvp_zero, compute=_elem_te(_rounding_e("ceil"), "TE compute of ``ceil``."))
 def_elemwise("trunc", np.trunc, doc="Round toward zero (identity on integers).", grad=_ZERO,
+             jvp=jvp_zero,
              compute=_elem_te(_rounding_e("trunc"), "TE compute of ``trunc``."))
-def_elemwise("round", _round, doc="Round half away from zero.", grad=_ZERO,
+def_elemwise("round", _round, doc="Round half away from zero.", grad=_ZERO, jvp=jvp_zero,
              compute=_elem_te(_round_e, "TE compute of ``round``."))
-def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).", grad=_ZERO,
+def_elemwise("sign", _sign, doc="Elementwise sign (-1, 0, 1).", grad=_ZERO, jvp=jvp_zero,
              compute=_elem_te(_sign_e, "TE compute of ``sign``."))
 def_elemwise("copy", _identity_copy, doc="A copy of the input.",
-             grad=_u(lambda x, y, g: g), compute=_copy_te)
+             grad=_u(lambda x, y, g: g), jvp=jvp_linear, compute=_copy_te)
 def_elemwise("logical_not", np.logical_not, doc="Elementwise logical not.",
              non_differentiable=True,
              compute=_elem_te(_logical_not_e, "TE compute of ``logical_not``."))
@@ -556,58 +587,35 @@ def_elemwise("zeros_like", lambda x: np.zeros(x.shape, x.dtype),
 def_elemwise("ones_like", lambda x: np.ones(x.shape, x.dtype),
              doc="Ones of the input's type.", non_differentiable=True, compute=_fill_like_te(1))
 def_elemwise("stop_gradient", _identity_copy, doc="Identity whose gradient is zero.",
-             grad=_ZERO, compute=_copy_te)
+             grad=_ZERO, jvp=jvp_zero, compute=_copy_te)
 for _name, _fn in {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}.items():
     def_elemwise(_name, _float_fn(_fn), out_dtype="bool", non_differentiable=True,
                  doc=f"Elementwise ``{_name}`` (bool result).", compute=_float_pred_te(_name))
 
 
 # ----------------------------------------------------------------------------- binary math
-def_broadcast("add", np.add, doc="Broadcasting ``a + b``.",
-              grad=_BINARY_GRAD["add"],
-              compute=_binary_te(_add_b, "TE compute of ``add``."))
-def_broadcast("subtract", np.subtract, doc="Broadcasting ``a - b``.",
-              grad=_BINARY_GRAD["subtract"],
-              compute=_binary_te(_sub_b, "TE compute of ``subtract``."))
-def_broadcast("multiply", np.multiply, doc="Broadcasting ``a * b``.",
-              grad=_BINARY_GRAD["multiply"],
-              compute=_binary_te(_mul_b, "TE compute of ``multiply``."))
-def_broadcast("divide", _trunc_div, doc="Broadcasting ``a / b`` (integers truncate toward 0).",
-              grad=_BINARY_GRAD["divide"], compute=_binary_te(_div_b, "TE compute of ``divide``."))
-def_broadcast("floor_divide", _floor_div, doc="Broadcasting division rounding down.",
-              grad=_BINARY_GRAD["floor_divide"],
-              compute=_binary_te(_floordiv_b, "TE compute of ``floor_divide``."))
-def_broadcast("mod", _trunc_mod, doc="Remainder of truncating division (sign of ``a``).",
-              grad=_BINARY_GRAD["mod"], compute=_binary_te(_mod_b, "TE compute of ``mod``."))
-def_broadcast("floor_mod", _floor_mod, doc="Remainder of flooring division (sign of ``b``).",
-              grad=_BINARY_GRAD["floor_mod"],
-              compute=_binary_te(_floormod_b, "TE compute of ``floor_mod``."))
-def_broadcast("power", _power, doc="Broadcasting ``a ** b``.",
-              grad=_BINARY_GRAD["power"], compute=power_te)
-def_broadcast("maximum", np.maximum, doc="Broadcasting elementwise maximum.",
-              grad=_BINARY_GRAD["maximum"],
-              compute=_binary_te(_max_b, "TE compute of ``maximum``."))
-def_broadcast("minimum", np.minimum, doc="Broadcasting elementwise minimum.",
-              grad=_BINARY_GRAD["minimum"],
-              compute=_binary_te(_min_b, "TE compute of ``minimum``."))
-def_broadcast("logical_and", np.logical_and, doc="Broadcasting logical and.",
-              non_differentiable=True,
-              compute=_binary_te(_logical_b("and"), "TE compute of ``logical_and``."))
-def_broadcast("logical_or", np.logical_or, doc="Broadcasting logical or.",
-              non_differentiable=True,
-              compute=_binary_te(_logical_b("or"), "TE compute of ``logical_or``."))
-def_broadcast("logical_xor", np.logical_xor, doc="Broadcasting logical xor.",
-              non_differentiable=True,
-              compute=_binary_te(_logical_b("xor"), "TE compute of ``logical_xor``."))
-def_broadcast("bitwise_and", np.bitwise_and, doc="Broadcasting bitwise and.",
-              non_differentiable=True,
-              compute=_binary_te(_bitwise_b("and"), "TE compute of ``bitwise_and``."))
-def_broadcast("bitwise_or", np.bitwise_or, doc="Broadcasting bitwise or.",
-              non_differentiable=True,
-              compute=_binary_te(_bitwise_b("or"), "TE compute of ``bitwise_or``."))
-def_broadcast("bitwise_xor", np.bitwise_xor, doc="Broadcasting bitwise xor.",
-              non_differentiable=True,
-              compute=_binary_te(_bitwise_b("xor"), "TE compute of ``bitwise_xor``."))
+_BINARY_MATH = [  # name, numpy reference, TE body, doc
+    ("add", np.add, _add_b, "Broadcasting ``a + b``."),
+    ("subtract", np.subtract, _sub_b, "Broadcasting ``a - b``."),
+    ("multiply", np.multiply, _mul_b, "Broadcasting ``a * b``."),
+    ("divide", _trunc_div, _div_b, "Broadcasting ``a / b`` (integers truncate toward 0)."),
+    ("floor_divide", _floor_div, _floordiv_b, "Broadcasting division rounding down."),
+    ("mod", _trunc_mod, _mod_b, "Remainder of truncating division (sign of ``a``)."),
+    ("floor_mod", _floor_mod, _floormod_b, "Remainder of flooring division (sign of ``b``)."),
+    ("power", _power, None, "Broadcasting ``a ** b``."),
+    ("maximum", np.maximum, _max_b, "Broadcasting elementwise maximum."),
+    ("minimum", np.minimum, _min_b, "Broadcasting elementwise minimum."),
+]
+for _name, _fn, _body, _doc in _BINARY_MATH:
+    def_broadcast(_name, _fn, doc=_doc, grad=_BINARY_GRAD[_name], jvp=_BINARY_JVP[_name],
+                  compute=power_te if _body is None else
+                  _binary_te(_body, f"TE compute of ``{_name}``."))
+for _family, _make_body in (("logical", _logical_b), ("bitwise", _bitwise_b)):
+    for _kind in ("and", "or", "xor"):
+        _name = f"{_family}_{_kind}"
+        def_broadcast(_name, getattr(np, _name), doc=f"Broadcasting {_family} {_kind}.",
+                      non_differentiable=True,
+                      compute=_binary_te(_make_body(_kind), f"TE compute of ``{_name}``."))
 for _name, _fn in {"less": np.less, "greater": np.greater, "less_equal": np.less_equal,
                    "greater_equal": np.greater_equal, "equal": np.equal,
                    "not_equal": np.not_equal}.items():
@@ -617,12 +625,9 @@ for _name, _fn in {"less": np.less, "greater": np.greater, "less_equal": np.less
 
 
 # ----------------------------------------------------------------------------- where, cast, clip
-def where_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("condition", "x", "y")
+def where_rel(c: TensorType, x: TensorType, y: TensorType, attrs: Attrs) -> Type | None:
     """``where(cond, x, y)``: three-way broadcast; x and y share a dtype (the result's)."""
-    ts = tensor_args(arg_types, ("condition", "x", "y"))
-    if ts is None:
-        return None
-    c, x, y = ts
     dtype = same_dtype(x, y)
     shape = broadcast_shapes(broadcast_shapes(c.shape, x.shape), y.shape)
     return TensorType(shape, dtype)
@@ -647,15 +652,14 @@ def where_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 defop("where", 3, rel=where_rel, impl=where_ref, pattern=OpPattern.BROADCAST, grad=where_grad,
+      jvp=jvp_linear_in(1, 2),
       compute=where_te,
       doc="Select from ``x`` where ``cond`` holds, else from ``y`` (broadcasting).")
 
 
-def cast_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def cast_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``cast(x, dtype)``: same shape, the new dtype."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(t.shape, check_dtype(attrs.dtype))
 
 
@@ -672,19 +676,17 @@ def cast_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("cast_like", g, x),)
 
 
-defop("cast", 1, grad=cast_grad,
+defop("cast", 1, grad=cast_grad, jvp=jvp_linear,
       attrs=[F("dtype", "dtype", None, "the target dtype")], attrs_type="CastAttrs",
       rel=cast_rel, impl=cast_ref, pattern=OpPattern.ELEMWISE, compute=cast_te,
       doc="Convert to another dtype.",
       required=("dtype",))
 
 
-def cast_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "dtype_like")
+def cast_like_rel(data: TensorType, dtype_like: TensorType, attrs: Attrs) -> Type | None:
     """``cast_like(x, like)``: the shape of ``x``, the dtype of ``like``."""
-    ts = tensor_args(arg_types, ("data", "dtype_like"))
-    if ts is None:
-        return None
-    return TensorType(ts[0].shape, ts[1].dtype)
+    return TensorType(data.shape, dtype_like.dtype)
 
 
 @grad_rule
@@ -694,7 +696,8 @@ def cast_like_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("cast_like", g, x), zeros_for(like))
 
 
-defop("cast_like", 2, rel=cast_like_rel, grad=cast_like_grad, compute=cast_like_te,
+defop("cast_like", 2, rel=cast_like_rel, grad=cast_like_grad,
+      jvp=jvp_linear_in(0), compute=cast_like_te,
       impl=lambda args, attrs: args[0].astype(args[1].dtype), pattern=OpPattern.ELEMWISE,
       doc="Convert to the dtype of the second argument.")
 
@@ -727,7 +730,7 @@ def clip_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("where", inside, g, op("zeros_like", g)),)
 
 
-defop("clip", 1, grad=clip_grad, attrs=[F("a_min", "float", None, "lower bound"),
+defop("clip", 1, grad=clip_grad, jvp=jvp_symmetric, attrs=[F("a_min", "float", None, "lower bound"),
                         F("a_max", "float", None, "upper bound")],
       attrs_type="ClipAttrs", rel=identity_rel, impl=clip_ref, pattern=OpPattern.ELEMWISE,
       compute=clip_te,
@@ -765,12 +768,9 @@ defop("ones", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("one
 
 def full_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``full(value, shape, dtype)``: ``value`` is 0-d; dtype "" means the value's dtype."""
-    v = tensor_arg(arg_types[0], "fill_value")
+    v = ranked_arg(arg_types[0], "full", "fill_value", 0)
     if v is None:
         return None
-    if v.ndim != 0:
-        raise TypeInferenceError(f"full: fill_value must be a scalar, found shape "
-                                 f"{tuple(v.shape)}")
     dtype = attrs.dtype or v.dtype
     return TensorType(_init_shape(attrs, "full"), check_dtype(dtype))
 
@@ -788,21 +788,20 @@ def full_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("cast_like", op("sum", g), v),)
 
 
-defop("full", 1, grad=full_grad, attrs=[F("shape", "ints", None, "the result shape"),
+defop("full", 1, grad=full_grad,
+      jvp=jvp_linear, attrs=[F("shape", "ints", None, "the result shape"),
                         F("dtype", "dtype", "", "the result dtype (\"\": the value's)")],
       attrs_type="InitOpAttrs", rel=full_rel, impl=full_ref, pattern=OpPattern.ELEMWISE,
       compute=full_te,
       doc="A tensor filled with a scalar value.")
 
 
-def full_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "fill_value")
+def full_like_rel(data: TensorType, fill_value: TensorType, attrs: Attrs) -> Type | None:
     """``full_like(x, value)``: the type of ``x``; ``value`` is 0-d."""
-    ts = tensor_args(arg_types, ("data", "fill_value"))
-    if ts is None:
-        return None
-    if ts[1].ndim != 0:
+    if fill_value.ndim != 0:
         raise TypeInferenceError("full_like: fill_value must be a scalar")
-    return ts[0]
+    return data
 
 
 @grad_rule
@@ -812,17 +811,15 @@ def full_like_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (zeros_for(x), op("cast_like", op("sum", g), v))
 
 
-defop("full_like", 2, rel=full_like_rel, grad=full_like_grad,
+defop("full_like", 2, rel=full_like_rel, grad=full_like_grad, jvp=jvp_linear_in(1),
       impl=lambda args, attrs: np.full(args[0].shape, args[1], dtype=args[0].dtype),
       pattern=OpPattern.ELEMWISE, doc="A tensor like ``x`` filled with a scalar value.",
       compute=full_like_te)
 
 
-def shape_of_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def shape_of_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``shape_of(x)``: ``Tensor[(rank,), dtype]``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType((t.ndim,), check_dtype(attrs.dtype))
 
 

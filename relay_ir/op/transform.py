@@ -18,11 +18,12 @@ from relay_ir.attrs import Attrs
 from relay_ir.errors import ShapeMismatchError, TypeInferenceError
 from relay_ir.expr import Tuple, TupleGetItem
 from relay_ir.op import OpPattern
+from relay_ir.op._jvp import jvp_linear, jvp_linear_in
 from relay_ir.op._grad import (GradientRuleError, field, grad_rule, op, static_shape, tensor_type,
                                zeros_for)
 from relay_ir.op import _te as T
-from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis,
-                                shape_size, tensor_arg, tensor_args, tuple_of_tensors, wrap)
+from relay_ir.op._rules import (F, defop, dim_compatible, fmt_shape, is_any, norm_axis, shape_size,
+                                tensor_rel, tuple_of_tensors, wrap)
 from relay_ir.ty import (ANY, Dim, TensorType, TupleType, Type, dim_add, dim_div_exact,
                          dim_mul, format_dim)
 
@@ -212,11 +213,9 @@ def reshape_dims(ishape: Sequence[Dim], newshape: Sequence[int], allowzero: bool
     return tuple(out)
 
 
-def reshape_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def reshape_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``reshape(x, newshape)`` with Relay's special codes."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.newshape is None:
         raise TypeInferenceError("reshape needs a newshape attribute")
     return TensorType(reshape_dims(t.shape, attrs.newshape, attrs.allowzero), t.dtype)
@@ -234,7 +233,7 @@ def _reshape_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("reshape_like", g, call.args[0]),) + tuple(zeros_for(a) for a in call.args[1:])
 
 
-defop("reshape", 1, grad=_reshape_grad,
+defop("reshape", 1, grad=_reshape_grad, jvp=jvp_linear,
       attrs=[F("newshape", "ints", None, "the new shape, with codes"),
                            F("allowzero", "bool", False, "0 is a literal zero")],
       attrs_type="ReshapeAttrs", rel=reshape_rel, impl=reshape_ref, pattern=OpPattern.INJECTIVE,
@@ -263,15 +262,13 @@ def reshape_like_shape(xs: Sequence[Dim], ls: Sequence[Dim], attrs: Attrs) -> tu
     return out
 
 
-def reshape_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "shape_like")
+def reshape_like_rel(data: TensorType, shape_like: TensorType, attrs: Attrs) -> Type | None:
     """``reshape_like(x, like)``: x's dims [lhs_begin, lhs_end) replaced by like's range."""
-    ts = tensor_args(arg_types, ("data", "shape_like"))
-    if ts is None:
-        return None
-    return TensorType(reshape_like_shape(ts[0].shape, ts[1].shape, attrs), ts[0].dtype)
+    return TensorType(reshape_like_shape(data.shape, shape_like.shape, attrs), data.dtype)
 
 
-defop("reshape_like", 2, grad=_reshape_grad,
+defop("reshape_like", 2, grad=_reshape_grad, jvp=jvp_linear_in(0),
       attrs=[F("lhs_begin", "int", 0), F("lhs_end", "int?", None),
              F("rhs_begin", "int", 0), F("rhs_end", "int?", None)],
       attrs_type="ReshapeLikeAttrs", rel=reshape_like_rel,
@@ -297,11 +294,9 @@ def transpose_axes(ndim: int, axes: Sequence[int] | None) -> tuple[int, ...]:
     return out
 
 
-def transpose_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def transpose_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``transpose(x, axes)``: permuted dims."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(tuple(t.shape[a] for a in transpose_axes(t.ndim, attrs.axes)), t.dtype)
 
 
@@ -315,7 +310,7 @@ def transpose_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("transpose", g, axes=tuple(inv)),)
 
 
-defop("transpose", 1, grad=transpose_grad,
+defop("transpose", 1, grad=transpose_grad, jvp=jvp_linear,
       attrs=[F("axes", "ints?", None, "the permutation (None: reverse)")],
       attrs_type="TransposeAttrs", rel=transpose_rel,
       impl=lambda args, attrs: np.transpose(args[0], transpose_axes(args[0].ndim, attrs.axes)),
@@ -331,15 +326,14 @@ def expand_dims_shape(shape: Sequence[Dim], axis: int, num: int) -> tuple[Dim, .
     return tuple(shape[:a]) + (1,) * num + tuple(shape[a:])
 
 
-def expand_dims_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def expand_dims_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``expand_dims(x, axis, num_newaxis)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(expand_dims_shape(t.shape, attrs.axis, attrs.num_newaxis), t.dtype)
 
 
-defop("expand_dims", 1, grad=_reshape_grad, attrs=[F("axis", "int", None, "where to insert"),
+defop("expand_dims", 1, grad=_reshape_grad,
+      jvp=jvp_linear, attrs=[F("axis", "int", None, "where to insert"),
                                F("num_newaxis", "int", 1, "how many unit axes")],
       attrs_type="ExpandDimsAttrs", rel=expand_dims_rel,
       impl=lambda args, attrs: np.reshape(
@@ -362,15 +356,13 @@ def squeeze_shape(shape: Sequence[Dim], axis: Sequence[int] | None) -> tuple[Dim
     return tuple(d for i, d in enumerate(shape) if i not in drop)
 
 
-def squeeze_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def squeeze_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``squeeze(x, axis)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(squeeze_shape(t.shape, attrs.axis), t.dtype)
 
 
-defop("squeeze", 1, grad=_reshape_grad,
+defop("squeeze", 1, grad=_reshape_grad, jvp=jvp_linear,
       attrs=[F("axis", "ints?", None, "axes to drop (None: every unit axis)")],
       attrs_type="SqueezeAttrs", rel=squeeze_rel,
       impl=lambda args, attrs: np.reshape(args[0], squeeze_shape(args[0].shape, attrs.axis)),
@@ -595,7 +587,7 @@ def concatenate_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (Tuple(tuple(TupleGetItem(parts, i) for i in range(len(fields)))),)
 
 
-defop("concatenate", 1, grad=concatenate_grad,
+defop("concatenate", 1, grad=concatenate_grad, jvp=jvp_linear,
       attrs=[F("axis", "int", 0, "the axis to join along")],
       attrs_type="ConcatenateAttrs", rel=concatenate_rel,
       impl=lambda args, attrs: np.concatenate(args[0], axis=attrs.axis),
@@ -635,7 +627,8 @@ def stack_grad(call, out, g):  # type: ignore[no-untyped-def]
                         for i in range(n))),)
 
 
-defop("stack", 1, grad=stack_grad, attrs=[F("axis", "int", 0, "where the new axis goes")],
+defop("stack", 1, grad=stack_grad,
+      jvp=jvp_linear, attrs=[F("axis", "int", 0, "where the new axis goes")],
       attrs_type="StackAttrs", rel=stack_rel,
       impl=lambda args, attrs: np.stack(args[0], axis=attrs.axis),
       pattern=OpPattern.INJECTIVE, doc="Join a tuple of equal tensors along a new axis.",
@@ -668,11 +661,9 @@ def split_sizes(d: Dim, ios: Any, axis: int) -> list[Dim]:
     return out
 
 
-def split_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def split_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``split(x, indices_or_sections, axis)``: a tuple of tensors."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     axis = norm_axis(attrs.axis, t.ndim)
     sizes = split_sizes(t.shape[axis], attrs.indices_or_sections, attrs.axis)
     fields = []
@@ -698,7 +689,8 @@ def split_grad(call, out, g):  # type: ignore[no-untyped-def]
                axis=call.attrs.axis),)
 
 
-defop("split", 1, grad=split_grad, attrs=[F("indices_or_sections", "int_or_ints", None,
+defop("split", 1, grad=split_grad,
+      jvp=jvp_linear, attrs=[F("indices_or_sections", "int_or_ints", None,
                            "a section count or the split indices"),
                          F("axis", "int", 0, "the axis to split")],
       attrs_type="SplitAttrs", rel=split_rel, impl=split_ref, pattern=OpPattern.INJECTIVE,
@@ -720,11 +712,9 @@ def _check_broadcastable_to(src: Sequence[Dim], dst: Sequence[Dim], what: str) -
                                      f"{fmt_shape(dst)}")
 
 
-def broadcast_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def broadcast_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``broadcast_to(x, shape)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.shape is None:
         raise TypeInferenceError("broadcast_to needs a shape attribute")
     _check_broadcastable_to(t.shape, attrs.shape, "broadcast_to")
@@ -745,23 +735,23 @@ def _collapse_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("broadcast_to_like", g, x),) + tuple(zeros_for(a) for a in call.args[1:])
 
 
-defop("broadcast_to", 1, grad=_broadcast_grad, attrs=[F("shape", "ints", None, "the target shape")],
+defop("broadcast_to", 1, grad=_broadcast_grad,
+      jvp=jvp_linear, attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=broadcast_to_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], attrs.shape)),
       pattern=OpPattern.BROADCAST, doc="Broadcast to a given shape.",
       compute=broadcast_to_te)
 
 
-def broadcast_to_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "broadcast_type")
+def broadcast_to_like_rel(data: TensorType, broadcast_type: TensorType,
+                          attrs: Attrs) -> Type | None:
     """``broadcast_to_like(x, like)``: like's shape, x's dtype."""
-    ts = tensor_args(arg_types, ("data", "broadcast_type"))
-    if ts is None:
-        return None
-    _check_broadcastable_to(ts[0].shape, ts[1].shape, "broadcast_to_like")
-    return TensorType(ts[1].shape, ts[0].dtype)
+    _check_broadcastable_to(data.shape, broadcast_type.shape, "broadcast_to_like")
+    return TensorType(broadcast_type.shape, data.dtype)
 
 
-defop("broadcast_to_like", 2, grad=_broadcast_grad, rel=broadcast_to_like_rel,
+defop("broadcast_to_like", 2, grad=_broadcast_grad, jvp=jvp_linear_in(0), rel=broadcast_to_like_rel,
       impl=lambda args, attrs: np.array(np.broadcast_to(args[0], args[1].shape)),
       pattern=OpPattern.BROADCAST, doc="Broadcast to another tensor's shape.",
       compute=broadcast_to_like_te)
@@ -776,33 +766,29 @@ def collapse_sum(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return wrap(np.reshape(s, shape), x.dtype)
 
 
-def collapse_sum_like_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data", "collapse_type")
+def collapse_sum_like_rel(data: TensorType, collapse_type: TensorType, attrs: Attrs) -> Type | None:
     """``collapse_sum_like(x, like)``: like's shape (which must broadcast to x's), x's dtype."""
-    ts = tensor_args(arg_types, ("data", "collapse_type"))
-    if ts is None:
-        return None
-    _check_broadcastable_to(ts[1].shape, ts[0].shape, "collapse_sum_like")
-    return TensorType(ts[1].shape, ts[0].dtype)
+    _check_broadcastable_to(collapse_type.shape, data.shape, "collapse_sum_like")
+    return TensorType(collapse_type.shape, data.dtype)
 
 
-defop("collapse_sum_like", 2, grad=_collapse_grad, rel=collapse_sum_like_rel,
+defop("collapse_sum_like", 2, grad=_collapse_grad, jvp=jvp_linear_in(0), rel=collapse_sum_like_rel,
       impl=lambda args, attrs: collapse_sum(args[0], args[1].shape),
       pattern=OpPattern.COMM_REDUCE, doc="Sum over the axes that broadcasting ``like`` added.",
       compute=collapse_sum_like_te)
 
 
-def collapse_sum_to_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def collapse_sum_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``collapse_sum_to(x, shape)``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.shape is None:
         raise TypeInferenceError("collapse_sum_to needs a shape attribute")
     _check_broadcastable_to(attrs.shape, t.shape, "collapse_sum_to")
     return TensorType(tuple(attrs.shape), t.dtype)
 
 
-defop("collapse_sum_to", 1, grad=_collapse_grad,
+defop("collapse_sum_to", 1, grad=_collapse_grad, jvp=jvp_linear,
       attrs=[F("shape", "ints", None, "the target shape")],
       attrs_type="InitOpAttrs", rel=collapse_sum_to_rel,
       impl=lambda args, attrs: collapse_sum(args[0], attrs.shape),
@@ -811,11 +797,9 @@ defop("collapse_sum_to", 1, grad=_collapse_grad,
 
 
 # ----------------------------------------------------------------------------- reverse/tile/repeat
-def reverse_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def reverse_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``reverse(x, axis)``: same type."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     norm_axis(attrs.axis, t.ndim)
     return t
 
@@ -826,18 +810,17 @@ def reverse_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("reverse", g, axis=call.attrs.axis),)
 
 
-defop("reverse", 1, grad=reverse_grad, attrs=[F("axis", "int", 0, "the axis to flip")],
+defop("reverse", 1, grad=reverse_grad,
+      jvp=jvp_linear, attrs=[F("axis", "int", 0, "the axis to flip")],
       attrs_type="ReverseAttrs", rel=reverse_rel,
       impl=lambda args, attrs: np.flip(args[0], attrs.axis).copy(),
       pattern=OpPattern.INJECTIVE, doc="Reverse the order along an axis.",
       compute=reverse_te)
 
 
-def tile_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def tile_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``tile(x, reps)``: numpy semantics (shapes right-aligned, padded with 1)."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     reps = tuple(attrs.reps or ())
     if any(r < 0 for r in reps):
         raise TypeInferenceError(f"tile: negative repetition in {reps}")
@@ -861,7 +844,8 @@ def tile_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("reshape_like", summed, x),)
 
 
-defop("tile", 1, grad=tile_grad, attrs=[F("reps", "ints", None, "repetitions per axis")],
+defop("tile", 1, grad=tile_grad,
+      jvp=jvp_linear, attrs=[F("reps", "ints", None, "repetitions per axis")],
       attrs_type="TileAttrs", rel=tile_rel,
       impl=lambda args, attrs: np.tile(args[0], attrs.reps),
       pattern=OpPattern.INJECTIVE, doc="Repeat the whole tensor along each axis.",
@@ -869,11 +853,9 @@ defop("tile", 1, grad=tile_grad, attrs=[F("reps", "ints", None, "repetitions per
       required=("reps",))
 
 
-def repeat_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def repeat_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``repeat(x, repeats, axis)``: every element repeated along ``axis``."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     if attrs.repeats < 0:
         raise TypeInferenceError(f"repeat: repeats must be >= 0, found {attrs.repeats}")
     axis = norm_axis(attrs.axis, t.ndim)
@@ -892,7 +874,7 @@ def repeat_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("sum", op("reshape", g, newshape=inter), axis=(axis + 1,)),)
 
 
-defop("repeat", 1, grad=repeat_grad, attrs=[F("repeats", "int", None, "how often"),
+defop("repeat", 1, grad=repeat_grad, jvp=jvp_linear, attrs=[F("repeats", "int", None, "how often"),
                           F("axis", "int", 0, "the axis")],
       attrs_type="RepeatAttrs", rel=repeat_rel,
       impl=lambda args, attrs: np.repeat(args[0], attrs.repeats, axis=attrs.axis),
@@ -995,11 +977,9 @@ def layout_transform_shape(shape: Sequence[Dim], src: str, dst: str) -> tuple[Di
     return tuple(out)
 
 
-def layout_transform_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+@tensor_rel("data")
+def layout_transform_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``layout_transform(x, src_layout, dst_layout)``: same elements in the new layout."""
-    t = tensor_arg(arg_types[0], "data")
-    if t is None:
-        return None
     return TensorType(layout_transform_shape(t.shape, attrs.src_layout, attrs.dst_layout),
                       t.dtype)
 
