@@ -324,10 +324,19 @@ def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
                 logits = h @ tp[5] + tp[6]
                 loss = -torch.log_softmax(logits, 1)[0, lab]
                 torch.autograd.grad(loss, tp)
-                total += float(loss)
+                total += float(loss.detach())
             return total
         checks["torch eager"] = torch_pass()
         peers.append(("torch eager (Python recursion, autograd.grad)", torch_pass))
+
+        def torch_pass_1thread() -> float:
+            n = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                return torch_pass()
+            finally:
+                torch.set_num_threads(n)
+        peers.append(("torch eager, torch.set_num_threads(1)", torch_pass_1thread))
     except ImportError:
         t.skip("torch eager (Python recursion, autograd.grad)", "torch not installed")
     for _ in range(rounds):

@@ -539,10 +539,11 @@ class Executable:
         wrapped: dict[int, Any] = dict(plan.wrapped)
         for s, a in zip(plan.param_slots, arrays):
             if unchecked:
-                try:
-                    wrapped[s] = _to_tvm(a)
-                except Exception:  # NOTE: unaligned or read-only: one aligned copy
+                # NOTE: checked first: a failing zero-copy wrap raises a TVM error (~18 us)
+                if a.__array_interface__["data"][0] % ALIGN or not a.flags.c_contiguous or \
+                        not a.flags.writeable:
                     a = _aligned_copy(a)
+                wrapped[s] = _to_tvm(a)
             values[s] = a
         for s in plan.output_slots:
             if s not in values:

@@ -110,7 +110,8 @@ class _Slab:
 
 def _aligned(a: Any) -> np.ndarray:
     arr = np.asarray(a)
-    if arr.ctypes.data % ALIGN == 0 and arr.flags.c_contiguous and arr.flags.writeable:
+    if arr.__array_interface__["data"][0] % ALIGN == 0 and arr.flags.c_contiguous and \
+            arr.flags.writeable:
         return arr
     out = _aligned_empty(arr.shape, arr.dtype)
     np.copyto(out, arr)
@@ -511,9 +512,13 @@ class VM:
             x = np.asarray(x)
             return self._tvm.runtime.tensor(x if x.flags.c_contiguous else x.copy(),
                                             device=self._dev)
+        if type(x) is not np.ndarray or not x.ndim:
+            # NOTE: host scalars are rarely 64-byte aligned, and a failing zero-copy wrap
+            # raises a TVM error (~18 us): copy them straight away
+            return self._from_dlpack(_aligned(x))
         try:
             return self._from_dlpack(x)
-        except Exception:  # NOTE: unaligned, read-only, strided or a numpy scalar: copy once
+        except Exception:  # NOTE: unaligned, read-only or strided: copy once
             return self._from_dlpack(_aligned(x))
 
     def kernel_runner(self, group: KernelGroup, nargs: int) -> Callable[..., Any]:
@@ -532,7 +537,7 @@ class VM:
         sig0 = group.static
         if sig0 is not None and not cuda and not has_tuples and len(sig0.specs) == 1 and \
                 sig0.specs[0][4] and sig0.result == 0:
-            return self._small_runner(sig0, nargs)
+            return self._small_runner(sig0, nargs, group.param_types)
 
         def run(*args: Any) -> Any:
             flat = _flat(args) if has_tuples else args
@@ -559,7 +564,8 @@ class VM:
             return outs[0] if r == 0 else _rebuild(r, outs)
         return run
 
-    def _small_runner(self, sig: KernelSig, nargs: int) -> Callable[..., Any]:
+    def _small_runner(self, sig: KernelSig, nargs: int, param_types: list[Type | None]
+                      ) -> Callable[..., Any]:
         """The hot case: a static CPU kernel with tensor arguments and one small output."""
         fd = self._from_dlpack
         func = sig.func
@@ -567,13 +573,10 @@ class VM:
         shape, dt, count, nbytes = sig.specs[0][:4]
         alloc = self._slab.alloc
 
-        def wrap(x: Any) -> Any:
-            try:
-                return fd(x)
-            except Exception:  # NOTE: unaligned, read-only or a numpy scalar: copy once
-                return fd(_aligned(x))
+        wrap = self._tvm_arg
+        scalar_in = any(isinstance(t, TensorType) and not t.shape for t in param_types)
 
-        if nargs == 1 and not consts:
+        if nargs == 1 and not consts and not scalar_in:
             def run1(a: Any) -> Any:
                 o = alloc(shape, dt, count, nbytes)
                 try:
@@ -583,7 +586,7 @@ class VM:
                 func(ta, fd(o))
                 return o
             return run1
-        if nargs == 2 and not consts:
+        if nargs == 2 and not consts and not scalar_in:
             def run2(a: Any, b: Any) -> Any:
                 o = alloc(shape, dt, count, nbytes)
                 try:
@@ -667,11 +670,7 @@ class VM:
                 return v
             if self.cuda:
                 return self._tvm_arg(v)
-            try:
-                self._from_dlpack(v)    # NOTE: the zero-copy wrap checks alignment fastest
-                return v
-            except Exception:
-                return _aligned(v)
+            return _aligned(v)
         if type(v) is tuple:
             return tuple(self._entry_value(x) for x in v)
         return v
