@@ -695,6 +695,11 @@ class _HostKernel:
         self.nodes = list(_post(fn.body))
         ops = [n.op.name for n in self.nodes if isinstance(n, Call) and isinstance(n.op, Op)]
         self.label = "host:" + "+".join(ops)
+        from relay_ir.op import get_opdef
+        missing = [n for n in ops if get_opdef(n).impl is None]
+        if missing:
+            raise LoweringError(f"operator `{missing[0]}` has neither a TVM compute nor a "
+                                f"reference implementation", fn.span)
 
     def __call__(self, ins: list[np.ndarray]) -> list[np.ndarray]:
         it = iter(ins)
