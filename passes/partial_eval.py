@@ -22,7 +22,7 @@ Rules:
 * ``f(a1..an)`` with ``f`` a known closure or global is specialized by evaluating the body
   with the arguments bound (inlining/unrolling). A recursive function is unrolled only while
   some argument is static data (a tensor, an ADT value, or a tuple holding one); calls in
-  tail position (``f(x)``, or ``let %r = f(x); %r`` as A-normal form writes it) are unrolled
+  tail position (``f(x)``, or ``let %r = %f(x); %r`` for a closure %f) are unrolled
   in a loop, so long chains of closures do not grow the stack. Each unrolling costs one unit
   of ``fuel`` (per global function, default 1000; ``passes.optimize`` gives more to larger
   programs); nesting is also capped at ``max_depth`` (default 40) so Python's stack stays
@@ -435,9 +435,11 @@ class _PE:
 
     def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Any:
         lets, body = flatten_lets(let)
-        if tail and lets and body is lets[-1].var:
-            # NOTE: ``let %x = f(); %x`` (a call in tail position, as A-normal form writes it)
-            # is a tail call too: the trampoline in _inline unrolls it without recursion.
+        if tail and lets and body is lets[-1].var and type(lets[-1].value) is Call \
+                and type(lets[-1].value.op) is Var:
+            # NOTE: ``let %x = %f(); %x`` (a closure call in tail position, as A-normal form
+            # writes it: an AD backpropagator chain) is a tail call too, unrolled by the
+            # trampoline in _inline without recursion. Calls of globals keep the depth bound.
             for node in lets[:-1]:
                 env.vars[node.var] = self.eval(node.value, env, node.var)
             last = lets[-1]
