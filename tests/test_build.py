@@ -334,11 +334,9 @@ def test_cli_build_recursive_program_and_bad_module_files(tmp_path: object,
 
 
 def test_an_operator_without_compute_or_reference_is_a_diagnostic() -> None:
-    from relay_ir.op import OpDef, lookup_opdef, register_op
-    from relay_ir.op._rules import identity_rel
-    if lookup_opdef("test.no_impl") is None:
-        register_op(OpDef(name="test.no_impl", num_inputs=1, type_rel=identity_rel,
-                          host_only="a test operator with no implementation at all"))
-    exe = runtime.build(parse('def @main(%a: Tensor[(3), float32]) { test.no_impl(%a) }'))
-    with pytest.raises(rly.DiagnosticError, match="`test.no_impl` has neither a TVM compute nor"):
-        exe(np.ones(3, "float32"))
+    from relay_ir.op import override_op
+    with override_op("negative", impl=None, compute=None, host_only="test: nothing at all"):
+        exe = runtime.build(parse("def @main(%a: Tensor[(3), float32]) { negative(%a) }"))
+        with pytest.raises(rly.DiagnosticError,
+                           match="`negative` has neither a TVM compute nor"):
+            exe(np.ones(3, "float32"))
