@@ -68,19 +68,21 @@ closure, constructor, ADT parameter) is a ``GradientError`` naming it, with its 
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
+from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError, PassError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
-                           Let, Match, Op, Pattern, PatternConstructor, PatternTuple,
-                           PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
-                           TupleGetItem, Var, is_atom)
-from relay_ir.builder import ScopeBuilder
+                           Let, Match, Op, PatternConstructor, PatternVar, RefCreate, RefRead,
+                           RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
+from relay_ir.passes._ad_common import (_Missing, _tensor_tree, _Twin, _Types, _call,
+                                        _kept_functions, _liftable, _missing_error, _type_of,
+                                        _typed_const, emit, has_float_leaf, is_float)
 from relay_ir.span import Span
-from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
-                         TupleType, Type, TypeCall, TypeData, TypeVar)
+from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type,
+                         TypeCall)
 
 __all__ = ["gradient", "GradientError"]
 
@@ -98,232 +100,39 @@ class GradientError(PassError):
         super().__init__(message, span, notes, pass_name="gradient")
 
 
-# ----------------------------------------------------------------------------- type helpers
-def is_float(t: Type | None) -> bool:
-    """True for a float tensor type (the values that carry an adjoint)."""
-    return isinstance(t, TensorType) and t.dtype.startswith(("float", "bfloat"))
-
-
-def has_float_leaf(t: Type) -> bool:
-    """True if a tensor or tuple-of-tensors type has a float tensor leaf."""
-    stack = [t]
-    while stack:
-        u = stack.pop()
-        if is_float(u):
-            return True
-        if isinstance(u, TupleType):
-            stack.extend(u.fields)
-    return False
-
-
-def _tensor_tree(t: Type) -> bool:
-    """True if ``t`` is a tensor or a (nested) tuple of tensors."""
-    stack = [t]
-    while stack:
-        u = stack.pop()
-        if isinstance(u, TupleType):
-            stack.extend(u.fields)
-        elif not isinstance(u, TensorType):
-            return False
-    return True
-
-
-def _type_of(e: Expr) -> Type:
-    t = e.checked_type_
-    if t is None and isinstance(e, Var):
-        t = e.type_annotation
-    if t is None and isinstance(e, Constant):
-        t = TensorType(tuple(e.data.shape), str(e.data.dtype))
-    if t is None:
-        raise InternalError(f"gradient: no type on {type(e).__name__} {e!r}")
-    return t
-
-
-def _typed_const(c: Constant) -> Constant:
-    if c.checked_type_ is not None:
-        return c
-    return Constant(c.data, span=c.span,
-                    checked_type_=TensorType(tuple(c.data.shape), str(c.data.dtype)))
-
-
-class _Types:
-    """The type map ``T => T'`` with the ADT twins it needs."""
-
-    SUFFIX = "_ad"  # NOTE: twins of ADTs and constructors are named NAME_ad / Ctor_ad
-
-    def __init__(self, mod: IRModule, taken: set[str]) -> None:
-        self.adt_map: dict[str, GlobalTypeVar] = {}
-        self.ctor_map: dict[str, Constructor] = {}
-        self.new_types: list[TypeData] = []
-        self.subst: dict = {}  # type params of the global (or ADT) being mapped -> fresh ones
-        tds = dict(mod.type_definitions)
-        changed: set[str] = set()
-        # A fixed point: an ADT changes if a field holds a float tensor, a function, or a
-        # changing ADT.
-        while True:
-            grew = False
-            for name, td in tds.items():
-                if name in changed:
-                    continue
-                if any(self._needs_change(t, changed) for c in td.constructors for t in c.inputs):
-                    changed.add(name)
-                    grew = True
-            if not grew:
-                break
-        for name in changed:
-            self.adt_map[name] = GlobalTypeVar(_fresh_name(name + self.SUFFIX, taken))
-        for name in tds:
-            if name not in changed:
-                continue
-            td = tds[name]
-            header = self.adt_map[name]
-            params = tuple(TypeVar(tp.name_hint, tp.kind) for tp in td.type_params)
-            self.subst = dict(zip(td.type_params, params))
-            ctors = []
-            for c in td.constructors:
-                nc = Constructor(_fresh_name(c.name_hint + self.SUFFIX, taken),
-                                 tuple(self.map(t) for t in c.inputs), header, c.tag,
-                                 span=c.span)
-                self.ctor_map[c.name_hint] = nc
-                ctors.append(nc)
-            self.subst = {}
-            self.new_types.append(TypeData(header, params, tuple(ctors), span=td.span))
-
-    @staticmethod
-    def _needs_change(t: Type, changed: set[str]) -> bool:
-        stack = [t]
-        while stack:
-            u = stack.pop()
-            if is_float(u) or isinstance(u, FuncType):
-                return True
-            if isinstance(u, (TupleType,)):
-                stack.extend(u.fields)
-            elif isinstance(u, RefType):
-                stack.append(u.value)
-            elif isinstance(u, TypeCall):
-                if isinstance(u.func, GlobalTypeVar) and u.func.name_hint in changed:
-                    return True
-                stack.extend(u.args)
-            elif isinstance(u, GlobalTypeVar) and u.name_hint in changed:
-                return True
-        return False
-
-    def map(self, t: Type) -> Type:
-        """``T => T'`` (see the module docstring), renaming the current global's type params."""
-        if self.subst:
-            from relay_ir.passes._analysis import substitute_type
-            t = substitute_type(t, self.subst)
-        return self._map(t)
-
-    def _map(self, t: Type) -> Type:
-        if isinstance(t, TensorType):
-            return TupleType((t, RefType(t))) if is_float(t) else t
-        if isinstance(t, TupleType):
-            return TupleType(tuple(self._map(f) for f in t.fields))
-        if isinstance(t, FuncType):
-            return FuncType(tuple(self._map(a) for a in t.arg_types) + (BP_TYPE,),
-                            self._map(t.ret_type), t.type_params, t.type_constraints)
-        if isinstance(t, RefType):
-            return RefType(self._map(t.value))
-        if isinstance(t, TypeCall):
-            return TypeCall(self._map(t.func), tuple(self._map(a) for a in t.args))
-        if isinstance(t, GlobalTypeVar):
-            return self.adt_map.get(t.name_hint, t)
-        return t
-
-    def ctor(self, c: Constructor) -> Constructor:
-        return self.ctor_map.get(c.name_hint, c)
-
-
-def _fresh_name(base: str, taken: set[str]) -> str:
-    name, i = base, 1
-    while name in taken:
-        name = f"{base}{i}"
-        i += 1
-    taken.add(name)
-    return name
-
-
 # ----------------------------------------------------------------------------- the transform
-class _Missing:
-    __slots__ = ("op", "span")
+class _GradTypes(_Types):
+    """``T => T'`` for reverse mode: a float tensor becomes ``(value, ref(adjoint))`` and every
+    function gains the backpropagator cell ``bp``."""
 
-    def __init__(self, op: str, span: Span | None) -> None:
-        self.op, self.span = op, span
+    EXTRA_ARGS = (BP_TYPE,)
+
+    def float_type(self, t: TensorType) -> Type:
+        return TupleType((t, RefType(t)))
 
 
-class _AD:
+class _AD(_Twin):
     """The expression transform; one instance per ``gradient`` call."""
 
+    SUFFIX = "_grad"
+    ERROR = GradientError
+    WHAT = "gradient"
+
     def __init__(self, mod: IRModule, types: _Types, taken: set[str]) -> None:
-        self.mod = mod
-        self.types = types
-        self.taken = taken
-        self.sb = ScopeBuilder()
-        self.vmap: dict[Var, Var] = {}
-        self.gmap: dict[str, GlobalVar] = {}
-        self.work: list[str] = []
-        self.missing: list[_Missing] = []
-        self.rule_errors: list[DiagnosticError] = []
-        self.helpers: dict[str, Function] = {}           # lift/read functions for ADT params
-        self._helper_gv: dict[tuple[str, Type], GlobalVar] = {}
-        # AD pairs made here: their primal and their adjoint cell, bound just before the pair
-        # (so visible wherever it is), used instead of projecting the pair again.
-        self.prims: dict[Var, Expr] = {}
+        super().__init__(mod, types, taken)
+        # AD pairs made here also record their adjoint cell, bound just before the pair (so
+        # visible wherever it is), used instead of projecting the pair again.
         self.cells: dict[Var, Var] = {}
         self._add = get_opdef("add").op
         self._add_attrs = get_opdef("add").make_attrs()
         self._zeros: dict[Type, tuple[list, Expr]] = {}  # type -> (scope bindings, zero atom)
-
-    # ---------------------------------------------------------------- globals
-    def global_twin(self, gv: GlobalVar) -> GlobalVar:
-        """The transformed twin of global ``gv`` (queued for transformation on first use)."""
-        name = gv.name_hint
-        twin = self.gmap.get(name)
-        if twin is None:
-            if name not in self.mod:
-                raise GradientError(f"unknown global @{name}", gv.span)
-            twin = GlobalVar(_fresh_name(name + "_grad", self.taken))
-            self.gmap[name] = twin
-            self.work.append(name)
-        return twin
-
-    def run_globals(self) -> dict[str, Function]:
-        """Transform every queued global (and those they reach); returns twin name -> fn."""
-        out: dict[str, Function] = {}
-        while self.work:
-            name = self.work.pop()
-            fn = self.mod[name]
-            fresh = tuple(ShapeVar(tp.name) if isinstance(tp, ShapeVar)
-                          else TypeVar(tp.name_hint, tp.kind) for tp in fn.type_params)
-            self.types.subst = dict(zip(fn.type_params, fresh))
-            try:
-                out[self.gmap[name].name_hint] = self.function(fn, fresh)
-            finally:
-                self.types.subst = {}
-        return out
-
-    # ---------------------------------------------------------------- variables
-    def var_type(self, v: Var) -> Type | None:
-        return v.type_annotation if v.type_annotation is not None else v.checked_type_
-
-    def map_var(self, v: Var, annotate: bool) -> Var:
-        t = self.var_type(v)
-        nt = self.types.map(t) if t is not None else None
-        nv = Var(v.name_hint, nt if annotate else None, span=v.span, checked_type_=nt)
-        self.vmap[v] = nv
-        return nv
 
     # ---------------------------------------------------------------- scopes
     def function(self, fn: Function, type_params: tuple | None = None) -> Function:
         """``fn (x: T) -> R { e }`` => ``fn (x: T', bp: ref(fn () -> ())) -> R' { e' }``."""
         params = tuple(self.map_var(p, annotate=True) for p in fn.params)
         bp = Var("bp", BP_TYPE, checked_type_=BP_TYPE)
-        ret = None
-        if fn.ret_type is not None:
-            ret = self.types.map(fn.ret_type)
-        elif isinstance(fn.checked_type_, FuncType):
-            ret = self.types.map(fn.checked_type_.ret_type)
+        ret = self.mapped_ret(fn)
         body = self.scope(fn.body, bp)
         tps = fn.type_params if type_params is None else type_params
         return Function(params + (bp,), body, ret, tps, fn.attrs, span=fn.span)
@@ -399,24 +208,13 @@ class _AD:
     # ---------------------------------------------------------------- atoms and values
     def atom(self, e: Expr, bp: Var) -> Expr:
         """The AD value of ``e`` as an atom (binding it when needed)."""
-        if isinstance(e, Var):
-            nv = self.vmap.get(e)
-            if nv is None:
-                raise InternalError(f"gradient: unbound variable %{e.name_hint}")
-            return nv
-        if isinstance(e, GlobalVar):
-            return self.global_twin(e)
-        if isinstance(e, Constructor):
-            return self.types.ctor(e)
         if isinstance(e, Constant):
             c = _typed_const(e)
             t = _type_of(c)
-            if not is_float(t):
-                return c
-            return self.pair(c, t)
-        if isinstance(e, Op):
-            raise GradientError(f"operator `{e.name}` used as a value (only calls of operators "
-                                "can be differentiated)", e.span)
+            return self.pair(c, t) if is_float(t) else c
+        leaf = self.leaf_atom(e)
+        if leaf is not None:
+            return leaf
         return self.sb.let_(self.value(e, bp), "v")
 
     def pair(self, y: Expr, t: Type) -> Var:
@@ -492,19 +290,6 @@ class _AD:
             return self.scope(e, bp)
         raise InternalError(f"gradient: unexpected node {type(e).__name__}")
 
-    def pattern(self, p: Pattern) -> Pattern:
-        if isinstance(p, PatternWildcard):
-            return p
-        if isinstance(p, PatternVar):
-            return PatternVar(self.map_var(p.var, annotate=p.var.type_annotation is not None),
-                              span=p.span)
-        if isinstance(p, PatternConstructor):
-            return PatternConstructor(self.types.ctor(p.constructor),
-                                      tuple(self.pattern(q) for q in p.patterns), span=p.span)
-        if isinstance(p, PatternTuple):
-            return PatternTuple(tuple(self.pattern(q) for q in p.patterns), span=p.span)
-        raise InternalError(f"gradient: unexpected pattern {type(p).__name__}")
-
     # ---------------------------------------------------------------- calls
     def call(self, e: Call, bp: Var) -> Expr:
         callee = e.op
@@ -578,24 +363,6 @@ class _AD:
         return result
 
     # ---------------------------------------------------------------- lifting helpers
-    def primal(self, v: Expr, t: Type) -> Expr:
-        """The primal part of AD value ``v`` of original type ``t`` (a tensor tree)."""
-        sb = self.sb
-        if is_float(t):
-            known = self.prims.get(v)  # type: ignore[call-overload]
-            if known is not None:
-                return known
-            return sb.let_(TupleGetItem(v, 0, checked_type_=t), "p", t)
-        if isinstance(t, TupleType):
-            fields = []
-            for i, ft in enumerate(t.fields):
-                fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
-                fields.append(self.primal(fv, ft))
-            return sb.let_(Tuple(tuple(fields), checked_type_=t), "p", t)
-        if isinstance(t, (TypeCall, GlobalTypeVar)):
-            return sb.let_(Call(self.adt_helper("primal", t), (v,)), "p", t)
-        return v
-
     def lift_new(self, y: Expr, t: Type) -> Expr:
         """AD value of a fresh primal tensor tree ``y``: a zero adjoint cell on each float leaf."""
         sb = self.sb
@@ -612,29 +379,15 @@ class _AD:
         return y
 
     # ---------------------------------------------------------------- ADT parameters
-    def adt_ctors(self, t: Type) -> list[tuple[Constructor, list[Type]]]:
-        """The constructors of ADT type ``t`` with their field types at ``t``'s arguments."""
-        from relay_ir.passes._analysis import substitute_type
-        name, args = ((t.func.name_hint, t.args) if isinstance(t, TypeCall)  # type: ignore
-                      else (t.name_hint, ()))  # type: ignore[union-attr]
-        td = self.mod.get_type(name)
-        sub = dict(zip(td.type_params, args))
-        return [(c, [substitute_type(f, sub) if sub else f for f in c.inputs])
-                for c in td.constructors]
-
     def adt_helper(self, kind: str, t: Type) -> GlobalVar:
         """A global for a concrete ADT type ``t`` of the entry's parameters or result.
 
         ``lift: t -> t'`` (zero cells on float leaves), ``grad: t' -> t`` (the cells read),
         ``primal: t' -> t`` (the values) and ``seed: t' -> ()`` (ones added into every cell).
         """
-        key = (kind, t)
-        gv = self._helper_gv.get(key)
-        if gv is not None:
+        gv, new = self.helper_global(kind, t)
+        if not new:
             return gv
-        head = t.func.name_hint if isinstance(t, TypeCall) else t.name_hint  # type: ignore
-        gv = GlobalVar(_fresh_name(f"{kind}_{head}", self.taken))
-        self._helper_gv[key] = gv
         sb = self.sb
         mapped = self.types.map(t)
         arg_t, ret_t = {"lift": (t, mapped), "seed": (mapped, UNIT)}.get(kind, (mapped, t))
@@ -713,68 +466,6 @@ def _checkpointed(e: Expr) -> set[Var]:
     return out
 
 
-def _call(name: str, *args: Expr, checked_type_: Type | None = None) -> Call:
-    od = get_opdef(name)
-    return Call(od.op, tuple(args), od.make_attrs(), checked_type_=checked_type_)
-
-
-def emit(sb: ScopeBuilder, e: Expr) -> Expr:
-    """Let-bind every compound dataflow node of ``e`` (a rule's output tree), iteratively.
-
-    A sub-expression shared inside ``e`` is bound once. Returns the atom for ``e``.
-    """
-    if is_atom(e):
-        return e
-    done: dict[int, Expr] = {}
-    stack: list[tuple[Expr, bool]] = [(e, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if id(node) in done:
-            continue
-        kids = _dataflow_kids(node)
-        if not expanded and kids is not None:
-            stack.append((node, True))
-            stack.extend((k, False) for k in kids if not is_atom(k) and id(k) not in done)
-            continue
-        if kids is None:  # NOTE: functions, ifs, lets from a rule: bind as they are
-            done[id(node)] = sb.let_(node, "g")
-            continue
-        new = _rebuild(node, [done.get(id(k), k) for k in kids])
-        done[id(node)] = sb.let_(new, "g", node.checked_type_)
-    return done[id(e)]
-
-
-def _dataflow_kids(e: Expr) -> list[Expr] | None:
-    if isinstance(e, Call):
-        return list(e.args) if isinstance(e.op, (Op, Constructor, GlobalVar, Var)) else None
-    if isinstance(e, Tuple):
-        return list(e.fields)
-    if isinstance(e, TupleGetItem):
-        return [e.tuple_value]
-    if isinstance(e, RefCreate):
-        return [e.value]
-    if isinstance(e, RefRead):
-        return [e.ref]
-    if isinstance(e, RefWrite):
-        return [e.ref, e.value]
-    return None
-
-
-def _rebuild(e: Expr, kids: Sequence[Expr]) -> Expr:
-    ct = e.checked_type_
-    if isinstance(e, Call):
-        return Call(e.op, tuple(kids), e.attrs, e.type_args, span=e.span, checked_type_=ct)
-    if isinstance(e, Tuple):
-        return Tuple(tuple(kids), span=e.span, checked_type_=ct)
-    if isinstance(e, TupleGetItem):
-        return TupleGetItem(kids[0], e.index, span=e.span, checked_type_=ct)
-    if isinstance(e, RefCreate):
-        return RefCreate(kids[0], span=e.span, checked_type_=ct)
-    if isinstance(e, RefRead):
-        return RefRead(kids[0], span=e.span, checked_type_=ct)
-    return RefWrite(kids[0], kids[1], span=e.span, checked_type_=ct)
-
-
 # ----------------------------------------------------------------------------- entry wrapper
 def _check_entry(mod: IRModule, entry: str) -> Function:
     if entry not in mod:
@@ -789,33 +480,6 @@ def _check_entry(mod: IRModule, entry: str) -> Function:
     if not isinstance(fn, Function):
         raise GradientError(f"the entry @{entry} is not a function", getattr(fn, "span", None))
     return fn
-
-
-def _liftable(t: Type, mod: IRModule) -> bool:
-    """True if values of ``t`` are built only of tensors, tuples and ADTs (no functions, refs)."""
-    from relay_ir.passes._analysis import substitute_type
-    seen: set[Type] = set()
-    stack = [t]
-    while stack:
-        u = stack.pop()
-        if isinstance(u, TensorType):
-            continue
-        if isinstance(u, TupleType):
-            stack.extend(u.fields)
-        elif isinstance(u, (TypeCall, GlobalTypeVar)):
-            if u in seen:
-                continue
-            seen.add(u)
-            head = u.func if isinstance(u, TypeCall) else u
-            if not isinstance(head, GlobalTypeVar) or head.name_hint not in mod.type_definitions:
-                return False
-            td = mod.get_type(head.name_hint)
-            sub = dict(zip(td.type_params, u.args if isinstance(u, TypeCall) else ()))
-            for c in td.constructors:
-                stack.extend(substitute_type(f, sub) if sub else f for f in c.inputs)
-        else:
-            return False
-    return True
 
 
 def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type], Type]:
@@ -1117,7 +781,7 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
                     continue
                 adj.add(a, adj.tree(ga, at), at)  # type: ignore[arg-type]
         if missing:
-            raise _missing_error(missing)
+            raise _missing_error(missing, "grad", GradientError)
         if rule_errors:
             first = rule_errors[0]
             first.notes = first.notes + tuple(str(e) for e in rule_errors[1:])
@@ -1172,31 +836,11 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
             raise InternalError(f"gradient produced an ill-typed program: {e}") from e
 
     taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
-    types = _Types(mod, taken)
-    ad = _AD(mod, types, taken)
+    ad = _AD(mod, _GradTypes(mod, taken), taken)
     twin = ad.global_twin(mod.get_global_var(entry))
     twins = ad.run_globals()
-    if ad.missing:
-        raise _missing_error(ad.missing)
-    if ad.rule_errors:
-        first = ad.rule_errors[0]
-        if len(ad.rule_errors) > 1:
-            first.notes = first.notes + tuple(str(e) for e in ad.rule_errors[1:])
-        raise first
-    wrapper = _wrapper(ad, fn, twin, arg_types, ret, wrt_idx)
-
-    keep = _kept_functions(mod, entry)
-    out = mod
-    for name in list(mod.functions):
-        if name not in keep:
-            out = out.without_function(name)
-    for td in types.new_types:
-        out = out.with_type(td)
-    out = out.with_functions({**twins, **ad.helpers, entry: wrapper})
-    try:
-        return InferType()(out)
-    except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug
-        raise InternalError(f"gradient produced an ill-typed program: {e}") from e
+    ad.raise_collected("grad")
+    return ad.output(mod, entry, twins, _wrapper(ad, fn, twin, arg_types, ret, wrt_idx))
 
 
 def _wrt_indices(fn: Function, entry: str, wrt: Sequence[str] | None) -> list[int]:
@@ -1218,37 +862,3 @@ def _wrt_indices(fn: Function, entry: str, wrt: Sequence[str] | None) -> list[in
             raise GradientError(f"wrt names parameter `{w}` twice", fn.span)
         out.append(i)
     return out
-
-
-def _kept_functions(mod: IRModule, entry: str) -> set[str]:
-    """Original globals that do not (transitively) refer to the replaced entry."""
-    from relay_ir.passes._analysis import call_graph
-    graph = call_graph(mod)
-    bad = {entry}
-    grew = True
-    while grew:
-        grew = False
-        for name, callees in graph.items():
-            if name not in bad and callees & bad:
-                bad.add(name)
-                grew = True
-    return set(mod.functions) - bad
-
-
-def _missing_error(missing: Iterable[_Missing]) -> GradientError:
-    items = list(missing)
-    names: dict[str, None] = {}
-    for m in items:
-        names[m.op] = None
-    first = items[0]
-    where = [f"`{m.op}` at {m.span}" if m.span else f"`{m.op}`" for m in items]
-    notes = []
-    for m in items[1:]:
-        if m.span is not None:
-            ctx = m.span.print_with_context()
-            notes.append(f"`{m.op}` at {m.span}" + (f"\n{ctx}" if ctx else ""))
-    return GradientError(
-        "no gradient rule for operator" + ("s " if len(names) > 1 else " ")
-        + ", ".join(f"`{n}`" for n in names) + " used on a float path ("
-        + "; ".join(where) + "); give the OpDef a grad= rule or mark it non_differentiable",
-        first.span, notes)

@@ -41,20 +41,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError, PassError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
-                           Let, Match, Op, Pattern, PatternConstructor, PatternTuple,
-                           PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
-                           TupleGetItem, Var)
+                           Let, Match, Op, PatternConstructor, PatternTuple, PatternVar,
+                           RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
-from relay_ir.passes.gradient import (_Types, _call, _check_entry, _fresh_name, _kept_functions,
-                                      _liftable, _type_of, _typed_const, emit, has_float_leaf,
-                                      is_float)
+from relay_ir.passes._ad_common import (_is_adt, _liftable, _Missing, _Twin, _Types, _call,
+                                        _type_of, _typed_const, emit, has_float_leaf, is_float)
+from relay_ir.passes.gradient import _check_entry
 from relay_ir.span import Span
-from relay_ir.ty import (FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType, TupleType, Type,
-                         TypeCall, TypeVar)
+from relay_ir.ty import FuncType, TensorType, TupleType, Type
 
 __all__ = ["jvp", "JVPError"]
 
@@ -73,93 +70,27 @@ class _JTypes(_Types):
 
     SUFFIX = "_jvp"
 
-    def _map(self, t: Type) -> Type:
-        if isinstance(t, TensorType):
-            return TupleType((t, t)) if is_float(t) else t
-        if isinstance(t, TupleType):
-            return TupleType(tuple(self._map(f) for f in t.fields))
-        if isinstance(t, FuncType):
-            return FuncType(tuple(self._map(a) for a in t.arg_types), self._map(t.ret_type),
-                            t.type_params, t.type_constraints)
-        if isinstance(t, RefType):
-            return RefType(self._map(t.value))
-        if isinstance(t, TypeCall):
-            return TypeCall(self._map(t.func), tuple(self._map(a) for a in t.args))
-        if isinstance(t, GlobalTypeVar):
-            return self.adt_map.get(t.name_hint, t)
-        return t
+    def float_type(self, t: TensorType) -> Type:
+        return TupleType((t, t))
 
 
-class _Missing:
-    __slots__ = ("op", "span")
-
-    def __init__(self, op: str, span: Span | None) -> None:
-        self.op, self.span = op, span
-
-
-class _JVP:
+class _JVP(_Twin):
     """The expression transform; one instance per ``jvp`` call."""
 
+    SUFFIX = "_jvp"
+    ERROR = JVPError
+    WHAT = "jvp"
+
     def __init__(self, mod: IRModule, types: _JTypes, taken: set[str]) -> None:
-        self.mod = mod
-        self.types = types
-        self.taken = taken
-        self.sb = ScopeBuilder()
-        self.vmap: dict[Var, Expr] = {}
-        self.gmap: dict[str, GlobalVar] = {}
-        self.work: list[str] = []
-        self.missing: list[_Missing] = []
-        self.rule_errors: list[DiagnosticError] = []
-        # dual pairs made here: their primal and tangent atoms (no projection needed)
-        self.prims: dict[Var, Expr] = {}
+        super().__init__(mod, types, taken)
+        # dual pairs made here also record their tangent atom (no projection needed)
         self.tans: dict[Var, Expr] = {}
-        self.helpers: dict[str, Function] = {}           # dual/primal/tangent of entry ADTs
-        self._helper_gv: dict[tuple[str, Type], GlobalVar] = {}
 
-    # ---------------------------------------------------------------- globals
-    def global_twin(self, gv: GlobalVar) -> GlobalVar:
-        """The transformed twin of global ``gv`` (queued for transformation on first use)."""
-        name = gv.name_hint
-        twin = self.gmap.get(name)
-        if twin is None:
-            if name not in self.mod:
-                raise JVPError(f"unknown global @{name}", gv.span)
-            twin = GlobalVar(_fresh_name(name + "_jvp", self.taken))
-            self.gmap[name] = twin
-            self.work.append(name)
-        return twin
-
-    def run_globals(self) -> dict[str, Function]:
-        """Transform every queued global (and those they reach); returns twin name -> fn."""
-        out: dict[str, Function] = {}
-        while self.work:
-            name = self.work.pop()
-            fn = self.mod[name]
-            fresh = tuple(ShapeVar(tp.name) if isinstance(tp, ShapeVar)
-                          else TypeVar(tp.name_hint, tp.kind) for tp in fn.type_params)
-            self.types.subst = dict(zip(fn.type_params, fresh))
-            try:
-                out[self.gmap[name].name_hint] = self.function(fn, fresh)
-            finally:
-                self.types.subst = {}
-        return out
-
-    # ---------------------------------------------------------------- variables and scopes
-    def map_var(self, v: Var, annotate: bool) -> Var:
-        t = v.type_annotation if v.type_annotation is not None else v.checked_type_
-        nt = self.types.map(t) if t is not None else None
-        nv = Var(v.name_hint, nt if annotate else None, span=v.span, checked_type_=nt)
-        self.vmap[v] = nv
-        return nv
-
+    # ---------------------------------------------------------------- scopes
     def function(self, fn: Function, type_params: tuple | None = None) -> Function:
         """``fn (x: T) -> R { e }`` => ``fn (x: T') -> R' { e' }``."""
         params = tuple(self.map_var(p, annotate=True) for p in fn.params)
-        ret = None
-        if fn.ret_type is not None:
-            ret = self.types.map(fn.ret_type)
-        elif isinstance(fn.checked_type_, FuncType):
-            ret = self.types.map(fn.checked_type_.ret_type)
+        ret = self.mapped_ret(fn)
         body = self.scope(fn.body)
         tps = fn.type_params if type_params is None else type_params
         return Function(params, body, ret, tps, fn.attrs, span=fn.span)
@@ -181,15 +112,6 @@ class _JVP:
     # ---------------------------------------------------------------- atoms and values
     def atom(self, e: Expr) -> Expr:
         """The dual value of ``e`` as an atom (binding it when needed)."""
-        if isinstance(e, Var):
-            nv = self.vmap.get(e)
-            if nv is None:
-                raise InternalError(f"jvp: unbound variable %{e.name_hint}")
-            return nv
-        if isinstance(e, GlobalVar):
-            return self.global_twin(e)
-        if isinstance(e, Constructor):
-            return self.types.ctor(e)
         if isinstance(e, Constant):
             c = _typed_const(e)
             t = _type_of(c)
@@ -197,9 +119,9 @@ class _JVP:
                 return c
             z = self.sb.let_(_call("zeros_like", c), "dz", t)
             return self.pair(c, z, t)
-        if isinstance(e, Op):
-            raise JVPError(f"operator `{e.name}` used as a value (only calls of operators can "
-                           "be differentiated)", e.span)
+        leaf = self.leaf_atom(e)
+        if leaf is not None:
+            return leaf
         return self.sb.let_(self.value(e), "v")
 
     def pair(self, y: Expr, dy: Expr, t: Type) -> Var:
@@ -248,20 +170,6 @@ class _JVP:
             return self.scope(e)
         raise InternalError(f"jvp: unexpected node {type(e).__name__}")
 
-    def pattern(self, p: Pattern) -> Pattern:
-        if isinstance(p, PatternWildcard):
-            return p
-        if isinstance(p, PatternVar):
-            return PatternVar(self.map_var(p.var, annotate=p.var.type_annotation is not None),
-                              span=p.span)
-        if isinstance(p, PatternConstructor):
-            return PatternConstructor(self.types.ctor(p.constructor),
-                                      tuple(self.pattern(q) for q in p.patterns), span=p.span)
-        if isinstance(p, PatternTuple):
-            return PatternTuple(tuple(self.pattern(q) for q in p.patterns), span=p.span)
-        raise InternalError(f"jvp: unexpected pattern {type(p).__name__}")
-
-    # ---------------------------------------------------------------- operator calls
     def op_call(self, e: Call) -> Expr:
         """``op(a..)`` => ``(op(primals), OpDef.jvp(call, y, tangents))`` on float leaves."""
         sb = self.sb
@@ -321,26 +229,6 @@ class _JVP:
         return y
 
     # ---------------------------------------------------------------- projections
-    def primal(self, v: Expr, t: Type) -> Expr:
-        """The primal part of dual value ``v`` of original tensor-tree type ``t``."""
-        sb = self.sb
-        if is_float(t):
-            known = self.prims.get(v)  # type: ignore[call-overload]
-            if known is not None:
-                return known
-            return sb.let_(TupleGetItem(v, 0, checked_type_=t), "p", t)
-        if isinstance(t, TupleType):
-            fields = []
-            for i, ft in enumerate(t.fields):
-                fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
-                fields.append(self.primal(fv, ft))
-            return sb.let_(Tuple(tuple(fields), checked_type_=t), "p", t)
-        if _is_adt(t):
-            if not self.adt_changes(t):
-                return v
-            return sb.let_(Call(self.adt_helper("primal", t), (v,)), "p", t)
-        return v
-
     def tangent(self, v: Expr, t: Type) -> Expr:
         """The tangent of dual value ``v`` of tensor-tree type ``t`` (zeros on int leaves)."""
         sb = self.sb
@@ -378,31 +266,13 @@ class _JVP:
         return p
 
     # ---------------------------------------------------------------- ADT entry values
-    def adt_changes(self, t: Type) -> bool:
-        """True if values of ADT type ``t`` hold float tensors (its dual type differs)."""
-        return self.types.map(t) != t
-
-    def adt_ctors(self, t: Type) -> list[tuple[Constructor, list[Type]]]:
-        """The constructors of ADT type ``t`` with their field types at ``t``'s arguments."""
-        from relay_ir.passes._analysis import substitute_type
-        name, args = ((t.func.name_hint, t.args) if isinstance(t, TypeCall)  # type: ignore
-                      else (t.name_hint, ()))  # type: ignore[union-attr]
-        td = self.mod.get_type(name)
-        sub = dict(zip(td.type_params, args))
-        return [(c, [substitute_type(f, sub) if sub else f for f in c.inputs])
-                for c in td.constructors]
-
     def adt_helper(self, kind: str, t: Type) -> GlobalVar:
         """A global for the concrete ADT type ``t`` of an entry parameter or result:
         ``dual: (t, t) -> t'`` (values zipped with tangents; a constructor mismatch fails at
         run time), ``primal: t' -> t`` and ``tangent: t' -> t`` (zeros on int leaves)."""
-        key = (kind, t)
-        gv = self._helper_gv.get(key)
-        if gv is not None:
+        gv, new = self.helper_global(kind, t)
+        if not new:
             return gv
-        head = t.func.name_hint if isinstance(t, TypeCall) else t.name_hint  # type: ignore
-        gv = GlobalVar(_fresh_name(f"{kind}_{head}", self.taken))
-        self._helper_gv[key] = gv
         sb = self.sb
         mapped = self.types.map(t)
         clauses = []
@@ -454,10 +324,6 @@ def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type
     return list(ft.arg_types), ft.ret_type
 
 
-def _is_adt(t: Type) -> bool:
-    return isinstance(t, (TypeCall, GlobalTypeVar))
-
-
 def _wrapper(jv: _JVP, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type
              ) -> Function:
     """The new entry: ``(p.., t..) -> (result, result tangent)``."""
@@ -505,37 +371,5 @@ def jvp(mod: IRModule, entry: str = "main") -> IRModule:
     jv = _JVP(mod, types, taken)
     twin = jv.global_twin(mod.get_global_var(entry))
     twins = jv.run_globals()
-    if jv.missing:
-        raise _missing_error(jv.missing)
-    if jv.rule_errors:
-        first = jv.rule_errors[0]
-        if len(jv.rule_errors) > 1:
-            first.notes = first.notes + tuple(str(e) for e in jv.rule_errors[1:])
-        raise first
-    wrapper = _wrapper(jv, fn, twin, arg_types, ret)
-
-    keep = _kept_functions(mod, entry)
-    out = mod
-    for name in list(mod.functions):
-        if name not in keep:
-            out = out.without_function(name)
-    for td in types.new_types:
-        out = out.with_type(td)
-    out = out.with_functions({**twins, **jv.helpers, entry: wrapper})
-    try:
-        return InferType()(out)
-    except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug
-        raise InternalError(f"jvp produced an ill-typed program: {e}") from e
-
-
-def _missing_error(missing: Sequence[_Missing]) -> JVPError:
-    names: dict[str, None] = {}
-    for m in missing:
-        names[m.op] = None
-    first = missing[0]
-    where = [f"`{m.op}` at {m.span}" if m.span else f"`{m.op}`" for m in missing]
-    return JVPError(
-        "no JVP rule for operator" + ("s " if len(names) > 1 else " ")
-        + ", ".join(f"`{n}`" for n in names) + " used on a float path ("
-        + "; ".join(where) + "); give the OpDef a jvp= rule or mark it non_differentiable",
-        first.span)
+    jv.raise_collected("jvp")
+    return jv.output(mod, entry, twins, _wrapper(jv, fn, twin, arg_types, ret))
