@@ -286,23 +286,32 @@ class _Twin:
         raise InternalError(f"{self.WHAT}: unexpected pattern {type(p).__name__}")
 
     # ---------------------------------------------------------------- entry values
-    def primal(self, v: Expr, t: Type) -> Expr:
-        """The primal part of a transformed value ``v`` of original tensor-tree type ``t``."""
+    def project(self, v: Expr, t: Type, index: int, known: dict, tag: str,
+                other: Any) -> Expr:
+        """Field ``index`` of every float pair in transformed value ``v`` of original
+        tensor-tree type ``t`` (``known``: atoms recorded when the pairs were made); a leaf
+        that is not a float tensor goes through ``other(v, t)``."""
         sb = self.sb
         if is_float(t):
-            known = self.prims.get(v)  # type: ignore[call-overload]
-            if known is not None:
-                return known
-            return sb.let_(TupleGetItem(v, 0, checked_type_=t), "p", t)
+            atom = known.get(v)
+            if atom is not None:
+                return atom
+            return sb.let_(TupleGetItem(v, index, checked_type_=t), tag, t)
         if isinstance(t, TupleType):
             fields = []
             for i, ft in enumerate(t.fields):
                 fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
-                fields.append(self.primal(fv, ft))
-            return sb.let_(Tuple(tuple(fields), checked_type_=t), "p", t)
-        if _is_adt(t) and self.adt_changes(t):
-            return sb.let_(Call(self.adt_helper("primal", t), (v,)), "p", t)
-        return v
+                fields.append(self.project(fv, ft, index, known, tag, other))
+            return sb.let_(Tuple(tuple(fields), checked_type_=t), tag, t)
+        return other(v, t)
+
+    def primal(self, v: Expr, t: Type) -> Expr:
+        """The primal part of a transformed value ``v`` of original tensor-tree type ``t``."""
+        def other(u: Expr, ut: Type) -> Expr:
+            if _is_adt(ut) and self.adt_changes(ut):
+                return self.sb.let_(Call(self.adt_helper("primal", ut), (u,)), "p", ut)
+            return u
+        return self.project(v, t, 0, self.prims, "p", other)
 
     def adt_helper(self, kind: str, t: Type) -> GlobalVar:
         raise NotImplementedError("each mode builds its own ADT helpers")

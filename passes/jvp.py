@@ -231,23 +231,13 @@ class _JVP(_Twin):
     # ---------------------------------------------------------------- projections
     def tangent(self, v: Expr, t: Type) -> Expr:
         """The tangent of dual value ``v`` of tensor-tree type ``t`` (zeros on int leaves)."""
-        sb = self.sb
-        if is_float(t):
-            known = self.tans.get(v)  # type: ignore[call-overload]
-            if known is not None:
-                return known
-            return sb.let_(TupleGetItem(v, 1, checked_type_=t), "dt", t)
-        if isinstance(t, TupleType):
-            fields = []
-            for i, ft in enumerate(t.fields):
-                fv = sb.let_(TupleGetItem(v, i), "f", self.types.map(ft))
-                fields.append(self.tangent(fv, ft))
-            return sb.let_(Tuple(tuple(fields), checked_type_=t), "dt", t)
-        if isinstance(t, TensorType):
-            return sb.let_(_call("zeros_like", v, checked_type_=t), "dz", t)
-        if _is_adt(t):
-            return sb.let_(Call(self.adt_helper("tangent", t), (v,)), "dt", t)
-        raise InternalError(f"jvp: no tangent for a value of type {t!r}")
+        def other(u: Expr, ut: Type) -> Expr:
+            if isinstance(ut, TensorType):
+                return self.sb.let_(_call("zeros_like", u, checked_type_=ut), "dz", ut)
+            if _is_adt(ut):
+                return self.sb.let_(Call(self.adt_helper("tangent", ut), (u,)), "dt", ut)
+            raise InternalError(f"jvp: no tangent for a value of type {ut!r}")
+        return self.project(v, t, 1, self.tans, "dt", other)
 
     def zip_dual(self, p: Expr, tp: Expr, t: Type) -> Expr:
         """The dual value of primal ``p`` with tangent ``tp`` (int tangents are ignored)."""
