@@ -53,74 +53,16 @@ from relay_ir.expr import Call, GlobalVar, Op
 from relay_ir.module import IRModule
 from relay_ir.op import list_ops
 from relay_ir.traversal import post_order
+from workloads import W2_LOSS, w2_args, w2_numpy_loss, w2_numpy_value_and_grad
 
-B, SIZES = 64, [(784, 512), (512, 512), (512, 10)]
-
-W2_TEXT = """#[version = "0.0.5"]
-def @main(%x: Tensor[(64, 784), float32], %y: Tensor[(64, 10), float32],
-          %w1: Tensor[(784, 512), float32], %b1: Tensor[(512), float32],
-          %w2: Tensor[(512, 512), float32], %b2: Tensor[(512), float32],
-          %w3: Tensor[(512, 10), float32], %b3: Tensor[(10), float32]) -> float32 {
-  let %h1 = nn.relu(add(nn.matmul(%x, %w1), %b1));
-  let %h2 = nn.relu(add(nn.matmul(%h1, %w2), %b2));
-  let %logits = add(nn.matmul(%h2, %w3), %b3);
-  let %logp = nn.log_softmax(%logits);
-  negative(mean(sum(multiply(%logp, %y), axis=[1])))
-}
-"""
+# NOTE: W2 (program, data and numpy gradient) is defined once, in benchmarks/workloads.py
+W2_TEXT, w2_data, numpy_forward = W2_LOSS, w2_args, w2_numpy_loss
 
 
-def w2_data() -> list[np.ndarray]:
-    """Arguments of ``@main`` in its parameter order, generated as WORKLOADS.md says."""
-    rng = np.random.default_rng(0)
-    params = []
-    for fan_in, fan_out in SIZES:
-        bound = 1 / np.sqrt(fan_in)
-        w = rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32)
-        b = rng.uniform(-bound, bound, (fan_out,)).astype(np.float32)
-        params += [w, b]
-    x = rng.standard_normal((B, 784), dtype=np.float32)
-    labels = rng.integers(0, 10, B)
-    y = np.eye(10, dtype=np.float32)[labels]
-    return [x, y, *params]
-
-
-# ----------------------------------------------------------------------------- numpy
-def numpy_forward(x: np.ndarray, y: np.ndarray, *p: np.ndarray) -> np.float32:
-    w1, b1, w2, b2, w3, b3 = p
-    h1 = np.maximum(x @ w1 + b1, 0)
-    h2 = np.maximum(h1 @ w2 + b2, 0)
-    z = h2 @ w3 + b3
-    z = z - z.max(axis=1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    return -np.mean(np.sum(logp * y, axis=1))
-
-
-def numpy_value_and_grad(x: np.ndarray, y: np.ndarray, *p: np.ndarray) -> tuple:
+def numpy_value_and_grad(*args: np.ndarray) -> tuple:
     """Hand-written forward and backward (gradients for every argument, as the AD gives)."""
-    w1, b1, w2, b2, w3, b3 = p
-    a1 = x @ w1 + b1
-    h1 = np.maximum(a1, 0)
-    a2 = h1 @ w2 + b2
-    h2 = np.maximum(a2, 0)
-    z = h2 @ w3 + b3
-    zs = z - z.max(axis=1, keepdims=True)
-    e = np.exp(zs)
-    s = e.sum(axis=1, keepdims=True)
-    logp = zs - np.log(s)
-    loss = -np.mean(np.sum(logp * y, axis=1))
-    dlogp = -y / B
-    dy = -logp / B
-    dz = dlogp - (e / s) * dlogp.sum(axis=1, keepdims=True)
-    dw3, db3 = h2.T @ dz, dz.sum(axis=0)
-    dh2 = dz @ w3.T
-    da2 = dh2 * (a2 > 0)
-    dw2, db2 = h1.T @ da2, da2.sum(axis=0)
-    dh1 = da2 @ w2.T
-    da1 = dh1 * (a1 > 0)
-    dw1, db1 = x.T @ da1, da1.sum(axis=0)
-    dx = da1 @ w1.T
-    return loss, (dx, dy, dw1, db1, dw2, db2, dw3, db3)
+    loss, grads = w2_numpy_value_and_grad(*args, inputs=True)
+    return loss, tuple(grads)
 
 
 # ----------------------------------------------------------------------------- counting

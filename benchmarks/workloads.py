@@ -214,22 +214,50 @@ def w2_relay_step() -> Callable[[], Any]:
     return _Stateful(step, _aligned(*params))
 
 
-def _np_mlp_step(x: np.ndarray, y1h: np.ndarray, p: list[np.ndarray]
-                 ) -> tuple[Any, list[np.ndarray]]:
+def w2_args() -> list[np.ndarray]:
+    """W2's arguments in ``@main``'s order: x, one-hot labels, then the parameters."""
+    x, y, params = w2_data()
+    return [x, np.eye(10, dtype=F32)[y], *params]
+
+
+def w2_numpy_loss(x: np.ndarray, y1h: np.ndarray, *p: np.ndarray) -> Any:
+    """W2's loss in numpy (the forward only)."""
+    w1, b1, w2, b2, w3, b3 = p
+    h2 = np.maximum(np.maximum(x @ w1 + b1, 0) @ w2 + b2, 0)
+    z = h2 @ w3 + b3
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return -np.mean(np.sum(logp * y1h, axis=1))
+
+
+def w2_numpy_value_and_grad(x: np.ndarray, y1h: np.ndarray, *p: np.ndarray,
+                            inputs: bool = False) -> tuple[Any, list[np.ndarray]]:
+    """W2's loss and its hand-written gradients: the six parameters' (with ``inputs``: x's and
+    y's first, as ``passes.gradient`` orders them)."""
     w1, b1, w2, b2, w3, b3 = p
     a1 = x @ w1 + b1
     h1 = np.maximum(a1, 0)
     a2 = h1 @ w2 + b2
     h2 = np.maximum(a2, 0)
     z = h2 @ w3 + b3
-    zs = z - z.max(1, keepdims=True)
+    zs = z - z.max(axis=1, keepdims=True)
     e = np.exp(zs)
-    s = e.sum(1, keepdims=True)
-    loss = -np.mean(np.sum((zs - np.log(s)) * y1h, 1))
-    dz = (e / s - y1h) / F32(len(x))
+    s = e.sum(axis=1, keepdims=True)
+    logp = zs - np.log(s)
+    loss = -np.mean(np.sum(logp * y1h, axis=1))
+    n = F32(len(x))
+    dz = (e / s - y1h) / n          # NOTE: each row of y1h sums to 1 (one-hot)
     da2 = (dz @ w3.T) * (a2 > 0)
     da1 = (da2 @ w2.T) * (a1 > 0)
-    g = [x.T @ da1, da1.sum(0), h1.T @ da2, da2.sum(0), h2.T @ dz, dz.sum(0)]
+    grads = [x.T @ da1, da1.sum(0), h1.T @ da2, da2.sum(0), h2.T @ dz, dz.sum(0)]
+    if inputs:
+        grads = [da1 @ w1.T, -logp / n] + grads
+    return loss, grads
+
+
+def _np_mlp_step(x: np.ndarray, y1h: np.ndarray, p: list[np.ndarray]
+                 ) -> tuple[Any, list[np.ndarray]]:
+    loss, g = w2_numpy_value_and_grad(x, y1h, *p)
     lr = F32(0.01)
     return loss, [q - lr * d for q, d in zip(p, g)]
 

@@ -1,6 +1,8 @@
 """Helpers for the AD tests: gradient checks against central finite differences."""
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -13,6 +15,10 @@ from relay_ir.module import IRModule
 from relay_ir.well_formed import check as wf_check
 
 from util_ad import leaves
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks"))
+import workloads as wl  # noqa: E402
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -194,32 +200,8 @@ def check_optimized(g: IRModule, args: Sequence[Any], entry: str, value: Any, gr
 
 
 # ----------------------------------------------------------------------------- W2 workload
-W2_BATCH = 64
-W2_SIZES = [(784, 512), (512, 512), (512, 10)]
-W2_TEXT = HEADER + """def @main(%x: Tensor[(64, 784), float32], %y: Tensor[(64, 10), float32],
-          %w1: Tensor[(784, 512), float32], %b1: Tensor[(512), float32],
-          %w2: Tensor[(512, 512), float32], %b2: Tensor[(512), float32],
-          %w3: Tensor[(512, 10), float32], %b3: Tensor[(10), float32]) -> float32 {
-  let %h1 = nn.relu(add(nn.matmul(%x, %w1), %b1));
-  let %h2 = nn.relu(add(nn.matmul(%h1, %w2), %b2));
-  let %logits = add(nn.matmul(%h2, %w3), %b3);
-  let %logp = nn.log_softmax(%logits);
-  negative(mean(sum(multiply(%logp, %y), axis=[1])))
-}
-"""
-
-
-def w2_data() -> list[np.ndarray]:
-    """W2's arguments in ``@main``'s order, generated as /work/shared/WORKLOADS.md says."""
-    rng = np.random.default_rng(0)
-    params = []
-    for fan_in, fan_out in W2_SIZES:
-        bound = 1 / np.sqrt(fan_in)
-        params.append(rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32))
-        params.append(rng.uniform(-bound, bound, (fan_out,)).astype(np.float32))
-    x = rng.standard_normal((W2_BATCH, 784), dtype=np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, W2_BATCH)]
-    return [x, y, *params]
+# W2 (WORKLOADS.md) is defined once, in benchmarks/workloads.py
+W2_TEXT, w2_data = wl.W2_LOSS, wl.w2_args
 
 
 def op_calls(mod: IRModule, entry: str = "main") -> int:
