@@ -210,85 +210,20 @@ def w6(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
 
 
 # ============================================================================ W5
-H = 128
-
-
-def w5_source() -> str:
-    """The W5 TreeLSTM loss in the text format (a Tree ADT, one recursive cell)."""
-    return HDR + f"""
-type Tree {{ Leaf(int32), Node(Tree, Tree) }}
-def @cell(%t: Tree, %E: Tensor[(100, {H}), float32], %Wl: Tensor[({H}, {3 * H}), float32],
-          %bl: Tensor[({3 * H}), float32], %U: Tensor[({2 * H}, {5 * H}), float32],
-          %bU: Tensor[({5 * H}), float32]) -> (Tensor[(1, {H}), float32],
-                                               Tensor[(1, {H}), float32]) {{
-  match (%t) {{
-    Leaf(%tok) => {{
-      let %e = reshape(take(%E, %tok, axis=0), newshape=[1, {H}]);
-      let %g = split(add(nn.matmul(%e, %Wl), %bl), indices_or_sections=3, axis=1);
-      let %c = multiply(sigmoid(%g.0), tanh(%g.2));
-      (multiply(sigmoid(%g.1), tanh(%c)), %c)
-    }},
-    Node(%l, %r) => {{
-      let %a = @cell(%l, %E, %Wl, %bl, %U, %bU);
-      let %b = @cell(%r, %E, %Wl, %bl, %U, %bU);
-      let %hh = concatenate((%a.0, %b.0), axis=1);
-      let %g = split(add(nn.matmul(%hh, %U), %bU), indices_or_sections=5, axis=1);
-      let %c = add(add(multiply(sigmoid(%g.0), tanh(%g.4)), multiply(sigmoid(%g.1), %a.1)),
-                   multiply(sigmoid(%g.2), %b.1));
-      (multiply(sigmoid(%g.3), tanh(%c)), %c)
-    }},
-  }}
-}}
-def @main(%t: Tree, %label: int32, %E: Tensor[(100, {H}), float32],
-          %Wl: Tensor[({H}, {3 * H}), float32], %bl: Tensor[({3 * H}), float32],
-          %U: Tensor[({2 * H}, {5 * H}), float32], %bU: Tensor[({5 * H}), float32],
-          %Wo: Tensor[({H}, 5), float32], %bo: Tensor[(5), float32]) -> float32 {{
-  let %hc = @cell(%t, %E, %Wl, %bl, %U, %bU);
-  let %logits = add(nn.matmul(%hc.0, %Wo), %bo);
-  negative(take(reshape(nn.log_softmax(%logits), newshape=[5]), %label, axis=0))
-}}
-"""
-
-
-def w5_data() -> tuple[list[tuple[Any, int]], list[np.ndarray]]:
-    """The 64 trees (nested tuples: ("leaf", tok) / ("node", l, r)) and the 7 parameters."""
-    trng = np.random.default_rng(1)
-
-    def build(n: int) -> Any:
-        # NOTE: recursion depth <= 32 (the number of leaves)
-        if n == 1:
-            return ("leaf", int(trng.integers(0, 100)))
-        k = int(trng.integers(1, n))
-        left = build(k)
-        return ("node", left, build(n - k))
-    trees = []
-    for _ in range(64):
-        n = int(trng.integers(8, 33))
-        tree = build(n)
-        trees.append((tree, int(trng.integers(0, 5))))
-    rng = np.random.default_rng(0)
-    shapes = [(100, H), (H, 3 * H), (3 * H,), (2 * H, 5 * H), (5 * H,), (H, 5), (5,)]
-    return trees, [rng.uniform(-0.1, 0.1, s).astype("float32") for s in shapes]
-
-
-def _to_adt(tree: Any, leaf: Any, node: Any) -> Any:
-    if tree[0] == "leaf":
-        return runtime.ADTValue(leaf, (np.int32(tree[1]),))
-    return runtime.ADTValue(node, (_to_adt(tree[1], leaf, node), _to_adt(tree[2], leaf, node)))
-
-
 def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
-    """TreeLSTM forward + backward per tree."""
+    """TreeLSTM forward + backward per tree: W5 as benchmarks/workloads.py defines it (trees,
+    parameters, program and the PyTorch peer)."""
+    import workloads as wl
     t = Table("W5: TreeLSTM H=128, fwd + bwd per tree (64 trees of 8-32 leaves, batch 1)",
               "ms")
     checks: dict[str, float] = {}
-    trees, params = w5_data()
-    g = passes.gradient(InferType()(rly.parse(w5_source())), "main")
+    trees, params = wl.w5_trees(), wl.w5_params()
+    g = passes.gradient(InferType()(rly.parse(wl.w5_source())), "main")
     t0 = time.perf_counter()
     exe = runtime.build(g)
     build_s = time.perf_counter() - t0
-    leaf, node = g.get_constructor("Leaf"), g.get_constructor("Node")
-    data = [(_to_adt(tr, leaf, node), np.int32(lab)) for tr, lab in trees]
+    eye5 = np.eye(5, dtype="float32")
+    data = [(wl._to_adt(g, tr), eye5[lab]) for tr, lab in trees]
     from relay_ir.runtime.executor import as_aligned
     aparams = [as_aligned(p) for p in params]
 
@@ -300,32 +235,15 @@ def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
     checks["relay_ir compiled"] = compiled_pass()
     checks["relay_ir interpreter"] = interp_pass()
     peers: list[tuple[str, Callable[[], Any]]] = []
-    try:
+    torch_impl = next((i for i in wl.w5_impls() if i.name.startswith("torch")), None)
+    if torch_impl is None:
+        t.skip("torch eager (Python recursion, autograd.grad)", "torch not installed")
+    else:
         import torch
-        tp = [torch.tensor(p, requires_grad=True) for p in params]
-
-        def cell(tree: Any) -> tuple[Any, Any]:
-            E, Wl, bl, U, bU = tp[:5]
-            if tree[0] == "leaf":
-                i, o, u = torch.split(E[tree[1]][None] @ Wl + bl, H, dim=1)
-                c = torch.sigmoid(i) * torch.tanh(u)
-                return torch.sigmoid(o) * torch.tanh(c), c
-            hl, cl = cell(tree[1])
-            hr, cr = cell(tree[2])
-            i, fl, fr, o, u = torch.split(torch.cat((hl, hr), 1) @ U + bU, H, dim=1)
-            c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + \
-                torch.sigmoid(fr) * cr
-            return torch.sigmoid(o) * torch.tanh(c), c
+        torch_run = torch_impl.make()
 
         def torch_pass() -> float:
-            total = 0.0
-            for tree, lab in trees:
-                h, _ = cell(tree)
-                logits = h @ tp[5] + tp[6]
-                loss = -torch.log_softmax(logits, 1)[0, lab]
-                torch.autograd.grad(loss, tp)
-                total += float(loss.detach())
-            return total
+            return torch_impl.check(torch_run())
         checks["torch eager"] = torch_pass()
         peers.append(("torch eager (Python recursion, autograd.grad)", torch_pass))
 
@@ -337,8 +255,6 @@ def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
             finally:
                 torch.set_num_threads(n)
         peers.append(("torch eager, torch.set_num_threads(1)", torch_pass_1thread))
-    except ImportError:
-        t.skip("torch eager (Python recursion, autograd.grad)", "torch not installed")
     for _ in range(rounds):
         t.add("relay_ir compiled (runtime.build of passes.gradient)",
               best(compiled_pass, repeat) / len(data), f"build {build_s:.1f} s")
