@@ -40,19 +40,10 @@ os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 import relay_ir as rly  # noqa: E402
 from relay_ir import passes, runtime  # noqa: E402
 from relay_ir.passes import InferType  # noqa: E402
+from bench_compile import best  # noqa: E402  (same folder)
 
 HDR = '#[version = "0.0.5"]\n'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def best(fn: Callable[[], Any], repeat: int) -> float:
-    """Best seconds per call over ``repeat`` calls."""
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def per_call(fn: Callable[[], Any], inner: int, repeat: int) -> float:

@@ -846,20 +846,26 @@ def _mul(a: Expr, b: Expr) -> Expr:
     return op("multiply", a, b)
 
 
-@grad_rule
-def layer_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
-    """``layer_norm(x, gamma, beta)`` with ``xh = (x - mean) rstd``, ``dxh = g gamma``:
-    ``dx = rstd (dxh - mean(dxh) - xh mean(dxh xh))``, ``dgamma = sum(g xh)``,
-    ``dbeta = sum(g)`` (sums over the non-normalized axes)."""
+def _layer_norm_parts(call):  # type: ignore[no-untyped-def]
+    """What both derivative rules of ``layer_norm`` start from: ``gamma``, ``beta``, the
+    attrs, rank, axis (and as a tuple), ``rstd = rsqrt(var + eps)`` and ``xh = (x - mean)
+    rstd`` over the normalized axis."""
     x, gamma, beta = call.args
     at = call.attrs
-    nd = tensor_type(x).ndim
     axis = _axis_of(call)
     ax = (axis,)
     xc = op("subtract", x, op("mean", x, axis=ax, keepdims=True))
     var = op("mean", _mul(xc, xc), axis=ax, keepdims=True)
     rstd = op("rsqrt", op("add", var, scalar(at.epsilon, x)))
-    xh = _mul(xc, rstd)
+    return gamma, beta, at, tensor_type(x).ndim, axis, ax, rstd, _mul(xc, rstd)
+
+
+@grad_rule
+def layer_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``layer_norm(x, gamma, beta)`` with ``xh = (x - mean) rstd``, ``dxh = g gamma``:
+    ``dx = rstd (dxh - mean(dxh) - xh mean(dxh xh))``, ``dgamma = sum(g xh)``,
+    ``dbeta = sum(g)`` (sums over the non-normalized axes)."""
+    gamma, beta, at, nd, axis, ax, rstd, xh = _layer_norm_parts(call)
     dxh = _mul(g, _channel(gamma, nd, axis)) if at.scale else g
     dx = _mul(rstd, op("subtract", op("subtract", dxh, op("mean", dxh, axis=ax, keepdims=True)),
                        _mul(xh, op("mean", _mul(dxh, xh), axis=ax, keepdims=True))))
@@ -871,15 +877,7 @@ def layer_norm_grad(call, out, g):  # type: ignore[no-untyped-def]
 def layer_norm_jvp(call, out, t):  # type: ignore[no-untyped-def]
     """``layer_norm(x, gamma, beta)``: ``dxh = rstd (tx - mean(tx) - xh mean(xh tx))``, then
     ``dy = dxh gamma + xh t_gamma + t_beta`` (per-channel ``gamma``, ``beta`` broadcast)."""
-    x, gamma, beta = call.args
-    at = call.attrs
-    nd = tensor_type(x).ndim
-    axis = _axis_of(call)
-    ax = (axis,)
-    xc = op("subtract", x, op("mean", x, axis=ax, keepdims=True))
-    var = op("mean", _mul(xc, xc), axis=ax, keepdims=True)
-    rstd = op("rsqrt", op("add", var, scalar(at.epsilon, x)))
-    xh = _mul(xc, rstd)
+    gamma, beta, at, nd, axis, ax, rstd, xh = _layer_norm_parts(call)
     dxh = _mul(rstd, op("subtract", op("subtract", t[0], op("mean", t[0], axis=ax, keepdims=True)),
                         _mul(xh, op("mean", _mul(xh, t[0]), axis=ax, keepdims=True))))
     dy = dxh
