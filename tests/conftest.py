@@ -3,11 +3,17 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 from hypothesis import settings
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# NOTE: every test shares one kernel cache (compiled once per machine, not per test file),
+# apart from the user's own ~/.cache/relay_ir
+os.environ.setdefault("RELAY_IR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"relay_ir_test_kernels_{os.getuid()}"))
 
 # NOTE: under CI (CI=true) hypothesis draws the same examples every run, so a landing is never
 # decided by a lucky draw; local runs keep exploring new examples. Per-test settings (example

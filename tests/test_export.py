@@ -7,13 +7,9 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
-
-os.environ.setdefault("RELAY_IR_CACHE_DIR", os.path.join(
-    tempfile.gettempdir(), f"relay_ir_test_kernels_{os.getuid()}"))
 
 pytest.importorskip("tvm")
 

@@ -3,13 +3,9 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 
 import numpy as np
 import pytest
-
-os.environ.setdefault("RELAY_IR_CACHE_DIR", os.path.join(
-    tempfile.gettempdir(), f"relay_ir_test_kernels_{os.getuid()}"))
 
 pytest.importorskip("tvm")
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 from typing import Any
 
 import numpy as np
 import pytest
-
-os.environ.setdefault("RELAY_IR_CACHE_DIR", os.path.join(
-    tempfile.gettempdir(), f"relay_ir_test_kernels_{os.getuid()}"))
 
 pytest.importorskip("tvm")
 
