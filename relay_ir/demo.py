@@ -29,9 +29,10 @@ import numpy as np
 
 import relay_ir as rly
 from relay_ir.errors import DiagnosticError
-from relay_ir.expr import Call, Function, Let, Tuple, TupleGetItem, Var, const
+from relay_ir.expr import Call, Function, Let, RefCreate, Tuple, TupleGetItem, Var, const
 from relay_ir.module import IRModule
 from relay_ir.op._rules import make_call
+from relay_ir.traversal import post_order
 from relay_ir.ty import TensorType, TupleType, Type
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,7 +80,7 @@ def first_order(mod: IRModule, entry: str) -> IRModule:
     from relay_ir import passes
     from relay_ir.passes import PassContext, parse_pipeline
     out = passes.optimize(mod, entry=entry)
-    if "ref(" not in rly.astext(out):
+    if not any(isinstance(e, RefCreate) for fn in out.functions.values() for e in post_order(fn)):
         return out
     tail = parse_pipeline("partial-eval,dead-ref-elim,dce,remove-unused-functions,to-anf")
     with PassContext(opt_level=3):
