@@ -49,11 +49,9 @@ import numpy as np
 
 import relay_ir as rly
 from relay_ir import passes, runtime
-from relay_ir.expr import Call, GlobalVar, Op
 from relay_ir.module import IRModule
 from relay_ir.op import list_ops
-from relay_ir.traversal import post_order
-from workloads import W2_LOSS, w2_args, w2_numpy_loss, w2_numpy_value_and_grad
+from workloads import W2_LOSS, blocked_mlp, op_call_sites, w2_args, w2_numpy_loss, w2_numpy_value_and_grad
 
 # NOTE: W2 (program, data and numpy gradient) is defined once, in benchmarks/workloads.py
 W2_TEXT, w2_data, numpy_forward = W2_LOSS, w2_args, w2_numpy_loss
@@ -66,18 +64,7 @@ def numpy_value_and_grad(*args: np.ndarray) -> tuple:
 
 
 # ----------------------------------------------------------------------------- counting
-def static_op_calls(mod: IRModule, entry: str) -> int:
-    """Op call sites in ``entry`` and every global it reaches."""
-    seen, todo, count = {entry}, [entry], 0
-    while todo:
-        fn = mod[todo.pop()]
-        for node in post_order(fn):
-            if isinstance(node, Call) and isinstance(node.op, Op):
-                count += 1
-            elif isinstance(node, GlobalVar) and node.name_hint not in seen:
-                seen.add(node.name_hint)
-                todo.append(node.name_hint)
-    return count
+static_op_calls = op_call_sites
 
 
 def dynamic_op_calls(mod: IRModule, args: list[np.ndarray]) -> tuple[int, dict[str, int]]:
@@ -145,26 +132,8 @@ def bench_w6(repeat: int) -> None:
 
 
 def deep_mlp(layers: int, width: int, batch: int, per_block: int, checkpoint: bool) -> str:
-    """The checkpointing workload: ``layers`` relu layers in blocks of ``per_block`` (a global
-    ``@block``), loss ``mean(h * h)``; each block call marked ``annotation.checkpoint`` or not."""
-    T = f"Tensor[({batch}, {width}), float32]"
-    W = f"Tensor[({width}, {width}), float32]"
-    Bt = f"Tensor[({width}), float32]"
-    bparams = ", ".join(f"%w{i}: {W}, %b{i}: {Bt}" for i in range(per_block))
-    body = "\n".join(f"  let %h{i + 1} = nn.relu(add(nn.matmul(%h{i}, %w{i}), %b{i}));"
-                     for i in range(per_block))
-    text = f"def @block(%h0: {T}, {bparams}) -> {T} {{\n{body}\n  %h{per_block}\n}}\n"
-    lines = []
-    for k in range(layers // per_block):
-        args = ", ".join(f"%w{k * per_block + i}, %b{k * per_block + i}"
-                         for i in range(per_block))
-        call = f"@block(%a{k}, {args})"
-        lines.append(f"  let %a{k + 1} = "
-                     + (f"annotation.checkpoint({call})" if checkpoint else call) + ";")
-    n = layers // per_block
-    params = ", ".join(f"%w{i}: {W}, %b{i}: {Bt}" for i in range(layers))
-    return ('#[version = "0.0.5"]\n' + text + f"def @main(%a0: {T}, {params}) -> float32 {{\n"
-            + "\n".join(lines) + f"\n  mean(multiply(%a{n}, %a{n}))\n}}\n")
+    """The checkpointing workload: relu layers with biases, loss ``mean(h * h)``."""
+    return blocked_mlp(layers, per_block, width, batch, checkpoint)
 
 
 def peak_memory(mod: IRModule, args: list[np.ndarray]) -> int:

@@ -54,6 +54,54 @@ class Workload:
 ALLOWED_PEERS: set[str] | None = None
 
 
+def op_call_sites(mod: Any, entry: str = "main") -> int:
+    """Operator call sites in ``entry`` and every global it reaches (a static count)."""
+    from relay_ir.expr import Call, GlobalVar, Op
+    from relay_ir.traversal import post_order
+    seen, todo, count = {entry}, [entry], 0
+    while todo:
+        for node in post_order(mod[todo.pop()]):
+            if isinstance(node, Call) and isinstance(node.op, Op):
+                count += 1
+            elif isinstance(node, GlobalVar) and node.name_hint not in seen:
+                seen.add(node.name_hint)
+                todo.append(node.name_hint)
+    return count
+
+
+def blocked_mlp(layers: int, per_block: int, width: int, batch: int, checkpoint: bool, *,
+                dtype: str = "float32", act: str = "nn.relu", bias: bool = True,
+                loss: str = "mean") -> str:
+    """The checkpointing workload: ``layers`` layers ``act(h W (+ b))`` in blocks of
+    ``per_block`` (a global ``@block``), loss ``loss(h * h)``; each block call marked
+    ``annotation.checkpoint`` or not."""
+    T = f"Tensor[({batch}, {width}), {dtype}]"
+    W = f"Tensor[({width}, {width}), {dtype}]"
+    B = f"Tensor[({width}), {dtype}]"
+
+    def params(idx: range) -> str:
+        return ", ".join(f"%w{i}: {W}" + (f", %b{i}: {B}" if bias else "") for i in idx)
+
+    def layer(i: int) -> str:
+        h = f"nn.matmul(%h{i}, %w{i})"
+        return f"{act}(add({h}, %b{i}))" if bias else f"{act}({h})"
+
+    body = "\n".join(f"  let %h{i + 1} = {layer(i)};" for i in range(per_block))
+    text = f"def @block(%h0: {T}, {params(range(per_block))}) -> {T} {{\n{body}\n  " \
+           f"%h{per_block}\n}}\n"
+    lines = []
+    for k in range(layers // per_block):
+        args = ", ".join(f"%w{j}" + (f", %b{j}" if bias else "")
+                         for j in range(k * per_block, (k + 1) * per_block))
+        call = f"@block(%a{k}, {args})"
+        lines.append(f"  let %a{k + 1} = "
+                     + (f"annotation.checkpoint({call})" if checkpoint else call) + ";")
+    n = layers // per_block
+    return ('#[version = "0.0.5"]\n' + text
+            + f"def @main(%a0: {T}, {params(range(layers))}) -> {dtype} {{\n"
+            + "\n".join(lines) + f"\n  {loss}(multiply(%a{n}, %a{n}))\n}}\n")
+
+
 def have(pkg: str) -> bool:
     """Whether peer ``pkg`` is installed (found without importing it) and allowed."""
     if ALLOWED_PEERS is not None and pkg in ("jax", "torch") and pkg not in ALLOWED_PEERS:

@@ -68,80 +68,68 @@ _LEAF = (Var, Constant, GlobalVar, Op, Constructor)
 
 
 # ----------------------------------------------------------------------------- values
+_value = dataclass(slots=True, eq=False)
+
+
+@_value
 class STensor:
     """A tensor known at compile time."""
 
-    __slots__ = ("data",)
-
-    def __init__(self, data: np.ndarray):
-        self.data = data
+    data: np.ndarray
 
 
+@_value
 class STuple:
     """A tuple whose fields are partial values."""
 
-    __slots__ = ("fields",)
-
-    def __init__(self, fields: list[PValue]):
-        self.fields = fields
+    fields: list[PValue]
 
 
+@_value
 class SClosure:
     """A function literal and the environment it was created in."""
 
-    __slots__ = ("func", "env")
-
-    def __init__(self, func: Function, env: Env):
-        self.func = func
-        self.env = env
+    func: Function
+    env: Env
 
 
+@_value
 class SGlobal:
     """A global function of the module."""
 
-    __slots__ = ("gv",)
-
-    def __init__(self, gv: GlobalVar):
-        self.gv = gv
+    gv: GlobalVar
 
 
+@_value
 class SOp:
     """A primitive operator."""
 
-    __slots__ = ("op",)
-
-    def __init__(self, op: Op):
-        self.op = op
+    op: Op
 
 
+@_value
 class SConFn:
     """A constructor not applied yet."""
 
-    __slots__ = ("con",)
-
-    def __init__(self, con: Constructor):
-        self.con = con
+    con: Constructor
 
 
+@_value
 class SCon:
     """An ADT value built by a constructor from partial values."""
 
-    __slots__ = ("con", "fields")
-
-    def __init__(self, con: Constructor, fields: list[PValue]):
-        self.con = con
-        self.fields = fields
+    con: Constructor
+    fields: list[PValue]
 
 
+@_value
 class SRef:
     """A reference created in the program; its contents live in the compile-time store."""
 
-    __slots__ = ("key",)
-
-    def __init__(self, key: int):
-        self.key = key
+    key: int
 
 
+@_value
 class PValue:
     """A partial value: static part (or None) and the residual atom computing it (or None).
 
@@ -149,12 +137,9 @@ class PValue:
     :class:`~relay_ir.builder.ScopeBuilder` scope; None: valid everywhere).
     """
 
-    __slots__ = ("static", "dyn", "scope")
-
-    def __init__(self, static: Any, dyn: Expr | None = None, scope: list | None = None):
-        self.static = static
-        self.dyn = dyn
-        self.scope = scope
+    static: Any
+    dyn: Expr | None = None
+    scope: list | None = None
 
 
 class Env:
@@ -176,18 +161,17 @@ class Env:
         self.tsub = tsub
 
     def lookup(self, v: Var) -> PValue | None:
-        e: Env | None = self
-        while e is not None:
-            pv = e.vars.get(v)
-            if pv is not None:
-                return pv
-            e = e.parent
-        return None
+        """The value bound to ``v`` here or in an enclosing environment."""
+        return self._find("vars", v)
 
     def memo_get(self, node: Expr) -> PValue | None:
+        """The value memoized for the shared node ``node`` here or in an enclosing one."""
+        return self._find("memo", node)
+
+    def _find(self, table: str, key: Any) -> PValue | None:
         e: Env | None = self
         while e is not None:
-            pv = e.memo.get(node)
+            pv = getattr(e, table).get(key)
             if pv is not None:
                 return pv
             e = e.parent
@@ -197,15 +181,13 @@ class Env:
 _UNKNOWN = object()
 
 
+@_value
 class _TailCall:
     """A call in tail position that the enclosing :meth:`_PE._inline` loop should unroll."""
 
-    __slots__ = ("func", "env", "args")
-
-    def __init__(self, func: Function, env: Env, args: list[PValue]):
-        self.func = func
-        self.env = env
-        self.args = args
+    func: Function
+    env: Env
+    args: list[PValue]
 
 
 # ----------------------------------------------------------------------------- evaluator
@@ -707,15 +689,9 @@ class _PE:
         s = v.static
         if isinstance(p, PatternTuple):
             if isinstance(s, STuple) and len(s.fields) == len(p.patterns):
-                out: dict[Var, PValue] = {}
-                for q, f in zip(p.patterns, s.fields):
-                    r = self._static_match(q, f)
-                    if r is None or r is _UNKNOWN:
-                        return r
-                    out.update(r)
-                return out
+                return self._match_all(p.patterns, s.fields)
             if s is None and _irrefutable(p):
-                out = {}
+                out: dict[Var, PValue] = {}
                 base = self.reify(v)
                 for i, q in enumerate(p.patterns):
                     item = self.emit(TupleGetItem(base, i, span=p.span), None, p.span)
@@ -727,14 +703,18 @@ class _PE:
                 return _UNKNOWN
             if s.con.name_hint != p.constructor.name_hint or len(s.fields) != len(p.patterns):
                 return None
-            out = {}
-            for q, f in zip(p.patterns, s.fields):
-                r = self._static_match(q, f)
-                if r is None or r is _UNKNOWN:
-                    return r
-                out.update(r)
-            return out
+            return self._match_all(p.patterns, s.fields)
         return _UNKNOWN
+
+    def _match_all(self, patterns: tuple[Pattern, ...], fields: list[PValue]) -> Any:
+        """:meth:`_static_match` of each pattern against its field, the bindings merged."""
+        out: dict[Var, PValue] = {}
+        for q, f in zip(patterns, fields):
+            r = self._static_match(q, f)
+            if r is None or r is _UNKNOWN:
+                return r
+            out.update(r)
+        return out
 
 
 def _decisive(pv: PValue) -> bool:

@@ -1,7 +1,6 @@
 """runtime.build: compiled dataflow programs agree with the interpreter; planning; errors; CLI."""
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
@@ -13,7 +12,8 @@ import relay_ir as rly  # noqa: E402
 from relay_ir import runtime  # noqa: E402
 from relay_ir.cli import main  # noqa: E402
 from relay_ir.runtime.executor import _convert_arg, aligned_empty  # noqa: E402
-from util_diff import assert_same_results, random_inputs  # noqa: E402
+from util_diff import (assert_same_results, parse_program, program_files,  # noqa: E402
+                       random_inputs)
 
 pytestmark = pytest.mark.tvm
 HDR = '#[version = "0.0.5"]\n'
@@ -52,15 +52,9 @@ def @main(%a: Tensor[(5, 7), int32], %b: Tensor[(7), int32]) {
     assert_same_results(mod, mod, run_b=compiled(exe))
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "examples", "*.rly")) +
-                                        glob.glob(os.path.join(ROOT, "tests", "data", "*.rly"))),
-                         ids=os.path.basename)
+@pytest.mark.parametrize("path", program_files(), ids=os.path.basename)
 def test_every_example_builds_and_agrees(path: str) -> None:
-    text = open(path).read()
-    try:
-        mod = rly.parse(text, source_name=path)
-    except rly.DiagnosticError:
-        mod = rly.parse(text, source_name=path, prelude=True)
+    mod = parse_program(path)
     exe = runtime.build(mod)
     if not mod["main"].params:
         assert_same_results(mod, mod, inputs=(), run_b=compiled(exe), rtol=1e-4, atol=1e-5)

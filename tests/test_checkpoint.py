@@ -13,7 +13,7 @@ import numpy as np
 
 import relay_ir as rly
 from relay_ir import passes, runtime
-from util_grad import HEADER, assert_close_tree, check_grad
+from util_grad import HEADER, assert_close_tree, check_grad, wl
 
 rng = np.random.default_rng(11)
 
@@ -21,22 +21,8 @@ rng = np.random.default_rng(11)
 def mlp(layers: int, per_block: int, width: int, batch: int, checkpoint: bool,
         dtype: str = "float64") -> str:
     """``layers`` tanh layers in blocks of ``per_block`` (a global each call marks or not)."""
-    T = f"Tensor[({batch}, {width}), {dtype}]"
-    W = f"Tensor[({width}, {width}), {dtype}]"
-    params = ", ".join(f"%w{i}: {W}" for i in range(per_block))
-    body = "\n".join(f"  let %h{i + 1} = tanh(nn.matmul(%h{i}, %w{i}));"
-                     for i in range(per_block))
-    text = f"def @block(%h0: {T}, {params}) -> {T} {{\n{body}\n  %h{per_block}\n}}\n"
-    lines = []
-    for k in range(layers // per_block):
-        ws = ", ".join(f"%w{k * per_block + i}" for i in range(per_block))
-        call = f"@block(%a{k}, {ws})"
-        lines.append(f"  let %a{k + 1} = "
-                     + (f"annotation.checkpoint({call})" if checkpoint else call) + ";")
-    n = layers // per_block
-    allw = ", ".join(f"%w{i}: {W}" for i in range(layers))
-    return HEADER + text + (f"def @main(%a0: {T}, {allw}) -> {dtype} {{\n" + "\n".join(lines)
-                            + f"\n  sum(multiply(%a{n}, %a{n}))\n}}\n")
+    return wl.blocked_mlp(layers, per_block, width, batch, checkpoint, dtype=dtype, act="tanh",
+                          bias=False, loss="sum")
 
 
 def _args(layers: int, width: int, batch: int, dtype: str = "float64") -> list[np.ndarray]:

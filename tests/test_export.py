@@ -16,21 +16,13 @@ pytest.importorskip("tvm")
 import relay_ir as rly  # noqa: E402
 from relay_ir import passes, runtime  # noqa: E402
 from relay_ir.runtime.vm import _PREFIX, FORMAT_VERSION, MAGIC  # noqa: E402
-from util_diff import assert_values_close  # noqa: E402
+from util_diff import TREE_SUM, assert_values_close  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 HDR = '#[version = "0.0.5"]\n'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-RECURSIVE = HDR + """
-type Tree { Leaf(Tensor[(4), float32]), Node(Tree, Tree) }
-def @sum(%t: Tree) -> Tensor[(4), float32] {
-  match (%t) {
-    Leaf(%x) => tanh(%x),
-    Node(Leaf(%a), %r) => add(%a, @sum(%r)),
-    Node(%l, %r) => add(@sum(%l), @sum(%r)),
-  }
-}
+RECURSIVE = HDR + TREE_SUM + """
 def @build(%n: int32, %x: Tensor[(4), float32]) -> Tree {
   if (%n == 0) { Leaf(%x) } else { Node(@build(%n - 1, multiply(%x, 0.5f)), Leaf(%x)) }
 }

@@ -1,7 +1,6 @@
 """FuseOps: text before/after per rule, same values as unfused programs, group counts."""
 from __future__ import annotations
 
-import glob
 import os
 
 import pytest
@@ -12,7 +11,7 @@ from relay_ir.module import IRModule
 from relay_ir.passes import InferType, PassContext, get_pass, optimize
 from relay_ir.passes.fuse_ops import FuseOps, fuse_ops
 from relay_ir.traversal import flatten_lets
-from util_diff import assert_same_results
+from util_diff import assert_same_results, parse_program, program_files
 
 HDR = '#[version = "0.0.5"]\n'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -354,18 +353,9 @@ def test_group_counts_of_known_networks() -> None:
         ["nn.log_softmax"]]
 
 
-def _programs() -> list[str]:
-    return sorted(glob.glob(os.path.join(ROOT, "examples", "*.rly")) +
-                  glob.glob(os.path.join(ROOT, "tests", "data", "*.rly")))
-
-
-@pytest.mark.parametrize("path", _programs(), ids=os.path.basename)
+@pytest.mark.parametrize("path", program_files(), ids=os.path.basename)
 def test_fused_equals_unfused_on_every_example(path: str) -> None:
-    text = open(path).read()
-    try:
-        mod = rly.parse(text, source_name=path)
-    except rly.DiagnosticError:
-        mod = rly.parse(text, source_name=path, prelude=True)
+    mod = parse_program(path)
     opt = optimize(mod)
     fused = fuse_ops(opt)
     for name in opt:

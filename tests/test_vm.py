@@ -13,7 +13,7 @@ import relay_ir as rly  # noqa: E402
 from relay_ir import runtime  # noqa: E402
 from relay_ir.errors import InterpreterError  # noqa: E402
 from relay_ir.runtime.kernel_cache import KernelCache  # noqa: E402
-from util_diff import assert_same_results, assert_values_close  # noqa: E402
+from util_diff import TREE_SUM, assert_same_results, assert_values_close  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 HDR = '#[version = "0.0.5"]\n'
@@ -27,15 +27,7 @@ def compiled(exe: object) -> object:
     return lambda m, *a: exe(*a)  # type: ignore[operator]
 
 
-TREE = """
-type Tree { Leaf(Tensor[(4), float32]), Node(Tree, Tree) }
-def @sum(%t: Tree) -> Tensor[(4), float32] {
-  match (%t) {
-    Leaf(%x) => tanh(%x),
-    Node(Leaf(%a), %r) => add(%a, @sum(%r)),
-    Node(%l, %r) => add(@sum(%l), @sum(%r)),
-  }
-}
+TREE = TREE_SUM + """
 def @main(%x: Tensor[(4), float32], %n: int32) -> (Tree, Tensor[(4), float32]) {
   let %c = ref(%x);
   let %loop = fn (%i: int32, %acc: Tree) -> Tree {

@@ -20,7 +20,7 @@ pytest.importorskip("tvm")
 import relay_ir as rly  # noqa: E402
 from relay_ir import passes, runtime  # noqa: E402
 from relay_ir.errors import DiagnosticError  # noqa: E402
-from util_diff import assert_values_close, random_inputs  # noqa: E402
+from util_diff import assert_values_close, copy_value, random_inputs  # noqa: E402
 
 pytestmark = pytest.mark.tvm
 
@@ -42,14 +42,6 @@ def _within(seconds: float, f: Any, *args: Any) -> Any:
         signal.signal(signal.SIGALRM, old)
 
 
-def _copy(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
-        return v.copy()
-    if isinstance(v, tuple):
-        return tuple(_copy(x) for x in v)
-    return v
-
-
 DEPTH = 20_000   # NOTE: frame limit of both runs: endless non-tail recursions fail fast
 
 
@@ -62,7 +54,7 @@ def _compare(mod: rly.IRModule, exe: Any, args: tuple, what: str, rtol: float = 
         return exe.vm()(*a, max_depth=DEPTH)
     try:
         want = _within(2.0, lambda *a: runtime.evaluate(mod, *a, max_depth=DEPTH),
-                       *_copy(args))
+                       *copy_value(args))
         failed = None
     except _TooSlow:
         return "slow"
@@ -71,12 +63,12 @@ def _compare(mod: rly.IRModule, exe: Any, args: tuple, what: str, rtol: float = 
     if failed is not None:
         try:
             with pytest.raises(DiagnosticError):
-                _within(30.0, compiled, *_copy(args))
+                _within(30.0, compiled, *copy_value(args))
         except _TooSlow:
             raise AssertionError(f"{what}: the interpreter failed ({failed.message}); the "
                                  f"compiled program ran for 30 s") from None
         return "both-failed"
-    got = _within(30.0, compiled, *_copy(args))
+    got = _within(30.0, compiled, *copy_value(args))
     assert_values_close(got, want, rtol=rtol, atol=atol, what=what)
     return "ok"
 
@@ -129,7 +121,7 @@ def _ad_programs() -> list[tuple[str, str, tuple, str, bool]]:
 
     def record(text: str, args: Any, entry: str = "main", prelude: bool = False,
                rtol: float = 1e-5, atol: float = 1e-6) -> tuple[Any, Any]:
-        calls.append((current[0], text, tuple(_copy(a) for a in args), entry, prelude))
+        calls.append((current[0], text, tuple(copy_value(a) for a in args), entry, prelude))
         mod = rly.parse(util_grad.HEADER + text, "<test>", prelude=prelude)
         return runtime.evaluate(passes.gradient(mod, entry), *args, entry=entry)
 
@@ -173,8 +165,8 @@ def test_ad_test_programs_compiled_agree(level: int) -> None:
         if entry == "main":
             status = _compare(g, exe, args, f"{test} (level {level})", rtol=1e-5, atol=1e-6)
         else:
-            want = runtime.evaluate(g, *_copy(args), entry=entry)
-            assert_values_close(runner(*_copy(args)), want, rtol=1e-5, atol=1e-6,
+            want = runtime.evaluate(g, *copy_value(args), entry=entry)
+            assert_values_close(runner(*copy_value(args)), want, rtol=1e-5, atol=1e-6,
                                 what=f"{test} (level {level})")
             status = "ok"
         checked += status == "ok"

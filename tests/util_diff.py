@@ -14,15 +14,49 @@ ADT values and references field by field, closures only by kind. The comparison 
 """
 from __future__ import annotations
 
+import glob
+import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import relay_ir as rly
 from relay_ir.module import IRModule
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, format_value
 from relay_ir.ty import AnyDim, DimExpr, ShapeVar, TensorType, TupleType, Type
 
 Runner = Callable[..., Any]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# A binary tree ADT and a recursive sum over it (tests of the VM and of module files build on it)
+TREE_SUM = """
+type Tree { Leaf(Tensor[(4), float32]), Node(Tree, Tree) }
+def @sum(%t: Tree) -> Tensor[(4), float32] {
+  match (%t) {
+    Leaf(%x) => tanh(%x),
+    Node(Leaf(%a), %r) => add(%a, @sum(%r)),
+    Node(%l, %r) => add(@sum(%l), @sum(%r)),
+  }
+}
+"""
+
+
+def program_files() -> list[str]:
+    """The ``.rly`` programs of the tree: ``examples/`` and ``tests/data/``, sorted."""
+    return sorted(glob.glob(os.path.join(ROOT, "examples", "*.rly")) +
+                  glob.glob(os.path.join(ROOT, "tests", "data", "*.rly")))
+
+
+def parse_program(path: str) -> IRModule:
+    """The program in ``path``, parsed without the prelude, or with it if it needs it."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        return rly.parse(text, source_name=path)
+    except rly.DiagnosticError:
+        return rly.parse(text, source_name=path, prelude=True)
 
 
 def _interp(mod: IRModule, *args: Any, entry: str = "main") -> Any:
@@ -83,11 +117,12 @@ def random_inputs(mod: IRModule, entry: str = "main", seed: int = 0) -> tuple:
     return tuple(random_value(t, rng, dims) for t in param_types(mod, entry))
 
 
-def _copy(v: Any) -> Any:
+def copy_value(v: Any) -> Any:
+    """``v`` with its arrays copied (tuples rebuilt), so that a run cannot change the caller's."""
     if isinstance(v, np.ndarray):
         return v.copy()
     if isinstance(v, tuple):
-        return tuple(_copy(x) for x in v)
+        return tuple(copy_value(x) for x in v)
     return v
 
 
@@ -166,8 +201,8 @@ def assert_same_results(mod_a: IRModule, mod_b: IRModule, inputs: Sequence[Any] 
         arg_sets = [random_inputs(mod_a, entry, seed + k) for k in range(runs)]
     out = []
     for k, args in enumerate(arg_sets):
-        va = ra(mod_a, *_copy(args))
-        vb = rb(mod_b, *_copy(args))
+        va = ra(mod_a, *copy_value(args))
+        vb = rb(mod_b, *copy_value(args))
         try:
             assert_values_close(va, vb, rtol, atol, what=f"@{entry} result")
         except AssertionError as e:

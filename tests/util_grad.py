@@ -204,17 +204,5 @@ def check_optimized(g: IRModule, args: Sequence[Any], entry: str, value: Any, gr
 W2_TEXT, w2_data = wl.W2_LOSS, wl.w2_args
 
 
-def op_calls(mod: IRModule, entry: str = "main") -> int:
-    """Operator call sites in ``entry`` and every global it reaches (static count)."""
-    from relay_ir.expr import GlobalVar, Op
-    from relay_ir.traversal import post_order
-    seen, todo, count = {entry}, [entry], 0
-    while todo:
-        for node in post_order(mod[todo.pop()]):
-            if isinstance(node, Call) and isinstance(node.op, Op):
-                count += 1
-            elif isinstance(node, GlobalVar) and node.name_hint not in seen:
-                seen.add(node.name_hint)
-                todo.append(node.name_hint)
-    return count
+op_calls = wl.op_call_sites  # operator call sites reached from an entry (static)
 

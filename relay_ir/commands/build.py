@@ -13,6 +13,7 @@ import argparse
 import os
 
 from relay_ir.cli import read_source
+from relay_ir.commands import add_prelude_flag
 from relay_ir.errors import DiagnosticError
 
 
@@ -23,8 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the module file to write (e.g. model.so)")
     parser.add_argument("--target", default="llvm",
                         help="llvm (this CPU, the default) or cuda")
-    parser.add_argument("--prelude", action="store_true",
-                        help="parse with the standard prelude (List, Option, map, foldl, ...)")
+    add_prelude_flag(parser)
     parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
                         help="optimization level (default 2)")
 

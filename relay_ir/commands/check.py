@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 
+from relay_ir.commands import add_prelude_flag
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``rly check``."""
     parser.add_argument("file", metavar="FILE", help="a .rly program ('-' for stdin)")
-    parser.add_argument("--prelude", action="store_true",
-                        help="parse with the standard prelude (List, Option, map, foldl, ...)")
+    add_prelude_flag(parser)
     parser.add_argument("--all", action="store_true",
                         help="with --prelude, also list the prelude's globals")
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from relay_ir.commands import add_prelude_flag, add_show_types_flag
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``rly grad``."""
@@ -34,10 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward", action="store_true",
                         help="print the forward-mode (JVP) program: @ENTRY(params..., "
                              "tangents...) -> (result, tangent)")
-    parser.add_argument("--prelude", action="store_true",
-                        help="parse with the standard prelude (List, Option, map, foldl, ...)")
-    parser.add_argument("--show-types", action="store_true", dest="show_types",
-                        help="print inferred types on every binding")
+    add_prelude_flag(parser)
+    add_show_types_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:

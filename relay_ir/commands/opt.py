@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from relay_ir.cli import read_source
+from relay_ir.commands import add_prelude_flag, add_show_types_flag
 from relay_ir.errors import PassError
 
 
@@ -60,10 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="NAME", type=_pass_name,
                         help="print the module after pass NAME on stderr (a registered pass "
                              "or `all`; repeatable)")
-    parser.add_argument("--prelude", action="store_true",
-                        help="parse with the standard prelude (List, Option, map, ...)")
-    parser.add_argument("--show-types", action="store_true", dest="show_types",
-                        help="print inferred types on every binding")
+    add_prelude_flag(parser)
+    add_show_types_flag(parser)
     parser.add_argument("--list-passes", action="store_true", dest="list_passes",
                         help="list the registered passes and exit")
 

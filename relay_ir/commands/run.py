@@ -22,6 +22,7 @@ import os
 from typing import Any
 
 from relay_ir.cli import read_source
+from relay_ir.commands import add_prelude_flag
 from relay_ir.errors import DiagnosticError, InterpreterError
 
 
@@ -34,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
                         help="arguments: literals (3, 2.5, True, [[1,2],[3,4]]) or .npy files")
     parser.add_argument("--entry", default="main", help="the global to run (default: main)")
-    parser.add_argument("--prelude", action="store_true",
-                        help="parse with the standard prelude (List, Option, map, foldl, ...)")
+    add_prelude_flag(parser)
     parser.add_argument("--target", default=None,
                         help="compile for this target (llvm, cuda) with runtime.build instead "
                              "of interpreting")
