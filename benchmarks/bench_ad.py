@@ -51,7 +51,7 @@ import relay_ir as rly
 from relay_ir import passes, runtime
 from relay_ir.module import IRModule
 from relay_ir.op import list_ops
-from workloads import W2_LOSS, blocked_mlp, op_call_sites, w2_args, w2_numpy_loss, w2_numpy_value_and_grad
+from workloads import W2_LOSS, blocked_mlp, op_call_sites, peak_memory, w2_args, w2_numpy_loss, w2_numpy_value_and_grad
 
 # NOTE: W2 (program, data and numpy gradient) is defined once, in benchmarks/workloads.py
 W2_TEXT, w2_data, numpy_forward = W2_LOSS, w2_args, w2_numpy_loss
@@ -134,20 +134,6 @@ def bench_w6(repeat: int) -> None:
 def deep_mlp(layers: int, width: int, batch: int, per_block: int, checkpoint: bool) -> str:
     """The checkpointing workload: relu layers with biases, loss ``mean(h * h)``."""
     return blocked_mlp(layers, per_block, width, batch, checkpoint)
-
-
-def peak_memory(mod: IRModule, args: list[np.ndarray]) -> int:
-    """Peak bytes traced by ``tracemalloc`` during one interpreter call (after a warm-up)."""
-    import gc
-    import tracemalloc
-    runtime.evaluate(mod, *args)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        runtime.evaluate(mod, *args)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def bench_checkpoint(layers: int, width: int, batch: int, per_block: int, repeat: int) -> None:

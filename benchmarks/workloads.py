@@ -102,6 +102,22 @@ def blocked_mlp(layers: int, per_block: int, width: int, batch: int, checkpoint:
             + "\n".join(lines) + f"\n  {loss}(multiply(%a{n}, %a{n}))\n}}\n")
 
 
+def peak_memory(mod: Any, args: list[np.ndarray]) -> int:
+    """Peak bytes traced by ``tracemalloc`` during one interpreter call (after a warm-up)."""
+    import gc
+    import tracemalloc
+
+    from relay_ir import runtime
+    runtime.evaluate(mod, *args)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        runtime.evaluate(mod, *args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def have(pkg: str) -> bool:
     """Whether peer ``pkg`` is installed (found without importing it) and allowed."""
     if ALLOWED_PEERS is not None and pkg in ("jax", "torch") and pkg not in ALLOWED_PEERS:

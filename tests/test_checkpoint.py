@@ -6,9 +6,6 @@ when it returns) and its backward step re-run ``@block_grad`` with a private cha
 """
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 import numpy as np
 
 import relay_ir as rly
@@ -67,23 +64,12 @@ def @main(%x: Tensor[(3), float64]) -> Tensor[(3), float64] {
 }""", [rng.standard_normal(3)])
 
 
-def _peak(mod: rly.IRModule, args: list[np.ndarray]) -> int:
-    runtime.evaluate(mod, *args)  # NOTE: compile first; measure one run
-    gc.collect()
-    tracemalloc.start()
-    try:
-        runtime.evaluate(mod, *args)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_checkpointing_lowers_peak_memory() -> None:
     layers, width, batch = 16, 64, 128
     args = _args(layers, width, batch, "float32")
     g_plain = passes.gradient(rly.parse(mlp(layers, 4, width, batch, False, "float32")))
     g_ck = passes.gradient(rly.parse(mlp(layers, 4, width, batch, True, "float32")))
-    p_plain, p_ck = _peak(g_plain, args), _peak(g_ck, args)
+    p_plain, p_ck = wl.peak_memory(g_plain, args), wl.peak_memory(g_ck, args)
     assert p_ck < 0.6 * p_plain, (p_ck, p_plain)
     _, d1 = runtime.evaluate(g_ck, *args)
     _, d2 = runtime.evaluate(g_plain, *args)

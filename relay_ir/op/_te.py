@@ -168,44 +168,30 @@ def _safe_divisor(b: Any, dtype: str) -> Any:
     return select(bad, const(1, dtype), b)
 
 
-def trunc_div(a: Any, b: Any) -> Any:
-    """Integer division rounding toward zero; ``x/0 = 0``, ``x/-1 = -x`` (wrapping)."""
-    tirx = tir_mod()
-    dt = dtype_of(a)
-    q = tirx.truncdiv(a, _safe_divisor(b, dt))
-    if dt.startswith("int"):
-        q = select(tirx.EQ(b, const(-1, dt)), const(0, dt) - a, q)
-    return select(tirx.EQ(b, const(0, dt)), const(0, dt), q)
+def _guarded(tir_name: str, quotient: bool, doc: str) -> Callable[[Any, Any], Any]:
+    """Integer ``tirx.<tir_name>`` made total: divisor 0 gives 0; divisor -1 (signed) gives
+    ``-a`` for a quotient (wrapping) and 0 for a remainder."""
+    def op(a: Any, b: Any) -> Any:
+        tirx = tir_mod()
+        dt = dtype_of(a)
+        r = getattr(tirx, tir_name)(a, _safe_divisor(b, dt))
+        if dt.startswith("int"):
+            r = select(tirx.EQ(b, const(-1, dt)), const(0, dt) - a if quotient else const(0, dt),
+                       r)
+        return select(tirx.EQ(b, const(0, dt)), const(0, dt), r)
+    op.__name__ = op.__qualname__ = tir_name
+    op.__doc__ = doc
+    return op
 
 
-def trunc_mod(a: Any, b: Any) -> Any:
-    """Remainder of truncating division (sign of ``a``); 0 for divisors 0 and -1."""
-    tirx = tir_mod()
-    dt = dtype_of(a)
-    r = tirx.truncmod(a, _safe_divisor(b, dt))
-    if dt.startswith("int"):
-        r = select(tirx.EQ(b, const(-1, dt)), const(0, dt), r)
-    return select(tirx.EQ(b, const(0, dt)), const(0, dt), r)
-
-
-def floor_div(a: Any, b: Any) -> Any:
-    """Integer division rounding down; ``x//0 = 0``, ``x//-1 = -x`` (wrapping)."""
-    tirx = tir_mod()
-    dt = dtype_of(a)
-    q = tirx.floordiv(a, _safe_divisor(b, dt))
-    if dt.startswith("int"):
-        q = select(tirx.EQ(b, const(-1, dt)), const(0, dt) - a, q)
-    return select(tirx.EQ(b, const(0, dt)), const(0, dt), q)
-
-
-def floor_mod(a: Any, b: Any) -> Any:
-    """Remainder of flooring division (sign of ``b``); 0 for divisors 0 and -1."""
-    tirx = tir_mod()
-    dt = dtype_of(a)
-    r = tirx.floormod(a, _safe_divisor(b, dt))
-    if dt.startswith("int"):
-        r = select(tirx.EQ(b, const(-1, dt)), const(0, dt), r)
-    return select(tirx.EQ(b, const(0, dt)), const(0, dt), r)
+trunc_div = _guarded("truncdiv", True,
+                     "Integer division rounding toward zero; ``x/0 = 0``, ``x/-1 = -x``.")
+trunc_mod = _guarded("truncmod", False,
+                     "Remainder of truncating division (sign of ``a``); 0 for divisors 0 and -1.")
+floor_div = _guarded("floordiv", True,
+                     "Integer division rounding down; ``x//0 = 0``, ``x//-1 = -x`` (wrapping).")
+floor_mod = _guarded("floormod", False,
+                     "Remainder of flooring division (sign of ``b``); 0 for divisors 0 and -1.")
 
 
 def let_chain(bindings: Sequence[tuple[str, Any]], body: Callable[[list[Any]], Any]) -> Any:
