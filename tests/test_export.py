@@ -105,6 +105,16 @@ def _run_child(code: str, *argv: str, timeout: float = 120) -> subprocess.Comple
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+def _child_answer(code: str, spec: list, tmp_path: object) -> dict:
+    """Run ``code`` in a fresh process on ``spec`` (a JSON file); its last stdout line, parsed."""
+    spec_path = os.path.join(str(tmp_path), "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    proc = _run_child(code, spec_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_export_then_load_and_run_in_a_fresh_process(tmp_path: object) -> None:
     spec = []
     expected = {}
@@ -122,12 +132,7 @@ def test_export_then_load_and_run_in_a_fresh_process(tmp_path: object) -> None:
         spec.append([name, path, [{"dtype": str(np.asarray(a).dtype),
                                    "shape": list(np.shape(a)),
                                    "data": np.asarray(a).ravel().tolist()} for a in args]])
-    spec_path = os.path.join(str(tmp_path), "spec.json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    proc = _run_child(CHILD, spec_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _child_answer(CHILD, spec, tmp_path)
     assert out["passes_imported"] == [] and out["compiler_passes"] is False
     for name, want in expected.items():
         cons = {c.name_hint: c for td in mods[name].type_definitions.values()
@@ -218,12 +223,7 @@ def test_bad_module_files_are_diagnostics_in_a_fresh_process(tmp_path: object) -
     spec.append(["plain_elf", elf])
     spec.append(["missing", os.path.join(str(tmp_path), "nope.so")])
     spec.append(["good", good])
-    spec_path = os.path.join(str(tmp_path), "bad.json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    proc = _run_child(BAD_CHILD, spec_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _child_answer(BAD_CHILD, spec, tmp_path)
     expect = {
         "truncated_header": "truncated", "truncated_library": "truncated",
         "truncated_end": "truncated", "corrupt_header": "checksum",

@@ -31,8 +31,10 @@ def parse(text: str) -> IRModule:
     return rly.parse(HDR + text)
 
 
-def check(p: Pass, before: str, after: str, typed: bool = False) -> IRModule:
-    """Run ``p`` on ``before``; the result must equal ``after``; the input is not mutated."""
+def check(p: Pass, before: str, after: str, typed: bool = False,
+          values: bool = True) -> IRModule:
+    """Run ``p`` on ``before``; the result must equal ``after``; the input is not mutated;
+    with ``values``, the result computes what ``before`` does (on random inputs)."""
     mod = parse(before)
     text0 = rly.astext(mod)
     out = p(mod)
@@ -41,6 +43,8 @@ def check(p: Pass, before: str, after: str, typed: bool = False) -> IRModule:
     if typed:
         out, expected = InferType()(out), InferType()(expected)
     rly.assert_structural_equal(out, expected, map_free_vars=True)
+    if values:
+        same_values(parse(before), out)
     return out
 
 
@@ -57,7 +61,6 @@ def @main(%x: float32) {
   let %b = add(%a, %x);
   %b
 }""")
-    same_values(parse("def @main(%x: float32) { add(multiply(%x, %x), %x) }"), out)
 
 
 def test_anf_sharing_becomes_one_let() -> None:
@@ -90,7 +93,6 @@ def @main(%x: float32, %c: bool) {
   };
   %r
 }""")
-    same_values(parse(before), out)
 
 
 def test_anf_unshared_value_stays_in_its_branch_and_function() -> None:
@@ -161,7 +163,6 @@ def @main(%x: float32) {
   %0 = add(%x, %x);
   multiply(%0, %0)
 }""")
-    same_values(parse(before), out)
 
 
 def test_gnf_keeps_effects_and_recursive_closures() -> None:
@@ -174,7 +175,6 @@ def @main(%x: int32) {
   add(%v, %loop(3))
 }"""
     out = check(ToGraphNormalForm(), src, src)
-    same_values(parse(src), out)
 
 
 # ============================================================================ DCE
@@ -191,7 +191,6 @@ def @main(%x: float32) {
   let %c = subtract(%x, 1f);
   %c
 }""")
-    same_values(parse(before), out)
 
 
 def test_dce_never_drops_effects() -> None:
@@ -205,7 +204,7 @@ def @main(%x: int32, %f: fn (int32) -> int32) {
   let %k = %f(%x);
   %x
 }"""
-    check(DeadCodeElimination(), src, src)
+    check(DeadCodeElimination(), src, src, values=False)  # %f: no random closures
 
 
 def test_dce_drops_calls_of_known_pure_functions_and_dead_closures() -> None:
@@ -231,7 +230,6 @@ def @main(%x: int32) {
   ref_read(%r)
 }"""
     out = check(DeadCodeElimination(), src, src)
-    same_values(parse(src), out)
 
 
 def test_dce_inline_once() -> None:
@@ -248,7 +246,6 @@ def @main(%x: float32, %c: bool) {
   let %d = subtract(%x, %x);
   multiply(add(%x, %x), add(multiply(%x, %x), if (%c) { %d } else { %x }))
 }""")
-    same_values(parse(before), out)
 
 
 # ============================================================================ FoldConstant
@@ -267,7 +264,6 @@ def @main(%x: float32) {
   let %b = multiply(%x, 3f);
   add(%b, 5f)
 }""")
-    same_values(parse(before), out)
 
 
 def test_fold_exact_dtypes() -> None:
@@ -294,7 +290,7 @@ def @main() {
   let %r = ref(1f);
   let %w = ref_write(%r, 2f);
   ref_read(%r)
-}""")
+}""", values=False)
     same_values(parse(src), out, inputs=())
 
 
@@ -314,7 +310,6 @@ def @main(%x: float32) -> float32 {
   let %r = multiply(%y, %y);
   add(%r, 1f)
 }""")
-    same_values(parse(before), out)
 
 
 def test_inline_marked_global_called_twice_renames_binders() -> None:
@@ -326,7 +321,6 @@ def @main(%x: float32) -> float32 {
   multiply((let %y1: float32 = %x; let %t1 = add(%y1, %y1); %t1),
            (let %y2: float32 = 2f; let %t2 = add(%y2, %y2); %t2))
 }""")
-    same_values(parse(before), out)
 
 
 def test_inline_keeps_unmarked_global_called_twice_and_recursion() -> None:
@@ -358,7 +352,6 @@ def @main(%x: float32) {
   let %b = multiply(%z1, %z1);
   ((let %z2: float32 = %b; multiply(%z2, %z2)), %loop(2))
 }""")
-    same_values(parse(before), out)
 
 
 def test_inline_polymorphic_global_substitutes_type_arguments() -> None:
@@ -389,7 +382,6 @@ def @main(%x: float32, %y: float32) {
   %0 = subtract(%c.0, %c.1);
   multiply(%0, %0)
 }""")
-    same_values(parse(before), out)
 
 
 def test_cse_respects_attrs_refs_and_scopes() -> None:
@@ -404,7 +396,6 @@ def @main(%x: Tensor[(2, 2), float32], %c: bool) {
   (%s1, ref_read(%r2), %b)
 }"""
     out = check(EliminateCommonSubexpr(), src, src)
-    same_values(parse(src), out)
 
 
 def test_cse_reuses_dominating_binding_inside_branch() -> None:
@@ -437,7 +428,6 @@ def @main(%x: Tensor[(2, 3), float32], %i: int32) {
   let %f = reshape(%x, newshape=[3, 2]);
   (%f, %i, zeros(shape=[2, 3], dtype="float32"), negative(%x))
 }""", typed=True)
-    same_values(parse(before), out)
 
 
 def test_simplify_only_when_type_is_unchanged() -> None:
@@ -571,7 +561,7 @@ def @main(%x: float32, %c: bool, %l: L) {
   let %f = fn (%y: float32) { %y };
   let %m = (match (%l) { C(%h, _) => %h, N => %x });
   if (%c) { %f(%m) } else { %x }
-}""")
+}""", values=False)
     same_values(parse(before), out, inputs=(np.float32(2.0), np.True_, _nil(out)))
 
 
@@ -595,7 +585,6 @@ def @main(%x: float32) {
   let %r = %f(%a);
   %r
 }""")
-    same_values(parse(before), out)
 
 
 def test_inline_global_called_inside_a_closure() -> None:
@@ -610,7 +599,6 @@ def @main(%x: float32) {
   let %g = fn (%z: float32) { add((let %y: float32 = %z; multiply(%y, %y)), 1f) };
   (%g(%x), %g(2f))
 }""")
-    same_values(parse(before), out)
 
 
 def test_fold_inside_functions_and_branches() -> None:
@@ -624,7 +612,6 @@ def @main(%x: float32, %c: bool) {
   let %f = fn (%y: float32) { multiply(%y, 2f) };
   if (%c) { %f(2f) } else { %x }
 }""")
-    same_values(parse(before), out)
 
 
 def test_anf_leaves_primitive_functions_alone() -> None:
