@@ -4,8 +4,6 @@ Every pass run here is checked by the WellFormedCheck instrument (tests/conftest
 """
 from __future__ import annotations
 
-import glob
-import os
 import sys
 from typing import Iterator
 
@@ -21,10 +19,9 @@ from relay_ir.passes import (DeadCodeElimination, EliminateCommonSubexpr, FoldCo
                              get_pass)
 from relay_ir.traversal import build_lets, flatten_lets
 from relay_ir.ty import TensorType
-from util_diff import assert_same_results
+from util_diff import assert_same_results, parse_program, program_files
 
 HDR = '#[version = "0.0.5"]\n'
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse(text: str) -> IRModule:
@@ -54,7 +51,7 @@ def same_values(before: IRModule, after: IRModule, **kw: object) -> None:
 
 # ============================================================================ ToANormalForm
 def test_anf_names_every_intermediate() -> None:
-    out = check(ToANormalForm(), """
+    check(ToANormalForm(), """
 def @main(%x: float32) { add(multiply(%x, %x), %x) }""", """
 def @main(%x: float32) {
   let %a = multiply(%x, %x);
@@ -82,7 +79,7 @@ def @main(%x: float32, %c: bool) {
   %0 = add(%x, 1f);
   if (%c) { multiply(%0, 2f) } else { %0 }
 }"""
-    out = check(ToANormalForm(), before, """
+    check(ToANormalForm(), before, """
 def @main(%x: float32, %c: bool) {
   let %a = add(%x, 1f);
   let %r = if (%c) {
@@ -158,7 +155,7 @@ def @main(%x: float32) {
   let %b = multiply(%a, %a);
   %b
 }"""
-    out = check(ToGraphNormalForm(), before, """
+    check(ToGraphNormalForm(), before, """
 def @main(%x: float32) {
   %0 = add(%x, %x);
   multiply(%0, %0)
@@ -174,7 +171,7 @@ def @main(%x: int32) {
   let %v = ref_read(%r);
   add(%v, %loop(3))
 }"""
-    out = check(ToGraphNormalForm(), src, src)
+    check(ToGraphNormalForm(), src, src)
 
 
 # ============================================================================ DCE
@@ -186,7 +183,7 @@ def @main(%x: float32) {
   let %c = subtract(%x, 1f);
   %c
 }"""
-    out = check(DeadCodeElimination(), before, """
+    check(DeadCodeElimination(), before, """
 def @main(%x: float32) {
   let %c = subtract(%x, 1f);
   %c
@@ -229,7 +226,7 @@ def @main(%x: int32) {
   let %k = %h(3);
   ref_read(%r)
 }"""
-    out = check(DeadCodeElimination(), src, src)
+    check(DeadCodeElimination(), src, src)
 
 
 def test_dce_inline_once() -> None:
@@ -241,7 +238,7 @@ def @main(%x: float32, %c: bool) {
   let %e = if (%c) { %d } else { %x };
   multiply(%a, add(%b, %e))
 }"""
-    out = check(DeadCodeElimination(inline_once=True), before, """
+    check(DeadCodeElimination(inline_once=True), before, """
 def @main(%x: float32, %c: bool) {
   let %d = subtract(%x, %x);
   multiply(add(%x, %x), add(multiply(%x, %x), if (%c) { %d } else { %x }))
@@ -258,7 +255,7 @@ def @main(%x: float32) {
   let %c = (4f, 5f).1;
   if (greater(%a, 0f)) { add(%b, %c) } else { %x }
 }"""
-    out = check(FoldConstant(), before, """
+    check(FoldConstant(), before, """
 def @main(%x: float32) {
   let %t = (3f, %x);
   let %b = multiply(%x, 3f);
@@ -304,7 +301,7 @@ def test_inline_global_called_once_and_removes_it() -> None:
     before = """
 def @sq(%y: float32) -> float32 { multiply(%y, %y) }
 def @main(%x: float32) -> float32 { let %r = @sq(%x); add(%r, 1f) }"""
-    out = check(Inline(), before, """
+    check(Inline(), before, """
 def @main(%x: float32) -> float32 {
   let %y: float32 = %x;
   let %r = multiply(%y, %y);
@@ -316,7 +313,7 @@ def test_inline_marked_global_called_twice_renames_binders() -> None:
     before = """
 def @f(%y: float32, Inline=1) -> float32 { let %t = add(%y, %y); %t }
 def @main(%x: float32) -> float32 { multiply(@f(%x), @f(2f)) }"""
-    out = check(Inline(), before, """
+    check(Inline(), before, """
 def @main(%x: float32) -> float32 {
   multiply((let %y1: float32 = %x; let %t1 = add(%y1, %y1); %t1),
            (let %y2: float32 = 2f; let %t2 = add(%y2, %y2); %t2))
@@ -343,7 +340,7 @@ def @main(%x: float32) {
   let %b = %twice(%a);
   (%twice(%b), %loop(2))
 }"""
-    out = check(Inline(), before, """
+    check(Inline(), before, """
 def @main(%x: float32) {
   let %loop = fn (%i: int32) -> int32 { if (%i == 0) { 0 } else { %loop(%i - 1) } };
   let %y: float32 = %x;
@@ -375,7 +372,7 @@ def @main(%x: float32, %y: float32) {
   let %d = (%a, %b);
   multiply(subtract(%c.0, %d.1), subtract(%c.0, %d.1))
 }"""
-    out = check(EliminateCommonSubexpr(), before, """
+    check(EliminateCommonSubexpr(), before, """
 def @main(%x: float32, %y: float32) {
   let %a = add(%x, %y);
   let %c = (%a, %a);
@@ -395,7 +392,7 @@ def @main(%x: Tensor[(2, 2), float32], %c: bool) {
   let %b = if (%c) { let %p = negative(%s0); %p } else { let %q = negative(%s0); %q };
   (%s1, ref_read(%r2), %b)
 }"""
-    out = check(EliminateCommonSubexpr(), src, src)
+    check(EliminateCommonSubexpr(), src, src)
 
 
 def test_cse_reuses_dominating_binding_inside_branch() -> None:
@@ -423,7 +420,7 @@ def @main(%x: Tensor[(2, 3), float32], %i: int32) {
   let %g = reshape(%x, newshape=[2, 3]);
   (%f, add(%i, 0), multiply(%g, 0f), subtract(0f, %x))
 }"""
-    out = check(SimplifyExpr(), before, """
+    check(SimplifyExpr(), before, """
 def @main(%x: Tensor[(2, 3), float32], %i: int32) {
   let %f = reshape(%x, newshape=[3, 2]);
   (%f, %i, zeros(shape=[2, 3], dtype="float32"), negative(%x))
@@ -454,18 +451,11 @@ def test_simplify_rule_table_is_documented() -> None:
 IDEMPOTENT = ["to-anf", "to-gnf", "dce", "cse", "fold-constant"]
 
 
-def example_files() -> list[str]:
-    return sorted(glob.glob(os.path.join(ROOT, "tests", "data", "*.rly")) +
-                  glob.glob(os.path.join(ROOT, "examples", "*.rly")))
-
-
 @pytest.mark.parametrize("name", IDEMPOTENT)
 def test_idempotent_on_examples(name: str) -> None:
     p = get_pass(name)
-    for path in example_files():
-        with open(path) as fh:
-            mod = rly.parse(fh.read(), path)
-        once = p(mod)
+    for path in program_files():
+        once = p(parse_program(path))
         twice = p(once)
         assert rly.structural_equal(once, twice, map_free_vars=True), (name, path)
         if name == "to-anf":
@@ -476,11 +466,9 @@ def test_idempotent_on_examples(name: str) -> None:
                                   "simplify-expr"])
 def test_semantics_on_examples(name: str) -> None:
     p = get_pass(name)
-    for path in example_files():
-        with open(path) as fh:
-            mod = rly.parse(fh.read(), path)
-        out = p(mod)
-        assert_same_results(mod, out, runs=2)
+    for path in program_files():
+        mod = parse_program(path)
+        assert_same_results(mod, p(mod), runs=2)
 
 
 # ============================================================================ 100k programs
@@ -576,7 +564,7 @@ def @main(%x: float32) {
   let %a = (let %b = add(%x, 1f); multiply(%b, %b));
   (fn (%y: float32) { negative(%y) })(%a)
 }"""
-    out = check(ToANormalForm(), before, """
+    check(ToANormalForm(), before, """
 def @main(%x: float32) {
   let %b = add(%x, 1f);
   let %m = multiply(%b, %b);
@@ -594,7 +582,7 @@ def @main(%x: float32) {
   let %g = fn (%z: float32) { add(@sq(%z), 1f) };
   (%g(%x), %g(2f))
 }"""
-    out = check(Inline(), before, """
+    check(Inline(), before, """
 def @main(%x: float32) {
   let %g = fn (%z: float32) { add((let %y: float32 = %z; multiply(%y, %y)), 1f) };
   (%g(%x), %g(2f))
@@ -607,7 +595,7 @@ def @main(%x: float32, %c: bool) {
   let %f = fn (%y: float32) { multiply(%y, add(1f, 1f)) };
   if (%c) { %f(subtract(3f, 1f)) } else { if (True) { %x } else { negative(%x) } }
 }"""
-    out = check(FoldConstant(), before, """
+    check(FoldConstant(), before, """
 def @main(%x: float32, %c: bool) {
   let %f = fn (%y: float32) { multiply(%y, 2f) };
   if (%c) { %f(2f) } else { %x }
