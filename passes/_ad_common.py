@@ -485,6 +485,27 @@ def _liftable(t: Type, mod: IRModule) -> bool:
     return True
 
 
+def _check_signature(fn: Function, entry: str, mod: IRModule, error: type, what: str,
+                     returns: str) -> tuple[list[Type], Type]:
+    """The entry's parameter and result types; ``error`` if it is generic or takes or returns
+    anything but tensors, tuples and ADTs of them (``returns``: the rule for the result)."""
+    ft = fn.checked_type_
+    if not isinstance(ft, FuncType):
+        raise InternalError(f"{what}: @{entry} has no inferred function type")
+    if fn.type_params:
+        raise error(f"the entry @{entry} is generic ({len(fn.type_params)} type parameters); "
+                    "differentiate a function with concrete types, e.g. a wrapper that calls "
+                    "it at float types", fn.span)
+    for p, t in zip(fn.params, ft.arg_types):
+        if not _liftable(t, mod):
+            raise error(f"parameter %{p.name_hint} of @{entry} has type {t!r}; the {what} entry "
+                        "takes tensors, tuples and ADTs of them (no functions or references)",
+                        p.span or fn.span)
+    if not _liftable(ft.ret_type, mod):
+        raise error(f"@{entry} returns {ft.ret_type!r}; {returns}", fn.span)
+    return list(ft.arg_types), ft.ret_type
+
+
 def _kept_functions(mod: IRModule, entry: str) -> set[str]:
     """Original globals that do not (transitively) refer to the replaced entry."""
     from relay_ir.passes._analysis import call_graph

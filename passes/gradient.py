@@ -78,13 +78,17 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
 from relay_ir.passes._ad_common import (_Missing, _tensor_tree, _Twin, _Types, _call,
-                                        _kept_functions, _liftable, _missing_error, _type_of,
-                                        _typed_const, emit, has_float_leaf, is_float)
+                                        _check_signature, _kept_functions, _missing_error,
+                                        _type_of, _typed_const, emit, has_float_leaf, is_float)
 from relay_ir.span import Span
 from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type,
                          TypeCall)
 
 __all__ = ["gradient", "GradientError"]
+
+# the rule for what the entry returns (its error message)
+_RETURNS = ("the objective must be built of tensors, tuples and ADTs (every float element is "
+            "summed), not functions or references")
 
 # The backpropagator cell: a reference to the closure that runs the rest of the backward pass.
 BP_TYPE: Type = RefType(FuncType((), UNIT))
@@ -482,26 +486,6 @@ def _check_entry(mod: IRModule, entry: str) -> Function:
     return fn
 
 
-def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type], Type]:
-    ft = fn.checked_type_
-    if not isinstance(ft, FuncType):
-        raise InternalError(f"gradient: @{entry} has no inferred function type")
-    if fn.type_params:
-        raise GradientError(f"the entry @{entry} is generic ({len(fn.type_params)} type "
-                            "parameters); differentiate a function with concrete types, e.g. "
-                            "a wrapper that calls it at float types", fn.span)
-    for p, t in zip(fn.params, ft.arg_types):
-        if not _liftable(t, mod):
-            raise GradientError(f"parameter %{p.name_hint} of @{entry} has type {t!r}; the "
-                                "gradient entry takes tensors, tuples and ADTs of them (no "
-                                "functions or references)", p.span or fn.span)
-    if not _liftable(ft.ret_type, mod):
-        raise GradientError(f"@{entry} returns {ft.ret_type!r}; the objective must be built of "
-                            "tensors, tuples and ADTs (every float element is summed), not "
-                            "functions or references", fn.span)
-    return list(ft.arg_types), ft.ret_type
-
-
 def _wrapper(ad: _AD, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type,
              wrt: Sequence[int]) -> Function:
     """The new entry: cells for the parameters, call, seed every float leaf, run the chain."""
@@ -821,7 +805,7 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     mod = ToANormalForm()(mod)
     fn = _check_entry(mod, entry)
     wrt_idx = _wrt_indices(fn, entry, wrt)
-    arg_types, ret = _check_signature(fn, entry, mod)
+    arg_types, ret = _check_signature(fn, entry, mod, GradientError, "gradient", _RETURNS)
 
     if mode == "first_order":
         out = mod

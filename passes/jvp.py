@@ -47,13 +47,17 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
-from relay_ir.passes._ad_common import (_is_adt, _liftable, _Missing, _Twin, _Types, _call,
+from relay_ir.passes._ad_common import (_check_signature, _is_adt, _Missing, _Twin, _Types, _call,
                                         _type_of, _typed_const, emit, has_float_leaf, is_float)
 from relay_ir.passes.gradient import _check_entry
 from relay_ir.span import Span
-from relay_ir.ty import FuncType, TensorType, TupleType, Type
+from relay_ir.ty import TensorType, TupleType, Type
 
 __all__ = ["jvp", "JVPError"]
+
+# the rule for what the entry returns (its error message)
+_RETURNS = ("the jvp entry must return tensors, tuples and ADTs of them (no functions or "
+            "references)")
 
 
 class JVPError(PassError):
@@ -296,24 +300,6 @@ class _JVP(_Twin):
 
 
 # ----------------------------------------------------------------------------- entry
-def _check_signature(fn: Function, entry: str, mod: IRModule) -> tuple[list[Type], Type]:
-    ft = fn.checked_type_
-    if not isinstance(ft, FuncType):
-        raise InternalError(f"jvp: @{entry} has no inferred function type")
-    if fn.type_params:
-        raise JVPError(f"the entry @{entry} is generic ({len(fn.type_params)} type parameters);"
-                       " differentiate a function with concrete types", fn.span)
-    for p, t in zip(fn.params, ft.arg_types):
-        if not _liftable(t, mod):
-            raise JVPError(f"parameter %{p.name_hint} of @{entry} has type {t!r}; the jvp entry "
-                           "takes tensors, tuples and ADTs of them (no functions or "
-                           "references)", p.span or fn.span)
-    if not _liftable(ft.ret_type, mod):
-        raise JVPError(f"@{entry} returns {ft.ret_type!r}; the jvp entry must return tensors, "
-                       "tuples and ADTs of them (no functions or references)", fn.span)
-    return list(ft.arg_types), ft.ret_type
-
-
 def _wrapper(jv: _JVP, fn: Function, twin: GlobalVar, arg_types: list[Type], ret: Type
              ) -> Function:
     """The new entry: ``(p.., t..) -> (result, result tangent)``."""
@@ -354,7 +340,7 @@ def jvp(mod: IRModule, entry: str = "main") -> IRModule:
         mod = InferType()(mod)
     mod = ToANormalForm()(mod)
     fn = mod[entry]
-    arg_types, ret = _check_signature(fn, entry, mod)
+    arg_types, ret = _check_signature(fn, entry, mod, JVPError, "jvp", _RETURNS)
 
     taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
     types = _JTypes(mod, taken)
