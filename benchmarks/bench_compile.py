@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -175,6 +175,15 @@ def torch_impls() -> dict[str, Callable[..., Any]]:
 
 
 # ----------------------------------------------------------------------------- runs
+def _add_peers(impls: dict[str, Callable[[], Any]], jx: dict, th: dict, name: str,
+               args: Sequence[np.ndarray]) -> None:
+    """Add the installed peers' ``name`` (jax.jit, torch eager) on their own copies of ``args``."""
+    for peers, label in ((jx, "jax.jit"), (th, "torch eager")):
+        if peers:
+            xs = [peers["_put"](a) for a in args]
+            impls[label] = lambda f=peers[name], xs=xs: f(*xs)
+
+
 def side_by_side(impls: dict[str, Callable[[], Any]], rounds: int, repeat: int
                  ) -> dict[str, float]:
     """Median over rounds of the best-of-repeat time of each implementation (interleaved)."""
@@ -252,12 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "relay_ir fused (1 kernel)": lambda: w1_fused(x),
         f"relay_ir unfused ({w1_unfused.num_kernels()} kernels)": lambda: w1_unfused(x),
         "numpy": lambda: np_w1(x)}
-    if jx:
-        xj = jx["_put"](x)
-        impls["jax.jit"] = lambda: jx["w1"](xj)
-    if th:
-        xt = th["_put"](x)
-        impls["torch eager"] = lambda: th["w1"](xt)
+    _add_peers(impls, jx, th, "w1", (x,))
     t1 = side_by_side(impls, args.rounds, args.repeat)
     print(f"\n## W1 fused elementwise, 4M float32 (check {check:.1f})")
     _table(t1, "jax.jit", bytes_moved=8 * N1)
@@ -268,12 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     np.testing.assert_allclose(w3(*x3), np_w3(*x3), rtol=1e-4, atol=1e-3)
     check3 = float(np.asarray(w3(*x3), dtype=np.float64).sum())
     impls = {"relay_ir (1 kernel)": lambda: w3(*x3), "numpy": lambda: np_w3(*x3)}
-    if jx:
-        x3j = [jx["_put"](a) for a in x3]
-        impls["jax.jit"] = lambda: jx["w3"](*x3j)
-    if th:
-        x3t = [th["_put"](a) for a in x3]
-        impls["torch eager"] = lambda: th["w3"](*x3t)
+    _add_peers(impls, jx, th, "w3", x3)
     t3 = side_by_side(impls, args.rounds, max(3, args.repeat // 2))
     print(f"\n## W3 dense+bias+relu 1024^3 float32 (check {check3:.1f})")
     _table(t3, "jax.jit", flops=2 * 1024 ** 3)
@@ -287,12 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     impls = {f"relay_ir fused ({w2_fused.num_kernels()} kernels)": lambda: w2_fused(*x2),
              f"relay_ir unfused ({w2_unfused.num_kernels()} kernels)": lambda: w2_unfused(*x2),
              "numpy": lambda: np_w2(*x2)}
-    if jx:
-        x2j = [jx["_put"](a) for a in x2]
-        impls["jax.jit"] = lambda: jx["w2"](*x2j)
-    if th:
-        x2t = [th["_put"](a) for a in x2]
-        impls["torch eager"] = lambda: th["w2"](*x2t)
+    _add_peers(impls, jx, th, "w2", x2)
     t2 = side_by_side(impls, args.rounds, args.repeat)
     print("\n## W2 MLP forward 784-512-512-10, batch 64")
     _table(t2, "jax.jit", flops=2 * 64 * (784 * 512 + 512 * 512 + 512 * 10))
