@@ -18,7 +18,7 @@ from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
 from relay_ir.span import Span
 from relay_ir.ty import (FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType, TupleType, Type,
-                         TypeCall, TypeData, TypeVar)
+                         TypeCall, TypeData, TypeVar, tuple_leaves)
 
 
 # ----------------------------------------------------------------------------- type helpers
@@ -29,26 +29,12 @@ def is_float(t: Type | None) -> bool:
 
 def has_float_leaf(t: Type) -> bool:
     """True if a tensor or tuple-of-tensors type has a float tensor leaf."""
-    stack = [t]
-    while stack:
-        u = stack.pop()
-        if is_float(u):
-            return True
-        if isinstance(u, TupleType):
-            stack.extend(u.fields)
-    return False
+    return any(is_float(u) for u in tuple_leaves(t))
 
 
 def _tensor_tree(t: Type) -> bool:
     """True if ``t`` is a tensor or a (nested) tuple of tensors."""
-    stack = [t]
-    while stack:
-        u = stack.pop()
-        if isinstance(u, TupleType):
-            stack.extend(u.fields)
-        elif not isinstance(u, TensorType):
-            return False
-    return True
+    return all(isinstance(u, TensorType) for u in tuple_leaves(t))
 
 
 def _type_of(e: Expr) -> Type:

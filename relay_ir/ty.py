@@ -351,6 +351,19 @@ _TYPE_CHILDREN: dict[type, Callable[[Any], tuple[Type, ...]]] = {
 }
 
 
+def tuple_leaves(t: Type) -> list[Type]:
+    """The types inside ``t``'s nested tuples (``t`` itself if it is not a tuple), in order."""
+    out: list[Type] = []
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if isinstance(u, TupleType):
+            stack.extend(reversed(u.fields))
+        else:
+            out.append(u)
+    return out
+
+
 def fmt_type(t: Any) -> str:
     """Text of a type as the printer writes it (``Tensor[(3), float32]``, ``fn (A) -> B``).
 

@@ -22,7 +22,7 @@ import numpy as np
 from relay_ir.errors import InternalError, LoweringError
 from relay_ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
 from relay_ir.traversal import post_order
-from relay_ir.ty import TensorType, TupleType, Type
+from relay_ir.ty import TensorType, TupleType, Type, tuple_leaves
 
 _MATMUL = {"nn.dense", "nn.matmul", "nn.batch_matmul"}
 _CONV = {"nn.conv2d"}
@@ -111,18 +111,12 @@ class LoweredGroup:
 
 def flatten_type(t: Type) -> list[TensorType]:
     """The tensor leaves of ``t`` (a tensor or nested tuple of tensors), in order."""
-    out: list[TensorType] = []
-    stack = [t]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, TensorType):
-            out.append(x)
-        elif isinstance(x, TupleType):
-            stack.extend(reversed(x.fields))
-        else:
+    out = tuple_leaves(t)
+    for x in out:
+        if not isinstance(x, TensorType):
             raise LoweringError(f"a kernel argument or result must be a tensor or a tuple of "
                                 f"tensors, not {x!r}")
-    return out
+    return out  # type: ignore[return-value]
 
 
 def infer_group_types(fn: Function, arg_types: list[Type]) -> dict[int, Type]:

@@ -55,7 +55,7 @@ from relay_ir.runtime.interpreter import (DEFAULT_MAX_DEPTH, Code, Program, _exe
                                           _normalize_output)
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, check_arguments
 from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
-                         TupleType, Type, TypeCall)
+                         TupleType, Type, TypeCall, tuple_leaves)
 
 MAGIC = b"RLYMOD\0\0"
 FORMAT_VERSION = 1
@@ -801,16 +801,9 @@ def _ops_of(fn: Function) -> list[str]:
 
 
 def _leaf_types(types: Sequence[Type]) -> list[TensorType]:
-    out: list[TensorType] = []
-    stack = list(reversed(types))
-    while stack:
-        t = stack.pop()
-        if isinstance(t, TupleType):
-            stack.extend(reversed(t.fields))
-        else:
-            assert isinstance(t, TensorType)
-            out.append(t)
-    return out
+    out = [u for t in types for u in tuple_leaves(t)]
+    assert all(isinstance(u, TensorType) for u in out)
+    return out  # type: ignore[return-value]
 
 
 def _map_tensors(v: Any, f: Callable[[Any], Any]) -> Any:
