@@ -121,19 +121,24 @@ def @f(%x: {V3}, %w: Tensor[(2, 3), float64]) -> float64 {{
 }
 
 
-@pytest.mark.parametrize("name", sorted(VECTOR))
-def test_hessian_vector_product(name: str) -> None:
-    rng = np.random.default_rng(1)
+def hvp_modules(name: str) -> tuple[rly.IRModule, rly.IRModule]:
+    """For ``VECTOR[name]``: the gradient module of ``@main(x, w) = @f(x, w)``, and that module
+    plus ``@hv(x, w, v) = <grad_x f, v>`` (whose gradient in ``x`` is a Hessian-vector product)."""
     text = HEADER + VECTOR[name] + f"""
 def @main(%x: {V3}, %w: Tensor[(2, 3), float64]) -> float64 {{ @f(%x, %w) }}
 """
-    mod = rly.parse(text, "<hvp>", prelude=True)
-    g1 = grad_module(mod, "main")
-    m2 = _add(g1, f"""
+    g1 = grad_module(rly.parse(text, "<hvp>", prelude=True), "main")
+    return g1, _add(g1, f"""
 def @hv(%x: {V3}, %w: Tensor[(2, 3), float64], %v: {V3}) -> float64 {{
   let %r = @main(%x, %w);
   sum(multiply((%r.1).0, %v))
 }}""")
+
+
+@pytest.mark.parametrize("name", sorted(VECTOR))
+def test_hessian_vector_product(name: str) -> None:
+    rng = np.random.default_rng(1)
+    g1, m2 = hvp_modules(name)
     g2 = grad_module(m2, "hv")
     for sign in (1.0, -1.0):
         x = sign * rng.uniform(0.1, 0.8, 3)

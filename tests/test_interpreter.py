@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from relay_ir.errors import InterpreterError
-from relay_ir.expr import (Call, Clause, Constructor, Function, GlobalVar, If, Match,
-                           PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
-                           RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var, const)
+from relay_ir.expr import (Call, Clause, Function, GlobalVar, If, Match, PatternConstructor,
+                           PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead,
+                           RefWrite, Tuple, TupleGetItem, Var, const)
 from relay_ir.module import IRModule
 from relay_ir.op._rules import make_call as op
 from relay_ir.runtime import ADTValue, Closure, RefValue, evaluate, format_value
 from relay_ir.traversal import build_lets
-from relay_ir.ty import (ANY, GlobalTypeVar, ShapeVar, TensorType, TupleType, TypeCall, TypeData,
-                         TypeVar)
+from relay_ir.ty import ANY, ShapeVar, TensorType, TupleType, TypeCall
+from util_diff import list_adt
 
 F32 = TensorType((), "float32")
 I32 = TensorType((), "int32")
@@ -273,15 +273,7 @@ def test_100000_binding_let_chain_and_deep_dataflow():
 
 
 # ----------------------------------------------------------------------------- ADTs and match
-def _list_adt():
-    a = TypeVar("a")
-    L = GlobalTypeVar("List")
-    cons = Constructor("Cons", (a, TypeCall(L, (a,))), L, 0)
-    nil = Constructor("Nil", (), L, 1)
-    return TypeData(L, (a,), (cons, nil)), cons, nil
-
-
-TD, CONS, NIL = _list_adt()
+TD, CONS, NIL = list_adt()
 
 
 def lst(xs):

@@ -10,7 +10,7 @@ import pytest
 
 import relay_ir as rly
 from relay_ir import passes, runtime
-from test_gradient_higher import VECTOR
+from test_gradient_higher import VECTOR, hvp_modules
 from util_grad import HEADER, W2_TEXT, assert_close_tree, check_grad, grad_module, w2_data
 
 V3 = "Tensor[(3), float64]"
@@ -50,18 +50,9 @@ def test_w2_jvp_against_the_gradient() -> None:
 @pytest.mark.parametrize("name", sorted(VECTOR))
 def test_forward_over_reverse_hvp_equals_reverse_over_reverse(name: str) -> None:
     rng = np.random.default_rng(1)
-    text = HEADER + VECTOR[name] + f"""
-def @main(%x: {V3}, %w: Tensor[(2, 3), float64]) -> float64 {{ @f(%x, %w) }}
-"""
-    mod = rly.parse(text, "<hvp>", prelude=True)
-    g1 = grad_module(mod, "main")
+    g1, with_hv = hvp_modules(name)
     fwd_rev = passes.jvp(g1, "main")  # (x, w, v, 0) -> ((f, grads), (., (H v, H_wx v)))
-    hv_text = rly.astext(g1) + f"""
-def @hv(%x: {V3}, %w: Tensor[(2, 3), float64], %v: {V3}) -> float64 {{
-  let %r = @main(%x, %w);
-  sum(multiply((%r.1).0, %v))
-}}"""
-    rev_rev = grad_module(rly.parse(hv_text, "<hv>"), "hv")
+    rev_rev = grad_module(with_hv, "hv")
     for sign in (1.0, -1.0):
         x = sign * rng.uniform(0.1, 0.8, 3)
         w = rng.uniform(-0.5, 0.5, (2, 3))

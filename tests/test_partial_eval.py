@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from relay_ir.expr import (Call, Clause, Constructor, Function, GlobalVar, If, Let, Match,
+from relay_ir.expr import (Call, Clause, Function, GlobalVar, If, Let, Match,
                            PatternConstructor, PatternVar, PatternWildcard, RefCreate, RefRead,
                            RefWrite, Tuple, TupleGetItem, Var, const)
 from relay_ir.module import IRModule
@@ -16,9 +16,9 @@ from relay_ir.passes import DeadRefElimination, PartialEvaluate, PassContext, Se
 from relay_ir.passes.instrument import WellFormedCheck
 from relay_ir.structural import assert_structural_equal
 from relay_ir.traversal import build_lets, flatten_lets, post_order
-from relay_ir.ty import TensorType, TypeCall, TypeData, TypeVar, GlobalTypeVar
+from relay_ir.ty import TensorType, TypeCall
 
-from util_diff import assert_same_results
+from util_diff import assert_same_results, list_adt
 
 F2 = TensorType((2,), "float32")
 F0 = TensorType((), "float32")
@@ -205,16 +205,8 @@ def test_fuel_zero_inlines_nothing():
 
 
 # ----------------------------------------------------------------------------- ADTs
-def _list_adt():
-    a = TypeVar("a")
-    lst = GlobalTypeVar("List")
-    cons = Constructor("Cons", (a, TypeCall(lst, (a,))), lst, 0)
-    nil = Constructor("Nil", (), lst, 1)
-    return TypeData(lst, (a,), (cons, nil)), cons, nil
-
-
 def test_match_on_static_constructor_picks_clause():
-    td, cons, nil = _list_adt()
+    td, cons, nil = list_adt()
     x, h, t = Var("x", F0), Var("h"), Var("t")
     lst = Call(cons, (x, Call(cons, (const(5.0), Call(nil, ())))))
     m = Match(lst, (Clause(PatternConstructor(nil, ()), const(0.0)),
@@ -231,7 +223,7 @@ def test_match_on_static_constructor_picks_clause():
 
 
 def test_match_on_dynamic_value_is_residualized():
-    td, cons, nil = _list_adt()
+    td, cons, nil = list_adt()
     lst_t = TypeCall(td.header, (F0,))
     xs, h = Var("xs", lst_t), Var("h")
     m = Match(xs, (Clause(PatternConstructor(cons, (PatternVar(h), PatternWildcard())),

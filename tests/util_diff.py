@@ -21,9 +21,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import relay_ir as rly
+from relay_ir.expr import Constructor
 from relay_ir.module import IRModule
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, format_value
-from relay_ir.ty import AnyDim, DimExpr, ShapeVar, TensorType, TupleType, Type
+from relay_ir.ty import (AnyDim, DimExpr, GlobalTypeVar, ShapeVar, TensorType, TupleType, Type,
+                         TypeCall, TypeData, TypeVar)
 
 Runner = Callable[..., Any]
 
@@ -41,6 +43,15 @@ def @sum(%t: Tree) -> Tensor[(4), float32] {
   }
 }
 """
+
+
+def list_adt() -> tuple[TypeData, Constructor, Constructor]:
+    """``type List[a] { Cons(a, List[a]), Nil }`` built in Python: (definition, Cons, Nil)."""
+    a = TypeVar("a")
+    lst = GlobalTypeVar("List")
+    cons = Constructor("Cons", (a, TypeCall(lst, (a,))), lst, 0)
+    nil = Constructor("Nil", (), lst, 1)
+    return TypeData(lst, (a,), (cons, nil)), cons, nil
 
 
 def program_files() -> list[str]:
