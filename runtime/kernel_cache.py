@@ -260,18 +260,29 @@ class KernelCache:
             ex = tvm.compile(tvm.IRModule(funcs), target=target)
             self.stats.compile_s += time.perf_counter() - t1
         self.stats.compiled += len(missing)
+        lib = None
+        if disk:
+            t2 = time.perf_counter()
+            lib = self._store(ex, list(missing))
+            self.stats.export_s += time.perf_counter() - t2
         for k, idxs in missing.items():
-            fn = ex["k_" + k]
-            self.modules[k] = ex.mod
+            # NOTE: functions come from the library just written when there is one: the
+            # in-memory module would JIT-compile its machine code a second time (~0.3 s for
+            # the W2 step's kernels)
+            fn = None
+            if lib is not None:
+                fn = self._load_from_disk(k)
+                self.modules[k] = self._libs.get(self._lib_of.get(k, ""))
+            if fn is None or self.modules[k] is None:
+                fn = ex["k_" + k]
+                self.modules[k] = ex.mod
             self._memory[k] = (requests[idxs[0]].prim_func, fn)
             for i in idxs:
                 out[i] = fn
-        if disk:
-            t2 = time.perf_counter()
-            self._store(ex, list(missing))
-            self.stats.export_s += time.perf_counter() - t2
 
-    def _store(self, ex: Any, keys: list[str]) -> None:
+    def _store(self, ex: Any, keys: list[str]) -> str | None:
+        """Export the compiled kernels as one library with an entry per key; its path, or None
+        (with a warning) when the directory cannot be written."""
         d = self.directory
         try:
             os.makedirs(d, exist_ok=True)
@@ -289,9 +300,11 @@ class KernelCache:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     json.dump(meta, f)
                 os.replace(tmpj, os.path.join(d, k + ".json"))
+            return lib
         except Exception as e:  # NOTE: a read-only or full disk must not fail the build
             warnings.warn(f"relay_ir: could not write the kernel cache in {d}: {e}",
                           RuntimeWarning, stacklevel=3)
+            return None
 
     # ------------------------------------------------------------------ management
     def clear_memory(self) -> None:
