@@ -49,6 +49,8 @@ Interface decisions (the printer agrees):
 from __future__ import annotations
 
 import bisect
+import hashlib
+import os
 import re
 import threading
 from importlib import resources
@@ -749,13 +751,29 @@ def _grammar_text() -> str:
 
 
 def _lark() -> Any:
-    """The Lark LALR parser, built once per process with the builder as its transformer."""
+    """The Lark LALR parser, built once per process with the builder as its transformer.
+
+    Building the LALR tables takes ~90 ms, so Lark keeps them in the kernel cache directory
+    (``parser-<hash>.lark``; Lark checks the grammar, options and versions in the file and
+    rebuilds it when they differ or it cannot be read); no cache without a writable directory.
+    """
     global _LARK
     if _LARK is None:
-        from lark import Lark
-        _LARK = Lark(_grammar_text(), parser="lalr", lexer="contextual",
-                     start=["module", "expr_top", "type_top"], transformer=_BUILDER,
-                     maybe_placeholders=False, postlex=_AlwaysNumbers())
+        import lark
+        text = _grammar_text()
+        options: dict[str, Any] = {"parser": "lalr", "lexer": "contextual",
+                                   "start": ["module", "expr_top", "type_top"],
+                                   "maybe_placeholders": False}
+        from relay_ir.runtime.kernel_cache import cache_dir
+        d = cache_dir()
+        key = hashlib.sha256(f"{text}|{options}|{lark.__version__}".encode()).hexdigest()[:24]
+        try:
+            os.makedirs(d, exist_ok=True)
+            if os.access(d, os.W_OK):
+                options["cache"] = os.path.join(d, f"parser-{key}.lark")
+        except OSError:
+            pass
+        _LARK = lark.Lark(text, transformer=_BUILDER, postlex=_AlwaysNumbers(), **options)
     return _LARK
 
 

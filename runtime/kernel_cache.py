@@ -5,9 +5,10 @@ Two levels:
 * in memory (per process): key -> the loaded kernel function, confirmed with
   ``tvm_ffi.structural_equal`` against the stored PrimFunc;
 * on disk (default ``~/.cache/relay_ir/kernels``, moved by ``RELAY_IR_CACHE_DIR``): the
-  kernels compiled together in one build are one shared library ``lib-<id>.so``; each kernel
-  has an entry ``<key>.json`` naming its library, its symbol and the library's SHA-256. The
-  checksum is verified before a library is loaded: a missing, truncated or altered library
+  kernels compiled together in one build are one shared library ``lib-<id>-<unique>.so``
+  (a fresh path each time: see :meth:`KernelCache._store`), from which this process also
+  runs them; each kernel has an entry ``<key>.json`` naming its library, its symbol and the
+  library's SHA-256. The checksum is verified before a library is loaded: a missing, truncated or altered library
   (loading one can crash the process) or an unreadable entry is deleted and rebuilt, never
   loaded.
 
@@ -287,10 +288,12 @@ class KernelCache:
         try:
             os.makedirs(d, exist_ok=True)
             lib_id = hashlib.sha256("|".join(sorted(keys)).encode()).hexdigest()[:24]
-            lib = os.path.join(d, f"lib-{lib_id}.so")
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
             os.close(fd)
             ex.export_library(tmp)
+            # NOTE: every library gets a path of its own: dlopen of a path already loaded in
+            # this process returns the old library, even after the file was replaced
+            lib = os.path.join(d, f"lib-{lib_id}-{os.path.basename(tmp)[3:]}")
             os.replace(tmp, lib)
             digest = _sha256_file(lib)
             for k in keys:
@@ -342,7 +345,8 @@ def clear_disk(directory: str | None = None) -> int:
         return 0
     for name in os.listdir(d):
         p = os.path.join(d, name)
-        if os.path.isfile(p) and (name.endswith((".json", ".so")) or name.startswith("tmp")):
+        if os.path.isfile(p) and (name.endswith((".json", ".so", ".lark"))
+                                  or name.startswith("tmp")):
             os.remove(p)
             n += 1
     _DEFAULT.clear_memory()
