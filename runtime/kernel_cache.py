@@ -8,9 +8,9 @@ Two levels:
   kernels compiled together in one build are one shared library ``lib-<id>-<unique>.so``
   (a fresh path each time: see :meth:`KernelCache._store`), from which this process also
   runs them; each kernel has an entry ``<key>.json`` naming its library, its symbol and the
-  library's SHA-256. The checksum is verified before a library is loaded: a missing, truncated or altered library
-  (loading one can crash the process) or an unreadable entry is deleted and rebuilt, never
-  loaded.
+  library's SHA-256. The checksum is verified before a library is loaded: a missing,
+  truncated or altered library (loading one can crash the process) or an unreadable entry is
+  deleted and rebuilt, never loaded.
 
 Key = SHA-256 of (cache format version, a digest of the scheduling code and the TVM version,
 ``tvm_ffi.structural_hash`` of the unscheduled PrimFunc, the input and output shapes and
