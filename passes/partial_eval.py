@@ -73,9 +73,10 @@ _value = dataclass(slots=True, eq=False)
 
 @_value
 class STensor:
-    """A tensor known at compile time."""
+    """A tensor known at compile time (``zero``: whether it is all zeros, once asked)."""
 
     data: np.ndarray
+    zero: bool | None = None
 
 
 @_value
@@ -501,6 +502,9 @@ class _PE:
                tail: bool = False) -> Any:
         s = callee.static
         if isinstance(s, SOp):
+            zero = _absorb(s.op, args, call)
+            if zero is not None:
+                return zero
             folded = self._fold(s.op, args, call)
             if folded is not None:
                 return folded
@@ -765,6 +769,52 @@ _NEUTRAL: dict[str, tuple[tuple[int, float, int], ...]] = {
     "multiply": ((0, 1.0, 1), (1, 1.0, 0)),
     "divide": ((1, 1.0, 0),),
 }
+
+
+# Zeros pass through these ops: op name -> (argument positions, "any" or "all"). "any": the
+# op is linear in each listed argument, so zeros there give zeros; "all": zeros when every
+# listed argument is zeros (sums, selects). As simplify-expr's ``x * 0 -> zeros``, this takes
+# zeros as absorbing even where IEEE would give NaN from an inf in another argument: for a
+# gradient program these are the adjoints nothing was accumulated into, zero as in JAX and
+# PyTorch (reverse over reverse runs whole backward products on them otherwise).
+_ZERO_RULES: dict[str, tuple[tuple[int, ...], str]] = {
+    **{name: ((0,), "any") for name in (
+        "negative", "copy", "reshape", "reshape_like", "transpose", "expand_dims", "squeeze",
+        "broadcast_to", "broadcast_to_like", "collapse_sum_like", "collapse_sum_to", "sum",
+        "mean", "take", "take_grad", "strided_slice", "strided_slice_grad", "tile", "repeat",
+        "reverse", "divide", "nn.batch_flatten", "nn.avg_pool2d", "nn.avg_pool2d_grad",
+        "nn.max_pool2d_grad", "nn.global_avg_pool2d", "nn.conv2d_backward_data",
+        "nn.conv2d_backward_weight", "layout_transform")},
+    **{name: ((0, 1), "any") for name in (
+        "multiply", "nn.matmul", "nn.batch_matmul", "nn.dense", "nn.conv2d")},
+    "add": ((0, 1), "all"),
+    "subtract": ((0, 1), "all"),
+    "where": ((1, 2), "all"),
+}
+
+
+def _is_zeros(pv: PValue) -> bool:
+    s = pv.static
+    if not isinstance(s, STensor):
+        return False
+    if s.zero is None:
+        s.zero = s.data.size > 0 and not np.any(s.data)
+    return s.zero
+
+
+def _absorb(op: Op, args: list[PValue], call: Call) -> PValue | None:
+    """``matmul(zeros, x) => zeros`` and the other :data:`_ZERO_RULES` (static result type)."""
+    rule = _ZERO_RULES.get(op.name)
+    if rule is None:
+        return None
+    t = call.checked_type_
+    if not isinstance(t, TensorType) or not all(type(d) is int for d in t.shape):
+        return None
+    positions, mode = rule
+    zero = [k < len(args) and _is_zeros(args[k]) for k in positions]
+    if not (any(zero) if mode == "any" else all(zero)):
+        return None
+    return PValue(STensor(np.zeros(t.shape, t.dtype), zero=True))
 
 
 def _known_type(e: Expr, pv: PValue | None = None) -> Type | None:

@@ -12,7 +12,7 @@ import pytest
 
 import relay_ir as rly
 from relay_ir import passes, runtime
-from relay_ir.expr import Function, RefCreate, RefRead, RefWrite
+from relay_ir.expr import Call, Constant, Function, Op, RefCreate, RefRead, RefWrite
 from relay_ir.traversal import post_order
 from util_grad import (HEADER, W2_TEXT, assert_close_tree, check_optimized, op_calls,
                        w2_data)
@@ -102,3 +102,39 @@ def test_fuel_grows_with_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
     starved = passes.optimize(raw, fuel=20)  # too little fuel: closures stay, values do not move
     assert _refs_and_closures(starved)[1] > 0
     assert_close_tree(runtime.evaluate(starved, *args), runtime.evaluate(raw, *args), 1e-12, 0)
+
+
+MLP2 = HEADER + """def @main(%x: Tensor[(4, 5), float64], %w1: Tensor[(5, 6), float64],
+          %w2: Tensor[(6, 3), float64]) -> float64 {
+  let %h = tanh(nn.matmul(%x, %w1));
+  let %o = nn.matmul(%h, %w2);
+  sum(multiply(%o, %o))
+}"""
+
+
+def test_reverse_over_reverse_runs_no_products_of_zero_adjoints() -> None:
+    # H v for w1: the gradient of <dL/dw1, v>. The first gradient also computes dx and dw2,
+    # whose second-order adjoints stay zero: their backward products fold away
+    g1 = passes.gradient(rly.parse(MLP2))
+    hv = rly.parse(rly.astext(g1) + """
+def @hv(%x: Tensor[(4, 5), float64], %w1: Tensor[(5, 6), float64],
+        %w2: Tensor[(6, 3), float64], %v: Tensor[(5, 6), float64]) -> float64 {
+  let %r = @main(%x, %w1, %w2);
+  sum(multiply((%r.1).1, %v))
+}""")
+    raw = passes.gradient(hv, entry="hv")
+    opt = passes.optimize(passes.optimize(raw, entry="hv"), entry="hv")
+    products = [n for fn in opt.functions.values() for n in post_order(fn)
+                if isinstance(n, Call) and isinstance(n.op, Op)
+                and n.op.name in ("nn.matmul", "multiply")]
+    assert not [n for n in products if any(isinstance(a, Constant) and not np.any(a.data)
+                                           for a in n.args)]
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s) for s in ((4, 5), (5, 6), (6, 3), (5, 6))]
+    want = runtime.evaluate(raw, *args, entry="hv")
+    assert_close_tree(runtime.evaluate(opt, *args, entry="hv"), want, 1e-12, 1e-14)
+    # the Hessian-vector product against central differences of the first gradient
+    eps = 1e-6
+    d = [runtime.evaluate(g1, args[0], args[1] + s * eps * args[3], args[2])[1][1]
+         for s in (1, -1)]
+    np.testing.assert_allclose(want[1][1], (d[0] - d[1]) / (2 * eps), rtol=1e-6, atol=1e-8)

@@ -7,12 +7,13 @@ import os
 import numpy as np
 import pytest
 
-from relay_ir.expr import (Call, Clause, Function, GlobalVar, If, Let, Match,
+from relay_ir.expr import (Call, Clause, Function, GlobalVar, If, Let, Match, Op,
                            PatternConstructor, PatternVar, PatternWildcard, RefCreate, RefRead,
                            RefWrite, Tuple, TupleGetItem, Var, const)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
-from relay_ir.passes import DeadRefElimination, PartialEvaluate, PassContext, Sequential
+from relay_ir.passes import (DeadRefElimination, InferType, PartialEvaluate, PassContext,
+                             Sequential)
 from relay_ir.passes.instrument import WellFormedCheck
 from relay_ir.structural import assert_structural_equal
 from relay_ir.traversal import build_lets, flatten_lets, post_order
@@ -414,6 +415,26 @@ def test_text_rules(case):
     else:
         for cv in (True, False):
             assert_same_results(before, out, inputs=[np.array(0.5, "float32"), np.array(cv)])
+
+
+def test_zeros_pass_through_linear_ops():
+    # matmul(zeros, w) => zeros, reshape/negative of zeros => zeros, add(v, zeros) => v: what a
+    # gradient's untouched adjoints become (reverse over reverse: test_ad_optimize)
+    before = InferType()(parse_or_skip(H + """
+def @main(%x: Tensor[(2, 3), float32], %w: Tensor[(3, 4), float32], %c: bool) {
+  let %z = zeros(shape=[2, 3], dtype="float32");
+  let %a = nn.matmul(%z, %w);
+  let %b = negative(reshape(%a, newshape=[4, 2]));
+  let %s = if (%c) { add(%b, %b) } else { where(%c, %b, zeros_like(%b)) };
+  add(reshape(nn.matmul(%x, %w), newshape=[4, 2]), multiply(%s, %b))
+}"""))
+    out = run(before)
+    ops = [n.op.name for n in post_order(out["main"]) if isinstance(n, Call)
+           and isinstance(n.op, Op)]
+    assert ops == ["nn.matmul", "reshape"], ops
+    for cv in (True, False):
+        args = [np.ones((2, 3), "float32"), np.full((3, 4), 0.5, "float32"), np.array(cv)]
+        assert_same_results(before, out, inputs=args)
 
 
 def test_text_unrolling_of_a_global_recursion():
