@@ -899,13 +899,42 @@ def w7_relay_exe() -> tuple[Any, list[np.ndarray]]:
     return exe, _aligned(x, np.eye(10, dtype=F32)[y], *params, w7_v())
 
 
+def w7_relay_fwd_exe() -> tuple[Any, list[np.ndarray]]:
+    """H v forward over reverse (as jax.jvp(jax.grad)): ``passes.jvp`` of the optimized
+    gradient wrt W1, tangent v for W1 and zeros for the other inputs, optimized and built."""
+    import relay_ir as rly
+    from relay_ir import passes, runtime
+    from relay_ir.expr import Call, Function, TupleGetItem, Var
+    from relay_ir.module import IRModule
+    from relay_ir.op._rules import make_call
+    mod = rly.parse(W2_LOSS)
+    fwd_rev = passes.jvp(passes.optimize(passes.gradient(mod, wrt=("w1",))), "main")
+    ps = [Var(p.name_hint, p.type_annotation) for p in mod["main"].params]
+    v = Var("v", ps[2].type_annotation)
+    tangents = [v if i == 2 else make_call("zeros", shape=list(p.type_annotation.shape),
+                                           dtype="float32")
+                for i, p in enumerate(ps)]
+    # @main(params, tangents) = ((loss, (dW1,)), (d loss, (H v,)))
+    out = Call(fwd_rev.get_global_var("main"), tuple(ps + tangents))
+    body = TupleGetItem(TupleGetItem(TupleGetItem(out, 1), 1), 0)
+    hvp = passes.optimize(fwd_rev.with_function("hvp", Function((*ps, v), body)), entry="hvp")
+    exe = runtime.build(IRModule({"main": hvp["hvp"]}), target="llvm")
+    x, y, params = w2_data()
+    return exe, _aligned(x, np.eye(10, dtype=F32)[y], *params, w7_v())
+
+
 def _fro(a: Any) -> float:
     return float(np.linalg.norm(np.asarray(a, dtype=np.float64)))
 
 
 def w7_impls() -> list[Impl]:
     """relay_ir compiled HVP, torch vhp / double backward, jax.jit(jvp(grad))."""
-    out = [Impl("relay_ir grad of grad, optimize + build", w7_relay_make, _fro, "relay_ir")]
+    def fwd_make() -> Callable[[], Any]:
+        exe, args = w7_relay_fwd_exe()
+        return lambda: exe(*args)
+    out = [Impl("relay_ir jvp of grad (fwd-over-rev), optimize + build", fwd_make, _fro,
+                "relay_ir"),
+           Impl("relay_ir grad of grad, optimize + build", w7_relay_make, _fro, "relay_ir")]
     x, y, params = w2_data()
     v = w7_v()
     if have("torch"):

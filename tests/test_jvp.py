@@ -212,3 +212,13 @@ def test_every_differentiable_op_has_a_jvp_rule() -> None:
     missing = [o.name for o in list_ops()
                if not o.non_differentiable and o.grad is not None and o.jvp is None]
     assert missing == []
+
+
+def test_w7_hessian_vector_product_forward_over_reverse_equals_reverse_over_reverse() -> None:
+    # the benchmark's two compiled H v programs (benchmarks/workloads.py, W7) agree
+    import workloads as wl
+    fwd, args = wl.w7_relay_fwd_exe()
+    rev, args2 = wl.w7_relay_exe()
+    hv = np.asarray(fwd(*args), np.float64)
+    np.testing.assert_allclose(hv, np.asarray(rev(*args2)[1], np.float64), rtol=1e-4, atol=1e-7)
+    assert abs(np.linalg.norm(hv) - 0.8560113) < 1e-6  # WORKLOADS.md's check value
