@@ -1,0 +1,162 @@
+"""CombineMatmulSums: a sum of matrix products becomes one product of concatenations.
+
+    add(matmul(a1, b1), add(matmul(a2, b2), c)) => add(matmul(A, B), c)
+
+where ``A`` joins ``a1, a2`` and ``B`` joins ``b1, b2`` along the contracted axis (rows of a
+``transpose_a`` operand, columns otherwise; the reverse for ``b``), since
+``sum_i a_i b_i = [a_1 .. a_n] [b_1; ..; b_n]``. A gradient accumulates a weight's adjoint this
+way over the steps of an unrolled recurrence: 50 rank-1 updates of a (256, 1024) buffer, each
+reading and writing the whole buffer, become one (256 x 50) (50 x 1024) product (W4).
+
+The rule applies to a let-bound ``add`` whose operands have its (static tensor) type, through
+nested ``add``s of that type used only there, to the ``nn.matmul`` terms used only there with
+the same transpose flags and dtypes; at least two of them. The terms' own bindings are left
+for dead-code elimination. Results differ from the original only by the order of the float
+additions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from relay_ir.expr import Call, Expr, Function, Let, Op, Tuple, Var, type_of
+from relay_ir.functor import ExprMutator
+from relay_ir.module import IRModule
+from relay_ir.op import get_opdef
+from relay_ir.passes.pass_manager import FunctionPass, PassContext
+from relay_ir.traversal import post_order, use_children
+from relay_ir.ty import TensorType, TupleType
+
+
+def _is_op(e: Expr | None, name: str) -> bool:
+    return type(e) is Call and type(e.op) is Op and e.op.name == name
+
+
+def _static(t: object) -> bool:
+    return isinstance(t, TensorType) and all(type(d) is int for d in t.shape)
+
+
+class _Combine:
+    """The rewrite of one function: ``plan`` maps a root ``add`` call to its replacement."""
+
+    def __init__(self, func: Function) -> None:
+        self.env: dict[Var, Expr] = {}
+        self.uses: dict[Var, int] = {}
+        for node in post_order(func):
+            if type(node) is Let:
+                self.env[node.var] = node.value
+            for c in use_children(node):
+                if type(c) is Var:
+                    self.uses[c] = self.uses.get(c, 0) + 1
+        self.plan: dict[Call, Call] = {}
+        self._add = get_opdef("add")
+        self._concat = get_opdef("concatenate")
+        sums = [(v, e) for v, e in self.env.items() if _is_op(e, "add")]
+        # NOTE: a sum absorbed by the sum that uses it is not a root: every add is walked once
+        inner: set[Var] = set()
+        for v, e in sums:
+            t = self._flat_type(v, e)
+            if t is not None:
+                inner.update(a for a in e.args if self._inner_sum(a, t) is not None)
+        for v, e in sums:
+            if v not in inner:
+                self._plan_root(v, e)
+
+    def _flat_type(self, v: Var, e: Call) -> TensorType | None:
+        """The type of the sum ``v = e`` if its operands have it (no broadcasting) and it is
+        static, else None."""
+        t = type_of(v) or type_of(e)
+        if not _static(t) or any(type_of(a) != t for a in e.args):
+            return None
+        return t  # type: ignore[return-value]
+
+    def _single_use(self, v: Expr, name: str) -> Call | None:
+        """The ``name`` call bound to ``v`` if ``v`` is used exactly once."""
+        if type(v) is not Var or self.uses.get(v, 0) != 1:
+            return None
+        e = self.env.get(v)
+        return e if _is_op(e, name) else None  # type: ignore[return-value]
+
+    def _inner_sum(self, a: Expr, t: TensorType) -> Call | None:
+        e = self._single_use(a, "add")
+        if e is None or self._flat_type(a, e) != t:  # type: ignore[arg-type]
+            return None
+        return e
+
+    def _plan_root(self, v: Var, root: Call) -> None:
+        t = self._flat_type(v, root)
+        if t is None:
+            return
+        terms: list[Expr] = []
+        stack = list(reversed(root.args))
+        while stack:
+            a = stack.pop()
+            inner = self._inner_sum(a, t)
+            if inner is not None:
+                stack.extend(reversed(inner.args))
+            else:
+                terms.append(a)
+        groups: dict[tuple, list[Call]] = {}
+        rest: list[Expr] = []
+        for a in terms:
+            mm = self._single_use(a, "nn.matmul")
+            ta, tb = (type_of(x) for x in mm.args) if mm is not None else (None, None)
+            if mm is None or type_of(a) != t or not (
+                    _static(ta) and _static(tb) and len(ta.shape) == 2  # type: ignore
+                    and len(tb.shape) == 2):  # type: ignore[union-attr]
+                rest.append(a)
+                continue
+            attrs = mm.attrs
+            key = (bool(attrs.transpose_a), bool(attrs.transpose_b), attrs.out_dtype,
+                   ta.dtype, tb.dtype)  # type: ignore[union-attr]
+            groups.setdefault(key, []).append(mm)
+        combined: list[Expr] = []
+        for key, mms in groups.items():
+            if len(mms) < 2:
+                rest.extend(mms)
+                continue
+            trans_a, trans_b = key[0], key[1]
+            a = self._join([m.args[0] for m in mms], 0 if trans_a else 1)
+            b = self._join([m.args[1] for m in mms], 1 if trans_b else 0)
+            combined.append(Call(mms[0].op, (a, b), mms[0].attrs, span=mms[0].span,
+                                 checked_type_=t))
+        if not combined:
+            return
+        out = None
+        for term in combined + rest:
+            out = term if out is None else Call(self._add.op, (out, term),
+                                                self._add.make_attrs(), span=root.span,
+                                                checked_type_=t)
+        self.plan[root] = out  # type: ignore[assignment]
+
+    def _join(self, xs: list[Expr], axis: int) -> Expr:
+        ts = [type_of(x) for x in xs]
+        shape = list(ts[0].shape)  # type: ignore[union-attr]
+        shape[axis] = sum(u.shape[axis] for u in ts)  # type: ignore[union-attr]
+        tup = Tuple(tuple(xs), checked_type_=TupleType(tuple(ts)))  # type: ignore[arg-type]
+        return Call(self._concat.op, (tup,), self._concat.make_attrs({"axis": axis}),
+                    checked_type_=TensorType(tuple(shape), ts[0].dtype))  # type: ignore
+
+
+class _Rewrite(ExprMutator):
+    def __init__(self, plan: dict[Call, Call]) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def visit_call(self, c: Call) -> Expr:
+        new = self.plan.get(c)
+        return new if new is not None else super().visit_call(c)
+
+
+@dataclass(frozen=True)
+class CombineMatmulSums(FunctionPass):
+    """``add(matmul(a1, b1), matmul(a2, b2)) => matmul(concat(a1, a2), concat(b1, b2))``."""
+
+    name: ClassVar[str] = "combine-matmul-sums"
+    opt_level: ClassVar[int] = 2
+
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        plan = _Combine(func).plan
+        if not plan:
+            return func
+        return _Rewrite(plan).visit(func)  # type: ignore[return-value]
