@@ -25,6 +25,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "dce",            # 1  the closures and cells nothing reads any more
     "fold-constant",  # 2  constants exposed by inlining / partial evaluation
     "combine-matmul-sums",  # 2  sum of matmuls -> one matmul of concatenations
+    "share-weight-transpose",  # 2  a weight read transposed by several matmuls: once
     "cse",            # 3  share identical pure computations
     "dce",            # 1  drop unused pure bindings (effects are kept)
     "remove-unused-functions",  # 1  globals whose every use was specialized away

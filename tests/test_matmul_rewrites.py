@@ -1,4 +1,4 @@
-"""combine-matmul-sums: a sum of matrix products becomes one product of concatenations."""
+"""The matrix-product rewrites: combine-matmul-sums and share-weight-transpose."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import numpy as np
 import relay_ir as rly
 from relay_ir import passes, runtime
 from relay_ir.expr import Call, Op, type_of
-from relay_ir.passes import CombineMatmulSums, parse_pipeline
+from relay_ir.passes import CombineMatmulSums, ShareWeightTranspose, parse_pipeline
 from relay_ir.traversal import post_order
 from util_diff import assert_same_results
 from util_grad import assert_close_tree
@@ -100,3 +100,25 @@ def test_unrolled_recurrence_gradient_has_one_product_per_weight() -> None:
     args = [rng.standard_normal((1, 4)).astype("float32"),
             (rng.standard_normal((4, 4)) / 2).astype("float32")]
     assert_close_tree(runtime.evaluate(opt, *args), runtime.evaluate(raw, *args), 1e-5, 1e-6)
+
+
+def test_a_weight_read_transposed_twice_is_transposed_once() -> None:
+    src = H + """
+def @main(%a: Tensor[(1, 6), float32], %b: Tensor[(2, 6), float32], %w: Tensor[(5, 6), float32],
+          %v: Tensor[(5, 6), float32]) {
+  let %x = nn.matmul(%a, %w, transpose_b=True);
+  let %f = fn (%c: Tensor[(2, 6), float32]) { nn.matmul(%c, %w, transpose_b=True) };
+  (%x, %f(%b), nn.matmul(%a, %v, transpose_b=True))
+}"""
+    before = parse_pipeline("to-anf,infer-type")(rly.parse(src))
+    out = ShareWeightTranspose()(before)
+    text = rly.astext(out)
+    assert text.count("transpose(%w, axes=[1, 0])") == 1          # once, at the start
+    assert text.count("transpose_b=True") == 1                     # %v is read once: kept
+    assert_same_results(before, out)
+    assert ops(passes.optimize(rly.parse(src))).count("transpose") == 1
+    once = parse_pipeline("to-anf,infer-type")(rly.parse(H + """
+def @main(%a: Tensor[(1, 6), float32], %w: Tensor[(5, 6), float32]) {
+  nn.matmul(%a, %w, transpose_b=True)
+}"""))
+    assert ShareWeightTranspose()(once) is once   # one use: the schedule packs it, as before

@@ -1,4 +1,6 @@
-"""CombineMatmulSums: a sum of matrix products becomes one product of concatenations.
+"""Matrix-product rewrites: CombineMatmulSums and ShareWeightTranspose.
+
+CombineMatmulSums: a sum of matrix products becomes one product of concatenations.
 
     add(matmul(a1, b1), add(matmul(a2, b2), c)) => add(matmul(A, B), c)
 
@@ -13,13 +15,24 @@ nested ``add``s of that type used only there, to the ``nn.matmul`` terms used on
 the same transpose flags and dtypes; at least two of them. The terms' own bindings are left
 for dead-code elimination. Results differ from the original only by the order of the float
 additions.
+
+ShareWeightTranspose: ``nn.matmul(x, w, transpose_b=True)`` reads ``w`` as ``[N, K]``, which the
+CPU schedule repacks on every call (a 1 MiB weight costs ~150 us per call whatever ``x``).
+When two or more such products of one function take the same parameter or constant ``w``,
+the function transposes it once at its start and the products read ``[K, N]``:
+
+    fn (%w) { .. nn.matmul(%a, %w, transpose_b=True) .. nn.matmul(%b, %w, transpose_b=True) }
+    => fn (%w) { let %wt = transpose(%w, axes=[1, 0]); .. nn.matmul(%a, %wt) .. nn.matmul(%b, %wt) }
+
+The backward pass of an unrolled recurrence multiplies by the transposed recurrent weight at
+every step (W4: 50 times).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from relay_ir.expr import Call, Expr, Function, Let, Op, Tuple, Var, type_of
+from relay_ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, Var, type_of
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
@@ -160,3 +173,56 @@ class CombineMatmulSums(FunctionPass):
         if not plan:
             return func
         return _Rewrite(plan).visit(func)  # type: ignore[return-value]
+
+
+class _ShareTranspose(ExprMutator):
+    def __init__(self, shared: dict[Expr, Var]) -> None:
+        super().__init__()
+        self.shared = shared
+        self._mm = get_opdef("nn.matmul")
+
+    def visit_call(self, c: Call) -> Expr:
+        wt = self.shared.get(c.args[1]) if _is_op(c, "nn.matmul") and len(c.args) == 2 \
+            and c.attrs.transpose_b else None
+        if wt is None:
+            return super().visit_call(c)
+        attrs = self._mm.make_attrs({**dict(c.attrs.items()), "transpose_b": False})
+        return Call(c.op, (self.visit(c.args[0]), wt), attrs, c.type_args, span=c.span,
+                    checked_type_=c.checked_type_)
+
+
+@dataclass(frozen=True)
+class ShareWeightTranspose(FunctionPass):
+    """``f(matmul(a, w, transpose_b=True), matmul(b, w, transpose_b=True))`` =>
+    ``let wt = transpose(w); f(matmul(a, wt), matmul(b, wt))`` for a parameter or constant ``w``."""
+
+    name: ClassVar[str] = "share-weight-transpose"
+    opt_level: ClassVar[int] = 2
+
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        count: dict[Expr, int] = {}
+        params = set(func.params)
+        for n in post_order(func.body):
+            if _is_op(n, "nn.matmul") and len(n.args) == 2 and n.attrs.transpose_b:
+                w = n.args[1]
+                if (w in params or type(w) is Constant) and _static(type_of(w)) \
+                        and len(type_of(w).shape) == 2:  # type: ignore[union-attr]
+                    count[w] = count.get(w, 0) + 1
+        shared = [w for w, n in count.items() if n >= 2]
+        if not shared:
+            return func
+        tr = get_opdef("transpose")
+        names = {w: Var(f"{getattr(w, 'name_hint', 'w')}_t", _transposed(type_of(w)))
+                 for w in shared}
+        body = _ShareTranspose(names).visit(func.body)
+        for w in reversed(shared):
+            t = names[w].type_annotation
+            body = Let(names[w], Call(tr.op, (w,), tr.make_attrs({"axes": [1, 0]}),
+                                      checked_type_=t), body, span=func.span)
+        return Function(func.params, body, func.ret_type, func.type_params, func.attrs,
+                        span=func.span, checked_type_=func.checked_type_)
+
+
+def _transposed(t: object) -> TensorType:
+    assert isinstance(t, TensorType)
+    return TensorType((t.shape[1], t.shape[0]), t.dtype)
