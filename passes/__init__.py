@@ -24,8 +24,8 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "inline": ("relay_ir.passes.inline", "Inline"),
     "cse": ("relay_ir.passes.cse", "EliminateCommonSubexpr"),
     "simplify-expr": ("relay_ir.passes.simplify_expr", "SimplifyExpr"),
-    "combine-matmul-sums": ("relay_ir.passes.matmul_rewrites", "CombineMatmulSums"),
-    "share-weight-transpose": ("relay_ir.passes.matmul_rewrites", "ShareWeightTranspose"),
+    "combine-sums": ("relay_ir.passes.linear_rewrites", "CombineSums"),
+    "share-weight-transpose": ("relay_ir.passes.linear_rewrites", "ShareWeightTranspose"),
     "remove-unused-functions": ("relay_ir.passes.remove_unused", "RemoveUnusedFunctions"),
     "fuse-ops": ("relay_ir.passes.fuse_ops", "FuseOps"),
 }

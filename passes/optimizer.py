@@ -24,7 +24,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "dead-ref-elim",  # 1  references that no longer escape become lets (writes dropped)
     "dce",            # 1  the closures and cells nothing reads any more
     "fold-constant",  # 2  constants exposed by inlining / partial evaluation
-    "combine-matmul-sums",  # 2  sum of matmuls -> one matmul of concatenations
+    "combine-sums",   # 2  sum of matmuls -> one matmul of joined operands; of scatters -> stack
     "share-weight-transpose",  # 2  a weight read transposed by several matmuls: once
     "cse",            # 3  share identical pure computations
     "dce",            # 1  drop unused pure bindings (effects are kept)

@@ -1,6 +1,7 @@
-"""Matrix-product rewrites: CombineMatmulSums and ShareWeightTranspose.
+"""Rewrites of sums and matrix products: CombineSums and ShareWeightTranspose.
 
-CombineMatmulSums: a sum of matrix products becomes one product of concatenations.
+CombineSums: a sum of matrix products becomes one product of concatenations, and a sum of
+scatters of distinct slices one stack.
 
     add(matmul(a1, b1), add(matmul(a2, b2), c)) => add(matmul(A, B), c)
 
@@ -10,9 +11,14 @@ where ``A`` joins ``a1, a2`` and ``B`` joins ``b1, b2`` along the contracted axi
 way over the steps of an unrolled recurrence: 50 rank-1 updates of a (256, 1024) buffer, each
 reading and writing the whole buffer, become one (256 x 50) (50 x 1024) product (W4).
 
-The rule applies to a let-bound ``add`` whose operands have its (static tensor) type, through
-nested ``add``s of that type used only there, to the ``nn.matmul`` terms used only there with
-the same transpose flags and dtypes; at least two of them. The terms' own bindings are left
+Likewise ``take_grad(g_i, like, i)`` (the adjoint of ``take(x, i, axis)``: ``g_i`` written into
+zeros like ``x`` at slice ``i``), summed over distinct constant ``i``, is ``stack((g_0, .., g_n),
+axis)`` with zeros for the missing slices: one write of the result instead of one per step
+(W4: the adjoint of the per-step input projections, 50 scatters of a (50, 32, 1024) buffer).
+
+The rules apply to a let-bound ``add`` whose operands have its (static tensor) type, through
+nested ``add``s of that type used only there, to the terms used only there: ``nn.matmul`` with
+the same transpose flags and dtypes, ``take_grad`` along the same axis; at least two of them. The terms' own bindings are left
 for dead-code elimination. Results differ from the original only by the order of the float
 additions.
 
@@ -110,8 +116,14 @@ class _Combine:
             else:
                 terms.append(a)
         groups: dict[tuple, list[Call]] = {}
+        # take_grad terms by (axis, type of g): index along the axis -> (g, the term)
+        slots: dict[tuple, dict[int, tuple[Expr, Expr]]] = {}
         rest: list[Expr] = []
         for a in terms:
+            sl = self._slot(a, t)
+            if sl is not None and sl[1] not in slots.get(sl[0], {}):
+                slots.setdefault(sl[0], {})[sl[1]] = (sl[2], a)
+                continue
             mm = self._single_use(a, "nn.matmul")
             ta, tb = (type_of(x) for x in mm.args) if mm is not None else (None, None)
             if mm is None or type_of(a) != t or not (
@@ -133,6 +145,11 @@ class _Combine:
             b = self._join([m.args[1] for m in mms], 1 if trans_b else 0)
             combined.append(Call(mms[0].op, (a, b), mms[0].attrs, span=mms[0].span,
                                  checked_type_=t))
+        for key, by_index in slots.items():
+            if len(by_index) >= 2:
+                combined.append(self._stack(key, by_index, t))
+            else:
+                rest.extend(term for _, term in by_index.values())
         if not combined:
             return
         out = None
@@ -141,6 +158,38 @@ class _Combine:
                                                 self._add.make_attrs(), span=root.span,
                                                 checked_type_=t)
         self.plan[root] = out  # type: ignore[assignment]
+
+    def _slot(self, a: Expr, t: TensorType) -> tuple[tuple, int, Expr] | None:
+        """``((axis, type of g), i, g)`` for a term ``take_grad(g, like, i)`` with a constant
+        index ``i`` in range along an axis of the sum's type (the scatter of one slice)."""
+        tg = self._single_use(a, "take_grad")
+        if tg is None:
+            return None
+        g, like, idx = tg.args
+        attrs = tg.attrs
+        gt = type_of(g)
+        if type(idx) is not Constant or idx.data.ndim != 0 or idx.data.dtype.kind not in "iu" \
+                or attrs.axis is None or attrs.batch_dims != 0 or type_of(like) != t \
+                or not _static(gt):
+            return None
+        axis = attrs.axis + len(t.shape) if attrs.axis < 0 else attrs.axis
+        i = int(idx.data)
+        if not 0 <= axis < len(t.shape) or not 0 <= i < t.shape[axis]:
+            return None
+        return (axis, gt), i, g
+
+    def _stack(self, key: tuple, by_index: dict[int, tuple[Expr, Expr]], t: TensorType
+               ) -> Expr:
+        """``take_grad(g_i, like, i)`` summed over distinct ``i`` = the ``g_i`` stacked along
+        the axis (zeros where no ``i``): one write of the result instead of one per term."""
+        axis, gt = key
+        zeros = get_opdef("zeros")
+        parts = [by_index[i][0] if i in by_index else Call(
+                     zeros.op, (), zeros.make_attrs({"shape": list(gt.shape), "dtype": gt.dtype}),
+                     checked_type_=gt) for i in range(t.shape[axis])]
+        st = get_opdef("stack")
+        tup = Tuple(tuple(parts), checked_type_=TupleType(tuple(gt for _ in parts)))
+        return Call(st.op, (tup,), st.make_attrs({"axis": axis}), checked_type_=t)
 
     def _join(self, xs: list[Expr], axis: int) -> Expr:
         ts = [type_of(x) for x in xs]
@@ -162,10 +211,11 @@ class _Rewrite(ExprMutator):
 
 
 @dataclass(frozen=True)
-class CombineMatmulSums(FunctionPass):
-    """``add(matmul(a1, b1), matmul(a2, b2)) => matmul(concat(a1, a2), concat(b1, b2))``."""
+class CombineSums(FunctionPass):
+    """``add(matmul(a1, b1), matmul(a2, b2)) => matmul(concat(a1, a2), concat(b1, b2))``;
+    ``add(take_grad(g0, x, 0), take_grad(g1, x, 1)) => stack((g0, g1))``."""
 
-    name: ClassVar[str] = "combine-matmul-sums"
+    name: ClassVar[str] = "combine-sums"
     opt_level: ClassVar[int] = 2
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:

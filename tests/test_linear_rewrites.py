@@ -1,4 +1,4 @@
-"""The matrix-product rewrites: combine-matmul-sums and share-weight-transpose."""
+"""The linear-algebra rewrites: combine-sums and share-weight-transpose."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import numpy as np
 import relay_ir as rly
 from relay_ir import passes, runtime
 from relay_ir.expr import Call, Op, type_of
-from relay_ir.passes import CombineMatmulSums, ShareWeightTranspose, parse_pipeline
+from relay_ir.passes import CombineSums, InferType, ShareWeightTranspose, parse_pipeline
 from relay_ir.traversal import post_order
 from util_diff import assert_same_results
 from util_grad import assert_close_tree
@@ -33,7 +33,7 @@ def @main(%h: Tensor[(3, 4), float32], %g: Tensor[(3, 5), float32], %w: Tensor[(
   let %s = add(add(%a0, %w), %a1);
   add(%s, %a2)
 }""")
-    out = parse_pipeline("to-anf,infer-type,combine-matmul-sums,dce")(before)
+    out = parse_pipeline("to-anf,infer-type,combine-sums,dce")(before)
     # the three products with transpose_a of the sum (not %w) are one, of the joined operands
     assert sorted(ops(out)) == ["add", "concatenate", "concatenate", "nn.matmul",
                                 "strided_slice", "strided_slice", "strided_slice",
@@ -79,7 +79,7 @@ def @main(%a: Tensor[(4, 3), float32], %b: Tensor[(3, 5), float32], %c: Tensor[(
   (%s, %t, add(nn.matmul(%c, %b), %r))
 }"""
     before = parse_pipeline("to-anf,infer-type")(rly.parse(src))
-    out = CombineMatmulSums()(before)
+    out = CombineSums()(before)
     assert out is before or rly.structural_equal(out, before)
 
 
@@ -122,3 +122,32 @@ def @main(%a: Tensor[(1, 6), float32], %w: Tensor[(5, 6), float32]) {
   nn.matmul(%a, %w, transpose_b=True)
 }"""))
     assert ShareWeightTranspose()(once) is once   # one use: the schedule packs it, as before
+
+
+def test_scatters_of_distinct_slices_become_one_stack() -> None:
+    # sum_i take_grad(g_i, like, i) over distinct constant i: the g_i stacked (zeros elsewhere)
+    src = H + """
+def @main(%x: Tensor[(4, 2, 3), float32], %w: Tensor[(3), float32]) -> float32 {
+  let %a = multiply(take(%x, 0, axis=0), %w);
+  let %b = multiply(take(%x, 2, axis=0), %w);
+  let %c = multiply(take(%x, 3, axis=0), %w);
+  sum(multiply(add(%a, %b), %c))
+}"""
+    mod = rly.parse(src)
+    raw = passes.gradient(mod)
+    opt = passes.optimize(raw)
+    names = ops(opt)
+    assert "take_grad" not in names and names.count("stack") == 1, names
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((4, 2, 3)).astype("float32"),
+            rng.standard_normal(3).astype("float32")]
+    assert_close_tree(runtime.evaluate(opt, *args), runtime.evaluate(raw, *args), 1e-5, 1e-6)
+    # a repeated index and an index from a variable stay scatters
+    kept = InferType()(rly.parse(H + """
+def @main(%g: Tensor[(2, 3), float32], %x: Tensor[(4, 2, 3), float32], %i: int32) {
+  let %a = take_grad(%g, %x, 1, axis=0);
+  let %b = take_grad(%g, %x, %i, axis=0);
+  add(%a, %b)
+}"""))
+    kept = parse_pipeline("to-anf,infer-type")(kept)
+    assert CombineSums()(kept) is kept
