@@ -7,7 +7,7 @@ float32 and round back to float16.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -283,33 +283,25 @@ def variance_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     return T.elemwise(lambda v: T.cast(v / T.cast(n, acc), dt), s, name="T_var")
 
 
-defop("sum", 1, grad=_REDUCE_GRAD["sum"], jvp=jvp_linear,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_sum), pattern=OpPattern.COMM_REDUCE, doc="Sum over axes.",
-      compute=_reduce_te("sum"))
-defop("prod", 1, grad=_REDUCE_GRAD["prod"], jvp=jvp_reduce,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_prod), pattern=OpPattern.COMM_REDUCE, doc="Product over axes.",
-      compute=_reduce_te("prod"))
-defop("max", 1, grad=_REDUCE_GRAD["max"], jvp=jvp_reduce,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_max), pattern=OpPattern.COMM_REDUCE, doc="Maximum over axes.",
-      compute=_reduce_te("max"))
-defop("min", 1, grad=_REDUCE_GRAD["min"], jvp=jvp_reduce,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_min), pattern=OpPattern.COMM_REDUCE, doc="Minimum over axes.",
-      compute=_reduce_te("min"))
-defop("mean", 1, grad=_REDUCE_GRAD["mean"], jvp=jvp_linear,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=mean_ref, pattern=OpPattern.COMM_REDUCE, doc="Mean over axes.", compute=mean_te)
-defop("all", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("all"),
-      impl=_simple(np.all), pattern=OpPattern.COMM_REDUCE, doc="Logical and over axes.",
-      compute=_reduce_te("min"),
-      non_differentiable=True)
-defop("any", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("any"),
-      impl=_simple(np.any), pattern=OpPattern.COMM_REDUCE, doc="Logical or over axes.",
-      compute=_reduce_te("max"),
-      non_differentiable=True)
+def _defreduce(name: str, impl: Callable[..., Any], compute: Callable[..., Any], doc: str,
+               rel: Callable[..., Any] = reduce_rel, **rules: Any) -> None:
+    """Register a one-input reduction with ``ReduceAttrs`` (pattern COMM_REDUCE)."""
+    defop(name, 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=rel, impl=impl,
+          pattern=OpPattern.COMM_REDUCE, doc=doc, compute=compute, **rules)
+
+
+# name, JVP rule, numpy reference, TE compute, doc; the gradient is _REDUCE_GRAD[name]
+for _name, _jvp, _impl, _compute, _doc in [
+        ("sum", jvp_linear, _simple(_sum), _reduce_te("sum"), "Sum over axes."),
+        ("prod", jvp_reduce, _simple(_prod), _reduce_te("prod"), "Product over axes."),
+        ("max", jvp_reduce, _simple(_max), _reduce_te("max"), "Maximum over axes."),
+        ("min", jvp_reduce, _simple(_min), _reduce_te("min"), "Minimum over axes."),
+        ("mean", jvp_linear, mean_ref, mean_te, "Mean over axes.")]:
+    _defreduce(_name, _impl, _compute, _doc, grad=_REDUCE_GRAD[_name], jvp=_jvp)
+_defreduce("all", _simple(np.all), _reduce_te("min"), "Logical and over axes.",
+           rel=_check_bool_rel("all"), non_differentiable=True)
+_defreduce("any", _simple(np.any), _reduce_te("max"), "Logical or over axes.",
+           rel=_check_bool_rel("any"), non_differentiable=True)
 
 
 # ----------------------------------------------------------------------------- argmax / argmin
