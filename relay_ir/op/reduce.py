@@ -209,28 +209,33 @@ def mean_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
                       name="T_mean")
 
 
+def _arg_reducer(which: str, last: bool) -> object:
+    """The ``(index, value)`` reducer of ``arg{which}``: the better value wins, ties go to the
+    first index (``last``: the last); index -1 marks the identity."""
+    te, tirx = T.te_mod(), T.tir_mod()
+
+    def combine(lhs, rhs):  # type: ignore[no-untyped-def]
+        (li, lv), (ri, rv) = lhs, rhs
+        better = rv > lv if which == "max" else rv < lv
+        tie = tirx.And(tirx.EQ(rv, lv), (ri > li) if last else (ri < li))
+        take_r = tirx.Or(tirx.Or(better, tie), li < T.const(0, "int32"))
+        return (T.select(take_r, ri, li), T.select(take_r, rv, lv))
+
+    def ident(t0, t1):  # type: ignore[no-untyped-def]
+        init = T.min_value(t1) if which == "max" else T.max_value(t1)
+        return (T.const(-1, t0), init)
+    return te.comm_reducer(combine, ident, name=f"arg{which}")
+
+
 def _arg_reduce_te(which: str):  # type: ignore[no-untyped-def]
     """Compute of argmax/argmin: the flattened index over the reduced axes (int32)."""
     def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
-        te, tirx = T.te_mod(), T.tir_mod()
+        te = T.te_mod()
         x = inputs[0]
-        dt = T.dtype_of(x)
-        vdt = "int8" if dt == "bool" else dt
         shp = T.shape_of(x)
+        vdt = "int8" if T.dtype_of(x) == "bool" else T.dtype_of(x)
         axes = reduce_axes(len(shp), attrs.axis, attrs.exclude)
-        last = attrs.select_last_index
-
-        def combine(lhs, rhs):  # type: ignore[no-untyped-def]
-            (li, lv), (ri, rv) = lhs, rhs
-            better = rv > lv if which == "max" else rv < lv
-            tie = tirx.And(tirx.EQ(rv, lv), (ri > li) if last else (ri < li))
-            take_r = tirx.Or(tirx.Or(better, tie), li < T.const(0, "int32"))
-            return (T.select(take_r, ri, li), T.select(take_r, rv, lv))
-
-        def ident(t0, t1):  # type: ignore[no-untyped-def]
-            init = T.min_value(t1) if which == "max" else T.max_value(t1)
-            return (T.const(-1, t0), init)
-        red = te.comm_reducer(combine, ident, name=f"arg{which}")
+        red = _arg_reducer(which, attrs.select_last_index)
         raxes = [te.reduce_axis((0, shp[a]), name=f"k{a}") for a in axes]
         if attrs.keepdims:
             out_shape = [1 if i in axes else d for i, d in enumerate(shp)]
