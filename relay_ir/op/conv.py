@@ -9,6 +9,7 @@ values, as in TVM.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -313,10 +314,7 @@ def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
     out = np.transpose(out, (0, 3, 1, 2))  # NCHW
     out_layout = attrs.out_layout or attrs.data_layout
     perm = _layout(out_layout, "NCHW", "out_layout")
-    inv = [0] * 4
-    for k, p in enumerate(perm):
-        inv[p] = k
-    return wrap(np.ascontiguousarray(np.transpose(out, inv)), dt)
+    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), dt)
 
 
 _CONV_ATTRS = [F("strides", "ints", (1, 1)), F("padding", "ints", (0, 0)),
@@ -361,8 +359,9 @@ def _pool_rel(arg_types: Sequence[Type], attrs: Attrs, name: str) -> Type | None
     return TensorType(tuple(shape), data.dtype)
 
 
-def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
-    x = args[0]
+def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
+    """Canonical NCHW input, window geometry ``(kh, kw, sh, sw, dh, dw, oh, ow)`` and the pads of
+    a pool (the bottom/right pads grow where ``ceil_mode`` needs windows past the padding)."""
     perm = _layout(attrs.layout, "NCHW", "layout")
     xn = np.transpose(x, perm)
     n, c, h, w = xn.shape
@@ -370,34 +369,43 @@ def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
     oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
     ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
     assert isinstance(oh, int) and isinstance(ow, int)
-    # NOTE: ceil_mode may need windows past the bottom/right padding: pad extra, never counted
     eh = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt + pb))
     ew = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl + pr))
     pads = ((0, 0), (0, 0), (pt, pb + eh), (pl, pr + ew))
+    return perm, xn, (kh, kw, sh, sw, dh, dw, oh, ow), pads
+
+
+def _avg_count_ref(h: int, w: int, attrs: Attrs, win: tuple, pads: tuple,
+                   dtype: Any) -> np.ndarray:
+    """Per pooling window: how many taps ``nn.avg_pool2d`` divides by (the real input, plus the
+    explicit padding with ``count_include_pad``; the extra ``ceil_mode`` padding never counts)."""
+    (pt, pbe), (pl, pre) = pads[2], pads[3]
+    pb, pr = _padding(attrs.padding)[2:]
+    mask = np.zeros((1, 1, h + pt + pbe, w + pl + pre), dtype)
+    if attrs.count_include_pad:
+        mask[:, :, :h + pt + pb, :w + pl + pr] = 1
+    else:
+        mask[:, :, pt:pt + h, pl:pl + w] = 1
+    return np.sum(_windows(mask, *win), axis=(4, 5))
+
+
+def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
+    x = args[0]
+    perm, xn, win, pads = _pool_setup(x, attrs)
     if kind == "max":
         fill = -np.inf if xn.dtype.kind == "f" else (
             np.iinfo(xn.dtype).min if xn.dtype.kind in "iu" else False)
         xp = np.pad(xn, pads, constant_values=fill)
-        out = np.max(_windows(xp, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
+        out = np.max(_windows(xp, *win), axis=(4, 5))
     else:
         xa = _acc(xn).astype(np.float64) if xn.dtype.kind in "iub" else _acc(xn)
-        xp = np.pad(xa, pads)
-        total = np.sum(_windows(xp, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
-        # counted region: the real input, plus the explicit padding with count_include_pad
-        mask = np.zeros((1, 1, h + pt + pb + eh, w + pl + pr + ew), xa.dtype)
-        if attrs.count_include_pad:
-            mask[:, :, :h + pt + pb, :w + pl + pr] = 1
-        else:
-            mask[:, :, pt:pt + h, pl:pl + w] = 1
-        count = np.sum(_windows(mask, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
+        total = np.sum(_windows(np.pad(xa, pads), *win), axis=(4, 5))
+        count = _avg_count_ref(xn.shape[2], xn.shape[3], attrs, win, pads, xa.dtype)
         with np.errstate(invalid="ignore", divide="ignore"):
             out = total / np.maximum(count, 1)
         if xn.dtype.kind in "iu":
             out = np.trunc(out)
-    inv = [0] * 4
-    for k, p in enumerate(perm):
-        inv[p] = k
-    return wrap(np.ascontiguousarray(np.transpose(out, inv)), x.dtype)
+    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), x.dtype)
 
 
 _POOL_ATTRS = [F("pool_size", "ints", (1, 1)), F("strides", "ints", (1, 1)),
@@ -571,26 +579,26 @@ def conv2d_backward_weight_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(kperm))), g.dtype)
 
 
-def _conv_attrs(call: Any) -> dict[str, Any]:
-    return dict(call.attrs)
+def _conv_adjoint_grad(wrt_data: bool, doc: str):  # type: ignore[no-untyped-def]
+    """The gradient rule of ``bd(g, a, like)`` (``wrt_data``: ``a`` is the weight) or of
+    ``bw(g, a, like)`` (``a`` is the data): ``dg = conv2d`` of ``h`` with ``a``, ``da`` the other
+    adjoint ``(g, h, a)``, zero for ``like``."""
+    other = "nn.conv2d_backward_weight" if wrt_data else "nn.conv2d_backward_data"
+
+    def rule(call, out, h):  # type: ignore[no-untyped-def]
+        g, a, like = call.args
+        at = dict(call.attrs)
+        fwd = op("nn.conv2d", h, a, **at) if wrt_data else op("nn.conv2d", a, h, **at)
+        return (fwd, op(other, g, h, a, **at), zeros_for(like))
+    rule.__name__ = f"conv2d_backward_{'data' if wrt_data else 'weight'}_grad"
+    rule.__doc__ = doc
+    return grad_rule(rule)
 
 
-@grad_rule
-def conv2d_backward_data_grad(call, out, h):  # type: ignore[no-untyped-def]
-    """``bd(g, w, like)``: ``dg = conv2d(h, w)``, ``dw = bw(g, h)``, zero for ``like``."""
-    g, w, like = call.args
-    at = _conv_attrs(call)
-    return (op("nn.conv2d", h, w, **at), op("nn.conv2d_backward_weight", g, h, w, **at),
-            zeros_for(like))
-
-
-@grad_rule
-def conv2d_backward_weight_grad(call, out, h):  # type: ignore[no-untyped-def]
-    """``bw(g, x, like)``: ``dg = conv2d(x, h)``, ``dx = bd(g, h)``, zero for ``like``."""
-    g, x, like = call.args
-    at = _conv_attrs(call)
-    return (op("nn.conv2d", x, h, **at), op("nn.conv2d_backward_data", g, h, x, **at),
-            zeros_for(like))
+conv2d_backward_data_grad = _conv_adjoint_grad(
+    True, "``bd(g, w, like)``: ``dg = conv2d(h, w)``, ``dw = bw(g, h)``, zero for ``like``.")
+conv2d_backward_weight_grad = _conv_adjoint_grad(
+    False, "``bw(g, x, like)``: ``dg = conv2d(x, h)``, ``dx = bd(g, h)``, zero for ``like``.")
 
 
 # ------------------------------------------------------------ TE computes: gradient operators
@@ -622,74 +630,107 @@ def _tap(y: object, k: int, s: int, dl: int, lo: int, n: object) -> tuple:
     return ok, tirx.max(tirx.min(q, n - 1), 0)
 
 
-def _conv_grad_layouts(attrs: Attrs, dt: str) -> tuple:
-    """(accumulator dtype, data / kernel / output layout permutations) of a conv2d gradient."""
-    return (_grad_acc(dt), _layout(attrs.data_layout, "NCHW", "data_layout"),
-            _layout(attrs.kernel_layout, "OIHW", "kernel_layout"),
-            _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout"))
-
-
 def _per_group(channels: object, groups: int) -> object:
     """``channels // groups`` (a TE expression when ``channels`` is symbolic)."""
     return channels // groups if isinstance(channels, int) else \
         T.tir_mod().floordiv(channels, groups)
 
 
-def conv2d_backward_data_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
-    """TE compute of ``nn.conv2d_backward_data``: each input pixel sums its output taps."""
-    te, tirx = T.te_mod(), T.tir_mod()
-    g, w, like = inputs
-    dt = out_type.dtype
-    acc, dp, kp, op_ = _conv_grad_layouts(attrs, dt)
+@dataclass(frozen=True, slots=True)
+class _ConvGradSetup:
+    """What the two conv2d gradient kernels share: the accumulator dtype, the data / kernel /
+    output layout permutations, the window ``(kh, kw, sh, sw, dlh, dlw, pt, pl)``, the canonical
+    kernel channels ``o`` and ``cg`` (per group), ``og = o // groups`` and the output ``oh, ow``."""
+
+    acc: str
+    dp: tuple[int, ...]
+    kp: tuple[int, ...]
+    op_: tuple[int, ...]
+    win: tuple
+    o: object
+    cg: object
+    og: object
+    oh: object
+    ow: object
+
+
+def _conv_grad_setup(attrs: Attrs, g: object, kernel: object, dt: str) -> _ConvGradSetup:
+    """The set-up of a conv2d gradient kernel from ``g`` (output-shaped) and a kernel-shaped
+    input, for an output of dtype ``dt``."""
+    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
+    kp = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    op_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
     sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
-    o, cg, kh, kw = _canon(kp, T.shape_of(w))
+    o, cg, kh, kw = _canon(kp, T.shape_of(kernel))
     oh, ow = _canon(op_, T.shape_of(g))[2:]
-    og = _per_group(o, attrs.groups)
-    rq = te.reduce_axis((0, og), name="rq")
+    return _ConvGradSetup(_grad_acc(dt), dp, kp, op_, (kh, kw, sh, sw, dlh, dlw, pt, pl),
+                          o, cg, _per_group(o, attrs.groups), oh, ow)
+
+
+def _gather_windows(shape: Sequence[object], perm: Sequence[int], win: tuple,
+                    out_hw: Sequence[object], acc: str, dt: str, term: Any, name: str, tag: str,
+                    lead: Sequence[tuple[str, object]] = ()) -> object:
+    """A gradient kernel of ``shape`` (layout ``perm``): each element, at canonical
+    ``(n, c, y, x)``, sums ``term(n, c, wy, wx, *axes)`` in ``acc`` over the taps ``(ry, rx)`` of
+    the ``win = (kh, kw, sh, sw, dlh, dlw, pt, pl)`` windows ``(wy, wx)`` of the ``out_hw`` output
+    that reach it; ``term`` returns ``(condition or None, value)``, and ``lead`` names reduce
+    axes ``(name, extent)`` summed before the taps. The result is cast to ``dt``."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    kh, kw, sh, sw, dlh, dlw, pt, pl = win
+    oh, ow = out_hw
+    axes = [te.reduce_axis((0, ext), name=nm) for nm, ext in lead]
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
+    axes += [ry, rx]
 
     def body(*i):  # type: ignore[no-untyped-def]
-        n, c, y, x = _canon(dp, i)
+        n, c, y, x = _canon(perm, i)
         oky, wy = _tap(y, ry, sh, dlh, pt, oh)
         okx, wx = _tap(x, rx, sw, dlw, pl, ow)
-        co = tirx.floordiv(c, cg) * og + rq
-        v = T.cast(g(*_at(op_, [n, co, wy, wx])), acc) * \
-            T.cast(w(*_at(kp, [co, tirx.floormod(c, cg), ry, rx])), acc)
-        return te.sum(tirx.if_then_else(tirx.all(oky, okx), v, T.const(0, acc)),
-                      axis=[rq, ry, rx])
-    r = te.compute(T.shape_of(like), body, name="T_conv2d_backward_data", tag="conv2d_grad")
-    return T.cast_tensor(r, dt)
+        cond, v = term(n, c, wy, wx, *axes)
+        ok = tirx.all(oky, okx) if cond is None else tirx.all(oky, okx, cond)
+        return te.sum(tirx.if_then_else(ok, v, T.const(0, acc)), axis=axes)
+    return T.cast_tensor(te.compute(list(shape), body, name=name, tag=tag), dt)
+
+
+def conv2d_backward_data_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.conv2d_backward_data``: each input pixel sums its output taps."""
+    tirx = T.tir_mod()
+    g, w, like = inputs
+    s = _conv_grad_setup(attrs, g, w, out_type.dtype)
+
+    def term(n, c, wy, wx, rq, ry, rx):  # type: ignore[no-untyped-def]
+        co = tirx.floordiv(c, s.cg) * s.og + rq
+        return None, T.cast(g(*_at(s.op_, [n, co, wy, wx])), s.acc) * \
+            T.cast(w(*_at(s.kp, [co, tirx.floormod(c, s.cg), ry, rx])), s.acc)
+    return _gather_windows(T.shape_of(like), s.dp, s.win, (s.oh, s.ow), s.acc, out_type.dtype,
+                           term, "T_conv2d_backward_data", "conv2d_grad", lead=[("rq", s.og)])
 
 
 def conv2d_backward_weight_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     """TE compute of ``nn.conv2d_backward_weight``: ``sum_{n,y,x} g * shifted data``."""
     te, tirx = T.te_mod(), T.tir_mod()
     g, x, like = inputs
-    dt = out_type.dtype
-    acc, dp, kp, op_ = _conv_grad_layouts(attrs, dt)
-    sh, sw, dlh, dlw, pt, pl, _, _ = _conv_geometry(attrs)
-    nb, _, h, wd = _canon(dp, T.shape_of(x))
-    o, cg = _canon(kp, T.shape_of(like))[:2]
-    oh, ow = _canon(op_, T.shape_of(g))[2:]
-    og = _per_group(o, attrs.groups)
+    s = _conv_grad_setup(attrs, g, like, out_type.dtype)
+    _, _, sh, sw, dlh, dlw, pt, pl = s.win
+    nb, _, h, wd = _canon(s.dp, T.shape_of(x))
     rn = te.reduce_axis((0, nb), name="rn")
-    ry = te.reduce_axis((0, oh), name="ry")
-    rx = te.reduce_axis((0, ow), name="rx")
+    ry = te.reduce_axis((0, s.oh), name="ry")
+    rx = te.reduce_axis((0, s.ow), name="rx")
 
     def body(*i):  # type: ignore[no-untyped-def]
-        co, ci, ky, kx = _canon(kp, i)
+        co, ci, ky, kx = _canon(s.kp, i)
         y = ry * sh + ky * dlh - pt
         xx = rx * sw + kx * dlw - pl
         inside = tirx.all(y >= 0, y < h, xx >= 0, xx < wd)
-        cin = tirx.floordiv(co, og) * cg + ci
+        cin = tirx.floordiv(co, s.og) * s.cg + ci
         yc = tirx.max(tirx.min(y, h - 1), 0)
         xc = tirx.max(tirx.min(xx, wd - 1), 0)
-        v = T.cast(g(*_at(op_, [rn, co, ry, rx])), acc) * \
-            T.cast(x(*_at(dp, [rn, cin, yc, xc])), acc)
-        return te.sum(tirx.if_then_else(inside, v, T.const(0, acc)), axis=[rn, ry, rx])
+        v = T.cast(g(*_at(s.op_, [rn, co, ry, rx])), s.acc) * \
+            T.cast(x(*_at(s.dp, [rn, cin, yc, xc])), s.acc)
+        return te.sum(tirx.if_then_else(inside, v, T.const(0, s.acc)), axis=[rn, ry, rx])
     r = te.compute(T.shape_of(like), body, name="T_conv2d_backward_weight", tag="conv2d_grad")
-    return T.cast_tensor(r, dt)
+    return T.cast_tensor(r, out_type.dtype)
 
 
 def _pool_geometry(attrs: Attrs) -> tuple[int, ...]:
@@ -752,27 +793,18 @@ def _first_max_tap(x: object, attrs: Attrs, pooled: Sequence[object]) -> object:
 
 def max_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     """TE compute of ``nn.max_pool2d_grad``: each pixel sums ``g`` of windows whose max it is."""
-    te, tirx = T.te_mod(), T.tir_mod()
     g, x = inputs
-    dt = out_type.dtype
-    acc = _grad_acc(dt)
+    acc = _grad_acc(out_type.dtype)
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
-    oh, ow = _canon(lp, T.shape_of(g))[2:]
+    win = _pool_geometry(attrs)[:8]
+    kw = win[1]
     arg = _first_max_tap(x, attrs, T.shape_of(g))
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
 
-    def body(*i):  # type: ignore[no-untyped-def]
-        n, c, y, xx = _canon(lp, i)
-        oky, wy = _tap(y, ry, sh, dlh, pt, oh)
-        okx, wx = _tap(xx, rx, sw, dlw, pl, ow)
+    def term(n, c, wy, wx, ry, rx):  # type: ignore[no-untyped-def]
         at = _at(lp, [n, c, wy, wx])
-        hit = tirx.all(oky, okx, arg(*at) == T.cast(ry * kw + rx, "int32"))
-        return te.sum(tirx.if_then_else(hit, T.cast(g(*at), acc), T.const(0, acc)),
-                      axis=[ry, rx])
-    r = te.compute(T.shape_of(x), body, name="T_max_pool2d_grad", tag="pool_grad")
-    return T.cast_tensor(r, dt)
+        return arg(*at) == T.cast(ry * kw + rx, "int32"), T.cast(g(*at), acc)
+    return _gather_windows(T.shape_of(x), lp, win, _canon(lp, T.shape_of(g))[2:], acc,
+                           out_type.dtype, term, "T_max_pool2d_grad", "pool_grad")
 
 
 def max_pool2d_gather_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
@@ -799,29 +831,20 @@ def max_pool2d_gather_te(attrs: Attrs, inputs: list, out_type: TensorType) -> ob
 
 def avg_pool2d_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     """TE compute of ``nn.avg_pool2d_grad``: each pixel sums ``g / count`` of its windows."""
-    te, tirx = T.te_mod(), T.tir_mod()
+    tirx = T.tir_mod()
     g, x = inputs
     dt = out_type.dtype
     acc = "float64" if dt == "float64" else "float32"
     lp = _layout(attrs.layout, "NCHW", "layout")
-    kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     h, w = _canon(lp, T.shape_of(x))[2:]
-    oh, ow = _canon(lp, T.shape_of(g))[2:]
     count = _avg_count(attrs, h, w)
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
 
-    def body(*i):  # type: ignore[no-untyped-def]
-        n, c, y, xx = _canon(lp, i)
-        oky, wy = _tap(y, ry, sh, dlh, pt, oh)
-        okx, wx = _tap(xx, rx, sw, dlw, pl, ow)
-        cnt = count(wy, wx)
-        v = T.cast(g(*_at(lp, [n, c, wy, wx])), acc) / \
-            T.cast(tirx.max(cnt, T.const(1, "int32")), acc)
-        return te.sum(tirx.if_then_else(tirx.all(oky, okx), v, T.const(0, acc)),
-                      axis=[ry, rx])
-    r = te.compute(T.shape_of(x), body, name="T_avg_pool2d_grad", tag="pool_grad")
-    return T.cast_tensor(r, dt)
+    def term(n, c, wy, wx, ry, rx):  # type: ignore[no-untyped-def]
+        return None, T.cast(g(*_at(lp, [n, c, wy, wx])), acc) / \
+            T.cast(tirx.max(count(wy, wx), T.const(1, "int32")), acc)
+    return _gather_windows(T.shape_of(x), lp, _pool_geometry(attrs)[:8],
+                           _canon(lp, T.shape_of(g))[2:], acc, dt, term, "T_avg_pool2d_grad",
+                           "pool_grad")
 
 
 defop("nn.conv2d_backward_data", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs",
@@ -839,20 +862,6 @@ defop("nn.conv2d_backward_weight", 3, attrs=_CONV_ATTRS, attrs_type="Conv2DAttrs
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
       doc="Gradient of conv2d in its weight: (out_grad, data, weight_like) -> weight's type.",
       compute=conv2d_backward_weight_te)
-
-
-def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
-    """Canonical NCHW input, geometry and the padded shape of a pool (as ``_pool_ref``)."""
-    perm = _layout(attrs.layout, "NCHW", "layout")
-    xn = np.transpose(x, perm)
-    n, c, h, w = xn.shape
-    kh, kw, sh, sw, dh, dw, pt, pl, pb, pr = _pool_geometry(attrs)
-    oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
-    ow = _out_dim(w, pl + pr, kw, dw, sw, attrs.ceil_mode)
-    eh = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt + pb))
-    ew = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl + pr))
-    pads = ((0, 0), (0, 0), (pt, pb + eh), (pl, pr + ew))
-    return perm, xn, (kh, kw, sh, sw, dh, dw, oh, ow), pads
 
 
 def _argmax_positions(x: np.ndarray, attrs: Attrs) -> tuple:
@@ -900,13 +909,7 @@ def avg_pool2d_grad_ref(args: list, attrs: Attrs) -> np.ndarray:
     n, c, h, w = xn.shape
     pt, pl = pads[2][0], pads[3][0]
     ph, pw = h + pads[2][0] + pads[2][1], w + pads[3][0] + pads[3][1]
-    mask = np.zeros((1, 1, ph, pw))
-    if attrs.count_include_pad:
-        mask[:, :, :ph - (pads[2][1] - _padding(attrs.padding)[2]),
-             :pw - (pads[3][1] - _padding(attrs.padding)[3])] = 1
-    else:
-        mask[:, :, pt:pt + h, pl:pl + w] = 1
-    count = np.sum(_windows(mask, kh, kw, sh, sw, dh, dw, oh, ow), axis=(4, 5))
+    count = _avg_count_ref(h, w, attrs, (kh, kw, sh, sw, dh, dw, oh, ow), pads, np.float64)
     gn = np.transpose(g, perm).astype(np.float64) / np.maximum(count, 1)
     acc = np.zeros((n, c, ph, pw))
     for i in range(kh):

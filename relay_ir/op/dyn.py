@@ -122,11 +122,19 @@ def _reshape_back_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
     return (make_call("reshape_like", g, x), make_call("zeros_like", s))
 
 
-defop("dyn.reshape", 2, attrs=[F("newshape", "ints?", None, "unused (the shape is an argument)"),
-                               F("allowzero", "bool", False, "0 is a literal zero")],
-      attrs_type="ReshapeAttrs", rel=dyn_reshape_rel, impl=dyn_reshape_ref,
-      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
-      doc="Reshape to a shape given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
+def _def_linear_dyn(name: str, num_inputs: int, grad: Any, *,
+                    pattern: OpPattern = OpPattern.INJECTIVE, **fields: Any) -> None:
+    """Register a ``dyn.*`` op linear in its data (JVP: :func:`_linear_jvp`) whose result shape
+    is read from an argument's values (no kernel: ``host_only``)."""
+    defop(name, num_inputs, pattern=pattern, grad=grad, jvp=_linear_jvp,
+          host_only=_SHAPE_FROM_VALUES, **fields)
+
+
+_def_linear_dyn("dyn.reshape", 2, _reshape_back_grad,
+                attrs=[F("newshape", "ints?", None, "unused (the shape is an argument)"),
+                       F("allowzero", "bool", False, "0 is a literal zero")],
+                attrs_type="ReshapeAttrs", rel=dyn_reshape_rel, impl=dyn_reshape_ref,
+                doc="Reshape to a shape given as a 1-d integer tensor.")
 
 
 # ----------------------------------------------------------------------------- broadcast_to
@@ -157,10 +165,10 @@ def _broadcast_to_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
     return (make_call("collapse_sum_like", g, x), make_call("zeros_like", s))
 
 
-defop("dyn.broadcast_to", 2, attrs=[F("shape", "ints?", None, "unused (an argument here)")],
-      attrs_type="InitOpAttrs", rel=dyn_broadcast_to_rel, impl=dyn_broadcast_to_ref,
-      pattern=OpPattern.BROADCAST, grad=_broadcast_to_grad, jvp=_linear_jvp,
-      doc="Broadcast to a shape given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
+_def_linear_dyn("dyn.broadcast_to", 2, _broadcast_to_grad, pattern=OpPattern.BROADCAST,
+                attrs=[F("shape", "ints?", None, "unused (an argument here)")],
+                attrs_type="InitOpAttrs", rel=dyn_broadcast_to_rel, impl=dyn_broadcast_to_ref,
+                doc="Broadcast to a shape given as a 1-d integer tensor.")
 
 
 # ----------------------------------------------------------------------------- zeros/ones/full
@@ -244,10 +252,10 @@ def _tile_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
     return (make_call("dyn.tile_grad", g, x, r), make_call("zeros_like", r))
 
 
-defop("dyn.tile", 2, attrs=[F("reps", "ints?", None, "unused (the reps are an argument)")],
-      attrs_type="TileAttrs", rel=dyn_tile_rel, impl=dyn_tile_ref,
-      pattern=OpPattern.INJECTIVE, grad=_tile_grad, jvp=_linear_jvp,
-      doc="Tile with repetitions given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
+_def_linear_dyn("dyn.tile", 2, _tile_grad,
+                attrs=[F("reps", "ints?", None, "unused (the reps are an argument)")],
+                attrs_type="TileAttrs", rel=dyn_tile_rel, impl=dyn_tile_ref,
+                doc="Tile with repetitions given as a 1-d integer tensor.")
 
 
 def _like_rel(arg_types: Sequence[Type]) -> Type | None:
@@ -352,10 +360,10 @@ def _strided_slice_grad(call: Any, out: Expr, g: Expr) -> tuple[Expr, ...]:
             make_call("zeros_like", b), make_call("zeros_like", e), make_call("zeros_like", st))
 
 
-defop("dyn.strided_slice", 4, attrs=_DYN_SLICE_ATTRS,
-      attrs_type="StridedSliceAttrs", rel=dyn_strided_slice_rel, impl=dyn_strided_slice_ref,
-      pattern=OpPattern.INJECTIVE, grad=_strided_slice_grad, jvp=_linear_jvp,
-      doc="Strided slice with begin/end/strides given as tensors.", host_only=_SHAPE_FROM_VALUES)
+_def_linear_dyn("dyn.strided_slice", 4, _strided_slice_grad,
+                attrs=_DYN_SLICE_ATTRS, attrs_type="StridedSliceAttrs",
+                rel=dyn_strided_slice_rel, impl=dyn_strided_slice_ref,
+                doc="Strided slice with begin/end/strides given as tensors.")
 
 
 def dyn_strided_slice_grad_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -407,10 +415,11 @@ def dyn_expand_dims_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.reshape(x, shape)
 
 
-defop("dyn.expand_dims", 2, attrs=[F("num_newaxis", "int", 1, "how many unit axes")],
-      attrs_type="DynExpandDimsAttrs", rel=dyn_expand_dims_rel, impl=dyn_expand_dims_ref,
-      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
-      doc="Insert unit axes at an axis given as a 0-d tensor.", host_only=_SHAPE_FROM_VALUES)
+_def_linear_dyn("dyn.expand_dims", 2, _reshape_back_grad,
+                attrs=[F("num_newaxis", "int", 1, "how many unit axes")],
+                attrs_type="DynExpandDimsAttrs", rel=dyn_expand_dims_rel,
+                impl=dyn_expand_dims_ref,
+                doc="Insert unit axes at an axis given as a 0-d tensor.")
 
 
 @tensor_rel("data", "axes")
@@ -437,10 +446,10 @@ def dyn_squeeze_ref(args: list, attrs: Attrs) -> np.ndarray:
     return np.reshape(x, shape)
 
 
-defop("dyn.squeeze", 2, attrs=[F("axis", "ints?", None, "unused (the axes are an argument)")],
-      attrs_type="SqueezeAttrs", rel=dyn_squeeze_rel, impl=dyn_squeeze_ref,
-      pattern=OpPattern.INJECTIVE, grad=_reshape_back_grad, jvp=_linear_jvp,
-      doc="Remove the unit axes given as a 1-d integer tensor.", host_only=_SHAPE_FROM_VALUES)
+_def_linear_dyn("dyn.squeeze", 2, _reshape_back_grad,
+                attrs=[F("axis", "ints?", None, "unused (the axes are an argument)")],
+                attrs_type="SqueezeAttrs", rel=dyn_squeeze_rel, impl=dyn_squeeze_ref,
+                doc="Remove the unit axes given as a 1-d integer tensor.")
 
 
 # ----------------------------------------------------------------------------- nn.pad

@@ -404,38 +404,47 @@ def matmul_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     return _matmul_rel(arg_types, attrs, "nn.matmul", attrs.transpose_a, attrs.transpose_b)
 
 
-def matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
-    """``op(a) @ op(b)``."""
+def _mm_ref(args: list, attrs: Attrs, transpose: Any) -> np.ndarray:
+    """``np.matmul`` of the two operands in the result dtype (integers wrap in it), each first
+    passed through ``transpose`` when its ``transpose_a`` / ``transpose_b`` attribute is set."""
     a, b = args
     dt = attrs.out_dtype or a.dtype
-    a = _acc(a).astype(dt) if a.dtype.kind in "iu" else _acc(a)
-    b = _acc(b).astype(dt) if b.dtype.kind in "iu" else _acc(b)
-    if attrs.transpose_a:
-        a = a.T
-    if attrs.transpose_b:
-        b = b.T
+    a, b = (_acc(v).astype(dt) if v.dtype.kind in "iu" else _acc(v) for v in (a, b))
+    a = transpose(a) if attrs.transpose_a else a
+    b = transpose(b) if attrs.transpose_b else b
     return wrap(np.matmul(a, b), dt)
+
+
+def matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``op(a) @ op(b)``."""
+    return _mm_ref(args, attrs, np.transpose)
+
+
+def _mm_adjoints(name: str, a: Expr, b: Expr, g: Expr, ta: bool, tb: bool,
+                 rows: Any = None) -> tuple[Expr, Expr]:
+    """``(dA, dB)`` of ``name(a, b) = A B`` (A, B: ``a``, ``b`` optionally transposed):
+    ``dA = g BT``, ``dB = AT g``, each written as one ``name`` call with transpose flags.
+    ``rows(a, g)``, when given, reshapes ``a`` and ``g`` for ``dB`` where ``a`` is untransposed."""
+    def mm(lhs: Expr, rhs: Expr, t_l: bool, t_r: bool) -> Expr:
+        return op(name, lhs, rhs, transpose_a=t_l, transpose_b=t_r)
+    da = mm(b, g, tb, True) if ta else mm(g, b, False, not tb)
+    if not ta and rows is not None:
+        a, g = rows(a, g)
+    db = mm(g, a, True, ta) if tb else mm(a, g, not ta, False)
+    return da, db
 
 
 @grad_rule
 def matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
     """``matmul(a, b) = A B`` (A, B: optionally transposed): ``dA = g BT``, ``dB = AT g``."""
     a, b = call.args
-    ta, tb = call.attrs.transpose_a, call.attrs.transpose_b
-    g = _g_in(g, call)
-    if ta:
-        da = op("nn.matmul", b, g, transpose_a=tb, transpose_b=True)
-        a2, g2 = a, g
-    else:
-        da = op("nn.matmul", g, b, transpose_b=not tb)
+    tb = call.attrs.transpose_b
+
+    def rows(a: Expr, g: Expr) -> tuple[Expr, Expr]:
         at, bt = tensor_type(a), tensor_type(b)
         n = bt.shape[0] if tb else bt.shape[1]
-        a2, g2 = _rows(a, at.shape[-1]), _rows(g, n)
-    if tb:
-        db = op("nn.matmul", g2, a2, transpose_a=True, transpose_b=ta)
-    else:
-        db = op("nn.matmul", a2, g2, transpose_a=not ta)
-    return (da, db)
+        return _rows(a, at.shape[-1]), _rows(g, n)
+    return _mm_adjoints("nn.matmul", a, b, _g_in(g, call), call.attrs.transpose_a, tb, rows)
 
 
 defop("nn.matmul", 2, grad=matmul_grad,
@@ -462,31 +471,15 @@ def batch_matmul_rel(x: TensorType, y: TensorType, attrs: Attrs) -> Type | None:
 
 def batch_matmul_ref(args: list, attrs: Attrs) -> np.ndarray:
     """Batched ``matmul`` with batch broadcasting."""
-    x, y = args
-    dt = attrs.out_dtype or x.dtype
-    x = _acc(x).astype(dt) if x.dtype.kind in "iu" else _acc(x)
-    y = _acc(y).astype(dt) if y.dtype.kind in "iu" else _acc(y)
-    if attrs.transpose_a:
-        x = np.swapaxes(x, 1, 2)
-    if attrs.transpose_b:
-        y = np.swapaxes(y, 1, 2)
-    return wrap(np.matmul(x, y), dt)
+    return _mm_ref(args, attrs, lambda v: np.swapaxes(v, 1, 2))
 
 
 @grad_rule
 def batch_matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
     """``batch_matmul`` per batch as :func:`matmul_grad`, summed over broadcast batches."""
     x, y = call.args
-    ta, tb = call.attrs.transpose_a, call.attrs.transpose_b
-    g = _g_in(g, call)
-    if ta:
-        dx = op("nn.batch_matmul", y, g, transpose_a=tb, transpose_b=True)
-    else:
-        dx = op("nn.batch_matmul", g, y, transpose_a=False, transpose_b=not tb)
-    if tb:
-        dy = op("nn.batch_matmul", g, x, transpose_a=True, transpose_b=ta)
-    else:
-        dy = op("nn.batch_matmul", x, g, transpose_a=not ta, transpose_b=False)
+    dx, dy = _mm_adjoints("nn.batch_matmul", x, y, _g_in(g, call), call.attrs.transpose_a,
+                          call.attrs.transpose_b)
     shape = tuple(call.checked_type.shape)
     bx, by = tensor_type(x).shape[0], tensor_type(y).shape[0]
     # NOTE: a batch dim of ? may be a broadcast 1 at run time: collapse unless provably equal

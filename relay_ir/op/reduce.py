@@ -7,7 +7,7 @@ float32 and round back to float16.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -209,28 +209,33 @@ def mean_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
                       name="T_mean")
 
 
+def _arg_reducer(which: str, last: bool) -> object:
+    """The ``(index, value)`` reducer of ``arg{which}``: the better value wins, ties go to the
+    first index (``last``: the last); index -1 marks the identity."""
+    te, tirx = T.te_mod(), T.tir_mod()
+
+    def combine(lhs, rhs):  # type: ignore[no-untyped-def]
+        (li, lv), (ri, rv) = lhs, rhs
+        better = rv > lv if which == "max" else rv < lv
+        tie = tirx.And(tirx.EQ(rv, lv), (ri > li) if last else (ri < li))
+        take_r = tirx.Or(tirx.Or(better, tie), li < T.const(0, "int32"))
+        return (T.select(take_r, ri, li), T.select(take_r, rv, lv))
+
+    def ident(t0, t1):  # type: ignore[no-untyped-def]
+        init = T.min_value(t1) if which == "max" else T.max_value(t1)
+        return (T.const(-1, t0), init)
+    return te.comm_reducer(combine, ident, name=f"arg{which}")
+
+
 def _arg_reduce_te(which: str):  # type: ignore[no-untyped-def]
     """Compute of argmax/argmin: the flattened index over the reduced axes (int32)."""
     def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
-        te, tirx = T.te_mod(), T.tir_mod()
+        te = T.te_mod()
         x = inputs[0]
-        dt = T.dtype_of(x)
-        vdt = "int8" if dt == "bool" else dt
         shp = T.shape_of(x)
+        vdt = "int8" if T.dtype_of(x) == "bool" else T.dtype_of(x)
         axes = reduce_axes(len(shp), attrs.axis, attrs.exclude)
-        last = attrs.select_last_index
-
-        def combine(lhs, rhs):  # type: ignore[no-untyped-def]
-            (li, lv), (ri, rv) = lhs, rhs
-            better = rv > lv if which == "max" else rv < lv
-            tie = tirx.And(tirx.EQ(rv, lv), (ri > li) if last else (ri < li))
-            take_r = tirx.Or(tirx.Or(better, tie), li < T.const(0, "int32"))
-            return (T.select(take_r, ri, li), T.select(take_r, rv, lv))
-
-        def ident(t0, t1):  # type: ignore[no-untyped-def]
-            init = T.min_value(t1) if which == "max" else T.max_value(t1)
-            return (T.const(-1, t0), init)
-        red = te.comm_reducer(combine, ident, name=f"arg{which}")
+        red = _arg_reducer(which, attrs.select_last_index)
         raxes = [te.reduce_axis((0, shp[a]), name=f"k{a}") for a in axes]
         if attrs.keepdims:
             out_shape = [1 if i in axes else d for i, d in enumerate(shp)]
@@ -283,33 +288,25 @@ def variance_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     return T.elemwise(lambda v: T.cast(v / T.cast(n, acc), dt), s, name="T_var")
 
 
-defop("sum", 1, grad=_REDUCE_GRAD["sum"], jvp=jvp_linear,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_sum), pattern=OpPattern.COMM_REDUCE, doc="Sum over axes.",
-      compute=_reduce_te("sum"))
-defop("prod", 1, grad=_REDUCE_GRAD["prod"], jvp=jvp_reduce,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_prod), pattern=OpPattern.COMM_REDUCE, doc="Product over axes.",
-      compute=_reduce_te("prod"))
-defop("max", 1, grad=_REDUCE_GRAD["max"], jvp=jvp_reduce,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_max), pattern=OpPattern.COMM_REDUCE, doc="Maximum over axes.",
-      compute=_reduce_te("max"))
-defop("min", 1, grad=_REDUCE_GRAD["min"], jvp=jvp_reduce,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=_simple(_min), pattern=OpPattern.COMM_REDUCE, doc="Minimum over axes.",
-      compute=_reduce_te("min"))
-defop("mean", 1, grad=_REDUCE_GRAD["mean"], jvp=jvp_linear,
-      attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=reduce_rel,
-      impl=mean_ref, pattern=OpPattern.COMM_REDUCE, doc="Mean over axes.", compute=mean_te)
-defop("all", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("all"),
-      impl=_simple(np.all), pattern=OpPattern.COMM_REDUCE, doc="Logical and over axes.",
-      compute=_reduce_te("min"),
-      non_differentiable=True)
-defop("any", 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=_check_bool_rel("any"),
-      impl=_simple(np.any), pattern=OpPattern.COMM_REDUCE, doc="Logical or over axes.",
-      compute=_reduce_te("max"),
-      non_differentiable=True)
+def _defreduce(name: str, impl: Callable[..., Any], compute: Callable[..., Any], doc: str,
+               rel: Callable[..., Any] = reduce_rel, **rules: Any) -> None:
+    """Register a one-input reduction with ``ReduceAttrs`` (pattern COMM_REDUCE)."""
+    defop(name, 1, attrs=_REDUCE_ATTRS, attrs_type="ReduceAttrs", rel=rel, impl=impl,
+          pattern=OpPattern.COMM_REDUCE, doc=doc, compute=compute, **rules)
+
+
+# name, JVP rule, numpy reference, TE compute, doc; the gradient is _REDUCE_GRAD[name]
+for _name, _jvp, _impl, _compute, _doc in [
+        ("sum", jvp_linear, _simple(_sum), _reduce_te("sum"), "Sum over axes."),
+        ("prod", jvp_reduce, _simple(_prod), _reduce_te("prod"), "Product over axes."),
+        ("max", jvp_reduce, _simple(_max), _reduce_te("max"), "Maximum over axes."),
+        ("min", jvp_reduce, _simple(_min), _reduce_te("min"), "Minimum over axes."),
+        ("mean", jvp_linear, mean_ref, mean_te, "Mean over axes.")]:
+    _defreduce(_name, _impl, _compute, _doc, grad=_REDUCE_GRAD[_name], jvp=_jvp)
+_defreduce("all", _simple(np.all), _reduce_te("min"), "Logical and over axes.",
+           rel=_check_bool_rel("all"), non_differentiable=True)
+_defreduce("any", _simple(np.any), _reduce_te("max"), "Logical or over axes.",
+           rel=_check_bool_rel("any"), non_differentiable=True)
 
 
 # ----------------------------------------------------------------------------- argmax / argmin

@@ -122,6 +122,14 @@ def squeeze_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
 
 
 # ----------------------------------------------------------------------------- reshape
+def _split_part(d0: Dim, other: int) -> Dim:
+    """The ``-1`` part of a reshape ``-4`` split of ``d0`` whose other part is ``other``."""
+    q = dim_div_exact(d0, other)
+    if q is None:
+        raise ShapeMismatchError(f"reshape: cannot split dimension {format_dim(d0)} by {other}")
+    return q
+
+
 def reshape_dims(ishape: Sequence[Dim], newshape: Sequence[int], allowzero: bool = False
                  ) -> tuple[Dim, ...]:
     """Relay's reshape codes applied to ``ishape`` (ints, ``?`` or symbolic dims).
@@ -176,17 +184,9 @@ def reshape_dims(ishape: Sequence[Dim], newshape: Sequence[int], allowzero: bool
             if a < -1 or b < -1 or a == 0 or b == 0 or (a == -1 and b == -1):
                 raise TypeInferenceError(f"reshape: bad split ({a}, {b}) after -4")
             if a == -1:
-                q = dim_div_exact(d0, b)
-                if q is None:
-                    raise ShapeMismatchError(f"reshape: cannot split dimension {format_dim(d0)} "
-                                             f"by {b}")
-                a = q  # type: ignore[assignment]
+                a = _split_part(d0, b)  # type: ignore[assignment]
             if b == -1:
-                q = dim_div_exact(d0, a)
-                if q is None:
-                    raise ShapeMismatchError(f"reshape: cannot split dimension {format_dim(d0)} "
-                                             f"by {a}")
-                b = q  # type: ignore[assignment]
+                b = _split_part(d0, a)  # type: ignore[assignment]
             if not dim_compatible(dim_mul(a, b), d0):
                 raise ShapeMismatchError(f"reshape: cannot split dimension {format_dim(d0)} "
                                          f"into {format_dim(a)} and {format_dim(b)}")
@@ -529,22 +529,33 @@ def repeat_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
 
 
 # ----------------------------------------------------------------------------- concat / stack
+def _joined_fields(arg_types: Sequence[Type], name: str) -> list[TensorType] | None:
+    """The tensor fields of the tuple ``name`` joins (None while unknown; at least one)."""
+    fs = tuple_of_tensors(arg_types[0], "data")
+    if fs is not None and not fs:
+        raise TypeInferenceError(f"{name} needs at least one tensor")
+    return fs
+
+
+def _same_field_dtype(name: str, first: TensorType, f: TensorType, k: int) -> None:
+    """Field ``k`` of a joined tuple has the dtype of field 0."""
+    if f.dtype != first.dtype:
+        raise ShapeMismatchError(f"{name}: data types {first.dtype} and {f.dtype} do not "
+                                 f"match (input 0 and input {k})")
+
+
 def concatenate_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``concatenate((a, b, ...), axis)``: dims add up along ``axis``, others agree."""
-    fs = tuple_of_tensors(arg_types[0], "data")
+    fs = _joined_fields(arg_types, "concatenate")
     if fs is None:
         return None
-    if not fs:
-        raise TypeInferenceError("concatenate needs at least one tensor")
     first = fs[0]
     ndim = first.ndim
     for k, f in enumerate(fs[1:], 1):
         if f.ndim != ndim:
             raise ShapeMismatchError(f"concatenate: input {k} has rank {f.ndim}, but input 0 "
                                      f"has rank {ndim}")
-        if f.dtype != first.dtype:
-            raise ShapeMismatchError(f"concatenate: data types {first.dtype} and {f.dtype} do "
-                                     f"not match (input 0 and input {k})")
+        _same_field_dtype("concatenate", first, f, k)
     if ndim == 0:
         raise TypeInferenceError("concatenate: cannot concatenate rank-0 tensors")
     axis = norm_axis(attrs.axis, ndim)
@@ -597,17 +608,13 @@ defop("concatenate", 1, grad=concatenate_grad, jvp=jvp_linear,
 
 def stack_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``stack((a, b, ...), axis)``: equal types, a new axis of size len(fields)."""
-    fs = tuple_of_tensors(arg_types[0], "data")
+    fs = _joined_fields(arg_types, "stack")
     if fs is None:
         return None
-    if not fs:
-        raise TypeInferenceError("stack needs at least one tensor")
     first = fs[0]
     shape = list(first.shape)
     for k, f in enumerate(fs[1:], 1):
-        if f.dtype != first.dtype:
-            raise ShapeMismatchError(f"stack: data types {first.dtype} and {f.dtype} do not "
-                                     f"match (input 0 and input {k})")
+        _same_field_dtype("stack", first, f, k)
         if f.ndim != first.ndim or not all(dim_compatible(a, b)
                                            for a, b in zip(shape, f.shape)):
             raise ShapeMismatchError(f"stack: input {k} has shape {fmt_shape(f.shape)}, but "
@@ -712,13 +719,20 @@ def _check_broadcastable_to(src: Sequence[Dim], dst: Sequence[Dim], what: str) -
                                      f"{fmt_shape(dst)}")
 
 
+def _shape_attr_rel(t: TensorType, attrs: Attrs, name: str, collapse: bool) -> Type:
+    """``name(x, shape)``: ``shape`` with x's dtype; x broadcasts to ``shape`` (``collapse``:
+    ``shape`` broadcasts to x)."""
+    if attrs.shape is None:
+        raise TypeInferenceError(f"{name} needs a shape attribute")
+    src, dst = (attrs.shape, t.shape) if collapse else (t.shape, attrs.shape)
+    _check_broadcastable_to(src, dst, name)
+    return TensorType(tuple(attrs.shape), t.dtype)
+
+
 @tensor_rel("data")
 def broadcast_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``broadcast_to(x, shape)``."""
-    if attrs.shape is None:
-        raise TypeInferenceError("broadcast_to needs a shape attribute")
-    _check_broadcastable_to(t.shape, attrs.shape, "broadcast_to")
-    return TensorType(tuple(attrs.shape), t.dtype)
+    return _shape_attr_rel(t, attrs, "broadcast_to", collapse=False)
 
 
 @grad_rule
@@ -782,10 +796,7 @@ defop("collapse_sum_like", 2, grad=_collapse_grad, jvp=jvp_linear_in(0), rel=col
 @tensor_rel("data")
 def collapse_sum_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``collapse_sum_to(x, shape)``."""
-    if attrs.shape is None:
-        raise TypeInferenceError("collapse_sum_to needs a shape attribute")
-    _check_broadcastable_to(attrs.shape, t.shape, "collapse_sum_to")
-    return TensorType(tuple(attrs.shape), t.dtype)
+    return _shape_attr_rel(t, attrs, "collapse_sum_to", collapse=True)
 
 
 defop("collapse_sum_to", 1, grad=_collapse_grad, jvp=jvp_linear,
