@@ -269,14 +269,12 @@ class KernelCache:
         for k, idxs in missing.items():
             # NOTE: functions come from the library just written when there is one: the
             # in-memory module would JIT-compile its machine code a second time (~0.3 s for
-            # the W2 step's kernels)
-            fn = None
-            if lib is not None:
-                fn = self._load_from_disk(k)
-                self.modules[k] = self._libs.get(self._lib_of.get(k, ""))
-            if fn is None or self.modules[k] is None:
+            # the W2 step's kernels). The module kept is the in-memory one (its LLVM source
+            # stays inspectable; it exports as before).
+            fn = self._load_from_disk(k) if lib is not None else None
+            if fn is None:
                 fn = ex["k_" + k]
-                self.modules[k] = ex.mod
+            self.modules[k] = ex.mod
             self._memory[k] = (requests[idxs[0]].prim_func, fn)
             for i in idxs:
                 out[i] = fn

@@ -81,15 +81,17 @@ def test_second_build_compiles_nothing(count_compiles: list[int], tmp_path: obje
 
 
 def test_fresh_kernels_run_from_the_library_written(tmp_path: object) -> None:
-    # a compiled kernel is loaded from the library just exported (kind "library"), not from
-    # the in-memory LLVM module, which would JIT-compile the same code again
+    # a compiled kernel is loaded from the library just exported, not from the in-memory LLVM
+    # module, which would JIT-compile the same code again (that module is kept for its source)
     disk = kc.KernelCache(directory=str(tmp_path))
     mod = model("1.75f")
     n = check(runtime.build(mod, cache=disk), mod)
-    assert len(disk.modules) == n and {m.kind for m in disk.modules.values()} == {"library"}
+    (lib,) = glob.glob(os.path.join(str(tmp_path), "*.so"))
+    assert len(disk.modules) == n and set(disk._lib_of.values()) == {lib}
+    assert {m.kind for m in disk.modules.values()} == {"llvm"}
     memory_only = kc.KernelCache(directory=str(tmp_path), use_disk=False)
     check(runtime.build(model("1.5f"), cache=memory_only), model("1.5f"))
-    assert {m.kind for m in memory_only.modules.values()} == {"llvm"}
+    assert memory_only._lib_of == {}
 
 
 def test_default_cache_is_shared_between_builds(count_compiles: list[int]) -> None:
