@@ -220,9 +220,12 @@ def transform_cases(name: str) -> Iterator[Case]:
         for dt in ALL:
             yield [(gen((2, 3), dt), gen((2, 1), dt), gen((2, 2), dt))], {"axis": -1}
         yield [(x, x)], {"axis": 0}
+        # many pieces of unequal sizes: every branch of the balanced if_then_else tree
+        yield [tuple(gen((k, 3), "float32") for k in (1, 3, 2, 5, 1, 4, 2))], {"axis": 0}
     elif name == "stack":
         for axis in (0, 1, -1):
             yield [(x, x * 2, x - 1)], {"axis": axis}
+        yield [tuple(x + k for k in range(9))], {"axis": 1}
         yield [(gen((3,), "int8"),)], {}
     elif name == "split":
         yield [x], {"indices_or_sections": 2, "axis": 2}

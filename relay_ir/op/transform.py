@@ -10,7 +10,7 @@ where it is not. ``take`` and ``strided_slice`` live in :mod:`relay_ir.op.indexi
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -370,8 +370,22 @@ defop("squeeze", 1, grad=_reshape_grad, jvp=jvp_linear,
 
 
 # ----------------------------------------------------------------------------- TE computes (2)
+def _pick(pos: object, bounds: Sequence[object], read: Callable[[int], object]) -> object:
+    """``read(k)`` for the piece ``k`` with ``bounds[k] <= pos < bounds[k + 1]``: a balanced
+    tree of ``if_then_else`` (lazy: one load per element and log2(pieces) tests, where a
+    ``select`` chain loads every piece)."""
+    tirx = T.tir_mod()
+
+    def tree(lo: int, hi: int) -> object:
+        if hi - lo == 1:
+            return read(lo)
+        mid = (lo + hi) // 2
+        return tirx.if_then_else(pos < bounds[mid], tree(lo, mid), tree(mid, hi))
+    return tree(0, len(bounds) - 1)
+
+
 def concatenate_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
-    """TE compute of ``concatenate`` (a select chain over the pieces)."""
+    """TE compute of ``concatenate``: each element read from its piece (see :func:`_pick`)."""
     te = T.te_mod()
     xs = inputs[0]
     shp = T.shape_of(xs[0])
@@ -388,15 +402,12 @@ def concatenate_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
             idx = list(o)
             idx[axis] = o[axis] - offs[k]
             return xs[k](*idx)
-        r = read(len(xs) - 1)
-        for k in range(len(xs) - 2, -1, -1):
-            r = T.select(o[axis] < offs[k + 1], read(k), r)
-        return r
+        return _pick(o[axis], offs, read)
     return te.compute(out, body, name="T_concat", tag="injective")
 
 
 def stack_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
-    """TE compute of ``stack``."""
+    """TE compute of ``stack`` (each element read from its piece, see :func:`_pick`)."""
     te = T.te_mod()
     xs = inputs[0]
     shp = T.shape_of(xs[0])
@@ -405,10 +416,7 @@ def stack_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
 
     def body(*o):  # type: ignore[no-untyped-def]
         idx = list(o[:axis]) + list(o[axis + 1:])
-        r = xs[-1](*idx)
-        for k in range(len(xs) - 2, -1, -1):
-            r = T.select(o[axis] == k, xs[k](*idx), r)
-        return r
+        return _pick(o[axis], list(range(len(xs) + 1)), lambda k: xs[k](*idx))
     return te.compute(out, body, name="T_stack", tag="injective")
 
 
