@@ -18,7 +18,10 @@ axis)`` with zeros for the missing slices: one write of the result instead of on
 
 The rules apply to a let-bound ``add`` whose operands have its (static tensor) type, through
 nested ``add``s of that type used only there, to the terms used only there: ``nn.matmul`` with
-the same transpose flags and dtypes, ``take_grad`` along the same axis; at least two of them. The terms' own bindings are left
+the same transpose flags and dtypes, ``take_grad`` along the same axis; at least two of them.
+Products are joined only when their operands hold under a quarter of the elements of the
+(n - 1) M x N results they no longer write (small contracted dimensions: not the two K = 784
+terms of a forward-mode product rule, which joining would copy for nothing). The terms' own bindings are left
 for dead-code elimination. Results differ from the original only by the order of the float
 additions.
 
@@ -137,10 +140,17 @@ class _Combine:
             groups.setdefault(key, []).append(mm)
         combined: list[Expr] = []
         for key, mms in groups.items():
-            if len(mms) < 2:
+            trans_a, trans_b = key[0], key[1]
+            # NOTE: joining copies the operands (K_i x (M + N) elements); it pays when that is
+            # well below the (n - 1) x M x N results no longer written (each add is fused into
+            # its product's epilogue, so that is all a separate product costs more): measured,
+            # a quarter of it. Many small-K products (rank-k updates) qualify; the two K = 784
+            # terms of a forward-mode product rule do not (joined: W7 1.36 -> 3.3 ms).
+            m, n = t.shape
+            ks = [type_of(mm.args[0]).shape[0 if trans_a else 1] for mm in mms]  # type: ignore
+            if len(mms) < 2 or 4 * sum(ks) * (m + n) > (len(mms) - 1) * m * n:
                 rest.extend(mms)
                 continue
-            trans_a, trans_b = key[0], key[1]
             a = self._join([m.args[0] for m in mms], 0 if trans_a else 1)
             b = self._join([m.args[1] for m in mms], 1 if trans_b else 0)
             combined.append(Call(mms[0].op, (a, b), mms[0].attrs, span=mms[0].span,

@@ -20,63 +20,66 @@ def ops(mod: rly.IRModule, entry: str = "main") -> list[str]:
 
 
 def test_rank_one_updates_become_one_product() -> None:
-    before = rly.parse(H + """
-def @main(%h: Tensor[(3, 4), float32], %g: Tensor[(3, 5), float32], %w: Tensor[(4, 5), float32],
-          %p: Tensor[(5, 4), float32], %q: Tensor[(5, 5), float32]) {
-  let %h0 = strided_slice(%h, begin=[0], end=[1]);
-  let %h1 = strided_slice(%h, begin=[1], end=[2]);
-  let %g0 = strided_slice(%g, begin=[0], end=[1]);
-  let %g1 = strided_slice(%g, begin=[1], end=[2]);
-  let %a0 = nn.matmul(%h0, %g0, transpose_a=True);
-  let %a1 = nn.matmul(%h1, %g1, transpose_a=True);
-  let %a2 = nn.matmul(%p, %q, transpose_a=True);
-  let %s = add(add(%a0, %w), %a1);
-  add(%s, %a2)
-}""")
+    lines = [H + "def @main(%h: Tensor[(4, 16), float32], %g: Tensor[(4, 32), float32], "
+             "%w: Tensor[(16, 32), float32], %p: Tensor[(2, 16), float32], "
+             "%q: Tensor[(2, 32), float32]) {"]
+    for i in range(4):
+        lines += [f"  let %h{i} = strided_slice(%h, begin=[{i}], end=[{i + 1}]);",
+                  f"  let %g{i} = strided_slice(%g, begin=[{i}], end=[{i + 1}]);",
+                  f"  let %a{i} = nn.matmul(%h{i}, %g{i}, transpose_a=True);"]
+    lines += ["  let %a4 = nn.matmul(%p, %q, transpose_a=True);",
+              "  let %s = add(add(add(%a0, %w), %a1), add(%a2, %a3));",
+              "  add(%s, %a4)", "}"]
+    before = rly.parse("\n".join(lines))
     out = parse_pipeline("to-anf,infer-type,combine-sums,dce")(before)
-    # the three products with transpose_a of the sum (not %w) are one, of the joined operands
-    assert sorted(ops(out)) == ["add", "concatenate", "concatenate", "nn.matmul",
-                                "strided_slice", "strided_slice", "strided_slice",
-                                "strided_slice"]
+    # the five products with transpose_a of the sum (not %w) are one, of the joined operands
+    assert sorted(ops(out)) == ["add", "concatenate", "concatenate", "nn.matmul"] + \
+        ["strided_slice"] * 8
     (mm,) = [n for n in post_order(out["main"]) if isinstance(n, Call)
              and isinstance(n.op, Op) and n.op.name == "nn.matmul"]
     assert mm.attrs.transpose_a and not mm.attrs.transpose_b
-    assert str(type_of(mm.args[0])) == "Tensor[(7, 4), float32]"
-    assert str(type_of(mm.args[1])) == "Tensor[(7, 5), float32]"
+    assert str(type_of(mm.args[0])) == "Tensor[(6, 16), float32]"
+    assert str(type_of(mm.args[1])) == "Tensor[(6, 32), float32]"
     assert_same_results(before, out)
     assert ops(passes.optimize(before)).count("nn.matmul") == 1
 
 
 def test_groups_by_transpose_flags_and_joins_the_contracted_axis() -> None:
     before = rly.parse(H + """
-def @main(%a: Tensor[(4, 3), float32], %b: Tensor[(3, 5), float32], %c: Tensor[(4, 2), float32],
-          %d: Tensor[(2, 5), float32], %e: Tensor[(5, 3), float32], %f: Tensor[(6, 5), float32],
-          %x: Tensor[(6, 4), float32]) {
+def @main(%a: Tensor[(16, 1), float32], %b: Tensor[(1, 32), float32],
+          %c: Tensor[(16, 2), float32], %d: Tensor[(2, 32), float32],
+          %g: Tensor[(16, 1), float32], %h: Tensor[(1, 32), float32],
+          %e: Tensor[(32, 1), float32], %x: Tensor[(6, 16), float32],
+          %f: Tensor[(6, 32), float32]) {
   let %m1 = nn.matmul(%a, %b);
   let %m2 = nn.matmul(%c, %d);
   let %m3 = nn.matmul(%a, %e, transpose_b=True);
   let %m4 = nn.matmul(%x, %f, transpose_a=True);
-  add(add(%m1, %m3), add(%m2, %m4))
+  let %m5 = nn.matmul(%g, %h);
+  add(add(%m1, %m3), add(add(%m2, %m4), %m5))
 }""")
     out = passes.optimize(before)
     mms = [n for n in post_order(out["main"]) if isinstance(n, Call)
            and isinstance(n.op, Op) and n.op.name == "nn.matmul"]
-    # (a b + c d) joined along columns of a, c / rows of b, d; a e^T and x^T f alone
+    # (a b + c d + g h) joined along columns of a, c, g / rows of b, d, h; a e^T, x^T f alone
     assert len(mms) == 3
+    (joined,) = [m for m in mms if str(type_of(m.args[0])) == "Tensor[(16, 4), float32]"]
+    assert str(type_of(joined.args[1])) == "Tensor[(4, 32), float32]"
     assert ops(out).count("concatenate") == 2
     assert_same_results(before, out)
 
 
 def test_what_is_not_combined() -> None:
-    # a term used twice, a broadcasting sum and a single product stay as they are
+    # a term used twice, a broadcasting sum, a single product, and two products with large
+    # contracted dimensions (joining would copy more than it saves) stay as they are
     src = H + """
 def @main(%a: Tensor[(4, 3), float32], %b: Tensor[(3, 5), float32], %c: Tensor[(4, 3), float32],
-          %r: Tensor[(5), float32]) {
+          %r: Tensor[(5), float32], %k: Tensor[(5, 2), float32]) {
   let %m1 = nn.matmul(%a, %b);
   let %m2 = nn.matmul(%c, %b);
   let %s = add(%m1, %m2);
   let %t = add(%m1, %r);
-  (%s, %t, add(nn.matmul(%c, %b), %r))
+  (%s, %t, add(nn.matmul(%c, %b), %r), add(nn.matmul(%b, %k), nn.matmul(%b, %k)))
 }"""
     before = parse_pipeline("to-anf,infer-type")(rly.parse(src))
     out = CombineSums()(before)
@@ -85,7 +88,7 @@ def @main(%a: Tensor[(4, 3), float32], %b: Tensor[(3, 5), float32], %c: Tensor[(
 
 def test_unrolled_recurrence_gradient_has_one_product_per_weight() -> None:
     steps = 6
-    lines = [H + "def @main(%x: Tensor[(1, 4), float32], %w: Tensor[(4, 4), float32]) "
+    lines = [H + "def @main(%x: Tensor[(1, 16), float32], %w: Tensor[(16, 16), float32]) "
              "-> float32 {", "  let %h0 = %x;"]
     for t in range(steps):
         lines.append(f"  let %h{t + 1} = tanh(nn.matmul(%h{t}, %w));")
@@ -97,8 +100,8 @@ def test_unrolled_recurrence_gradient_has_one_product_per_weight() -> None:
     assert [n.attrs.transpose_a for n in post_order(opt["main"]) if isinstance(n, Call)
             and isinstance(n.op, Op) and n.op.name == "nn.matmul"].count(True) == 1
     rng = np.random.default_rng(3)
-    args = [rng.standard_normal((1, 4)).astype("float32"),
-            (rng.standard_normal((4, 4)) / 2).astype("float32")]
+    args = [rng.standard_normal((1, 16)).astype("float32"),
+            (rng.standard_normal((16, 16)) / 4).astype("float32")]
     assert_close_tree(runtime.evaluate(opt, *args), runtime.evaluate(raw, *args), 1e-5, 1e-6)
 
 
