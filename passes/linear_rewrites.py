@@ -27,8 +27,9 @@ additions.
 
 ShareWeightTranspose: ``nn.matmul(x, w, transpose_b=True)`` reads ``w`` as ``[N, K]``, which the
 CPU schedule repacks on every call (a 1 MiB weight costs ~150 us per call whatever ``x``).
-When two or more such products of one function take the same parameter or constant ``w``,
-the function transposes it once at its start and the products read ``[K, N]``:
+When two or more such products with few rows (at most 32, see :data:`MAX_ROWS`) of one
+function take the same parameter or constant ``w``, the function transposes it once at its
+start and the products read ``[K, N]``:
 
     fn (%w) { .. nn.matmul(%a, %w, transpose_b=True) .. nn.matmul(%b, %w, transpose_b=True) }
     => fn (%w) { let %wt = transpose(%w, axes=[1, 0]); .. nn.matmul(%a, %wt) .. nn.matmul(%b, %wt) }
@@ -263,7 +264,8 @@ class ShareWeightTranspose(FunctionPass):
         count: dict[Expr, int] = {}
         params = set(func.params)
         for n in post_order(func.body):
-            if _is_op(n, "nn.matmul") and len(n.args) == 2 and n.attrs.transpose_b:
+            if _is_op(n, "nn.matmul") and len(n.args) == 2 and n.attrs.transpose_b \
+                    and _few_rows(n):
                 w = n.args[1]
                 if (w in params or type(w) is Constant) and _static(type_of(w)) \
                         and len(type_of(w).shape) == 2:  # type: ignore[union-attr]
@@ -281,6 +283,21 @@ class ShareWeightTranspose(FunctionPass):
                                       checked_type_=t), body, span=func.span)
         return Function(func.params, body, func.ret_type, func.type_params, func.attrs,
                         span=func.span, checked_type_=func.checked_type_)
+
+
+# NOTE: measured: with up to 32 rows (W4's B = 1 and 32) the per-call repacking dominates the
+# product and sharing one transpose wins 2-5x; with 64 rows (W7's batch) the packed panels make
+# the product itself faster and sharing lost 6%.
+MAX_ROWS = 32
+
+
+def _few_rows(mm: Call) -> bool:
+    """Whether the product ``mm`` has at most :data:`MAX_ROWS` (static) rows."""
+    ta = type_of(mm.args[0])
+    if not _static(ta) or len(ta.shape) != 2:  # type: ignore[union-attr]
+        return False
+    rows = ta.shape[1] if mm.attrs.transpose_a else ta.shape[0]  # type: ignore[union-attr]
+    return rows <= MAX_ROWS
 
 
 def _transposed(t: object) -> TensorType:
