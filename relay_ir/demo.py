@@ -178,7 +178,7 @@ def train(epochs: int = 20, *, lr: float = 0.1, momentum: float = 0.9, seed: int
         dt = time.perf_counter() - t_ep
         history.append((ep, float(np.mean(losses)), acc, dt))
         print(f"epoch {ep:2d}/{epochs}  loss {np.mean(losses):.4f}  train accuracy {acc:.3f}  "
-              f"time {dt:.2f} s", file=out)
+              f"time {dt * 1e3:.1f} ms", file=out)
     test_pred = pred(xte, *params, entry="main").argmax(1)
     test_acc = float((test_pred == yte).mean())
     return {"params": params, "history": history, "compile_s": compile_s, "test_acc": test_acc,
