@@ -56,6 +56,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import lookup_opdef
+from relay_ir.op._jvp import linearity
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
@@ -771,28 +772,6 @@ _NEUTRAL: dict[str, tuple[tuple[int, float, int], ...]] = {
 }
 
 
-# Zeros pass through these ops: op name -> (argument positions, "any" or "all"). "any": the
-# op is linear in each listed argument, so zeros there give zeros; "all": zeros when every
-# listed argument is zeros (sums, selects). As simplify-expr's ``x * 0 -> zeros``, this takes
-# zeros as absorbing even where IEEE would give NaN from an inf in another argument: for a
-# gradient program these are the adjoints nothing was accumulated into, zero as in JAX and
-# PyTorch (reverse over reverse runs whole backward products on them otherwise).
-_ZERO_RULES: dict[str, tuple[tuple[int, ...], str]] = {
-    **{name: ((0,), "any") for name in (
-        "negative", "copy", "reshape", "reshape_like", "transpose", "expand_dims", "squeeze",
-        "broadcast_to", "broadcast_to_like", "collapse_sum_like", "collapse_sum_to", "sum",
-        "mean", "take", "take_grad", "strided_slice", "strided_slice_grad", "tile", "repeat",
-        "reverse", "divide", "nn.batch_flatten", "nn.avg_pool2d", "nn.avg_pool2d_grad",
-        "nn.max_pool2d_grad", "nn.global_avg_pool2d", "nn.conv2d_backward_data",
-        "nn.conv2d_backward_weight", "layout_transform")},
-    **{name: ((0, 1), "any") for name in (
-        "multiply", "nn.matmul", "nn.batch_matmul", "nn.dense", "nn.conv2d")},
-    "add": ((0, 1), "all"),
-    "subtract": ((0, 1), "all"),
-    "where": ((1, 2), "all"),
-}
-
-
 def _is_zeros(pv: PValue) -> bool:
     s = pv.static
     if not isinstance(s, STensor):
@@ -803,15 +782,25 @@ def _is_zeros(pv: PValue) -> bool:
 
 
 def _absorb(op: Op, args: list[PValue], call: Call) -> PValue | None:
-    """``matmul(zeros, x) => zeros`` and the other :data:`_ZERO_RULES` (static result type)."""
-    rule = _ZERO_RULES.get(op.name)
+    """``matmul(zeros, x) => zeros``: zeros pass through an operator its JVP rule declares
+    linear (``op._jvp.linearity``: in any one of the arguments for multilinear operators, in
+    all of them for jointly linear ones), when the result type is static.
+
+    As simplify-expr's ``x * 0 -> zeros``, zeros are absorbing even where IEEE would give NaN
+    from an inf elsewhere: in a gradient program these are the adjoints nothing was
+    accumulated into, zero as in JAX and PyTorch (reverse over reverse otherwise runs whole
+    backward products on them).
+    """
+    od = lookup_opdef(op.name)
+    rule = linearity(od.jvp) if od is not None else None
     if rule is None:
         return None
     t = call.checked_type_
     if not isinstance(t, TensorType) or not all(type(d) is int for d in t.shape):
         return None
-    positions, mode = rule
-    zero = [k < len(args) and _is_zeros(args[k]) for k in positions]
+    mode, positions = rule
+    zero = [k < len(args) and _is_zeros(args[k])
+            for k in (range(len(args)) if positions is None else positions)]
     if not (any(zero) if mode == "any" else all(zero)):
         return None
     return PValue(STensor(np.zeros(t.shape, t.dtype), zero=True))

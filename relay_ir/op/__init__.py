@@ -28,7 +28,9 @@ An OpDef holds everything the project knows about an operator:
   result is differentiable again. Operators without derivative are marked
   ``non_differentiable=True`` and contribute zero;
 * ``jvp(call, out, tangents) -> Expr`` -- the forward-mode rule: the tangent of ``out`` given
-  one tangent atom per argument.
+  one tangent atom per argument. The rules of :mod:`relay_ir.op._jvp` for linear operators
+  (``jvp_linear``, ``jvp_linear_in``, ``jvp_multilinear[_in]``) also state that linearity
+  (:func:`relay_ir.op._jvp.linearity`), which partial evaluation uses to let zeros through.
 """
 from __future__ import annotations
 

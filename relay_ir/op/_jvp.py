@@ -48,9 +48,20 @@ def _op(name: str, *args: Expr, **attrs: Any) -> Expr:
     return make_call(name, *args, **attrs)
 
 
+def linearity(rule: Any) -> tuple[str, tuple[int, ...] | None] | None:
+    """What a JVP rule of this module says of its operator: ``("all", positions)`` (linear in
+    those arguments jointly: zeros in all of them give zeros), ``("any", positions)`` (linear
+    in each separately: zeros in any one give zeros); positions None: every argument. None for
+    other rules. Partial evaluation lets zeros through operators by it."""
+    return getattr(rule, "linearity", None)
+
+
 def jvp_linear(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
     """Linear in every argument jointly: ``op(t1, ..., tn)``."""
     return Call(call.op, tuple(tangents), call.attrs, call.type_args)
+
+
+jvp_linear.linearity = ("all", None)  # type: ignore[attr-defined]
 
 
 def jvp_linear_in(*indices: int) -> Rule:
@@ -60,6 +71,7 @@ def jvp_linear_in(*indices: int) -> Rule:
         return Call(call.op, args, call.attrs, call.type_args)
     rule.__doc__ = (f"Linear in argument(s) {', '.join(map(str, indices))}: the op of their "
                     "tangents.")
+    rule.linearity = ("all", indices)  # type: ignore[attr-defined]
     return rule
 
 
@@ -76,12 +88,16 @@ def jvp_multilinear_in(*indices: int) -> Rule:
         return _op("zeros_like", out) if total is None else total
     rule.__doc__ = (f"Linear in each of argument(s) {', '.join(map(str, indices))}: "
                     "``sum_i op(.., ti, ..)``.")
+    rule.linearity = ("any", indices)  # type: ignore[attr-defined]
     return rule
 
 
 def jvp_multilinear(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
     """Linear in each float argument separately: ``sum_i op(x1, .., ti, .., xn)``."""
     return jvp_multilinear_in(*range(len(call.args)))(call, out, tangents)
+
+
+jvp_multilinear.linearity = ("any", None)  # type: ignore[attr-defined]
 
 
 def jvp_symmetric(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
