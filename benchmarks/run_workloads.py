@@ -156,6 +156,10 @@ def w8_variants() -> list[tuple[str, str]]:
 
 def _child_env(variant: str, cache_dir: str) -> dict[str, str]:
     env = dict(os.environ)
+    # NOTE: Python's bytecode cache on, as on a usual install: pip compiles the peers' modules
+    # at install time, while an editable relay_ir under PYTHONDONTWRITEBYTECODE=1 (set on the
+    # development machine) recompiled its modules in every process (~70 ms of W8 warm)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["RELAY_IR_CACHE_DIR"] = os.path.join(cache_dir, "relay_ir")
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, "inductor")
     env["W8_CACHE"] = os.path.join(cache_dir, "jax")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from typing import Any
+from typing import Any, Callable
 
 from lark import Token
 from lark.parsers.lalr_analysis import Shift
@@ -200,6 +200,38 @@ def _same(x: Any) -> Any:
     return x
 
 
+def _refuse(text: str, pos: int) -> Any:
+    raise Fallback()
+
+
+def _state_lexer(bl: Any) -> tuple[Any, dict[str, dict[str, str]]]:
+    """``(match, unless)`` for one of Lark's per-state lexers: its scanner regex behind a
+    whitespace skip, and the keyword remaps of its terminals; ValueError if it uses anything
+    this driver does not replay."""
+    scanner = bl.scanner
+    if len(scanner._mres) != 1 or bl.ignore_types != frozenset({"WS"}):
+        raise ValueError("unsupported lexer configuration")
+    ws = re.compile(bl.terminals_by_name["WS"].pattern.to_regexp())
+    if not all(bool(ws.fullmatch(probe)) == ok for probe, ok in _WS_PROBES):
+        raise ValueError("unsupported whitespace terminal")
+    unless: dict[str, dict[str, str]] = {}
+    for tname, cb in bl.callback.items():
+        if type(cb).__name__ != "UnlessCallback":
+            raise ValueError("unsupported lexer callback")
+        remap: dict[str, str] = {}
+        for t in cb.scanner.terminals:
+            if t.pattern.type != "str" or t.pattern.flags:
+                raise ValueError("unsupported keyword terminal")
+            remap.setdefault(t.pattern.value, t.name)
+        unless[tname] = remap
+    pattern = scanner._mres[0].pattern
+    try:  # NOTE: possessive `*+` needs Python 3.11
+        rx = re.compile(r"(?:[ \t\n]|\r\n)*+(?:" + pattern + ")", scanner._mres[0].flags)
+    except re.error as e:
+        raise ValueError(f"cannot compile the state's lexer: {e}") from None
+    return rx.match, unless
+
+
 class FastDriver:
     """A contextual lexer and LALR driver over a built Lark (``parser="lalr"``) instance.
 
@@ -248,43 +280,36 @@ class FastDriver:
         #: (state below, top state, lookahead) -> state after a chain of one-child reductions
         self.unit_memo: dict[tuple[int, int, str], int] = {}
 
-        # per-state lexers: Lark's own scanner regex, behind a whitespace skip
-        compiled: dict[int, tuple[Any, dict[str, dict[str, str]]]] = {}
-        lex_match: list[Any] = [None] * nstates
-        lex_unless: list[dict[str, dict[str, str]]] = [{}] * nstates
+        # per-state lexers: Lark's own scanner regex, behind a whitespace skip. Each is built
+        # on its state's first use (:meth:`_state_lexer`): a program meets a few of the ~100
+        # lexers, and building them all cost ~35 ms per process (Lark's scanners included).
+        self._lexers = lexers
+        self._built: dict[int, tuple[Any, dict[str, dict[str, str]]]] = {}
+        self.lex_match: list[Any] = [self._first_use(st) for st in range(nstates)]
+        self.lex_unless: list[dict[str, dict[str, str]]] = [{} for _ in range(nstates)]
         newline_types: set[str] = set()
         for st in range(nstates):
-            bl = lexers[st]
-            key = id(bl)
-            if key not in compiled:
-                scanner = bl.scanner
-                if len(scanner._mres) != 1 or bl.ignore_types != frozenset({"WS"}):
-                    raise ValueError("unsupported lexer configuration")
-                ws = re.compile(bl.terminals_by_name["WS"].pattern.to_regexp())
-                if not all(bool(ws.fullmatch(probe)) == ok for probe, ok in _WS_PROBES):
-                    raise ValueError("unsupported whitespace terminal")
-                unless: dict[str, dict[str, str]] = {}
-                for tname, cb in bl.callback.items():
-                    if type(cb).__name__ != "UnlessCallback":
-                        raise ValueError("unsupported lexer callback")
-                    remap: dict[str, str] = {}
-                    for t in cb.scanner.terminals:
-                        if t.pattern.type != "str" or t.pattern.flags:
-                            raise ValueError("unsupported keyword terminal")
-                        remap.setdefault(t.pattern.value, t.name)
-                    unless[tname] = remap
-                pattern = scanner._mres[0].pattern
-                try:  # NOTE: possessive `*+` needs Python 3.11
-                    rx = re.compile(r"(?:[ \t\n]|\r\n)*+(?:" + pattern + ")",
-                                    scanner._mres[0].flags)
-                except re.error as e:
-                    raise ValueError(f"cannot compile the state's lexer: {e}") from None
-                compiled[key] = (rx.match, unless)
-                newline_types |= bl.newline_types
-            lex_match[st], lex_unless[st] = compiled[key]
-        self.lex_match = lex_match
-        self.lex_unless = lex_unless
+            newline_types |= lexers[st].newline_types
         self.newline_types = frozenset(newline_types - {"WS"})
+
+    def _first_use(self, st: int) -> Callable[[str, int], Any]:
+        def match(text: str, pos: int) -> Any:
+            return self._state_lexer(st)(text, pos)
+        return match
+
+    def _state_lexer(self, st: int) -> Callable[[str, int], Any]:
+        """Build (once per distinct Lark lexer) and install the matcher of state ``st``; a
+        lexer this driver cannot replay makes every parse reaching it fall back to Lark."""
+        bl = self._lexers[st]
+        entry = self._built.get(id(bl))
+        if entry is None:
+            try:
+                entry = _state_lexer(bl)
+            except ValueError:
+                entry = (_refuse, {})
+            self._built[id(bl)] = entry
+        self.lex_match[st], self.lex_unless[st] = entry
+        return entry[0]
 
     def _unit_chain(self, under: int, origin: str, typ: str) -> int:
         """The state after a one-child reduction to ``origin`` above state ``under`` and all
