@@ -21,9 +21,10 @@ nested ``add``s of that type used only there, to the terms used only there: ``nn
 the same transpose flags and dtypes, ``take_grad`` along the same axis; at least two of them.
 Products are joined only when their operands hold under a quarter of the elements of the
 (n - 1) M x N results they no longer write (small contracted dimensions: not the two K = 784
-terms of a forward-mode product rule, which joining would copy for nothing). The terms' own bindings are left
-for dead-code elimination. Results differ from the original only by the order of the float
-additions.
+terms of a forward-mode product rule, which joining would copy for nothing). Terms bound in
+another function than the sum stay (joined into a closure, a product could run once per
+call). The terms' own bindings are left for dead-code elimination. Results differ from the
+original only by the order of the float additions.
 
 ShareWeightTranspose: ``nn.matmul(x, w, transpose_b=True)`` reads ``w`` as ``[N, K]``, which the
 CPU schedule repacks on every call (a 1 MiB weight costs ~150 us per call whatever ``x``).
@@ -65,12 +66,26 @@ class _Combine:
     def __init__(self, func: Function) -> None:
         self.env: dict[Var, Expr] = {}
         self.uses: dict[Var, int] = {}
-        for node in post_order(func):
-            if type(node) is Let:
+        # NOTE: the function literal each let belongs to: a term is only taken into a sum of
+        # the same function (moving a product into a closure could run it once per call)
+        self.scope: dict[Var, int] = {}
+        stack: list[tuple[Expr, int]] = [(func, id(func))]
+        seen: set[int] = set()
+        while stack:
+            node, fn = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if type(node) is Function:
+                fn = id(node)
+            elif type(node) is Let:
                 self.env[node.var] = node.value
+                self.scope[node.var] = fn
             for c in use_children(node):
                 if type(c) is Var:
                     self.uses[c] = self.uses.get(c, 0) + 1
+                else:
+                    stack.append((c, fn))
         self.plan: dict[Call, Call] = {}
         self._add = get_opdef("add")
         self._concat = get_opdef("concatenate")
@@ -80,7 +95,7 @@ class _Combine:
         for v, e in sums:
             t = self._flat_type(v, e)
             if t is not None:
-                inner.update(a for a in e.args if self._inner_sum(a, t) is not None)
+                inner.update(a for a in e.args if self._inner_sum(a, t, v) is not None)
         for v, e in sums:
             if v not in inner:
                 self._plan_root(v, e)
@@ -93,15 +108,18 @@ class _Combine:
             return None
         return t  # type: ignore[return-value]
 
-    def _single_use(self, v: Expr, name: str) -> Call | None:
-        """The ``name`` call bound to ``v`` if ``v`` is used exactly once."""
+    def _single_use(self, v: Expr, name: str, root: Var | None = None) -> Call | None:
+        """The ``name`` call bound to ``v`` if ``v`` is used exactly once (and, given ``root``,
+        bound in the same function as it)."""
         if type(v) is not Var or self.uses.get(v, 0) != 1:
+            return None
+        if root is not None and self.scope.get(v) != self.scope.get(root):
             return None
         e = self.env.get(v)
         return e if _is_op(e, name) else None  # type: ignore[return-value]
 
-    def _inner_sum(self, a: Expr, t: TensorType) -> Call | None:
-        e = self._single_use(a, "add")
+    def _inner_sum(self, a: Expr, t: TensorType, root: Var) -> Call | None:
+        e = self._single_use(a, "add", root)
         if e is None or self._flat_type(a, e) != t:  # type: ignore[arg-type]
             return None
         return e
@@ -114,7 +132,7 @@ class _Combine:
         stack = list(reversed(root.args))
         while stack:
             a = stack.pop()
-            inner = self._inner_sum(a, t)
+            inner = self._inner_sum(a, t, v)
             if inner is not None:
                 stack.extend(reversed(inner.args))
             else:
@@ -124,11 +142,11 @@ class _Combine:
         slots: dict[tuple, dict[int, tuple[Expr, Expr]]] = {}
         rest: list[Expr] = []
         for a in terms:
-            sl = self._slot(a, t)
+            sl = self._slot(a, t, v)
             if sl is not None and sl[1] not in slots.get(sl[0], {}):
                 slots.setdefault(sl[0], {})[sl[1]] = (sl[2], a)
                 continue
-            mm = self._single_use(a, "nn.matmul")
+            mm = self._single_use(a, "nn.matmul", v)
             ta, tb = (type_of(x) for x in mm.args) if mm is not None else (None, None)
             if mm is None or type_of(a) != t or not (
                     _static(ta) and _static(tb) and len(ta.shape) == 2  # type: ignore
@@ -170,10 +188,10 @@ class _Combine:
                                                 checked_type_=t)
         self.plan[root] = out  # type: ignore[assignment]
 
-    def _slot(self, a: Expr, t: TensorType) -> tuple[tuple, int, Expr] | None:
+    def _slot(self, a: Expr, t: TensorType, root: Var) -> tuple[tuple, int, Expr] | None:
         """``((axis, type of g), i, g)`` for a term ``take_grad(g, like, i)`` with a constant
         index ``i`` in range along an axis of the sum's type (the scatter of one slice)."""
-        tg = self._single_use(a, "take_grad")
+        tg = self._single_use(a, "take_grad", root)
         if tg is None:
             return None
         g, like, idx = tg.args

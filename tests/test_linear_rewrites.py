@@ -154,3 +154,24 @@ def @main(%g: Tensor[(2, 3), float32], %x: Tensor[(4, 2, 3), float32], %i: int32
 }"""))
     kept = parse_pipeline("to-anf,infer-type")(kept)
     assert CombineSums()(kept) is kept
+
+
+def test_products_bound_outside_a_closure_are_not_moved_into_it() -> None:
+    def program(products_inside: bool) -> str:
+        prods = []
+        for i in range(4):
+            prods += [f"let %h{i} = strided_slice(%h, begin=[{i}], end=[{i + 1}]);",
+                      f"let %g{i} = strided_slice(%g, begin=[{i}], end=[{i + 1}]);",
+                      f"let %a{i} = nn.matmul(%h{i}, %g{i}, transpose_a=True);"]
+        outer, inner = ([], prods) if products_inside else (prods, [])
+        return "\n".join(
+            [H + "def @main(%h: Tensor[(4, 16), float32], %g: Tensor[(4, 32), float32]) {"]
+            + outer + ["let %f = fn (%w: Tensor[(16, 32), float32]) {"] + inner
+            + ["add(add(add(add(%w, %a0), %a1), %a2), %a3) };",
+               '%f(zeros(shape=[16, 32], dtype="float32"))', "}"])
+    outside = parse_pipeline("to-anf,infer-type")(rly.parse(program(False)))
+    assert CombineSums()(outside) is outside       # a closure would recompute them per call
+    inside = parse_pipeline("to-anf,infer-type")(rly.parse(program(True)))
+    out = CombineSums()(inside)
+    assert out is not inside and ops(parse_pipeline("dce")(out)).count("nn.matmul") == 1
+    assert_same_results(inside, out)
