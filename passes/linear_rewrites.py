@@ -241,8 +241,11 @@ class _Rewrite(ExprMutator):
 
 @dataclass(frozen=True)
 class CombineSums(FunctionPass):
-    """``add(matmul(a1, b1), matmul(a2, b2)) => matmul(concat(a1, a2), concat(b1, b2))``;
-    ``add(take_grad(g0, x, 0), take_grad(g1, x, 1)) => stack((g0, g1))``."""
+    """A sum of matmuls becomes one matmul of joined operands, a sum of slice scatters a stack.
+
+    ``add(matmul(a1, b1), matmul(a2, b2)) => matmul(concat(a1, a2), concat(b1, b2))``;
+    ``add(take_grad(g0, x, 0), take_grad(g1, x, 1)) => stack((g0, g1))``.
+    """
 
     name: ClassVar[str] = "combine-sums"
     opt_level: ClassVar[int] = 2
@@ -272,8 +275,11 @@ class _ShareTranspose(ExprMutator):
 
 @dataclass(frozen=True)
 class ShareWeightTranspose(FunctionPass):
-    """``f(matmul(a, w, transpose_b=True), matmul(b, w, transpose_b=True))`` =>
-    ``let wt = transpose(w); f(matmul(a, wt), matmul(b, wt))`` for a parameter or constant ``w``."""
+    """A weight read transposed by several few-row matmuls is transposed once.
+
+    ``f(matmul(a, w, transpose_b=True), matmul(b, w, transpose_b=True))`` =>
+    ``let wt = transpose(w); f(matmul(a, wt), matmul(b, wt))`` for a parameter or constant ``w``.
+    """
 
     name: ClassVar[str] = "share-weight-transpose"
     opt_level: ClassVar[int] = 2
