@@ -386,14 +386,17 @@ def _call(name: str, *args: Expr, checked_type_: Type | None = None) -> Call:
     return Call(od.op, tuple(args), od.make_attrs(), checked_type_=checked_type_)
 
 
-def emit(sb: ScopeBuilder, e: Expr) -> Expr:
+def emit(sb: ScopeBuilder, e: Expr, done: dict[int, Expr] | None = None) -> Expr:
     """Let-bind every compound dataflow node of ``e`` (a rule's output tree), iteratively.
 
-    A sub-expression shared inside ``e`` is bound once. Returns the atom for ``e``.
+    A sub-expression shared inside ``e`` is bound once; so is one shared with the trees
+    emitted before with the same ``done`` memo (the fields of one rule's tuple output).
+    Returns the atom for ``e``.
     """
     if is_atom(e):
         return e
-    done: dict[int, Expr] = {}
+    if done is None:
+        done = {}
     stack: list[tuple[Expr, bool]] = [(e, False)]
     while stack:
         node, expanded = stack.pop()

@@ -437,11 +437,18 @@ class _AD(_Twin):
             return sb.let_(Tuple(tuple(fields), checked_type_=t), "dy", t)
         return sb.let_(_call("zeros_like", y, checked_type_=t), "dy", t)
 
-    def accumulate(self, v: Expr, g: Expr, t: Type) -> None:
-        """``v.cell := !v.cell + g`` on every float leaf of AD value ``v`` of type ``t``."""
+    def accumulate(self, v: Expr, g: Expr, t: Type, done: dict[int, Expr] | None = None
+                   ) -> None:
+        """``v.cell := !v.cell + g`` on every float leaf of AD value ``v`` of type ``t``.
+
+        ``done``: the emit memo shared by the fields of one tuple ``g`` (``concatenate``'s
+        adjoint projects every field from one ``split``, which must be emitted once).
+        """
         sb = self.sb
+        if done is None:
+            done = {}
         if is_float(t):
-            ga = emit(sb, g)
+            ga = emit(sb, g, done)
             cell = self.cell_of(v, t)
             old = sb.let_(RefRead(cell), "old", t)
             new = sb.let_(Call(self._add, (old, ga), self._add_attrs), "acc", t)
@@ -454,8 +461,8 @@ class _AD(_Twin):
                 if isinstance(g, Tuple):
                     fg: Expr = g.fields[i]
                 else:
-                    fg = sb.let_(TupleGetItem(emit(sb, g), i), "g", ft)
-                self.accumulate(fv, fg, ft)
+                    fg = sb.let_(TupleGetItem(emit(sb, g, done), i), "g", ft)
+                self.accumulate(fv, fg, ft, done)
 
 
 def _checkpointed(e: Expr) -> set[Var]:
