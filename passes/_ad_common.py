@@ -7,6 +7,7 @@ primal part) and the assembly of the output module.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Iterable, Sequence
 
 from relay_ir.builder import ScopeBuilder
@@ -55,7 +56,7 @@ def _typed_const(c: Constant) -> Constant:
                     checked_type_=TensorType(tuple(c.data.shape), str(c.data.dtype)))
 
 
-class _Types:
+class _Types(ABC):
     """The type map ``T => T'`` with the ADT twins it needs; a mode says what a float tensor
     becomes (``float_type``) and what every function type gains (``EXTRA_ARGS``)."""
 
@@ -142,9 +143,9 @@ class _Types:
             return self.adt_map.get(t.name_hint, t)
         return t
 
+    @abstractmethod
     def float_type(self, t: TensorType) -> Type:
         """What a float tensor of type ``t`` becomes (each mode says)."""
-        raise NotImplementedError("a mode's type map defines float_type")
 
     def ctor(self, c: Constructor) -> Constructor:
         return self.ctor_map.get(c.name_hint, c)
@@ -167,7 +168,7 @@ class _Missing:
 
 
 # ----------------------------------------------------------------------------- the transform
-class _Twin:
+class _Twin(ABC):
     """The bookkeeping both transforms share; one instance per ``gradient`` / ``jvp`` call.
 
     A subclass sets ``SUFFIX`` (twin globals are ``@name<SUFFIX>``), ``ERROR`` (its
@@ -193,8 +194,10 @@ class _Twin:
         # pairs made here: their primal atom (used instead of projecting the pair again)
         self.prims: dict[Var, Expr] = {}
 
+    @abstractmethod
     def function(self, fn: Function, type_params: tuple | None = None) -> Function:
-        raise NotImplementedError("each mode transforms functions its own way")
+        """The twin of the function literal ``fn`` (each mode transforms functions its own
+        way)."""
 
     # ---------------------------------------------------------------- globals
     def global_twin(self, gv: GlobalVar) -> GlobalVar:
@@ -299,8 +302,10 @@ class _Twin:
             return u
         return self.project(v, t, 0, self.prims, "p", other)
 
+    @abstractmethod
     def adt_helper(self, kind: str, t: Type) -> GlobalVar:
-        raise NotImplementedError("each mode builds its own ADT helpers")
+        """The helper global ``kind`` (primal, tangent/adjoint, ...) for ADT type ``t`` (each
+        mode builds its own)."""
 
     def adt_changes(self, t: Type) -> bool:
         """True if values of ADT type ``t`` change type under the map (they hold floats)."""
