@@ -12,9 +12,10 @@ way over the steps of an unrolled recurrence: 50 rank-1 updates of a (256, 1024)
 reading and writing the whole buffer, become one (256 x 50) (50 x 1024) product (W4).
 
 Likewise ``take_grad(g_i, like, i)`` (the adjoint of ``take(x, i, axis)``: ``g_i`` written into
-zeros like ``x`` at slice ``i``), summed over distinct constant ``i``, is ``stack((g_0, .., g_n),
-axis)`` with zeros for the missing slices: one write of the result instead of one per step
-(W4: the adjoint of the per-step input projections, 50 scatters of a (50, 32, 1024) buffer).
+zeros like ``x`` at slice ``i``), summed over distinct constant ``i`` covering at least half the
+axis, is ``stack((g_0, .., g_n), axis)`` with zeros for the missing slices: one write of the
+result instead of one per step (W4: the adjoint of the per-step input projections, 50 scatters
+of a (50, 32, 1024) buffer).
 
 The rules apply to a let-bound ``add`` whose operands have its (static tensor) type, through
 nested ``add``s of that type used only there, to the terms used only there: ``nn.matmul`` with
@@ -137,7 +138,7 @@ class _Combine:
                 stack.extend(reversed(inner.args))
             else:
                 terms.append(a)
-        groups: dict[tuple, list[Call]] = {}
+        groups: dict[tuple, list[tuple[Call, Expr]]] = {}   # key -> [(matmul, the term)]
         # take_grad terms by (axis, type of g): index along the axis -> (g, the term)
         slots: dict[tuple, dict[int, tuple[Expr, Expr]]] = {}
         rest: list[Expr] = []
@@ -156,26 +157,28 @@ class _Combine:
             attrs = mm.attrs
             key = (bool(attrs.transpose_a), bool(attrs.transpose_b), attrs.out_dtype,
                    ta.dtype, tb.dtype)  # type: ignore[union-attr]
-            groups.setdefault(key, []).append(mm)
+            groups.setdefault(key, []).append((mm, a))
         combined: list[Expr] = []
-        for key, mms in groups.items():
+        for key, pairs in groups.items():
             trans_a, trans_b = key[0], key[1]
+            mms = [mm for mm, _ in pairs]
             # NOTE: joining copies the operands (K_i x (M + N) elements); it pays when that is
             # well below the (n - 1) x M x N results no longer written (each add is fused into
             # its product's epilogue, so that is all a separate product costs more): measured,
             # a quarter of it. Many small-K products (rank-k updates) qualify; the two K = 784
             # terms of a forward-mode product rule do not (joined: W7 1.36 -> 3.3 ms).
-            m, n = t.shape
+            rows, cols = t.shape
             ks = [type_of(mm.args[0]).shape[0 if trans_a else 1] for mm in mms]  # type: ignore
-            if len(mms) < 2 or 4 * sum(ks) * (m + n) > (len(mms) - 1) * m * n:
-                rest.extend(mms)
+            if len(mms) < 2 or 4 * sum(ks) * (rows + cols) > (len(mms) - 1) * rows * cols:
+                rest.extend(term for _, term in pairs)
                 continue
-            a = self._join([m.args[0] for m in mms], 0 if trans_a else 1)
-            b = self._join([m.args[1] for m in mms], 1 if trans_b else 0)
+            a = self._join([mm.args[0] for mm in mms], 0 if trans_a else 1)
+            b = self._join([mm.args[1] for mm in mms], 1 if trans_b else 0)
             combined.append(Call(mms[0].op, (a, b), mms[0].attrs, span=mms[0].span,
                                  checked_type_=t))
         for key, by_index in slots.items():
-            if len(by_index) >= 2:
+            # NOTE: a stack over a long axis with few slices given would be mostly zeros
+            if len(by_index) >= 2 and 2 * len(by_index) >= t.shape[key[0]]:
                 combined.append(self._stack(key, by_index, t))
             else:
                 rest.extend(term for _, term in by_index.values())
@@ -213,9 +216,9 @@ class _Combine:
         the axis (zeros where no ``i``): one write of the result instead of one per term."""
         axis, gt = key
         zeros = get_opdef("zeros")
-        parts = [by_index[i][0] if i in by_index else Call(
-                     zeros.op, (), zeros.make_attrs({"shape": list(gt.shape), "dtype": gt.dtype}),
-                     checked_type_=gt) for i in range(t.shape[axis])]
+        zero = Call(zeros.op, (), zeros.make_attrs({"shape": list(gt.shape), "dtype": gt.dtype}),
+                    checked_type_=gt)
+        parts = [by_index[i][0] if i in by_index else zero for i in range(t.shape[axis])]
         st = get_opdef("stack")
         tup = Tuple(tuple(parts), checked_type_=TupleType(tuple(gt for _ in parts)))
         return Call(st.op, (tup,), st.make_attrs({"axis": axis}), checked_type_=t)
