@@ -21,8 +21,6 @@ and bool arguments). The result is the tangent of ``out``, built from registry o
   derivative (its adjoint for a seed of ones) times the tangent, summed over the reduced axes;
 * :func:`jvp_collapse` -- the same for a reduction whose result keeps the reduced axes with
   size 1 (``nn.global_max_pool2d``): ``collapse_sum_like(d out / d x * t, out)``;
-* :func:`jvp_quadratic` -- an op that is a quadratic form of its arguments jointly
-  (``variance(x, mean)``): by polarization, ``(op(x + t) - op(x - t)) / 2``;
 * :func:`jvp_scalar` -- a scalar (0-d) result (``nn.cross_entropy``): the Jacobian is the
   gradient, so ``sum_i sum(grad_i * t_i)`` with the gradient rule seeded with one;
 * :func:`jvp_zero` -- piecewise constant (``floor``, ``sign``, ``floor_divide``): zeros.
@@ -121,16 +119,6 @@ def jvp_collapse(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
     from relay_ir.op import get_opdef
     local = get_opdef(call.op.name).grad(call, out, _op("ones_like", out))[0]
     return _op("collapse_sum_like", _op("multiply", local, tangents[0]), out)
-
-
-def jvp_quadratic(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:
-    """A quadratic form of all arguments jointly: ``(op(x + t) - op(x - t)) / 2``."""
-    plus = Call(call.op, tuple(_op("add", a, t) for a, t in zip(call.args, tangents)),
-                call.attrs, call.type_args)
-    minus = Call(call.op, tuple(_op("subtract", a, t) for a, t in zip(call.args, tangents)),
-                 call.attrs, call.type_args)
-    from relay_ir.op._grad import scalar
-    return _op("multiply", _op("subtract", plus, minus), scalar(0.5, out))
 
 
 def jvp_zero(call: Any, out: Expr, tangents: Sequence[Expr]) -> Expr:

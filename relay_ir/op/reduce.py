@@ -14,7 +14,7 @@ import numpy as np
 from relay_ir.attrs import Attrs
 from relay_ir.errors import TypeInferenceError
 from relay_ir.op import OpPattern
-from relay_ir.op._jvp import jvp_linear, jvp_quadratic, jvp_reduce
+from relay_ir.op._jvp import jvp_linear, jvp_reduce
 from relay_ir.op import _te as T
 from relay_ir.op._rules import (F, defop, reduce_axes, reduce_rel, reduce_shape, same_dtype,
                                 tensor_arg, tensor_args, wrap)
@@ -148,11 +148,32 @@ def _extremum_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 @grad_rule
 def prod_grad(call, out, g):  # type: ignore[no-untyped-def]
-    """``prod(x)``: ``g * prod / x`` (inputs without zeros)."""
+    """``prod(x)``: ``g`` times the product of the *other* elements, exact with zeros.
+
+    With ``nz`` the number of zeros among the reduced elements, ``P`` the product of the
+    nonzero ones and ``Z`` the product of the zeros (0 with a zero, 1 without), the product of
+    the elements other than ``x_i`` is ``P / x_i * Z`` for a nonzero ``x_i`` and ``P * [nz ==
+    1]`` for a zero one. No division by zero (``P / 1`` where ``x_i`` is 0), so no NaN or inf
+    where ``x`` has zeros; ``Z`` keeps the rule a product of ``x``'s elements where ``nz <= 1``,
+    so the gradient of the gradient is exact there too.
+    """
     x = call.args[0]
-    return (op("multiply", op("broadcast_to_like", op("multiply", _expand(call, g),
-                                                      _expand(call, out)), x), op(
-        "divide", op("ones_like", x), x)),)
+    a = call.attrs
+    ones, zeros = op("ones_like", x), op("zeros_like", x)
+    zero = op("equal", x, zeros)
+    nonzeros = op("where", zero, ones, x)
+
+    def reduce(name, e):  # type: ignore[no-untyped-def]
+        return op(name, e, axis=a.axis, keepdims=True, exclude=a.exclude)
+    p_nonzero = reduce("prod", nonzeros)
+    p_zero = reduce("prod", op("where", zero, x, ones))
+    count = reduce("sum", op("where", zero, ones, zeros))
+    lone = op("where", op("equal", count, op("ones_like", count)), op("ones_like", count),
+              op("zeros_like", count))
+    others = op("where", zero, op("broadcast_to_like", lone, x),
+                op("broadcast_to_like", p_zero, x))
+    return (op("multiply", op("multiply", _expand(call, g), p_nonzero),
+               op("divide", others, nonzeros)),)
 
 
 @grad_rule
@@ -379,7 +400,23 @@ def variance_ref(args: list, attrs: Attrs) -> np.ndarray:
         return wrap(s / (count - int(attrs.unbiased)), x.dtype)
 
 
-defop("variance", 2, grad=variance_grad, jvp=jvp_quadratic,
+def variance_jvp(call, out, tangents):  # type: ignore[no-untyped-def]
+    """``variance(x, m)``: ``2 sum((x - m) (tx - tm)) / (n - unbiased)``, the exact
+    linearisation (no difference of two variances, which cancels for small tangents)."""
+    x, m = call.args
+    a = call.attrs
+    prod = op("multiply", op("subtract", x, m), op("subtract", tangents[0], tangents[1]))
+    s = op("sum", prod, axis=a.axis, keepdims=a.keepdims, exclude=a.exclude)
+    if all(isinstance(d, int) for d in tensor_type(x).shape):
+        return op("multiply", s, scalar(2.0 / max(_count(call) - int(a.unbiased), 1), x))
+    # NOTE: symbolic dims: the count is computed at run time
+    count = op("sum", op("ones_like", x), axis=a.axis, keepdims=a.keepdims, exclude=a.exclude)
+    if a.unbiased:
+        count = op("subtract", count, op("ones_like", count))
+    return op("divide", op("multiply", s, scalar(2.0, x)), count)
+
+
+defop("variance", 2, grad=variance_grad, jvp=variance_jvp,
       attrs=_REDUCE_ATTRS + [F("unbiased", "bool", False, "divide by n - 1")],
       attrs_type="VarianceAttrs", rel=variance_rel, impl=variance_ref,
       pattern=OpPattern.COMM_REDUCE, compute=variance_te,

@@ -1,0 +1,113 @@
+"""Issue 20 (second hardening), the small items: prod's gradient with zeros, variance's JVP
+for small tangents, gradient keeping the globals that call the entry, CLI exit statuses and
+entry names, negative dims, `rly grad --prelude`, the README's operator count and the demo's
+piped output."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import relay_ir as rly
+from relay_ir import passes, runtime
+
+HEADER = '#[version = "0.0.5"]\n'
+
+
+# ----------------------------------------------------------------------------- prod's gradient
+def _prod_module(shape: tuple, attrs: str) -> rly.IRModule:
+    dims = ", ".join(map(str, shape))
+    return rly.parse(HEADER + f"def @main(%x: Tensor[({dims}), float64]) {{ prod(%x{attrs}) }}",
+                     "<prod>")
+
+
+def _prod_grad_fd(x: np.ndarray, axis: tuple | None, keepdims: bool, exclude: bool,
+                  eps: float = 1e-3) -> np.ndarray:
+    """Central differences of ``sum(prod(x))`` (prod is linear in each element: exact)."""
+    axes = tuple(range(x.ndim)) if axis is None else axis
+    if exclude:
+        axes = tuple(i for i in range(x.ndim) if i not in axes)
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        f = [np.sum(np.prod(x + s * d, axis=axes, keepdims=keepdims)) for s in (1, -1)]
+        g[i] = (f[0] - f[1]) / (2 * eps)
+    return g
+
+
+def _attrs(axis: tuple | None, keepdims: bool, exclude: bool) -> str:
+    out = "" if axis is None else f", axis=[{', '.join(map(str, axis))}]"
+    return out + (", keepdims=True" if keepdims else "") + (", exclude=True" if exclude else "")
+
+
+@pytest.mark.parametrize("axis,keepdims,exclude", [
+    (a, k, e) for a, k, e in itertools.product([None, (1,), (0, 2)], [False, True],
+                                              [False, True]) if not (a is None and e)])
+def test_prod_gradient_is_exact_with_zeros(axis, keepdims, exclude) -> None:  # type: ignore
+    x = np.array([[[2.0, 0.0, 3.0], [0.0, 0.0, 4.0]],      # one zero, two zeros in a row
+                  [[1.5, -2.0, 0.5], [0.0, 5.0, -1.0]]])
+    mod = _prod_module(x.shape, _attrs(axis, keepdims, exclude))
+    _, (g,) = runtime.evaluate(passes.gradient(mod), x)
+    assert np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, _prod_grad_fd(x, axis, keepdims, exclude), atol=1e-9)
+
+
+def test_prod_gradient_analytic_values_with_one_and_two_zeros() -> None:
+    mod = _prod_module((3, 3), ", axis=[1]")
+    x = np.array([[2.0, 0.0, 3.0], [0.0, 0.0, 4.0], [1.0, 2.0, 3.0]])
+    _, (g,) = runtime.evaluate(passes.gradient(mod), x)
+    np.testing.assert_array_equal(g, [[0.0, 6.0, 0.0], [0.0, 0.0, 0.0], [6.0, 3.0, 2.0]])
+    # forward mode uses the same local derivative
+    t = np.array([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    _, tangent = runtime.evaluate(passes.jvp(mod), x, t)
+    np.testing.assert_array_equal(tangent, [6.0, 0.0, 2.0])
+
+
+def test_prod_second_derivative_with_one_zero() -> None:
+    # d/dx0 of (d/dx1 prod(x)) = x2 at x = (0, 2, 3): grad of grad, not a piecewise constant
+    g1 = passes.gradient(_prod_module((3,), ""))
+    text = rly.astext(g1) + """
+def @d1(%x: Tensor[(3), float64]) -> float64 { take((@main(%x).1).0, 1) }"""
+    g2 = passes.gradient(rly.parse(text, "<g1>"), entry="d1")
+    x = np.array([0.0, 2.0, 3.0])
+    _, (h,) = runtime.evaluate(g2, x, entry="d1")
+    np.testing.assert_allclose(h, [3.0, 0.0, 0.0], atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- variance's JVP
+@pytest.mark.parametrize("scale", [1e-4, 1e-8])
+@pytest.mark.parametrize("unbiased", [False, True])
+def test_variance_and_std_jvp_are_exact_for_small_tangents(scale: float, unbiased: bool) -> None:
+    flag = ", unbiased=True" if unbiased else ""
+    mod = rly.parse(HEADER + f"""
+def @main(%x: Tensor[(4, 5), float32]) -> (Tensor[(4), float32], Tensor[(4), float32]) {{
+  let %m = mean(%x, axis=[1], keepdims=True);
+  let %v = variance(%x, %m, axis=[1]{flag});
+  (%v, sqrt(%v))
+}}""", "<var>")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5)).astype("float32")
+    t = (rng.standard_normal((4, 5)) * scale).astype("float32")
+    _, (dvar, dstd) = runtime.evaluate(passes.jvp(mod), x, t)
+    x64, t64 = x.astype("float64"), t.astype("float64")
+    c, ct = x64 - x64.mean(1, keepdims=True), t64 - t64.mean(1, keepdims=True)
+    n = 5 - int(unbiased)
+    want_var = 2 * (c * ct).sum(1) / n
+    want_std = want_var / (2 * np.sqrt((c * c).sum(1) / n))
+    np.testing.assert_allclose(dvar, want_var, rtol=1e-5)
+    np.testing.assert_allclose(dstd, want_std, rtol=1e-5)
+
+
+def test_variance_jvp_with_a_symbolic_dim_and_keepdims() -> None:
+    mod = rly.parse(HEADER + """
+def @main(%x: Tensor[(?, 3), float64], %m: Tensor[(1, 3), float64]) {
+  variance(%x, %m, axis=[0], keepdims=True, unbiased=True)
+}""", "<var>")
+    rng = np.random.default_rng(1)
+    x, m = rng.standard_normal((6, 3)), rng.standard_normal((1, 3))
+    tx, tm = rng.standard_normal((6, 3)) * 1e-6, rng.standard_normal((1, 3)) * 1e-6
+    _, tangent = runtime.evaluate(passes.jvp(mod), x, m, tx, tm)
+    want = 2 * ((x - m) * (tx - tm)).sum(0, keepdims=True) / 5
+    np.testing.assert_allclose(tangent, want, rtol=1e-12)
