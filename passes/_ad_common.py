@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 
 from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError, PassError
+from relay_ir.functor import ExprMutator
 from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, Op, Pattern,
                            PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var, is_atom)
@@ -337,11 +338,8 @@ class _Twin(ABC):
                wrapper: Function) -> IRModule:
         """The module: kept originals, the ADT twins, the twins, helpers and the new entry."""
         from relay_ir.passes.type_infer import InferType
-        keep = _kept_functions(mod, entry)
-        out = mod
-        for name in list(mod.functions):
-            if name not in keep:
-                out = out.without_function(name)
+        reserved = [getattr(k, "name_hint", k) for k in (*twins, *self.helpers)]
+        out = _keep_originals(mod, entry, reserved)
         for td in self.types.new_types:
             out = out.with_type(td)
         out = out.with_functions({**twins, **self.helpers, entry: wrapper})
@@ -500,8 +498,8 @@ def _check_signature(fn: Function, entry: str, mod: IRModule, error: type, what:
     return list(ft.arg_types), ft.ret_type
 
 
-def _kept_functions(mod: IRModule, entry: str) -> set[str]:
-    """Original globals that do not (transitively) refer to the replaced entry."""
+def _callers_of(mod: IRModule, entry: str) -> set[str]:
+    """Globals other than ``entry`` that (transitively) refer to ``entry``."""
     from relay_ir.passes._analysis import call_graph
     graph = call_graph(mod)
     bad = {entry}
@@ -512,4 +510,33 @@ def _kept_functions(mod: IRModule, entry: str) -> set[str]:
             if name not in bad and callees & bad:
                 bad.add(name)
                 grew = True
-    return set(mod.functions) - bad
+    return bad - {entry}
+
+
+def _keep_originals(mod: IRModule, entry: str, reserved: Iterable[str] = ()) -> IRModule:
+    """``mod`` where the globals that refer to ``entry`` refer to a copy of it instead.
+
+    The transform replaces ``@entry`` (its type changes), so a global calling it would no
+    longer type-check. Such callers keep the original meaning through ``@<entry>_primal`` (a
+    fresh name: ``_primal1``... if taken), the original entry with its self-references
+    renamed too. Without callers the module is returned unchanged.
+    """
+    callers = _callers_of(mod, entry)
+    if not callers:
+        return mod
+    taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
+    taken |= set(reserved)
+    name, i = f"{entry}_primal", 0
+    while name in taken:
+        i += 1
+        name = f"{entry}_primal{i}"
+    copy = GlobalVar(name)
+
+    class Rename(ExprMutator):
+        def visit_global_var(self, g: GlobalVar) -> Expr:  # type: ignore[override]
+            return copy if g.name_hint == entry else g
+
+    renamed = {c: Rename().visit(mod[c]) for c in callers}
+    renamed[name] = Rename().visit(mod[entry])
+    return mod.with_functions({**{mod.get_global_var(c): f for c, f in renamed.items()
+                                  if c != name}, copy: renamed[name]})

@@ -78,7 +78,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
 from relay_ir.passes._ad_common import (_Missing, _tensor_tree, _Twin, _Types, _call,
-                                        _check_signature, _kept_functions, _missing_error,
+                                        _check_signature, _keep_originals, _missing_error,
                                         _type_of, _typed_const, emit, has_float_leaf, is_float)
 from relay_ir.span import Span
 from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type,
@@ -793,7 +793,9 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
 
     See the module docstring for the rules. The input is type-checked (when untyped) and
     brought to A-normal form first; the output is type-checked, and the original functions
-    other than the entry are kept. ``wrt=("w1", "b1")`` returns the gradients of the named
+    other than the entry are kept: those that call the entry (directly or not) call
+    ``@<entry>_primal``, a copy of the original entry, so they keep their type and meaning.
+    ``wrt=("w1", "b1")`` returns the gradients of the named
     parameters only, in that order (``(R, (grad w1, grad b1))``); the default is one per
     parameter. ``mode="first_order"`` is the direct reverse sweep for pure dataflow entries
     (see :mod:`relay_ir.passes.gradient` docstring, "First-order mode").
@@ -815,12 +817,8 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     arg_types, ret = _check_signature(fn, entry, mod, GradientError, "gradient", _RETURNS)
 
     if mode == "first_order":
-        out = mod
-        for name in list(mod.functions):
-            if name not in _kept_functions(mod, entry):
-                out = out.without_function(name)
-        out = out.with_functions({entry: _first_order(fn, entry, arg_types, ret, wrt_idx,
-                                                      mod)})
+        first = _first_order(fn, entry, arg_types, ret, wrt_idx, mod)
+        out = _keep_originals(mod, entry).with_functions({entry: first})
         try:
             return InferType()(out)
         except DiagnosticError as e:  # NOTE: our output must type-check; failing is our bug

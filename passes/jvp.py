@@ -325,7 +325,8 @@ def jvp(mod: IRModule, entry: str = "main") -> IRModule:
     ``t..`` are one tangent per parameter (same types; int and bool tangents are ignored); the
     result is the original value and its directional derivative along ``t``. See the module
     docstring for the rules. The input is type-checked (when untyped) and brought to A-normal
-    form first; the output is type-checked; original globals other than the entry are kept.
+    form first; the output is type-checked; original globals other than the entry are kept
+    (those that call the entry call ``@<entry>_primal``, a copy of the original entry).
     """
     from relay_ir.passes.to_anf import ToANormalForm
     from relay_ir.passes.type_infer import InferType

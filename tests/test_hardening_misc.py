@@ -111,3 +111,44 @@ def @main(%x: Tensor[(?, 3), float64], %m: Tensor[(1, 3), float64]) {
     _, tangent = runtime.evaluate(passes.jvp(mod), x, m, tx, tm)
     want = 2 * ((x - m) * (tx - tm)).sum(0, keepdims=True) / 5
     np.testing.assert_allclose(tangent, want, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- gradient keeps globals
+_CALLERS = HEADER + """
+def @main(%x: Tensor[(3), float64]) -> float64 { sum(multiply(%x, %x)) }
+def @twice(%x: Tensor[(3), float64]) -> float64 { add(@main(%x), @main(%x)) }
+def @through(%x: Tensor[(3), float64]) -> float64 { let %f = @twice; %f(%x) }
+def @other(%y: float64) -> float64 { %y }
+"""
+
+
+@pytest.mark.parametrize("mode", ["higher_order", "first_order"])
+def test_gradient_keeps_globals_that_call_the_entry(mode: str) -> None:
+    g = passes.gradient(rly.parse(_CALLERS, "<callers>"), mode=mode)
+    assert {"twice", "through", "other"} <= set(g.functions)
+    scalar_fn = "fn (Tensor[(3), float64]) -> float64"
+    for name in ("twice", "through"):
+        assert rly.astext(g[name].checked_type_) == scalar_fn
+    x = np.array([1.0, 2.0, 3.0])
+    assert float(runtime.evaluate(g, x, entry="through")) == 28.0
+    value, (dx,) = runtime.evaluate(g, x)
+    assert float(value) == 14.0
+    np.testing.assert_array_equal(dx, 2 * x)
+    # the printed module is accepted again, with the same types
+    again = passes.InferType()(rly.parse(rly.astext(g), "<again>"))
+    assert rly.astext(again["twice"].checked_type_) == scalar_fn
+
+
+def test_jvp_keeps_globals_that_call_the_entry_and_recursion_stays_intact() -> None:
+    mod = rly.parse(HEADER + """
+def @main(%x: float64, %n: int32) -> float64 {
+  if (%n <= 0) { %x } else { multiply(%x, @main(%x, %n - 1)) }
+}
+def @cube(%x: float64) -> float64 { @main(%x, 2) }""", "<rec>")
+    j = passes.jvp(mod)
+    g = passes.gradient(mod)
+    two = np.array(2.0)
+    for out in (j, g):
+        assert float(runtime.evaluate(out, two, entry="cube")) == 8.0
+    _, (dx, _) = runtime.evaluate(g, two, np.array(2, "int32"))
+    assert float(dx) == 12.0
