@@ -13,6 +13,12 @@ from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, IncompleteType, Kind, Ref
                          is_dtype_name)
 
 
+def _negative_dim(text: str) -> str:
+    # NOTE: TVM wrote -1 for an unknown dimension in some places; here that is `?`
+    return (f"negative dimension `{text}`: dimensions are >= 0 (write `?` for a dimension "
+            f"known only at run time)")
+
+
 class _TypeBuilder:
     """Builder mixin: the type and shape rules."""
 
@@ -102,7 +108,11 @@ class _TypeBuilder:
                                  self.tspan(c[0]) if isinstance(c[0], Token) else None)
             total = dim_add(total, t) if sgn > 0 else dim_sub(total, t)
         if len(terms) == 1 and terms[0][0] > 0:
-            return terms[0][1]
+            total = terms[0][1]
+        if isinstance(total, int) and total < 0:
+            first = next((t for t in c if isinstance(t, Token)), None)
+            raise ParseError(_negative_dim(str(total)),
+                             None if first is None else self.tspan(first))
         return total
 
     def dim_int(self, c: list) -> int:
@@ -112,7 +122,10 @@ class _TypeBuilder:
             raise ParseError(f"invalid dimension `{tok}` (dimensions are integers, `?` or "
                              f"shape variables)", self.tspan(tok))
         v = int(body)
-        return -v if (len(tok) - len(body)) % 2 else v
+        v = -v if (len(tok) - len(body)) % 2 else v
+        if v < 0:
+            raise ParseError(_negative_dim(tok), self.tspan(tok))
+        return v
 
     def dim_name(self, c: list) -> ShapeVar:
         tok = c[0]

@@ -2,7 +2,8 @@
 
 Each subcommand lives in ``relay_ir/commands/<name>.py`` as ``add_arguments(parser)`` and
 ``run(args) -> int``. User errors (``DiagnosticError``) print their message with the source line
-and a caret and exit with status 1; they never show a Python traceback.
+and a caret and exit with status 1; they never show a Python traceback. Bad option values
+(``UsageError``: an unknown ``--entry`` or pass name) exit with status 2, as argparse's do.
 """
 from __future__ import annotations
 
@@ -77,8 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if mod is None:
         print(f"rly: `{args.command}` is not available yet", file=sys.stderr)
         return 2
+    from relay_ir.commands import UsageError
     try:
         return int(mod.run(args) or 0)
+    except UsageError as e:
+        print(str(e), file=sys.stderr)
+        return 2
     except DiagnosticError as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -85,7 +85,7 @@ def test_prelude(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
 
 def test_errors(capsys: pytest.CaptureFixture[str], prog: str, tmp_path: object) -> None:
     code, _, err = run(capsys, prog, "--passes", "dce,bogus")
-    assert code == 1 and "unknown pass 'bogus'" in err and "fold-constant" in err
+    assert code == 2 and "unknown pass 'bogus'" in err and "fold-constant" in err
     code, _, err = run(capsys, os.path.join(str(tmp_path), "missing.rly"))
     assert code == 1 and "missing.rly" in err
     bad = os.path.join(str(tmp_path), "bad.rly")

@@ -78,4 +78,4 @@ def test_runtime_error_and_missing_entry(prog, capsys):
     code, out, err = rly_run(capsys, f, "--prelude")
     assert code == 1 and "match? failed" in err and "Traceback" not in err
     code, _, err = rly_run(capsys, f, "--prelude", "--entry", "nope")
-    assert code == 1 and "no global function @nope" in err
+    assert code == 2 and "no global function @nope" in err

@@ -152,3 +152,76 @@ def @cube(%x: float64) -> float64 { @main(%x, 2) }""", "<rec>")
         assert float(runtime.evaluate(out, two, entry="cube")) == 8.0
     _, (dx, _) = runtime.evaluate(g, two, np.array(2, "int32"))
     assert float(dx) == 12.0
+
+
+# ----------------------------------------------------------------------------- command line
+def _rly(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from relay_ir.cli import main
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def two_globals(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    path = tmp_path / "two.rly"
+    path.write_text(HEADER + "def @main(%x: float32) -> float32 { %x }\n"
+                    "def @f(%x: float32) -> float32 { add(%x, 1f) }\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("argv", [
+    ["opt", "{f}", "--entry", "nosuch"],
+    ["opt", "{f}", "--entry", "nosuch", "--passes", "dce"],
+    ["grad", "{f}", "--entry", "nosuch"],
+    ["grad", "{f}", "--entry", "nosuch", "--forward"],
+    ["run", "{f}", "--entry", "nosuch", "1.0"],
+    ["viz", "{f}", "-o", "{f}.dot", "--entry", "nosuch"],
+])
+def test_an_unknown_entry_is_a_usage_error_listing_the_globals(capsys, two_globals,  # type: ignore
+                                                               argv) -> None:
+    code, out, err = _rly(capsys, *[a.format(f=two_globals) for a in argv])
+    assert (code, out) == (2, "")
+    assert err.strip() == f"{two_globals}: there is no global function @nosuch (globals: @main, @f)"
+
+
+def test_opt_entry_and_unknown_pass_names(capsys, two_globals) -> None:  # type: ignore
+    code, out, _ = _rly(capsys, "opt", two_globals, "--entry", "f")
+    assert code == 0 and "def @f(" in out and "@main" not in out
+    code, out, err = _rly(capsys, "opt", two_globals, "--passes", "dce,foo")
+    assert (code, out) == (2, "") and "unknown pass 'foo'" in err and "fold-constant" in err
+
+
+@pytest.mark.parametrize("dims,col,caret", [("-1, 3", 23, "^~"), ("3, - 2", 26, "^"),
+                                            ("2 - 5", 25, "^")])
+def test_negative_dims_are_parse_errors_with_a_caret(capsys, tmp_path, dims, col,  # type: ignore
+                                                     caret) -> None:
+    path = tmp_path / "neg.rly"
+    path.write_text(HEADER + f"def @main(%x: Tensor[({dims}), float32]) {{ %x }}\n")
+    code, out, err = _rly(capsys, "check", str(path))
+    assert (code, out) == (1, "")
+    lines = err.splitlines()
+    assert lines[0].startswith(f"{path}:2:{col}: parse error: negative dimension `-")
+    assert "write `?`" in lines[0]
+    assert lines[2] == "     | " + " " * (col - 1) + caret
+    with pytest.raises(rly.ParseError, match="negative dimension `-1`"):
+        rly.parse_type("Tensor[(-1), float32]")
+
+
+def test_grad_prelude_prints_only_the_files_definitions(capsys, tmp_path) -> None:  # type: ignore
+    src = tmp_path / "m.rly"
+    src.write_text(HEADER + """def @main(%x: float32) -> float32 {
+  let %l = Cons(%x, Cons(multiply(%x, %x), Nil));
+  @foldl(fn (%a: float32, %b: float32) -> float32 { add(%a, %b) }, 0f,
+         @map(fn (%v: float32) -> float32 { multiply(%v, 3f) }, %l))
+}
+""")
+    code, out, _ = _rly(capsys, "grad", str(src), "--prelude")
+    assert code == 0
+    heads = sorted(line.split("(")[0].split("[")[0] for line in out.splitlines()
+                   if line.startswith(("def ", "type ")))
+    assert heads == ["def @foldl_grad", "def @main", "def @main_grad", "def @map_grad"]
+    g = tmp_path / "g.rly"
+    g.write_text(out)
+    # 3x + 3x^2 at 2 and its derivative 3 + 6x
+    assert _rly(capsys, "run", str(g), "2", "--prelude") == (0, "(18f, (15f,))\n", "")

@@ -29,19 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def canonical_text(text: str, source_name: str, prelude: bool = False) -> str:
     """The canonical text of the module written in ``text`` (without the prelude's globals)."""
-    from relay_ir.module import IRModule
+    from relay_ir.commands import without_prelude
     from relay_ir.parser import parse
     from relay_ir.printer import astext
     mod = parse(text, source_name, prelude=prelude)
-    if prelude:
-        from relay_ir.prelude import prelude_module
-        std = prelude_module()
-        mod = IRModule({mod.global_vars[n]: f for n, f in mod.functions.items()
-                        if n not in std.functions},
-                       {td.header: td for n, td in mod.type_definitions.items()
-                        if n not in std.type_definitions},
-                       source=mod.source, attrs=mod.attrs)
-    return astext(mod)
+    return astext(without_prelude(mod) if prelude else mod)
 
 
 def run(args: argparse.Namespace) -> int:

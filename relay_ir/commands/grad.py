@@ -2,7 +2,8 @@
 
 ``--entry NAME`` picks the global (default ``main``); the printed module's ``@NAME`` returns
 ``(result, (gradient per parameter))`` and is canonical text that ``rly check`` and ``rly run``
-accept as is (without ``--prelude``: the prelude's definitions are printed when used).
+accept as is; with ``--prelude`` only the file's own and the generated definitions are printed
+(as ``rly fmt --prelude`` does), so checking or running the result takes ``--prelude`` too.
 ``--mode higher_order`` (the default) is the reference-based transform, ``--mode first_order``
 the direct reverse sweep of a pure dataflow entry. ``--wrt a,b`` returns the gradients of those
 parameters only, in that order. ``--optimize`` runs ``passes.optimize`` on the result (for a
@@ -17,7 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from relay_ir.commands import add_prelude_flag, add_show_types_flag
+from relay_ir.commands import (add_prelude_flag, add_show_types_flag, require_entry,
+                               without_prelude)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,12 +51,13 @@ def run(args: argparse.Namespace) -> int:
     from relay_ir.passes.optimizer import optimize
     from relay_ir.printer import astext
 
+    if args.forward and (args.wrt is not None or args.mode != "higher_order"):
+        sys.stderr.write("rly grad: --wrt and --mode apply to reverse mode, not --forward\n")
+        return 2
     text, name = read_source(args.file)
     mod = parse(text, source_name=name, prelude=bool(args.prelude))
+    require_entry(mod, args.entry, name, prelude=bool(args.prelude))
     if args.forward:
-        if args.wrt is not None or args.mode != "higher_order":
-            sys.stderr.write("rly grad: --wrt and --mode apply to reverse mode, not --forward\n")
-            return 2
         out = jvp(mod, entry=args.entry)
     else:
         wrt = None
@@ -63,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         out = gradient(mod, entry=args.entry, mode=args.mode, wrt=wrt)
     if args.optimize:
         out = optimize(out, entry=args.entry)
+    if args.prelude:
+        out = without_prelude(out)
     printed = astext(out, show_types=args.show_types)
     sys.stdout.write(printed if printed.endswith("\n") else printed + "\n")
     return 0

@@ -2,7 +2,8 @@
 
 ``--passes to-anf,dce,fold-constant`` names the passes (they run whatever their level);
 without it the default ``optimize`` pipeline runs at ``--opt-level`` (0 to 3, default 2), and
-keeps only ``@main`` and what it reaches (``--entry`` names another root).
+keeps only ``@main`` and what it reaches (``--entry`` names another root; a name the module
+lacks is refused with the list of globals, exit status 2).
 ``--timing`` prints a per-pass time table on stderr, ``--print-after NAME`` prints the module
 after each run of pass NAME (repeatable; ``all`` for every pass) on stderr, ``--prelude``
 parses with the standard prelude, ``--show-types`` prints inferred types. An unknown level or
@@ -14,8 +15,7 @@ import argparse
 import sys
 
 from relay_ir.cli import read_source
-from relay_ir.commands import add_prelude_flag, add_show_types_flag
-from relay_ir.errors import PassError
+from relay_ir.commands import UsageError, add_prelude_flag, add_show_types_flag, require_entry
 
 
 OPT_LEVELS = (0, 1, 2, 3)
@@ -53,9 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="{0,1,2,3}",
                         help="optimization level for the default pipeline (default 2; 3 adds "
                              "cse, 0 only normalizes and types)")
-    parser.add_argument("--entry", default="main", metavar="NAME",
+    parser.add_argument("--entry", default=None, metavar="NAME",
                         help="the default pipeline keeps this global and what it reaches "
-                             "(default main; a module without it keeps every global)")
+                             "(default main; a module without @main keeps every global; a "
+                             "NAME the module lacks is refused)")
     parser.add_argument("--timing", action="store_true", help="per-pass time table on stderr")
     parser.add_argument("--print-after", action="append", default=[], dest="print_after",
                         metavar="NAME", type=_pass_name,
@@ -90,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     text, source = read_source(args.file)
     mod = parse(text, source, prelude=args.prelude)
+    if args.entry is not None:
+        require_entry(mod, args.entry, source, prelude=args.prelude)
+    entry = args.entry or "main"
 
     instruments: list = list(PassContext.current().instruments)
     timing = Timing() if args.timing else None
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             pipeline = passes.parse_pipeline(args.passes)
         except ValueError as e:
-            raise PassError(str(e)) from None
+            raise UsageError(f"--passes: {e}") from None
         # NOTE: passes named explicitly always run, whatever their opt_level
         with PassContext(opt_level=args.opt_level,
                          required_pass=tuple(p.name for p in pipeline.passes),
@@ -111,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             out = pipeline(mod, ctx)
     else:
         with PassContext(opt_level=args.opt_level, instruments=instruments):
-            out = passes.optimize(mod, opt_level=args.opt_level, entry=args.entry)
+            out = passes.optimize(mod, opt_level=args.opt_level, entry=entry)
 
     text = astext(out, show_types=args.show_types)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 from relay_ir.cli import read_source
-from relay_ir.commands import add_prelude_flag
+from relay_ir.commands import add_prelude_flag, require_entry
 from relay_ir.errors import DiagnosticError, InterpreterError
 
 
@@ -149,9 +149,7 @@ def run(args: argparse.Namespace) -> int:
     text, _ = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
     mod = rly.parse(text, source_name=args.file, **kwargs)
-    if args.entry not in mod:
-        raise DiagnosticError(f"{args.file}: there is no global function @{args.entry} "
-                              f"(globals: {', '.join('@' + n for n in mod) or 'none'})")
+    require_entry(mod, args.entry, args.file, prelude=bool(args.prelude))
     values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
     if args.target:
         from relay_ir.runtime.executor import build

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from relay_ir.cli import read_source
+from relay_ir.commands import require_entry
 from relay_ir.errors import DiagnosticError
 from relay_ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem, Var
 from relay_ir.module import IRModule
@@ -144,8 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     text, source = read_source(args.file)
     mod = parse(text, source, prelude=args.prelude)
-    if args.entry not in mod:
-        raise DiagnosticError(f"{args.file}: there is no global function @{args.entry}")
+    require_entry(mod, args.entry, args.file, prelude=args.prelude)
     mod = optimize(mod, opt_level=args.opt_level)
     if not args.no_fuse:
         mod = fuse_ops(mod)
