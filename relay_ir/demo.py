@@ -6,8 +6,9 @@ scikit-learn: nothing is downloaded):
 1. parse and type-check the model written in ``.rly``;
 2. ``passes.gradient`` of the loss, an SGD update appended in the IR (:func:`sgd_step_module`),
    ``passes.optimize`` down to first-order code, ``runtime.build(target="llvm")``;
-3. train with momentum (the velocity kept in numpy), a tqdm progress bar and one line per
-   epoch (loss, train accuracy, time), then ``test accuracy: 0.9xx``;
+3. train with momentum (the velocity kept in numpy), a tqdm progress bar (on a terminal
+   only: piped or logged output gets just the lines) and one line per epoch (loss, train
+   accuracy, time), then ``test accuracy: 0.9xx``;
 4. export the trained predictor with ``export_library`` and reload it with
    ``runtime.load_module`` in a fresh process, checking its predictions match.
 
@@ -128,6 +129,14 @@ def init_params(seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+def _is_tty(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # NOTE: a closed stream
+        return False
+
+
 def train(epochs: int = 20, *, lr: float = 0.1, momentum: float = 0.9, seed: int = 0,
           progress: bool = True, out: Any = None) -> dict[str, Any]:
     """Train the demo MLP; returns params, accuracies, per-epoch history and timings."""
@@ -156,12 +165,15 @@ def train(epochs: int = 20, *, lr: float = 0.1, momentum: float = 0.9, seed: int
     vel = [np.zeros_like(p) for p in params]
     history = []
     nb = len(xtr) // BATCH
+    # NOTE: the bar redraws with carriage returns: only on a terminal, or a piped or logged
+    # run gets a `0%|` fragment before every epoch line
+    show_bar = progress and _is_tty(sys.stderr) and _is_tty(out)
     for ep in range(1, epochs + 1):
         t_ep = time.perf_counter()
         order = rng.permutation(len(xtr))
         losses = []
         bar = tqdm(range(nb), desc=f"epoch {ep:2d}/{epochs}", leave=False, file=sys.stderr,
-                   disable=not progress, ncols=80)
+                   disable=not show_bar, ncols=80)
         for b in bar:
             idx = order[b * BATCH:(b + 1) * BATCH]
             res = exe(as_aligned(xtr[idx]), as_aligned(eye[ytr[idx]]), *params,
@@ -283,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         "\n")[0])
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (there is none when the output is not a terminal)")
     ap.add_argument("--no-export", action="store_true", help="skip export and reload")
     ap.add_argument("--examples", nargs="*", default=None,
                     help="run the examples (all, or the files given) instead of training")

@@ -6,7 +6,8 @@ fixed slot), closure capture, tail positions, and the layout of ``if`` and ``mat
 is plain data -- tuples of strings and integers, lists and dicts -- so a program can be written
 to JSON (:meth:`CompiledProgram.to_json`) and read back (:meth:`CompiledProgram.from_json`).
 The reference interpreter (``runtime.interpreter``) turns the instructions into step closures;
-the compiled executor will turn them into its own control program.
+the compiled executor (``runtime.vm``) runs the same instructions, with an invoke-kernel
+instruction per fused group.
 
 Registers of a function (an activation's register file)::
 

@@ -95,8 +95,8 @@ _WHY = {
 
 def _unsupported(what: str, node: Expr) -> UnsupportedProgramError:
     return UnsupportedProgramError(
-        f"runtime.build compiles first-order dataflow programs only; {what} comes with the "
-        f"compiled executor (next issue). Use runtime.evaluate for this program.", node.span)
+        f"not a first-order dataflow entry: {what}; it runs on the compiled executor "
+        f"(runtime.vm)", node.span)
 
 
 def analyze_entry(fn: Function) -> tuple[list[_Step], Expr]:

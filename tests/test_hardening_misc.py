@@ -225,3 +225,47 @@ def test_grad_prelude_prints_only_the_files_definitions(capsys, tmp_path) -> Non
     g.write_text(out)
     # 3x + 3x^2 at 2 and its derivative 3 + 6x
     assert _rly(capsys, "run", str(g), "2", "--prelude") == (0, "(18f, (15f,))\n", "")
+
+
+# ----------------------------------------------------------------------------- docs and demo
+def test_readme_operator_count_is_the_registry_size() -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    from relay_ir.op import list_ops
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"(\d+) operators with Relay's names.*?\(counted by `python -c \"([^\"]+)\"`\)",
+                  readme, re.S)
+    assert m is not None, "the README states the operator count and the command that counts"
+    assert int(m.group(1)) == len(list_ops())
+    ran = subprocess.run([sys.executable, "-c", m.group(2)], capture_output=True, text=True,
+                         check=True)
+    assert ran.stdout.strip() == m.group(1)
+
+
+def test_piped_demo_output_has_no_progress_bar_fragments(capsys) -> None:  # type: ignore
+    import sys
+    from relay_ir import demo
+    demo.train(1, out=sys.stdout)        # progress on (the default); the output is captured
+    out, err = capsys.readouterr()
+    assert "epoch  1/1  loss " in out
+    assert "%|" not in out + err and "\r" not in out + err
+
+
+def test_architecture_picture_draws_every_command_and_no_future_executor() -> None:
+    import re
+    from pathlib import Path
+    from relay_ir.cli import COMMANDS
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    dot = (docs / "architecture.dot").read_text(encoding="utf-8")
+    svg = (docs / "architecture.svg").read_text(encoding="utf-8")
+    label = re.search(r'cli \[label="([^"]+)"\]', dot)
+    assert label is not None
+    drawn = set(re.findall(r"[a-z]+", label.group(1).replace("\\n", " "))) - {"rly"}
+    assert drawn == set(COMMANDS)
+    # the SVG is rendered from this .dot: every text line of the CLI label is in it
+    svg_text = {t.replace("&#45;", "-") for t in re.findall(r">([^<>]+)</text>", svg)}
+    for line in label.group(1).split("\\n"):
+        assert line in svg_text
+    assert "(next)" not in dot and "(next)" not in svg

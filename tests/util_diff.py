@@ -1,7 +1,7 @@
 """Differential testing: check that two executions of a program agree.
 
-Reused by later issues (interpreter vs a transformed module, interpreter vs the compiled
-executor)::
+Used for the interpreter vs a transformed module and the interpreter vs the compiled
+executor::
 
     from util_diff import assert_same_results, random_inputs, assert_values_close
     assert_same_results(mod, passes.FoldConstant()(mod))              # interpreter on both
