@@ -113,7 +113,7 @@ def @main(%x: Tensor[(?, 3), float64], %m: Tensor[(1, 3), float64]) {
     np.testing.assert_allclose(tangent, want, rtol=1e-12)
 
 
-# ----------------------------------------------------------------------------- gradient keeps globals
+# ----------------------------------------------------------------------- gradient keeps globals
 _CALLERS = HEADER + """
 def @main(%x: Tensor[(3), float64]) -> float64 { sum(multiply(%x, %x)) }
 def @twice(%x: Tensor[(3), float64]) -> float64 { add(@main(%x), @main(%x)) }
@@ -269,3 +269,13 @@ def test_architecture_picture_draws_every_command_and_no_future_executor() -> No
     for line in label.group(1).split("\\n"):
         assert line in svg_text
     assert "(next)" not in dot and "(next)" not in svg
+
+
+def test_run_of_a_module_file_refuses_an_unknown_entry(capsys, tmp_path) -> None:  # type: ignore
+    src = tmp_path / "m.rly"
+    src.write_text(HEADER + "def @main(%x: Tensor[(3), float32]) { add(%x, %x) }\n")
+    so = str(tmp_path / "m.so")
+    assert _rly(capsys, "build", str(src), "-o", so)[0] == 0
+    code, out, err = _rly(capsys, "run", so, "--entry", "nosuch", "[1.0, 2.0, 3.0]")
+    assert (code, out) == (2, "")
+    assert err.strip() == f"{so}: there is no global function @nosuch (globals: @main)"

@@ -14,12 +14,13 @@ class UsageError(DiagnosticError):
     kind = "usage error"
 
 
-def require_entry(mod: Any, entry: str, file: str, prelude: bool = False) -> None:
-    """A :class:`UsageError` naming ``entry`` and listing the globals when ``mod`` lacks it
-    (with ``prelude``, the prelude's own globals are not listed)."""
-    if entry in mod:
+def require_entry(names: Any, entry: str, file: str, prelude: bool = False) -> None:
+    """A :class:`UsageError` naming ``entry`` and listing the globals when ``names`` (an
+    IRModule, or the global names of a module file) lacks it (with ``prelude``, the prelude's
+    own globals are not listed)."""
+    names = list(names)
+    if entry in names:
         return
-    names = list(mod.functions)
     if prelude:
         from relay_ir.prelude import prelude_module
         std = prelude_module().functions

@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if _is_module_file(args.file):
         from relay_ir.runtime.vm import load_module
         module = load_module(args.file)
+        require_entry(module.compiled.globals, args.entry, args.file)
         values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
         if args.target and args.target != module.target.kind.name:
             raise DiagnosticError(f"{args.file} was built for target "
