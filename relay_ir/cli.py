@@ -25,6 +25,7 @@ COMMANDS = {
     "grad": "print the reverse-mode gradient program of a global",
     "viz": "draw the dataflow and fusion groups (DOT, or SVG with Graphviz)",
     "cache": "show the compiled-kernel cache (--clear empties it)",
+    "ops": "list the operators, or print one operator's reference entry (rly ops NAME)",
 }
 
 
