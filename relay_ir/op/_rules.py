@@ -115,6 +115,7 @@ def def_elemwise(name: str, np_fn: Callable[[np.ndarray], Any], *, out_dtype: st
         def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
             t = tensor_arg(arg_types[0], "data")
             return None if t is None else TensorType(t.shape, out_dtype)
+        rel.__doc__ = f"``op(x)``: the shape of ``x``, dtype {out_dtype}."
 
         def impl(args: list, attrs: Attrs) -> np.ndarray:
             return wrap(np_fn(args[0]), odt)
@@ -349,7 +350,7 @@ def broadcast_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
 
 
 def compare_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
-    """``op(a, b)``: like :func:`broadcast_rel` with a bool result."""
+    """``op(a, b)``: equal dtypes, broadcast shapes, a bool result."""
     t = broadcast_rel(arg_types, attrs)
     return None if t is None else TensorType(t.shape, "bool")  # type: ignore[union-attr]
 
@@ -358,6 +359,7 @@ def _fixed_broadcast_rel(dtype: str) -> Callable[..., Type | None]:
     def rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
         t = broadcast_rel(arg_types, attrs)
         return None if t is None else TensorType(t.shape, dtype)  # type: ignore[union-attr]
+    rel.__doc__ = f"``op(a, b)``: equal dtypes, broadcast shapes, dtype {dtype}."
     return rel
 
 

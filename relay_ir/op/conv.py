@@ -317,12 +317,17 @@ def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), dt)
 
 
-_CONV_ATTRS = [F("strides", "ints", (1, 1)), F("padding", "ints", (0, 0)),
-               F("dilation", "ints", (1, 1)), F("groups", "int", 1),
+_PADDING_DOC = "1 (all sides), 2 (top/bottom, left/right) or 4 (top, left, bottom, right) values"
+_CONV_ATTRS = [F("strides", "ints", (1, 1), "step per spatial dim (h, w)"),
+               F("padding", "ints", (0, 0), _PADDING_DOC),
+               F("dilation", "ints", (1, 1), "kernel dilation per spatial dim (h, w)"),
+               F("groups", "int", 1, "channel groups (input and output channels split evenly)"),
                F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
-               F("kernel_size", "ints?", None), F("data_layout", "str", "NCHW"),
-               F("kernel_layout", "str", "OIHW"), F("out_layout", "str", ""),
-               F("out_dtype", "str", "")]
+               F("kernel_size", "ints?", None, "(kh, kw) (with channels: infers weight)"),
+               F("data_layout", "str", "NCHW", "a permutation of NCHW"),
+               F("kernel_layout", "str", "OIHW", "a permutation of OIHW"),
+               F("out_layout", "str", "", "the result layout (\"\": data_layout)"),
+               F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
 
 
 @grad_rule
@@ -408,10 +413,13 @@ def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
     return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), x.dtype)
 
 
-_POOL_ATTRS = [F("pool_size", "ints", (1, 1)), F("strides", "ints", (1, 1)),
-               F("dilation", "ints", (1, 1)), F("padding", "ints", (0, 0)),
-               F("layout", "str", "NCHW"), F("out_layout", "str", ""),
-               F("ceil_mode", "bool", False)]
+_POOL_ATTRS = [F("pool_size", "ints", (1, 1), "window size (h, w)"),
+               F("strides", "ints", (1, 1), "window step (h, w)"),
+               F("dilation", "ints", (1, 1), "window dilation (h, w)"),
+               F("padding", "ints", (0, 0), _PADDING_DOC),
+               F("layout", "str", "NCHW", "a permutation of NCHW"),
+               F("out_layout", "str", "", "must be layout (\"\": layout)"),
+               F("ceil_mode", "bool", False, "round the output size up")]
 
 
 def max_pool2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
@@ -447,7 +455,8 @@ defop("nn.max_pool2d", 1, grad=max_pool2d_grad, jvp=max_pool2d_jvp,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d max pooling.",
       compute=_pool_te("max"))
 defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad, jvp=jvp_linear,
-      attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
+      attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False,
+                             "padding counts in the divisor")],
       attrs_type="AvgPool2DAttrs", rel=avg_pool2d_rel,
       impl=lambda args, attrs: _pool_ref(args, attrs, "avg"),
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="2-d average pooling.",
@@ -500,7 +509,8 @@ def global_max_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("multiply", ind, op("divide", g, count)),)
 
 
-_GLOBAL_ATTRS = [F("layout", "str", "NCHW"), F("out_layout", "str", "")]
+_GLOBAL_ATTRS = [F("layout", "str", "NCHW", "a permutation of NCHW"),
+                 F("out_layout", "str", "", "accepted for TVM; the result keeps layout")]
 defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad, jvp=jvp_linear,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
       rel=global_pool_rel, impl=_global_ref("avg"), pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
@@ -969,7 +979,8 @@ defop("nn.max_pool2d_gather", 2, attrs=_POOL_ATTRS, attrs_type="MaxPool2DAttrs",
       pattern=OpPattern.OPAQUE,
       doc="(data, values) -> values at each max_pool2d window's maximum of data (pooled).",
       compute=max_pool2d_gather_te)
-defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False)],
+defop("nn.avg_pool2d_grad", 2, attrs=_POOL_ATTRS + [F("count_include_pad", "bool", False,
+                                                       "padding counts in the divisor")],
       attrs_type="AvgPool2DAttrs",
       rel=grad_like_rel("nn.avg_pool2d_grad", 1, (4, 4),
                          lambda ts, at: _pool_rel(ts[1:], at, "nn.avg_pool2d_grad")),

@@ -448,8 +448,9 @@ def matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 defop("nn.matmul", 2, grad=matmul_grad,
-      jvp=jvp_multilinear, attrs=_DENSE_ATTRS + [F("transpose_a", "bool", False),
-                                            F("transpose_b", "bool", False)],
+      jvp=jvp_multilinear, attrs=_DENSE_ATTRS + [
+          F("transpose_a", "bool", False, "use the first argument transposed"),
+          F("transpose_b", "bool", False, "use the second argument transposed")],
       attrs_type="MatmulAttrs", rel=matmul_rel, impl=matmul_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Matrix product with optional transposes.",
       compute=matmul_te)
@@ -489,9 +490,10 @@ def batch_matmul_grad(call, out, g):  # type: ignore[no-untyped-def]
 
 
 defop("nn.batch_matmul", 2, grad=batch_matmul_grad,
-      jvp=jvp_multilinear, attrs=[F("out_dtype", "str", ""),
-                                   F("transpose_a", "bool", False),
-                                   F("transpose_b", "bool", True)],
+      jvp=jvp_multilinear, attrs=[
+          F("out_dtype", "str", "", "the result dtype (\"\": the input's)"),
+          F("transpose_a", "bool", False, "use x transposed in its last two dims"),
+          F("transpose_b", "bool", True, "use y transposed in its last two dims ((B, N, K))")],
       attrs_type="BatchMatmulAttrs", rel=batch_matmul_rel, impl=batch_matmul_ref,
       pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="Batched matrix product.",
       compute=batch_matmul_te)
@@ -640,7 +642,7 @@ def_elemwise("nn.leaky_relu",
 
 @tensor_rel("data")
 def softmax_rel(t: TensorType, attrs: Attrs) -> Type | None:
-    """``nn.softmax(x, axis)`` : type of x."""
+    """``op(x, axis)`` : type of x (``axis`` must be in range)."""
     norm_axis(attrs.axis, t.ndim)
     return t
 
@@ -732,7 +734,8 @@ def _pad_width(pw: Any, ndim: int) -> list[tuple[int, int]]:
 
 @tensor_rel("data", "pad_value")
 def pad_rel(x: TensorType, v: TensorType, attrs: Attrs) -> Type | None:
-    """``nn.pad(x, pad_value, pad_width, pad_mode)``."""
+    """``nn.pad(x, pad_value, pad_width, pad_mode)``: every dim grows by its ``(before,
+    after)`` widths, x's dtype; ``pad_value`` is 0-d."""
     if v.ndim != 0:
         raise TypeInferenceError("nn.pad: pad_value must be a scalar")
     if attrs.pad_mode not in ("constant", "edge", "reflect"):
@@ -833,8 +836,9 @@ def layer_norm_ref(args: list, attrs: Attrs) -> np.ndarray:
     return wrap(out, x.dtype)
 
 
-_NORM_ATTRS = [F("epsilon", "float", 1e-5), F("center", "bool", True),
-               F("scale", "bool", True)]
+_NORM_ATTRS = [F("epsilon", "float", 1e-5, "added to the variance before the square root"),
+               F("center", "bool", True, "add beta (False: beta is ignored)"),
+               F("scale", "bool", True, "multiply by gamma (False: gamma is ignored)")]
 def _mul(a: Expr, b: Expr) -> Expr:
     return op("multiply", a, b)
 
@@ -882,7 +886,7 @@ def layer_norm_jvp(call, out, t):  # type: ignore[no-untyped-def]
 
 
 defop("nn.layer_norm", 3, grad=layer_norm_grad, jvp=layer_norm_jvp,
-      attrs=[F("axis", "int", -1)] + _NORM_ATTRS,
+      attrs=[F("axis", "int", -1, "the normalized axis")] + _NORM_ATTRS,
       attrs_type="LayerNormAttrs", rel=layer_norm_rel, impl=layer_norm_ref,
       pattern=OpPattern.OPAQUE, doc="Layer normalization.",
       compute=layer_norm_te)
@@ -963,7 +967,7 @@ def batch_norm_jvp(call, out, t):  # type: ignore[no-untyped-def]
 
 
 defop("nn.batch_norm", 5, grad=batch_norm_grad, jvp=batch_norm_jvp,
-      attrs=[F("axis", "int", 1)] + _NORM_ATTRS,
+      attrs=[F("axis", "int", 1, "the channel axis")] + _NORM_ATTRS,
       attrs_type="BatchNormAttrs", rel=batch_norm_rel, impl=batch_norm_ref,
       pattern=OpPattern.OPAQUE, doc="Batch normalization (inference form).",
       compute=batch_norm_te)

@@ -218,7 +218,8 @@ def op_entry(opdef: OpDef) -> OpEntry:
     return OpEntry(
         name=opdef.name, family=family_of(opdef), summary=_first_paragraph(opdef.doc),
         args=arg_names(opdef), attrs=attrs, type_rule=type_rule(opdef),
-        differentiable=diff, reverse=rev, forward=fwd, backend=backend(opdef), pattern=pattern_name(opdef.pattern))
+        differentiable=diff, reverse=rev, forward=fwd, backend=backend(opdef),
+        pattern=pattern_name(opdef.pattern))
 
 
 def entries() -> list[OpEntry]:

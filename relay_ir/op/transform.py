@@ -269,8 +269,10 @@ def reshape_like_rel(data: TensorType, shape_like: TensorType, attrs: Attrs) -> 
 
 
 defop("reshape_like", 2, grad=_reshape_grad, jvp=jvp_linear_in(0),
-      attrs=[F("lhs_begin", "int", 0), F("lhs_end", "int?", None),
-             F("rhs_begin", "int", 0), F("rhs_end", "int?", None)],
+      attrs=[F("lhs_begin", "int", 0, "first dim of x replaced"),
+             F("lhs_end", "int?", None, "end of x's replaced dims (None: x's rank)"),
+             F("rhs_begin", "int", 0, "first dim of like used"),
+             F("rhs_end", "int?", None, "end of like's dims used (None: like's rank)")],
       attrs_type="ReshapeLikeAttrs", rel=reshape_like_rel,
       impl=lambda args, attrs: np.reshape(
           args[0], reshape_like_shape(args[0].shape, args[1].shape, attrs)),
@@ -328,7 +330,8 @@ def expand_dims_shape(shape: Sequence[Dim], axis: int, num: int) -> tuple[Dim, .
 
 @tensor_rel("data")
 def expand_dims_rel(t: TensorType, attrs: Attrs) -> Type | None:
-    """``expand_dims(x, axis, num_newaxis)``."""
+    """``expand_dims(x, axis, num_newaxis)``: x's shape with ``num_newaxis`` unit dims
+    inserted at ``axis``, x's dtype."""
     return TensorType(expand_dims_shape(t.shape, attrs.axis, attrs.num_newaxis), t.dtype)
 
 
@@ -358,7 +361,8 @@ def squeeze_shape(shape: Sequence[Dim], axis: Sequence[int] | None) -> tuple[Dim
 
 @tensor_rel("data")
 def squeeze_rel(t: TensorType, attrs: Attrs) -> Type | None:
-    """``squeeze(x, axis)``."""
+    """``squeeze(x, axis)``: x's shape without the unit dims listed in ``axis`` (every
+    unit dim when None), x's dtype."""
     return TensorType(squeeze_shape(t.shape, attrs.axis), t.dtype)
 
 
@@ -739,7 +743,8 @@ def _shape_attr_rel(t: TensorType, attrs: Attrs, name: str, collapse: bool) -> T
 
 @tensor_rel("data")
 def broadcast_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
-    """``broadcast_to(x, shape)``."""
+    """``broadcast_to(x, shape)``: ``Tensor[shape, x.dtype]``; x's shape must broadcast to
+    ``shape``."""
     return _shape_attr_rel(t, attrs, "broadcast_to", collapse=False)
 
 
@@ -803,7 +808,8 @@ defop("collapse_sum_like", 2, grad=_collapse_grad, jvp=jvp_linear_in(0), rel=col
 
 @tensor_rel("data")
 def collapse_sum_to_rel(t: TensorType, attrs: Attrs) -> Type | None:
-    """``collapse_sum_to(x, shape)``."""
+    """``collapse_sum_to(x, shape)``: ``Tensor[shape, x.dtype]``; ``shape`` must broadcast
+    to x's shape."""
     return _shape_attr_rel(t, attrs, "collapse_sum_to", collapse=True)
 
 
