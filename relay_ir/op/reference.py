@@ -199,7 +199,7 @@ def differentiable(opdef: OpDef) -> tuple[str, str, str]:
 def backend(opdef: OpDef) -> str:
     """Whether the operator compiles to a TVM kernel, or why it runs on the host."""
     if opdef.compute is not None:
-        return "TVM compute (TE/TOPI): fused into kernels"
+        return "TVM compute (TE/TOPI): compiles to a kernel"
     reason = opdef.host_only or "no compute registered"
     return f"host only: {reason}"
 
