@@ -61,9 +61,12 @@ def test_every_registered_operator_has_an_entry(capsys) -> None:
         head = out.splitlines()[0]
         assert head.startswith(d.name + "(") and f"\n```\n{head}\n```\n" in text, d.name
         assert f"fusion pattern: {d.pattern.name.lower().replace('_', '-')}" in out
-        # every attribute with its registered default, as .rly text
+        # every attribute with its registered default as .rly text (or "required")
+        required = R.required_attrs(d)
         for f in d.attrs:
-            assert f"    {f.name}: " in out and f" = {_attr_value(f.default)}" in out, f.name
+            shown = "required" if f.name in required else _attr_value(f.default)
+            assert re.search(rf"^    {f.name}: [A-Za-z ]+ = {re.escape(shown)}( |$)", out, re.M), (
+                d.name, f.name)
 
 
 def test_every_entry_states_a_type_rule_and_describes_its_attributes() -> None:
@@ -108,11 +111,37 @@ def test_signatures_are_rly_text_with_the_default_attributes() -> None:
         assert e.signature.startswith(head), e.name
         # the arguments become parameters of a function around the call, as written
         params = ", ".join("%" + a for a in e.args)
-        call_text = f"{e.name}({params}" + e.signature[len(head):]
+        # required attributes show their type (`newshape=<list of int>`): left out here
+        rest = re.sub(r"(, )?\b\w+=<[^>]*>", "", e.signature[len(head):])
+        call_text = f"{e.name}({params}{rest}".replace("(, ", "(")
         fn = rly.parse_expr(f"fn ({params}) {{ {call_text} }}")
         assert isinstance(fn, Function) and isinstance(fn.body, Call), e.name
         d = get_opdef(e.name)
         assert dict(fn.body.attrs.items()) == dict(d.default_attrs.items()), e.name
+
+
+REQUIRED_CASES = [  # (call on %x: Tensor[(2, 3), float32], the attribute it lacks)
+    ("reshape(%x)", "newshape"), ("strided_slice(%x, end=[1])", "begin"),
+    ("split(%x)", "indices_or_sections"), ("nn.pad(%x, 0f)", "pad_width"),
+    ("cast(%x)", "dtype"), ("clip(%x, a_min=0f)", "a_max"), ("zeros(dtype=\"int32\")", "shape"),
+]
+
+
+@pytest.mark.parametrize("body, attr", REQUIRED_CASES)
+def test_required_attributes_are_marked_and_are_required(capsys, tmp_path, body: str,
+                                                          attr: str) -> None:
+    f = tmp_path / "p.rly"
+    f.write_text('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 3), float32]) { '
+                 + body + " }\n")
+    assert main(["check", str(f)]) == 1
+    assert f"needs a {attr} attribute" in capsys.readouterr().err
+    name = body.split("(")[0]
+    code, out, _ = rly_ops(capsys, name)
+    assert code == 0 and re.search(rf"(\(|, ){attr}=<[a-z ]+>[,)]", out.splitlines()[0])
+    assert re.search(rf"^    {attr}: [a-z ]+ = required  -- ", out, re.M)
+    section = DOC.read_text(encoding="utf-8").split(f"\n### `{name}`\n")[1].split("\n### ")[0]
+    assert f"| `{attr}` | " in section and re.search(rf"\| `{attr}` \| [a-z ]+ \| required \|",
+                                                     section)
 
 
 def test_entry_shows_host_reason_and_non_differentiable(capsys) -> None:

@@ -84,6 +84,12 @@ class AttrEntry:
     type: str
     default: str  # as written in .rly text
     doc: str
+    required: bool = False  # no usable default: type checking reports a call without it
+
+    @property
+    def shown_default(self) -> str:
+        """``= default`` text for the entry: the default, or that the attribute is required."""
+        return "required" if self.required else self.default
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,13 @@ class OpEntry:
     def signature(self) -> str:
         """The call as written in ``.rly`` text, with every attribute's default.
 
-        An attribute that an argument of the same name replaces (``dyn.reshape``'s
+        A required attribute shows its type instead (``reshape(data, newshape=<list of int>,
+        ...)``). An attribute that an argument of the same name replaces (``dyn.reshape``'s
         ``newshape``: the shape is a tensor argument there) is left out.
         """
-        parts = list(self.args) + [f"{a.name}={a.default}" for a in self.attrs
-                                   if a.name not in self.args]
+        parts = list(self.args) + [
+            f"{a.name}=<{a.type}>" if a.required else f"{a.name}={a.default}"
+            for a in self.attrs if a.name not in self.args]
         return f"{self.name}({', '.join(parts)})"
 
 
@@ -167,6 +175,20 @@ def arg_names(opdef: OpDef) -> tuple[str, ...]:
     return names
 
 
+def required_attrs(opdef: OpDef) -> tuple[str, ...]:
+    """The attributes a call must give: what the relation checks for (``defop(...,
+    required=...)``), and every attribute whose kind does not admit None (no ``?``, not
+    ``any``) but whose default is None."""
+    names = [f.name for f in opdef.attrs
+             if f.default is None and not f.kind.endswith("?") and f.kind != "any"]
+    rel = opdef.type_rel
+    code = getattr(rel, "__code__", None)
+    if code is not None and "required" in code.co_freevars and rel.__closure__:
+        listed = rel.__closure__[code.co_freevars.index("required")].cell_contents
+        names += [n for n in listed if n not in names]
+    return tuple(f.name for f in opdef.attrs if f.name in names)
+
+
 def type_rule(opdef: OpDef) -> str:
     """The type relation in a sentence: the first paragraph of its docstring.
 
@@ -212,12 +234,17 @@ def pattern_name(p: OpPattern) -> str:
 def op_entry(opdef: OpDef) -> OpEntry:
     """The reference entry of one operator."""
     from relay_ir.printer import _attr_value
-    attrs = tuple(AttrEntry(f.name, _KIND_TEXT.get(f.kind, f.kind), _attr_value(f.default),
-                            f.doc) for f in opdef.attrs)
+    required = required_attrs(opdef)
+    attrs = []
+    for f in opdef.attrs:
+        kind = _KIND_TEXT.get(f.kind, f.kind)
+        if f.name in required:
+            kind = kind.removesuffix(" or None")
+        attrs.append(AttrEntry(f.name, kind, _attr_value(f.default), f.doc, f.name in required))
     diff, rev, fwd = differentiable(opdef)
     return OpEntry(
         name=opdef.name, family=family_of(opdef), summary=_first_paragraph(opdef.doc),
-        args=arg_names(opdef), attrs=attrs, type_rule=type_rule(opdef),
+        args=arg_names(opdef), attrs=tuple(attrs), type_rule=type_rule(opdef),
         differentiable=diff, reverse=rev, forward=fwd, backend=backend(opdef),
         pattern=pattern_name(opdef.pattern))
 
@@ -263,7 +290,7 @@ def entry_text(e: OpEntry) -> str:
         lines.append("  attributes:")
         for a in e.attrs:
             doc = f"  -- {a.doc}" if a.doc else ""
-            lines.append(f"    {a.name}: {a.type} = {a.default}{doc}")
+            lines.append(f"    {a.name}: {a.type} = {a.shown_default}{doc}")
     else:
         lines.append(f"  {'attributes:':{field_w}}none")
     lines.append(f"  {'differentiable:':{field_w}}{e.differentiable}")
@@ -349,7 +376,8 @@ def markdown(es: Sequence[OpEntry] | None = None) -> str:
             if e.attrs:
                 out += ["", "| attribute | type | default | description |", "|---|---|---|---|"]
                 for a in e.attrs:
-                    out.append(f"| `{a.name}` | {a.type} | `{a.default}` | {_md_cell(a.doc)} |")
+                    shown = "required" if a.required else f"`{a.default}`"
+                    out.append(f"| `{a.name}` | {a.type} | {shown} | {_md_cell(a.doc)} |")
             out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
