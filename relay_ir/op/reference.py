@@ -338,7 +338,8 @@ def markdown(es: Sequence[OpEntry] | None = None) -> str:
         "",
         f"{len(es)} operators in {len(groups)} families. Each entry gives the call as written "
         "in `.rly` text with every attribute at its default (attributes are keyword arguments: "
-        "`sum(%x, axis=[1], keepdims=True)`), the attributes (type, default, description), the "
+        "`sum(%x, axis=[1], keepdims=True)`; `name=<type>` marks a required attribute), the "
+        "attributes (type, default, description), the "
         "type rule (the first sentence of the operator's type relation), whether reverse mode "
         "(`passes.gradient`) and forward mode (`passes.jvp`) have rules for it, whether it "
         "compiles to a TVM kernel or runs on the host, and its fusion pattern (how `fuse-ops` "
