@@ -70,6 +70,8 @@ def test_every_registered_operator_has_an_entry(capsys) -> None:
 
 
 def test_every_entry_states_a_type_rule_and_describes_its_attributes() -> None:
+    for d in list_ops():
+        assert len(R.arg_names(d, strict=True)) == d.num_inputs  # named in ARG_NAMES if need be
     for e in R.entries():
         assert e.type_rule and not e.type_rule.startswith("(no"), e.name
         assert e.family in R.FAMILIES, e.name
