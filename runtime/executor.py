@@ -31,6 +31,7 @@ import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.runtime.lower_tvm import DynamicShapeError
+from relay_ir.runtime.values import check_arguments
 from relay_ir.expr import (Call, Constant, Expr, Function, GlobalVar, If, Match, Op, RefCreate,
                            RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
@@ -486,11 +487,9 @@ class Executable:
     def _get_plan(self, args: tuple, entry: str) -> tuple[_Plan, list[np.ndarray]]:
         self._entry(entry)
         fn = self.module[entry]
-        if len(args) != len(fn.params):
-            raise DiagnosticError(f"@{entry} takes {len(fn.params)} arguments, "
-                                  f"{len(args)} given", fn.span)
-        arrays = [_convert_arg(a, p, i) for i, (a, p) in enumerate(zip(args, fn.params))]
-        _check_dims(fn, arrays, entry)
+        # NOTE: the one argument check of every executor (values.check_arguments)
+        ptypes = [p.checked_type_ or p.type_annotation for p in fn.params]
+        arrays = [_aligned_arg(a) for a in check_arguments(fn, ptypes, args)]
         key = (entry, *((a.shape, a.dtype.str) for a in arrays))
         plan = self._plans.get(key)
         if plan is None:
@@ -643,42 +642,11 @@ def _to_tvm(a: np.ndarray) -> Any:
     return _FROM_DLPACK[0](a)
 
 
-def _convert_arg(a: Any, p: Var, i: int) -> np.ndarray:
-    t = p.checked_type_ or p.type_annotation
-    assert isinstance(t, TensorType)
-    dt = np.dtype(t.dtype)
-    arr = a if isinstance(a, np.ndarray) else np.asarray(a)
-    if arr.dtype != dt:
-        if not np.can_cast(arr.dtype, dt, "same_kind") and not (
-                isinstance(a, (int, float, bool, list, tuple)) and arr.dtype.kind in "biuf"):
-            raise DiagnosticError(f"argument {i + 1} (%{p.name_hint}): expected {t!r}, got "
-                                  f"an array of dtype {arr.dtype}", p.span)
-        arr = arr.astype(dt)
-    if arr.ndim != len(t.shape):
-        raise DiagnosticError(f"argument {i + 1} (%{p.name_hint}): expected {t!r}, got shape "
-                              f"{tuple(arr.shape)}", p.span)
+def _aligned_arg(arr: np.ndarray) -> np.ndarray:
     if not _is_aligned(arr) or not arr.flags.writeable:
         # NOTE: DLPack refuses read-only arrays; unaligned ones would break vector loads
         arr = _aligned_copy(arr)
     return arr
-
-
-def _check_dims(fn: Function, arrays: list[np.ndarray], entry: str) -> None:
-    bound: dict[ShapeVar, int] = {}
-    for i, (p, a) in enumerate(zip(fn.params, arrays)):
-        t = p.checked_type_ or p.type_annotation
-        assert isinstance(t, TensorType)
-        for d, n in zip(t.shape, a.shape):
-            ok = True
-            if isinstance(d, int):
-                ok = d == n
-            elif isinstance(d, ShapeVar):
-                ok = bound.setdefault(d, n) == n
-            elif not isinstance(d, AnyDim):
-                ok = True  # NOTE: polynomial dims are checked by the kernels' own shape checks
-            if not ok:
-                raise DiagnosticError(f"@{entry} argument {i + 1} (%{p.name_hint}): expected "
-                                      f"{t!r}, got shape {tuple(a.shape)}", p.span)
 
 
 # ----------------------------------------------------------------------------- host groups

@@ -320,20 +320,7 @@ def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarr
     elif isinstance(v, np.generic):
         arr = np.asarray(v)
     elif isinstance(v, (bool, int, float, list)):
-        try:
-            raw = np.asarray(v)
-        except ValueError:
-            raise _ArgError(f"{expect}, got a ragged nested list") from None
-        kind = raw.dtype.kind
-        target = np.dtype(t.dtype)
-        if target.kind in "iu" and (kind in "iu" or (kind == "O" and _all_ints(v))):
-            _check_int_range(raw if kind != "O" else None, v, t.dtype, expect + ": ")
-        if kind not in "biuf":
-            raise _ArgError(f"{expect}, got {_describe(v)}")
-        if (target.kind in "iu" and kind == "f") or (target.kind == "b" and kind != "b"):
-            raise _ArgError(f"{expect}, got a Python value of kind {raw.dtype.name} "
-                            f"({_short(v)})")
-        arr = raw.astype(target)
+        arr = _convert_python(v, t, expect)
     else:
         raise _ArgError(f"{expect}, got {_describe(v)}")
     if str(arr.dtype) != t.dtype or arr.ndim != len(t.shape):
@@ -356,6 +343,52 @@ def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarr
             ok = True
         if not ok:
             raise _ArgError(f"{expect}, got {_describe(arr)}")
+    return arr
+
+
+def _convert_python(v: Any, t: TensorType, expect: str) -> np.ndarray:
+    """A Python scalar or nested list as a ``t.dtype`` array, only where every value converts
+    exactly: ``True``/``False`` for bool only, an int in range for integer dtypes, a float (or
+    an int it represents exactly) for float dtypes, and never a finite value becoming inf."""
+    target = _DTYPES.get(t.dtype) or np.dtype(t.dtype)
+    items = [v] if not isinstance(v, list) else list(leaves(v))
+    ints: list[int] = []
+    for x in items:
+        if isinstance(x, bool):
+            ok = target.kind == "b"
+        elif isinstance(x, int):
+            ok = target.kind in "iuf"
+            ints.append(x)
+        elif isinstance(x, float):
+            ok = target.kind in "fc"
+        else:
+            raise _ArgError(f"{expect}, got a list holding {_describe(x)}")
+        if not ok:
+            what = "a Python bool" if isinstance(x, bool) else f"a Python {type(x).__name__}"
+            raise _ArgError(f"{expect}, got {what} ({_short(x)}): it does not convert "
+                            f"exactly to {t.dtype}")
+    if target.kind in "iu" and ints:
+        info = np.iinfo(target)
+        if not info.min <= min(ints) or not max(ints) <= info.max:
+            _check_int_range(None, ints, t.dtype, expect + ": ")
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = np.array(v, dtype=target)
+    except (ValueError, OverflowError, TypeError):
+        raise _ArgError(f"{expect}, got a ragged nested list") from None
+    if target.kind in "fc":
+        if ints:
+            for x in ints:
+                if float(target.type(x)) != x:
+                    raise _ArgError(f"{expect}, got the integer {_short(x)}, which {t.dtype} "
+                                    f"cannot represent exactly")
+        if arr.size and not np.isfinite(arr).all():
+            with np.errstate(over="ignore"):
+                for x in items:
+                    if isinstance(x, float) and np.isfinite(x) and \
+                            not np.isfinite(target.type(x)):
+                        raise _ArgError(f"{expect}, got {_short(x)}, which overflows "
+                                        f"{t.dtype} (it would become inf)")
     return arr
 
 
