@@ -286,6 +286,25 @@ class Executable:
             self._vm = vm
         return self._vm
 
+    def compile_static(self) -> None:
+        """Compile now every kernel the static types determine (``runtime.build`` calls it).
+
+        A dataflow global with static parameter types is planned (its kernels compiled and
+        its memory planned); any other program gets its compiled executor, which compiles
+        every fused group with static parameter types.
+        """
+        for name in self.module:
+            fn = self.module[name]
+            types = [p.checked_type_ or p.type_annotation for p in fn.params]
+            if not self.is_dataflow(name):
+                continue
+            if all(isinstance(t, TensorType) and t.is_static for t in types):
+                dummies = [aligned_empty(tuple(t.concrete_shape), t.dtype)  # type: ignore
+                           for t in types]
+                self.prepare(*dummies, entry=name)
+        if self._vm_entries:
+            self.vm()
+
     def export_library(self, path: str) -> None:
         """Write the whole program (control program + kernels) to one module file.
 
@@ -708,27 +727,98 @@ def _post(e: Expr) -> Any:
 
 
 # ----------------------------------------------------------------------------- entry point
+_BUILD_OPTIONS = ("target", "opt_level", "max_fuse_depth", "cache", "fast_math")
+
+
+def _check_options(opt_level: Any, max_fuse_depth: Any, fast_math: Any,
+                   unknown: dict[str, Any]) -> None:
+    """Refuse what ``runtime.build`` does not take (instead of silently ignoring it)."""
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        raise DiagnosticError(f"runtime.build: unknown option(s) {names} (it takes "
+                              f"{', '.join(_BUILD_OPTIONS)})")
+    if type(opt_level) is not int or not 0 <= opt_level <= 3:
+        raise DiagnosticError(f"runtime.build: opt_level must be 0, 1, 2 or 3, not "
+                              f"{opt_level!r}")
+    if type(max_fuse_depth) is not int or max_fuse_depth < 1:
+        raise DiagnosticError(f"runtime.build: max_fuse_depth must be a whole number of at "
+                              f"least 1, not {max_fuse_depth!r}")
+    if fast_math is not None and type(fast_math) is not bool:
+        raise DiagnosticError(f"runtime.build: fast_math must be True, False or None, not "
+                              f"{fast_math!r}")
+
+
+def _is_static_type(t: Type | None) -> bool:
+    if isinstance(t, TensorType):
+        return t.is_static
+    if isinstance(t, TupleType):
+        return all(_is_static_type(f) for f in t.fields)
+    return False
+
+
+def refine_types(mod: IRModule) -> IRModule:
+    """Concrete shapes for let-bound values that an annotation (``?``, ``n``) made looser.
+
+    ``let %h: Tensor[(?, 64), float32] = nn.relu(%x)``: after ``@logits`` is inlined into a
+    caller with ``%x: Tensor[(32, 64), float32]``, the annotation still says ``?``. Dropping
+    such annotations on dataflow bindings and inferring types again gives every fused group
+    of a static entry static parameter types, so its kernels compile when the program is
+    built (and go into an exported module). Unchanged when inference then fails.
+    """
+    from relay_ir.functor import ExprMutator
+    from relay_ir.passes import InferType
+
+    class _Loosen(ExprMutator):
+        changed = False
+
+        def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+            new_value = self.visit(value)
+            ann = var.type_annotation
+            if ann is not None and not _is_static_type(ann) and \
+                    isinstance(value, (Call, Tuple, TupleGetItem, Var, Constant)):
+                nv = Var(var.name_hint, None, attrs=var.attrs, span=var.span)
+                self.memo[var] = nv
+                _Loosen.changed = True
+                return nv, new_value
+            return self.visit(var), new_value  # type: ignore[return-value]
+
+    funcs = {}
+    for name in mod:
+        funcs[name] = _Loosen().visit(mod[name])
+    if not _Loosen.changed:
+        return mod
+    try:
+        return InferType()(mod.with_functions(funcs))
+    except DiagnosticError:
+        return mod
+
+
 def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
           max_fuse_depth: int = 256, cache: Any = None,
-          fast_math: bool | None = None) -> Executable:
+          fast_math: bool | None = None, **unknown: Any) -> Executable:
     """Compile a well-typed module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
-    ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False) or where
-    their float32 error is within tolerance (None, the default; ``relay_ir.op._te``).
-    ``cache``: a :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one).
-    A dataflow ``main`` compiles its kernels on the first call with a new input signature;
-    any other program is compiled now (instructions, and the kernels of every fused group
-    with static shapes; groups with dynamic shapes compile per shape on first use).
+    ``opt_level``: 0 to 3 (default 2). ``fast_math``: polynomial transcendentals everywhere
+    (True), nowhere (False) or where their float32 error is within tolerance (None, the
+    default; ``relay_ir.op._te``). ``cache``: a
+    :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one). Anything
+    else is a ``DiagnosticError``.
+
+    Compilation happens here for everything the static types determine: the instructions of
+    every global, and the kernel of every fused group whose shapes are static (for a
+    dataflow entry with static parameter types, its whole plan). Only groups with ``?`` or
+    symbolic dimensions compile later, on the first call with each new shape.
     """
     from relay_ir.passes import optimize
     from relay_ir.passes.fuse_ops import fuse_ops
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
+    _check_options(opt_level, max_fuse_depth, fast_math, unknown)
     opt = optimize(mod, opt_level=opt_level)
+    opt = refine_types(opt)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)
-    if "main" in fused:
-        exe.is_dataflow("main")
+    exe.compile_static()
     return exe
