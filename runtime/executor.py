@@ -176,6 +176,8 @@ class _KernelCall:
     outs: list[int]                        # slots
     label: str
     key: str = ""                          # kernel cache key (compiled kernels)
+    fn: Function | None = None             # the fused group and its argument types (export)
+    arg_types: list[Type] = field(default_factory=list)
 
 
 @dataclass
@@ -308,17 +310,23 @@ class Executable:
     def export_library(self, path: str) -> None:
         """Write the whole program (control program + kernels) to one module file.
 
-        Kernels for ``?`` dimensions are compiled per shape on first use, and a loaded module
-        never compiles: the shapes this executable has already run are replayed on the VM
-        first (with zeros), so the file carries their kernels.
+        The file holds every kernel compiled so far: those of every group with static shapes
+        (compiled by ``runtime.build``) and those of every shape a ``?`` or symbolic group has
+        run with, on either path. Nothing is run or compiled again: the kernels go in as the
+        libraries they already run from. A loaded module never compiles: calling it with a
+        shape whose kernel the file lacks is a ``DiagnosticError`` naming the group and the
+        shapes.
         """
         vm = self.vm()
-        for entry, *sig in list(self._plans):
-            if entry not in self._static:
-                try:
-                    vm(*(np.zeros(shape, dtype) for shape, dtype in sig), entry=entry)
-                except DiagnosticError:  # NOTE: value-dependent shapes: not replayable
-                    pass
+        groups = {id(g.fn): g for g in vm.groups if g.fn is not None}
+        todo = []
+        for plan in self._plans.values():
+            for c in plan.calls:
+                g = groups.get(id(c.fn))
+                if g is not None:
+                    todo.append((g, c.arg_types))
+        if todo:
+            vm.compile_groups(todo)      # NOTE: lowered and compiled already: cache hits
         vm.export_library(path)
 
     # ------------------------------------------------------------------ planning
@@ -388,14 +396,16 @@ class Executable:
                 if group is None:
                     host = _HostKernel(st.fn, arg_types)
                     outs = [new_slot(t) for t in host.out_types]
-                    calls.append(_KernelCall(host, True, ins, [], outs, host.label))
+                    calls.append(_KernelCall(host, True, ins, [], outs, host.label,
+                                             fn=st.fn, arg_types=arg_types))
                     env[id(st.var)] = _rebuild_desc(host.result_type, outs)
                     continue
                 outs = [new_slot(t) for t in group.out_types]
                 label = "+".join(group.ops)
                 req = kernel_request(group, self.target)
                 consts = [_to_tvm(_aligned_copy(c)) for c in group.constants]
-                calls.append(_KernelCall(None, False, ins, consts, outs, label))
+                calls.append(_KernelCall(None, False, ins, consts, outs, label, fn=st.fn,
+                                         arg_types=arg_types))
                 pending.append((len(calls) - 1, req, group))
                 env[id(st.var)] = _rebuild_desc(group.result_type, outs)
         if pending:

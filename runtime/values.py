@@ -214,29 +214,51 @@ class _ArgError(Exception):
     """An argument does not fit its parameter (turned into an InterpreterError naming it)."""
 
 
-def check_arguments(fn: Function | None, ptypes: Sequence[Type | None], args: Sequence[Any]
-                    ) -> list:
+def check_arguments(fn: Function | None, ptypes: Sequence[Type | None], args: Sequence[Any],
+                    names: Sequence[str] | None = None) -> list:
     """Check (and convert) ``args`` against ``fn``'s parameter types; returns the values.
 
-    With ``fn`` None (a builtin, or a closure read back without its source) the arguments are
-    only converted, against ``ptypes``. Errors name the parameter.
+    The one argument check of every executor: the interpreter, both paths of
+    ``runtime.build`` and loaded module files. An array must have exactly the parameter's
+    dtype and shape (symbolic dims consistent across parameters); a Python scalar or nested
+    list is accepted only where every value converts exactly. With ``fn`` None (a builtin, a
+    loaded module, a closure read back without its source) the arguments are checked against
+    ``ptypes``, and ``names`` (when given) name the parameters. Errors name the parameter.
     """
     if fn is not None:
         params = fn.params
         if len(args) != len(params):
-            names = ", ".join("%" + p.name_hint for p in params) or "no parameters"
-            raise InterpreterError(f"expected {len(params)} arguments ({names}), "
+            listed = ", ".join("%" + p.name_hint for p in params) or "no parameters"
+            raise InterpreterError(f"expected {len(params)} arguments ({listed}), "
                                    f"got {len(args)}", fn.span)
+        names = [p.name_hint for p in params]
+    elif names is not None and len(args) != len(names):
+        listed = ", ".join("%" + n for n in names) or "no parameters"
+        raise InterpreterError(f"expected {len(names)} arguments ({listed}), got {len(args)}")
     env: dict[ShapeVar, int] = {}
     out = []
     for i, (t, v) in enumerate(zip(ptypes, args)):
         try:
             out.append(_convert(v, t, env))
         except _ArgError as e:
-            p = fn.params[i] if fn is not None else None
-            where = f"argument {i + 1}" + (f" (%{p.name_hint})" if p is not None else "")
-            raise InterpreterError(f"{where}: {e}", p.span if p is not None else None) from None
+            raise _arg_error(fn, names, i, e) from None
+    # NOTE: a polynomial dim (n + m) is checked once every variable in it is bound
+    for i, (t, a) in enumerate(zip(ptypes, out)):
+        if isinstance(t, TensorType) and isinstance(a, np.ndarray):
+            for got, want in zip(a.shape, t.shape):
+                if isinstance(want, DimExpr) and _eval_dim(want, env) not in (None, got):
+                    e = _ArgError(f"expected {fmt_type(t)}, got {_describe(a)} (dimension "
+                                  f"{want!r} is {_eval_dim(want, env)} here)")
+                    raise _arg_error(fn, names, i, e) from None
     return out
+
+
+def _arg_error(fn: Function | None, names: Sequence[str] | None, i: int,
+               e: _ArgError) -> InterpreterError:
+    p = fn.params[i] if fn is not None else None
+    name = p.name_hint if p is not None else (names[i] if names is not None else None)
+    where = f"argument {i + 1}" + (f" (%{name})" if name is not None else "")
+    return InterpreterError(f"{where}: {e}", p.span if p is not None else None)
 
 
 def _convert(v: Any, t: Type | None, env: dict[ShapeVar, int]) -> Any:
