@@ -60,6 +60,21 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return raw[off:off + n].view(dt).reshape(shape)
 
 
+class AllocationError(DiagnosticError):
+    """A kernel's output or intermediate does not fit in memory."""
+
+    kind = "runtime error"
+
+
+def alloc_failed(label: str, shape: tuple, dtype: Any, span: Any = None) -> AllocationError:
+    """The diagnostic of a failed allocation for the output of the group ``label``."""
+    dt = np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    return AllocationError(f"cannot allocate the {dt.name} output {tuple(shape)} "
+                           f"({nbytes / 2**30:.1f} GiB) of the kernel {label}: out of memory",
+                           span)
+
+
 def as_aligned(a: Any, dtype: Any = None) -> np.ndarray:
     """``a`` as a C-contiguous, 64-byte aligned array (itself when it already is one).
 
@@ -301,9 +316,12 @@ class Executable:
             if not self.is_dataflow(name):
                 continue
             if all(isinstance(t, TensorType) and t.is_static for t in types):
-                dummies = [aligned_empty(tuple(t.concrete_shape), t.dtype)  # type: ignore
-                           for t in types]
-                self.prepare(*dummies, entry=name)
+                try:
+                    dummies = [aligned_empty(tuple(t.concrete_shape), t.dtype)  # type: ignore
+                               for t in types]
+                    self.prepare(*dummies, entry=name)
+                except (AllocationError, MemoryError, ValueError):
+                    pass      # NOTE: too big for this machine: the call says so
         if self._vm_entries:
             self.vm()
 
@@ -440,7 +458,11 @@ class Executable:
                 nbytes = int(np.prod(t.concrete_shape, dtype=np.int64)) * \
                     np.dtype(t.dtype).itemsize
                 pool = free.get(nbytes)
-                raw = pool.pop() if pool else aligned_empty((nbytes,), np.uint8)
+                try:
+                    raw = pool.pop() if pool else aligned_empty((nbytes,), np.uint8)
+                except (MemoryError, ValueError):
+                    raise alloc_failed(c.label, tuple(t.concrete_shape), t.dtype,
+                                       c.fn.span if c.fn is not None else None) from None
                 plan.buffers[s] = raw.view(t.dtype).reshape(t.concrete_shape)
                 if not c.host:
                     plan.wrapped[s] = _to_tvm(plan.buffers[s])
@@ -584,7 +606,12 @@ class Executable:
                 if spec[3] <= 4096:
                     values[s] = self._slab.alloc(*spec)
                 else:
-                    values[s] = aligned_empty(spec[0], spec[1])
+                    try:
+                        values[s] = aligned_empty(spec[0], spec[1])
+                    except (MemoryError, ValueError):
+                        c = next((c for c in plan.calls if s in c.outs), None)
+                        raise alloc_failed(c.label if c else "?", spec[0], spec[1],
+                                           c.fn.span if c and c.fn else None) from None
         for c in plan.calls:
             if c.host:
                 ins = [values[d[1]] if d[0] == "slot" else d[1] for d in c.ins]

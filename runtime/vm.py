@@ -557,8 +557,13 @@ class VM:
                 outs = [empty(sp[0], sp[1], device=dev) for sp in sig.specs]
                 sig.func(*[tvm_arg(x) for x in flat], *sig.tconsts, *outs)
             else:
-                outs = [slab.alloc(*sp[:4]) if sp[4] else _aligned_empty(sp[0], sp[1])
-                        for sp in sig.specs]
+                try:
+                    outs = [slab.alloc(*sp[:4]) if sp[4] else _aligned_empty(sp[0], sp[1])
+                            for sp in sig.specs]
+                except (MemoryError, ValueError):
+                    from relay_ir.runtime.executor import alloc_failed
+                    sp = max(sig.specs, key=lambda x: x[3])
+                    raise alloc_failed(group.label, sp[0], sp[1]) from None
                 sig.func(*[tvm_arg(x) for x in flat], *sig.tconsts,
                          *[from_dlpack(o) for o in outs])
             r = sig.result
