@@ -242,6 +242,7 @@ class Executable:
         from relay_ir.runtime.kernel_cache import default_cache
         from relay_ir.runtime.lower_tvm import ensure_threads, resolve_target
         self.module = mod
+        self.entry = "main"          # the default entry of calls and exported modules
         self.fast_math = fast_math
         self.target = resolve_target(target)
         self.cache = cache or default_cache()
@@ -325,8 +326,11 @@ class Executable:
         if self._vm_entries:
             self.vm()
 
-    def export_library(self, path: str) -> None:
+    def export_library(self, path: str, entry: str | None = None) -> None:
         """Write the whole program (control program + kernels) to one module file.
+
+        ``entry`` is the global a call of the loaded module runs by default (default: the
+        entry the module was built for, ``main`` unless ``runtime.build(entry=...)``).
 
         The file holds every kernel compiled so far: those of every group with static shapes
         (compiled by ``runtime.build``) and those of every shape a ``?`` or symbolic group has
@@ -345,7 +349,7 @@ class Executable:
                     todo.append((g, c.arg_types))
         if todo:
             vm.compile_groups(todo)      # NOTE: lowered and compiled already: cache hits
-        vm.export_library(path)
+        vm.export_library(path, entry or self.entry)
 
     # ------------------------------------------------------------------ planning
     def _lower(self, fn: Function, arg_types: list[Type]) -> Any:
@@ -476,8 +480,11 @@ class Executable:
                     free.setdefault(raws[s].nbytes, []).append(raws[s])
 
     # ------------------------------------------------------------------ running
-    def __call__(self, *args: Any, entry: str = "main") -> Any:
-        """Run ``entry``; numpy arrays in and out (tuples, ADT values, refs as the interpreter)."""
+    def __call__(self, *args: Any, entry: str | None = None) -> Any:
+        """Run ``entry`` (default: the build's entry, ``main``); numpy arrays in and out (tuples,
+        ADT values, refs as the interpreter)."""
+        if entry is None:
+            entry = self.entry
         fast = self._static.get(entry)
         if fast is not None:
             # NOTE: a fully static entry has one plan; arrays of the exact dtypes and shapes
@@ -764,7 +771,7 @@ def _post(e: Expr) -> Any:
 
 
 # ----------------------------------------------------------------------------- entry point
-_BUILD_OPTIONS = ("target", "opt_level", "max_fuse_depth", "cache", "fast_math")
+_BUILD_OPTIONS = ("target", "entry", "opt_level", "max_fuse_depth", "cache", "fast_math")
 
 
 def _check_options(opt_level: Any, max_fuse_depth: Any, fast_math: Any,
@@ -830,13 +837,14 @@ def refine_types(mod: IRModule) -> IRModule:
         return mod
 
 
-def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
+def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", opt_level: int = 2,
           max_fuse_depth: int = 256, cache: Any = None,
           fast_math: bool | None = None, **unknown: Any) -> Executable:
     """Compile a well-typed module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
-    ``opt_level``: 0 to 3 (default 2). ``fast_math``: polynomial transcendentals everywhere
+    ``entry``: the default entry of calls and of the exported module; when the module has it,
+    optimization keeps it and what it reaches (as ``passes.optimize``). ``opt_level``: 0 to 3 (default 2). ``fast_math``: polynomial transcendentals everywhere
     (True), nowhere (False) or where their float32 error is within tolerance (None, the
     default; ``relay_ir.op._te``). ``cache``: a
     :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one). Anything
@@ -852,10 +860,13 @@ def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
     _check_options(opt_level, max_fuse_depth, fast_math, unknown)
-    opt = optimize(mod, opt_level=opt_level)
+    if not isinstance(entry, str):
+        raise DiagnosticError(f"runtime.build: entry must be a global's name, not {entry!r}")
+    opt = optimize(mod, opt_level=opt_level, entry=entry)
     opt = refine_types(opt)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)
+    exe.entry = entry
     exe.compile_static()
     return exe

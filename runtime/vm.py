@@ -432,6 +432,7 @@ class VM:
         self._dev = tvm.cuda(0) if self.cuda else None
         self._param_types = dict(param_types or {})
         self._param_names: dict[str, list[str]] = {}
+        self.default_entry = "main"             # what a call without entry= runs
         self.static_groups = dict(static_groups or {})
         self.host_scalars = host_scalars
         self._slab = _Slab()
@@ -659,9 +660,14 @@ class VM:
                 entry in mod else []
         return got
 
-    def __call__(self, *args: Any, entry: str = "main", max_depth: int = DEFAULT_MAX_DEPTH
-                 ) -> Any:
-        """Run ``entry`` on ``args`` (numpy arrays, tuples, ADT values, refs, closures)."""
+    def __call__(self, *args: Any, entry: str | None = None,
+                 max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+        """Run ``entry`` on ``args`` (numpy arrays, tuples, ADT values, refs, closures).
+
+        ``entry`` defaults to ``main`` (for a loaded module: the entry it was exported with).
+        """
+        if entry is None:
+            entry = self.default_entry
         if self.cuda and not self._dev.exist:
             raise DiagnosticError("target cuda: no CUDA GPU is available to run the kernels "
                                   "(they are compiled; kernel_sources() shows them)")
@@ -711,12 +717,18 @@ class VM:
         return sum(1 for g in self.groups for s in g.sigs.values() if not s.host)
 
     # ------------------------------------------------------------ export
-    def export_library(self, path: str) -> None:
-        """Write the program and its kernels to one module file (see the module docstring)."""
+    def export_library(self, path: str, entry: str = "main") -> None:
+        """Write the program and its kernels to one module file (see the module docstring).
+
+        ``entry`` is the global a call of the loaded module runs by default.
+        """
         if self.exe is None:
             raise DiagnosticError("a loaded module cannot be exported again; export the "
                                   "runtime.build result")
         self.compiled.compile_all()
+        if entry not in self.compiled.globals:
+            raise DiagnosticError(f"there is no global function @{entry} to export (globals: "
+                                  f"{', '.join('@' + n for n in self.compiled.globals)})")
         self.compile_static()
         self._translate_all()
         libs, lib_of = self._libraries()
@@ -762,6 +774,7 @@ class VM:
                      for c in cp.cons],
             "kernels": kernels,
             "entries": entries,
+            "default_entry": entry,
         }
         blob = bytearray()
         lib_table = []
@@ -1037,6 +1050,7 @@ def load_module(path: str, target: Any = None) -> VM:
     static = {k: bool(kd["static"]) for k, kd in enumerate(prog["kernels"])}
     vm = VM(cp, tgt, param_types=entries, static_groups=static)
     vm._param_names = names
+    vm.default_entry = str(prog.get("default_entry", "main"))
     for g, kd in zip(vm.groups, prog["kernels"]):
         g.label = str(kd["label"])
         for sd in kd["sigs"]:

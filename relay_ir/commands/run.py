@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # --prelude`); run() picks the known options out of it (argparse cannot intermix them).
     parser.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
                         help="arguments: literals (3, 2.5, True, [[1,2],[3,4]]) or .npy files")
-    parser.add_argument("--entry", default="main", help="the global to run (default: main)")
+    parser.add_argument("--entry", default=None,
+                        help="the global to run (default: main, or the entry a module file "
+                             "was built with `rly build --entry`)")
     add_prelude_flag(parser)
     parser.add_argument("--target", default=None,
                         help="compile for this target (llvm, cuda) with runtime.build instead "
@@ -77,16 +79,36 @@ def parse_argument(text: str, index: int) -> Any:
     return value
 
 
-def _is_module_file(path: str) -> bool:
-    """Whether ``path`` is a module file (``rly build`` output), by its magic bytes."""
+_MACHO = (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
+          b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
+
+
+def file_kind(path: str) -> str:
+    """What ``path`` holds, by its content: ``module``, ``source`` (text), or raise.
+
+    A module file (``rly build`` output, by its magic bytes, also when truncated) is
+    ``module``; an empty file, a shared library (ELF, Mach-O) or another binary file (NUL
+    bytes) is a ``DiagnosticError`` saying what the file is; anything else is read as source.
+    """
     from relay_ir.runtime.vm import MAGIC
     if path == "-" or not os.path.isfile(path):
-        return False
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False
+        return "source"      # NOTE: stdin, or a missing path: read_source reports it
+    with open(path, "rb") as f:
+        head = f.read(8192)
+    if head.startswith(MAGIC) or (len(head) >= 4 and MAGIC.startswith(head)):
+        return "module"
+    if not head:
+        raise DiagnosticError(f"{path}: the file is empty (neither a .rly program nor a module "
+                              f"file written by `rly build`)")
+    if head.startswith(b"\x7fELF") or head[:4] in _MACHO:
+        fmt = "ELF" if head.startswith(b"\x7fELF") else "Mach-O"
+        raise DiagnosticError(f"{path}: this is a shared library ({fmt}), not a relay_ir module "
+                              f"file; `rly run` takes a .rly program or a module file written "
+                              f"by `rly build`")
+    if b"\0" in head:
+        raise DiagnosticError(f"{path}: this is a binary file (it holds NUL bytes), neither a "
+                              f".rly program nor a module file written by `rly build`")
+    return "source"
 
 
 def _looks_literal(text: str) -> bool:
@@ -109,6 +131,9 @@ def _split_options(args: argparse.Namespace) -> list[str]:
         if tok == "--":
             rest.extend(items[i + 1:])
             break
+        if tok in ("-h", "--help"):
+            from relay_ir.cli import build_parser
+            build_parser().parse_args(["run", "--help"])   # NOTE: prints the help, exits 0
         name, eq, val = tok.partition("=")
         if name in ("--entry", "--target", "--max-depth"):
             if not eq:
@@ -135,17 +160,18 @@ def run(args: argparse.Namespace) -> int:
     """Parse FILE, run its entry on ARGS, print the result."""
     arg_texts = _split_options(args)
     from relay_ir.runtime.values import format_value
-    if _is_module_file(args.file):
+    if file_kind(args.file) == "module":
         from relay_ir.runtime.vm import load_module
         module = load_module(args.file)
         values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
         if args.target and args.target != module.target.kind.name:
             raise DiagnosticError(f"{args.file} was built for target "
                                   f"{module.target.kind.name}, not {args.target}")
-        print(format_value(module(*values, entry=args.entry)))
+        print(format_value(module(*values, entry=args.entry or module.default_entry)))
         return 0
     import relay_ir as rly
 
+    args.entry = args.entry or "main"
     text, _ = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
     mod = rly.parse(text, source_name=args.file, **kwargs)
