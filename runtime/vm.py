@@ -29,7 +29,8 @@ and host operators copy a value to the host.
     u64   header length H          u64 blob length B
     32 B  SHA-256 of the header    32 B  SHA-256 of the blob
     H bytes  header: UTF-8 JSON (target, control program, kernel table, array table)
-    B bytes  blob: the kernels as one TVM shared library, then the raw bytes of the arrays
+    B bytes  blob: the kernels as TVM shared libraries (those they ran from, out of the kernel
+             cache), then the raw bytes of the arrays (each distinct array once)
 
 Loading checks the size, both checksums, the version and the target before it parses the JSON
 or hands the library to ``dlopen`` (a truncated library would crash the process); it never
