@@ -3,13 +3,16 @@
 ``--target llvm|cuda`` compiles the program with ``runtime.build`` (any program) and runs it
 compiled. FILE may also be a module file written by ``rly build`` (recognized by its magic
 bytes, whatever its name): it is loaded with ``runtime.load_module`` and run, without parsing
-or compiling anything.
+or compiling anything (``--entry`` defaults to the entry it was built with). An empty file, a
+shared library (ELF, Mach-O) or a binary file is a diagnostic saying what it is (exit status
+1). ``rly run FILE --help`` prints this command's help wherever ``--help`` stands.
 
 The program is type-checked first (``InferType``, as ``runtime.evaluate`` does); a type error
 is printed as a diagnostic (exit status 1) and nothing runs. An argument is a literal -- ``3``
 (int), ``2.5`` (float), ``True``/``False``, a nested list ``[[1,2],[3,4]]``, a tuple
-``(1, 2.5)`` -- converted with the entry parameter's dtype when it is known (ints to int32 and
-floats to float32 otherwise), or the path of a ``.npy`` file (loaded with
+``(1, 2.5)`` -- converted with the entry parameter's dtype when every value converts exactly
+(``runtime.values.check_arguments``; ints to int32 and floats to float32 when the type is
+unknown), or the path of a ``.npy`` file (loaded with
 ``allow_pickle=False``). Wrong argument count, shape or dtype, and an integer the dtype cannot
 hold (``300`` for a uint8), are errors naming the parameter (exit status 1). ``--max-depth N``
 bounds the nesting of non-tail calls (default ``runtime.interpreter.DEFAULT_MAX_DEPTH``).
