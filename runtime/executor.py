@@ -307,24 +307,24 @@ class Executable:
     def compile_static(self) -> None:
         """Compile now every kernel the static types determine (``runtime.build`` calls it).
 
-        A dataflow global with static parameter types is planned (its kernels compiled and
-        its memory planned); any other program gets its compiled executor, which compiles
-        every fused group with static parameter types.
+        A dataflow entry (``self.entry``) with static parameter types is planned: its kernels
+        compiled and its memory planned. Any other entry gets the compiled executor, which
+        compiles every fused group of the module with static parameter types.
         """
-        for name in self.module:
-            fn = self.module[name]
-            types = [p.checked_type_ or p.type_annotation for p in fn.params]
-            if not self.is_dataflow(name):
-                continue
-            if all(isinstance(t, TensorType) and t.is_static for t in types):
-                try:
-                    dummies = [aligned_empty(tuple(t.concrete_shape), t.dtype)  # type: ignore
-                               for t in types]
-                    self.prepare(*dummies, entry=name)
-                except (AllocationError, MemoryError, ValueError):
-                    pass      # NOTE: too big for this machine: the call says so
-        if self._vm_entries:
+        name = self.entry
+        if name not in self.module:
+            return
+        if not self.is_dataflow(name):
             self.vm()
+            return
+        types = [p.checked_type_ or p.type_annotation for p in self.module[name].params]
+        if all(isinstance(t, TensorType) and t.is_static for t in types):
+            try:
+                dummies = [aligned_empty(tuple(t.concrete_shape), t.dtype)  # type: ignore
+                           for t in types]
+                self.prepare(*dummies, entry=name)
+            except (AllocationError, MemoryError, ValueError):
+                pass      # NOTE: too big for this machine: the call says so
 
     def export_library(self, path: str, entry: str | None = None) -> None:
         """Write the whole program (control program + kernels) to one module file.
