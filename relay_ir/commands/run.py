@@ -101,8 +101,8 @@ def file_kind(path: str) -> str:
     if head.startswith(MAGIC) or (len(head) >= 4 and MAGIC.startswith(head)):
         return "module"
     if not head:
-        raise DiagnosticError(f"{path}: the file is empty (neither a .rly program nor a module "
-                              f"file written by `rly build`)")
+        raise DiagnosticError(f"{path}: the file is empty: neither a module file written by "
+                              f"`rly build` nor a .rly program (missing version header)")
     if head.startswith(b"\x7fELF") or head[:4] in _MACHO:
         fmt = "ELF" if head.startswith(b"\x7fELF") else "Mach-O"
         raise DiagnosticError(f"{path}: this is a shared library ({fmt}), not a relay_ir module "
