@@ -273,8 +273,9 @@ class Executable:
             self._entries[entry] = got
         return got
 
-    def is_dataflow(self, entry: str = "main") -> bool:
+    def is_dataflow(self, entry: str | None = None) -> bool:
         """Whether ``entry`` runs on the dataflow fast path (else on the compiled executor)."""
+        entry = entry or self.entry
         if entry in self._vm_entries:
             return False
         try:
@@ -509,13 +510,14 @@ class Executable:
             return self._run_cuda(plan, arrays)
         return self._run(plan, arrays)
 
-    def prepare(self, *args: Any, entry: str = "main") -> int:
+    def prepare(self, *args: Any, entry: str | None = None) -> int:
         """Plan and compile ``entry`` for these arguments' shapes without running it.
 
         Returns the number of kernel calls per run (for an entry on the compiled executor: the
         number of compiled kernels). (For ``target="cuda"`` on a machine without a GPU this is
         how kernels are compiled and inspected.)
         """
+        entry = entry or self.entry
         if not self.is_dataflow(entry):
             return self.vm().num_compiled()
         try:
@@ -525,8 +527,9 @@ class Executable:
             return self.vm().num_compiled()
         return len(plan.calls)
 
-    def kernel_sources(self, entry: str = "main") -> list[str]:
+    def kernel_sources(self, entry: str | None = None) -> list[str]:
         """The generated source (CUDA C, or LLVM IR for the CPU) of each planned kernel."""
+        entry = entry or self.entry
         if not self.is_dataflow(entry):
             return self.vm().kernel_sources()
         out = []
@@ -646,13 +649,15 @@ class Executable:
             c.func(*targs[:len(c.ins)], *c.consts, *targs[len(c.ins):])
         return _materialize(plan.result, values, plan.param_set)
 
-    def host_kernels(self, entry: str = "main") -> list[str]:
+    def host_kernels(self, entry: str | None = None) -> list[str]:
         """Labels of the groups of planned calls of ``entry`` that run on the host."""
+        entry = entry or self.entry
         return [c.label for k, p in self._plans.items() if k[0] == entry
                 for c in p.calls if c.host]
 
-    def num_kernels(self, entry: str = "main") -> int:
+    def num_kernels(self, entry: str | None = None) -> int:
         """The number of kernel calls per run of ``entry`` (after planning it once)."""
+        entry = entry or self.entry
         return max((len(p.calls) for k, p in self._plans.items() if k[0] == entry), default=0)
 
 
