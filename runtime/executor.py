@@ -10,8 +10,9 @@ one of two paths:
   recursion) runs on the compiled executor of ``runtime.vm``: the shared instruction compiler's
   control program, with an invoke-kernel instruction for each fused group.
 
-An entry is planned per concrete input signature (so ``?`` and symbolic dims compile on the
-first call with each new shape, then hit the plan cache): every fused group is lowered to one
+An entry is planned per concrete input signature -- at build time for an entry with static
+parameter types, else on the first call with each new shape (``?`` and symbolic dims), then
+from the plan cache: every fused group is lowered to one
 kernel (through the kernel cache), and memory is planned statically -- intermediates live in
 buffers allocated once per plan and shared between values whose lifetimes do not overlap;
 outputs are fresh arrays every call. Inputs that are contiguous, 64-byte aligned and of the
@@ -849,8 +850,9 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", opt_level
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
     ``entry``: the default entry of calls and of the exported module; when the module has it,
-    optimization keeps it and what it reaches (as ``passes.optimize``). ``opt_level``: 0 to 3 (default 2). ``fast_math``: polynomial transcendentals everywhere
-    (True), nowhere (False) or where their float32 error is within tolerance (None, the
+    optimization keeps it and what it reaches (as ``passes.optimize``). ``opt_level``: 0 to 3
+    (default 2). ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False)
+    or where their float32 error is within tolerance (None, the
     default; ``relay_ir.op._te``). ``cache``: a
     :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one). Anything
     else is a ``DiagnosticError``.

@@ -3,10 +3,11 @@
 The program is parsed (``--prelude`` for the standard prelude), type-checked, optimized, fused
 and compiled with ``runtime.build``; ``-o`` names the module file that
 ``Executable.export_library`` writes (one file: the control program as JSON and the kernels as
-a TVM shared library, with a format version and checksums; docs/runtime.md). ``rly run
+TVM shared libraries, with a format version and checksums; docs/runtime.md). ``rly run
 model.so ARGS`` runs it later without the compiler. ``--opt-level`` (0 to 3, default 2) is the
-optimization level. ``--entry NAME`` (default ``main``) is the global to build: the module file holds it
-and the globals it reaches, and runs it by default (``rly run model.so`` without ``--entry``). Type errors and unsupported targets are
+optimization level. ``--entry NAME`` (default ``main``) is the global to build: the module
+file holds it and the globals it reaches, and runs it by default (``rly run model.so``
+without ``--entry``). Type errors and unsupported targets are
 diagnostics (exit status 1).
 """
 from __future__ import annotations
