@@ -210,6 +210,9 @@ def _describe(v: Any) -> str:
     return f"a Python {type(v).__name__} {v!r}"[:120]
 
 
+_DEFERRED = ShapeVar("<deferred polynomial dims>")   # a marker key in check_arguments' env
+
+
 class _ArgError(Exception):
     """An argument does not fit its parameter (turned into an InterpreterError naming it)."""
 
@@ -242,7 +245,9 @@ def check_arguments(fn: Function | None, ptypes: Sequence[Type | None], args: Se
             out.append(_convert(v, t, env))
         except _ArgError as e:
             raise _arg_error(fn, names, i, e) from None
-    # NOTE: a polynomial dim (n + m) is checked once every variable in it is bound
+    if _DEFERRED not in env:
+        return out
+    # NOTE: a polynomial dim (n + m) met before all its variables were bound: checked now
     for i, (t, a) in enumerate(zip(ptypes, out)):
         if isinstance(t, TensorType) and isinstance(a, np.ndarray):
             for got, want in zip(a.shape, t.shape):
@@ -361,6 +366,8 @@ def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarr
         elif isinstance(want, DimExpr):
             val = _eval_dim(want, env)
             ok = val is None or val == got
+            if val is None:
+                env[_DEFERRED] = 0          # type: ignore[index]
         else:
             ok = True
         if not ok:
