@@ -62,7 +62,7 @@ def convnet(steps: int = 30, verbose: bool = True) -> dict[str, float]:
     rng = np.random.default_rng(0)
     params = [rng.uniform(-1, 1, (8, 1, 3, 3)).astype(np.float32) / 3,
               np.zeros(8, np.float32),
-              rng.uniform(-1, 1, (128, 10)).astype(np.float32) / np.sqrt(128),
+              (rng.uniform(-1, 1, (128, 10)) / np.sqrt(128)).astype(np.float32),
               np.zeros(10, np.float32)]
     t0 = time.perf_counter()
     exe = demo.compile_step(load("convnet.rly"), "main", n_data=2, lr=None)

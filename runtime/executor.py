@@ -10,8 +10,9 @@ one of two paths:
   recursion) runs on the compiled executor of ``runtime.vm``: the shared instruction compiler's
   control program, with an invoke-kernel instruction for each fused group.
 
-An entry is planned per concrete input signature (so ``?`` and symbolic dims compile on the
-first call with each new shape, then hit the plan cache): every fused group is lowered to one
+An entry is planned per concrete input signature -- at build time for an entry with static
+parameter types, else on the first call with each new shape (``?`` and symbolic dims), then
+from the plan cache: every fused group is lowered to one
 kernel (through the kernel cache), and memory is planned statically -- intermediates live in
 buffers allocated once per plan and shared between values whose lifetimes do not overlap;
 outputs are fresh arrays every call. Inputs that are contiguous, 64-byte aligned and of the
@@ -31,6 +32,7 @@ import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.runtime.lower_tvm import DynamicShapeError
+from relay_ir.runtime.values import check_arguments
 from relay_ir.expr import (Call, Constant, Expr, Function, GlobalVar, If, Match, Op, RefCreate,
                            RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
@@ -57,6 +59,21 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     raw = np.empty(n + ALIGN, np.uint8)
     off = (-raw.ctypes.data) % ALIGN
     return raw[off:off + n].view(dt).reshape(shape)
+
+
+class AllocationError(DiagnosticError):
+    """A kernel's output or intermediate does not fit in memory."""
+
+    kind = "runtime error"
+
+
+def alloc_failed(label: str, shape: tuple, dtype: Any, span: Any = None) -> AllocationError:
+    """The diagnostic of a failed allocation for the output of the group ``label``."""
+    dt = np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    return AllocationError(f"cannot allocate the {dt.name} output {tuple(shape)} "
+                           f"({nbytes / 2**30:.1f} GiB) of the kernel {label}: out of memory",
+                           span)
 
 
 def as_aligned(a: Any, dtype: Any = None) -> np.ndarray:
@@ -175,6 +192,8 @@ class _KernelCall:
     outs: list[int]                        # slots
     label: str
     key: str = ""                          # kernel cache key (compiled kernels)
+    fn: Function | None = None             # the fused group and its argument types (export)
+    arg_types: list[Type] = field(default_factory=list)
 
 
 @dataclass
@@ -224,6 +243,7 @@ class Executable:
         from relay_ir.runtime.kernel_cache import default_cache
         from relay_ir.runtime.lower_tvm import ensure_threads, resolve_target
         self.module = mod
+        self.entry = "main"          # the default entry of calls and exported modules
         self.fast_math = fast_math
         self.target = resolve_target(target)
         self.cache = cache or default_cache()
@@ -254,8 +274,9 @@ class Executable:
             self._entries[entry] = got
         return got
 
-    def is_dataflow(self, entry: str = "main") -> bool:
+    def is_dataflow(self, entry: str | None = None) -> bool:
         """Whether ``entry`` runs on the dataflow fast path (else on the compiled executor)."""
+        entry = entry or self.entry
         if entry in self._vm_entries:
             return False
         try:
@@ -285,21 +306,52 @@ class Executable:
             self._vm = vm
         return self._vm
 
-    def export_library(self, path: str) -> None:
+    def compile_static(self) -> None:
+        """Compile now every kernel the static types determine (``runtime.build`` calls it).
+
+        A dataflow entry (``self.entry``) with static parameter types is planned: its kernels
+        compiled and its memory planned. Any other entry gets the compiled executor, which
+        compiles every fused group of the module with static parameter types.
+        """
+        name = self.entry
+        if name not in self.module:
+            return
+        if not self.is_dataflow(name):
+            self.vm()
+            return
+        types = [p.checked_type_ or p.type_annotation for p in self.module[name].params]
+        if all(isinstance(t, TensorType) and t.is_static for t in types):
+            try:
+                dummies = [aligned_empty(tuple(t.concrete_shape), t.dtype)  # type: ignore
+                           for t in types]
+                self.prepare(*dummies, entry=name)
+            except (AllocationError, MemoryError, ValueError):
+                pass      # NOTE: too big for this machine: the call says so
+
+    def export_library(self, path: str, entry: str | None = None) -> None:
         """Write the whole program (control program + kernels) to one module file.
 
-        Kernels for ``?`` dimensions are compiled per shape on first use, and a loaded module
-        never compiles: the shapes this executable has already run are replayed on the VM
-        first (with zeros), so the file carries their kernels.
+        ``entry`` is the global a call of the loaded module runs by default (default: the
+        entry the module was built for, ``main`` unless ``runtime.build(entry=...)``).
+
+        The file holds every kernel compiled so far: those of every group with static shapes
+        (compiled by ``runtime.build``) and those of every shape a ``?`` or symbolic group has
+        run with, on either path. Nothing is run or compiled again: the kernels go in as the
+        libraries they already run from. A loaded module never compiles: calling it with a
+        shape whose kernel the file lacks is a ``DiagnosticError`` naming the group and the
+        shapes.
         """
         vm = self.vm()
-        for entry, *sig in list(self._plans):
-            if entry not in self._static:
-                try:
-                    vm(*(np.zeros(shape, dtype) for shape, dtype in sig), entry=entry)
-                except DiagnosticError:  # NOTE: value-dependent shapes: not replayable
-                    pass
-        vm.export_library(path)
+        groups = {id(g.fn): g for g in vm.groups if g.fn is not None}
+        todo = []
+        for plan in self._plans.values():
+            for c in plan.calls:
+                g = groups.get(id(c.fn))
+                if g is not None:
+                    todo.append((g, c.arg_types))
+        if todo:
+            vm.compile_groups(todo)      # NOTE: lowered and compiled already: cache hits
+        vm.export_library(path, entry or self.entry)
 
     # ------------------------------------------------------------------ planning
     def _lower(self, fn: Function, arg_types: list[Type]) -> Any:
@@ -368,14 +420,16 @@ class Executable:
                 if group is None:
                     host = _HostKernel(st.fn, arg_types)
                     outs = [new_slot(t) for t in host.out_types]
-                    calls.append(_KernelCall(host, True, ins, [], outs, host.label))
+                    calls.append(_KernelCall(host, True, ins, [], outs, host.label,
+                                             fn=st.fn, arg_types=arg_types))
                     env[id(st.var)] = _rebuild_desc(host.result_type, outs)
                     continue
                 outs = [new_slot(t) for t in group.out_types]
                 label = "+".join(group.ops)
                 req = kernel_request(group, self.target)
                 consts = [_to_tvm(_aligned_copy(c)) for c in group.constants]
-                calls.append(_KernelCall(None, False, ins, consts, outs, label))
+                calls.append(_KernelCall(None, False, ins, consts, outs, label, fn=st.fn,
+                                         arg_types=arg_types))
                 pending.append((len(calls) - 1, req, group))
                 env[id(st.var)] = _rebuild_desc(group.result_type, outs)
         if pending:
@@ -410,7 +464,11 @@ class Executable:
                 nbytes = int(np.prod(t.concrete_shape, dtype=np.int64)) * \
                     np.dtype(t.dtype).itemsize
                 pool = free.get(nbytes)
-                raw = pool.pop() if pool else aligned_empty((nbytes,), np.uint8)
+                try:
+                    raw = pool.pop() if pool else aligned_empty((nbytes,), np.uint8)
+                except (MemoryError, ValueError):
+                    raise alloc_failed(c.label, tuple(t.concrete_shape), t.dtype,
+                                       c.fn.span if c.fn is not None else None) from None
                 plan.buffers[s] = raw.view(t.dtype).reshape(t.concrete_shape)
                 if not c.host:
                     plan.wrapped[s] = _to_tvm(plan.buffers[s])
@@ -424,8 +482,11 @@ class Executable:
                     free.setdefault(raws[s].nbytes, []).append(raws[s])
 
     # ------------------------------------------------------------------ running
-    def __call__(self, *args: Any, entry: str = "main") -> Any:
-        """Run ``entry``; numpy arrays in and out (tuples, ADT values, refs as the interpreter)."""
+    def __call__(self, *args: Any, entry: str | None = None) -> Any:
+        """Run ``entry`` (default: the build's entry, ``main``); numpy arrays in and out (tuples,
+        ADT values, refs as the interpreter)."""
+        if entry is None:
+            entry = self.entry
         fast = self._static.get(entry)
         if fast is not None:
             # NOTE: a fully static entry has one plan; arrays of the exact dtypes and shapes
@@ -450,13 +511,14 @@ class Executable:
             return self._run_cuda(plan, arrays)
         return self._run(plan, arrays)
 
-    def prepare(self, *args: Any, entry: str = "main") -> int:
+    def prepare(self, *args: Any, entry: str | None = None) -> int:
         """Plan and compile ``entry`` for these arguments' shapes without running it.
 
         Returns the number of kernel calls per run (for an entry on the compiled executor: the
         number of compiled kernels). (For ``target="cuda"`` on a machine without a GPU this is
         how kernels are compiled and inspected.)
         """
+        entry = entry or self.entry
         if not self.is_dataflow(entry):
             return self.vm().num_compiled()
         try:
@@ -466,8 +528,9 @@ class Executable:
             return self.vm().num_compiled()
         return len(plan.calls)
 
-    def kernel_sources(self, entry: str = "main") -> list[str]:
+    def kernel_sources(self, entry: str | None = None) -> list[str]:
         """The generated source (CUDA C, or LLVM IR for the CPU) of each planned kernel."""
+        entry = entry or self.entry
         if not self.is_dataflow(entry):
             return self.vm().kernel_sources()
         out = []
@@ -486,11 +549,9 @@ class Executable:
     def _get_plan(self, args: tuple, entry: str) -> tuple[_Plan, list[np.ndarray]]:
         self._entry(entry)
         fn = self.module[entry]
-        if len(args) != len(fn.params):
-            raise DiagnosticError(f"@{entry} takes {len(fn.params)} arguments, "
-                                  f"{len(args)} given", fn.span)
-        arrays = [_convert_arg(a, p, i) for i, (a, p) in enumerate(zip(args, fn.params))]
-        _check_dims(fn, arrays, entry)
+        # NOTE: the one argument check of every executor (values.check_arguments)
+        ptypes = [p.checked_type_ or p.type_annotation for p in fn.params]
+        arrays = [_aligned_arg(a) for a in check_arguments(fn, ptypes, args)]
         key = (entry, *((a.shape, a.dtype.str) for a in arrays))
         plan = self._plans.get(key)
         if plan is None:
@@ -556,7 +617,12 @@ class Executable:
                 if spec[3] <= 4096:
                     values[s] = self._slab.alloc(*spec)
                 else:
-                    values[s] = aligned_empty(spec[0], spec[1])
+                    try:
+                        values[s] = aligned_empty(spec[0], spec[1])
+                    except (MemoryError, ValueError):
+                        c = next((c for c in plan.calls if s in c.outs), None)
+                        raise alloc_failed(c.label if c else "?", spec[0], spec[1],
+                                           c.fn.span if c and c.fn else None) from None
         for c in plan.calls:
             if c.host:
                 ins = [values[d[1]] if d[0] == "slot" else d[1] for d in c.ins]
@@ -584,13 +650,15 @@ class Executable:
             c.func(*targs[:len(c.ins)], *c.consts, *targs[len(c.ins):])
         return _materialize(plan.result, values, plan.param_set)
 
-    def host_kernels(self, entry: str = "main") -> list[str]:
+    def host_kernels(self, entry: str | None = None) -> list[str]:
         """Labels of the groups of planned calls of ``entry`` that run on the host."""
+        entry = entry or self.entry
         return [c.label for k, p in self._plans.items() if k[0] == entry
                 for c in p.calls if c.host]
 
-    def num_kernels(self, entry: str = "main") -> int:
+    def num_kernels(self, entry: str | None = None) -> int:
         """The number of kernel calls per run of ``entry`` (after planning it once)."""
+        entry = entry or self.entry
         return max((len(p.calls) for k, p in self._plans.items() if k[0] == entry), default=0)
 
 
@@ -643,42 +711,11 @@ def _to_tvm(a: np.ndarray) -> Any:
     return _FROM_DLPACK[0](a)
 
 
-def _convert_arg(a: Any, p: Var, i: int) -> np.ndarray:
-    t = p.checked_type_ or p.type_annotation
-    assert isinstance(t, TensorType)
-    dt = np.dtype(t.dtype)
-    arr = a if isinstance(a, np.ndarray) else np.asarray(a)
-    if arr.dtype != dt:
-        if not np.can_cast(arr.dtype, dt, "same_kind") and not (
-                isinstance(a, (int, float, bool, list, tuple)) and arr.dtype.kind in "biuf"):
-            raise DiagnosticError(f"argument {i + 1} (%{p.name_hint}): expected {t!r}, got "
-                                  f"an array of dtype {arr.dtype}", p.span)
-        arr = arr.astype(dt)
-    if arr.ndim != len(t.shape):
-        raise DiagnosticError(f"argument {i + 1} (%{p.name_hint}): expected {t!r}, got shape "
-                              f"{tuple(arr.shape)}", p.span)
+def _aligned_arg(arr: np.ndarray) -> np.ndarray:
     if not _is_aligned(arr) or not arr.flags.writeable:
         # NOTE: DLPack refuses read-only arrays; unaligned ones would break vector loads
         arr = _aligned_copy(arr)
     return arr
-
-
-def _check_dims(fn: Function, arrays: list[np.ndarray], entry: str) -> None:
-    bound: dict[ShapeVar, int] = {}
-    for i, (p, a) in enumerate(zip(fn.params, arrays)):
-        t = p.checked_type_ or p.type_annotation
-        assert isinstance(t, TensorType)
-        for d, n in zip(t.shape, a.shape):
-            ok = True
-            if isinstance(d, int):
-                ok = d == n
-            elif isinstance(d, ShapeVar):
-                ok = bound.setdefault(d, n) == n
-            elif not isinstance(d, AnyDim):
-                ok = True  # NOTE: polynomial dims are checked by the kernels' own shape checks
-            if not ok:
-                raise DiagnosticError(f"@{entry} argument {i + 1} (%{p.name_hint}): expected "
-                                      f"{t!r}, got shape {tuple(a.shape)}", p.span)
 
 
 # ----------------------------------------------------------------------------- host groups
@@ -740,27 +777,103 @@ def _post(e: Expr) -> Any:
 
 
 # ----------------------------------------------------------------------------- entry point
-def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
+_BUILD_OPTIONS = ("target", "entry", "opt_level", "max_fuse_depth", "cache", "fast_math")
+
+
+def _check_options(opt_level: Any, max_fuse_depth: Any, fast_math: Any,
+                   unknown: dict[str, Any]) -> None:
+    """Refuse what ``runtime.build`` does not take (instead of silently ignoring it)."""
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        raise DiagnosticError(f"runtime.build: unknown option(s) {names} (it takes "
+                              f"{', '.join(_BUILD_OPTIONS)})")
+    if type(opt_level) is not int or not 0 <= opt_level <= 3:
+        raise DiagnosticError(f"runtime.build: opt_level must be 0, 1, 2 or 3, not "
+                              f"{opt_level!r}")
+    if type(max_fuse_depth) is not int or max_fuse_depth < 1:
+        raise DiagnosticError(f"runtime.build: max_fuse_depth must be a whole number of at "
+                              f"least 1, not {max_fuse_depth!r}")
+    if fast_math is not None and type(fast_math) is not bool:
+        raise DiagnosticError(f"runtime.build: fast_math must be True, False or None, not "
+                              f"{fast_math!r}")
+
+
+def _is_static_type(t: Type | None) -> bool:
+    if isinstance(t, TensorType):
+        return t.is_static
+    if isinstance(t, TupleType):
+        return all(_is_static_type(f) for f in t.fields)
+    return False
+
+
+def refine_types(mod: IRModule) -> IRModule:
+    """Concrete shapes for let-bound values that an annotation (``?``, ``n``) made looser.
+
+    ``let %h: Tensor[(?, 64), float32] = nn.relu(%x)``: after ``@logits`` is inlined into a
+    caller with ``%x: Tensor[(32, 64), float32]``, the annotation still says ``?``. Dropping
+    such annotations on dataflow bindings and inferring types again gives every fused group
+    of a static entry static parameter types, so its kernels compile when the program is
+    built (and go into an exported module). Unchanged when inference then fails.
+    """
+    from relay_ir.functor import ExprMutator
+    from relay_ir.passes import InferType
+
+    class _Loosen(ExprMutator):
+        changed = False
+
+        def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+            new_value = self.visit(value)
+            ann = var.type_annotation
+            if ann is not None and not _is_static_type(ann) and \
+                    isinstance(value, (Call, Tuple, TupleGetItem, Var, Constant)):
+                nv = Var(var.name_hint, None, attrs=var.attrs, span=var.span)
+                self.memo[var] = nv
+                _Loosen.changed = True
+                return nv, new_value
+            return self.visit(var), new_value  # type: ignore[return-value]
+
+    funcs = {}
+    for name in mod:
+        funcs[name] = _Loosen().visit(mod[name])
+    if not _Loosen.changed:
+        return mod
+    try:
+        return InferType()(mod.with_functions(funcs))
+    except DiagnosticError:
+        return mod
+
+
+def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", opt_level: int = 2,
           max_fuse_depth: int = 256, cache: Any = None,
-          fast_math: bool | None = None) -> Executable:
+          fast_math: bool | None = None, **unknown: Any) -> Executable:
     """Compile a well-typed module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
-    ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False) or where
-    their float32 error is within tolerance (None, the default; ``relay_ir.op._te``).
-    ``cache``: a :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one).
-    A dataflow ``main`` compiles its kernels on the first call with a new input signature;
-    any other program is compiled now (instructions, and the kernels of every fused group
-    with static shapes; groups with dynamic shapes compile per shape on first use).
+    ``entry``: the default entry of calls and of the exported module; when the module has it,
+    optimization keeps it and what it reaches (as ``passes.optimize``). ``opt_level``: 0 to 3
+    (default 2). ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False)
+    or where their float32 error is within tolerance (None, the
+    default; ``relay_ir.op._te``). ``cache``: a
+    :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one). Anything
+    else is a ``DiagnosticError``.
+
+    Compilation happens here for everything the static types determine: the instructions of
+    every global, and the kernel of every fused group whose shapes are static (for a
+    dataflow entry with static parameter types, its whole plan). Only groups with ``?`` or
+    symbolic dimensions compile later, on the first call with each new shape.
     """
     from relay_ir.passes import optimize
     from relay_ir.passes.fuse_ops import fuse_ops
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
-    opt = optimize(mod, opt_level=opt_level)
+    _check_options(opt_level, max_fuse_depth, fast_math, unknown)
+    if not isinstance(entry, str):
+        raise DiagnosticError(f"runtime.build: entry must be a global's name, not {entry!r}")
+    opt = optimize(mod, opt_level=opt_level, entry=entry)
+    opt = refine_types(opt)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)
-    if "main" in fused:
-        exe.is_dataflow("main")
+    exe.entry = entry
+    exe.compile_static()
     return exe

@@ -316,6 +316,11 @@ class KernelCache:
                           RuntimeWarning, stacklevel=3)
             return None
 
+    def library_of(self, key: str) -> str | None:
+        """The verified library file this process runs the kernel ``key`` from (or None)."""
+        lib = self._lib_of.get(key)
+        return lib if lib and os.path.isfile(lib) else None
+
     # ------------------------------------------------------------------ management
     def clear_memory(self) -> None:
         """Forget the kernels held in memory (the disk cache stays)."""

@@ -210,33 +210,60 @@ def _describe(v: Any) -> str:
     return f"a Python {type(v).__name__} {v!r}"[:120]
 
 
+_DEFERRED = ShapeVar("<deferred polynomial dims>")   # a marker key in check_arguments' env
+
+
 class _ArgError(Exception):
     """An argument does not fit its parameter (turned into an InterpreterError naming it)."""
 
 
-def check_arguments(fn: Function | None, ptypes: Sequence[Type | None], args: Sequence[Any]
-                    ) -> list:
+def check_arguments(fn: Function | None, ptypes: Sequence[Type | None], args: Sequence[Any],
+                    names: Sequence[str] | None = None) -> list:
     """Check (and convert) ``args`` against ``fn``'s parameter types; returns the values.
 
-    With ``fn`` None (a builtin, or a closure read back without its source) the arguments are
-    only converted, against ``ptypes``. Errors name the parameter.
+    The one argument check of every executor: the interpreter, both paths of
+    ``runtime.build`` and loaded module files. An array must have exactly the parameter's
+    dtype and shape (symbolic dims consistent across parameters); a Python scalar or nested
+    list is accepted only where every value converts exactly. With ``fn`` None (a builtin, a
+    loaded module, a closure read back without its source) the arguments are checked against
+    ``ptypes``, and ``names`` (when given) name the parameters. Errors name the parameter.
     """
     if fn is not None:
         params = fn.params
         if len(args) != len(params):
-            names = ", ".join("%" + p.name_hint for p in params) or "no parameters"
-            raise InterpreterError(f"expected {len(params)} arguments ({names}), "
+            listed = ", ".join("%" + p.name_hint for p in params) or "no parameters"
+            raise InterpreterError(f"expected {len(params)} arguments ({listed}), "
                                    f"got {len(args)}", fn.span)
+        names = [p.name_hint for p in params]
+    elif names is not None and len(args) != len(names):
+        listed = ", ".join("%" + n for n in names) or "no parameters"
+        raise InterpreterError(f"expected {len(names)} arguments ({listed}), got {len(args)}")
     env: dict[ShapeVar, int] = {}
     out = []
     for i, (t, v) in enumerate(zip(ptypes, args)):
         try:
             out.append(_convert(v, t, env))
         except _ArgError as e:
-            p = fn.params[i] if fn is not None else None
-            where = f"argument {i + 1}" + (f" (%{p.name_hint})" if p is not None else "")
-            raise InterpreterError(f"{where}: {e}", p.span if p is not None else None) from None
+            raise _arg_error(fn, names, i, e) from None
+    if _DEFERRED not in env:
+        return out
+    # NOTE: a polynomial dim (n + m) met before all its variables were bound: checked now
+    for i, (t, a) in enumerate(zip(ptypes, out)):
+        if isinstance(t, TensorType) and isinstance(a, np.ndarray):
+            for got, want in zip(a.shape, t.shape):
+                if isinstance(want, DimExpr) and _eval_dim(want, env) not in (None, got):
+                    e = _ArgError(f"expected {fmt_type(t)}, got {_describe(a)} (dimension "
+                                  f"{want!r} is {_eval_dim(want, env)} here)")
+                    raise _arg_error(fn, names, i, e) from None
     return out
+
+
+def _arg_error(fn: Function | None, names: Sequence[str] | None, i: int,
+               e: _ArgError) -> InterpreterError:
+    p = fn.params[i] if fn is not None else None
+    name = p.name_hint if p is not None else (names[i] if names is not None else None)
+    where = f"argument {i + 1}" + (f" (%{name})" if name is not None else "")
+    return InterpreterError(f"{where}: {e}", p.span if p is not None else None)
 
 
 def _convert(v: Any, t: Type | None, env: dict[ShapeVar, int]) -> Any:
@@ -320,20 +347,7 @@ def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarr
     elif isinstance(v, np.generic):
         arr = np.asarray(v)
     elif isinstance(v, (bool, int, float, list)):
-        try:
-            raw = np.asarray(v)
-        except ValueError:
-            raise _ArgError(f"{expect}, got a ragged nested list") from None
-        kind = raw.dtype.kind
-        target = np.dtype(t.dtype)
-        if target.kind in "iu" and (kind in "iu" or (kind == "O" and _all_ints(v))):
-            _check_int_range(raw if kind != "O" else None, v, t.dtype, expect + ": ")
-        if kind not in "biuf":
-            raise _ArgError(f"{expect}, got {_describe(v)}")
-        if (target.kind in "iu" and kind == "f") or (target.kind == "b" and kind != "b"):
-            raise _ArgError(f"{expect}, got a Python value of kind {raw.dtype.name} "
-                            f"({_short(v)})")
-        arr = raw.astype(target)
+        arr = _convert_python(v, t, expect)
     else:
         raise _ArgError(f"{expect}, got {_describe(v)}")
     if str(arr.dtype) != t.dtype or arr.ndim != len(t.shape):
@@ -352,10 +366,58 @@ def _convert_tensor(v: Any, t: TensorType, env: dict[ShapeVar, int]) -> np.ndarr
         elif isinstance(want, DimExpr):
             val = _eval_dim(want, env)
             ok = val is None or val == got
+            if val is None:
+                env[_DEFERRED] = 0          # type: ignore[index]
         else:
             ok = True
         if not ok:
             raise _ArgError(f"{expect}, got {_describe(arr)}")
+    return arr
+
+
+def _convert_python(v: Any, t: TensorType, expect: str) -> np.ndarray:
+    """A Python scalar or nested list as a ``t.dtype`` array, only where every value converts
+    exactly: ``True``/``False`` for bool only, an int in range for integer dtypes, a float (or
+    an int it represents exactly) for float dtypes, and never a finite value becoming inf."""
+    target = _DTYPES.get(t.dtype) or np.dtype(t.dtype)
+    items = [v] if not isinstance(v, list) else list(leaves(v))
+    ints: list[int] = []
+    for x in items:
+        if isinstance(x, bool):
+            ok = target.kind == "b"
+        elif isinstance(x, int):
+            ok = target.kind in "iuf"
+            ints.append(x)
+        elif isinstance(x, float):
+            ok = target.kind in "fc"
+        else:
+            raise _ArgError(f"{expect}, got a list holding {_describe(x)}")
+        if not ok:
+            what = "a Python bool" if isinstance(x, bool) else f"a Python {type(x).__name__}"
+            raise _ArgError(f"{expect}, got {what} ({_short(x)}): it does not convert "
+                            f"exactly to {t.dtype}")
+    if target.kind in "iu" and ints:
+        info = np.iinfo(target)
+        if not info.min <= min(ints) or not max(ints) <= info.max:
+            _check_int_range(None, ints, t.dtype, expect + ": ")
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = np.array(v, dtype=target)
+    except (ValueError, OverflowError, TypeError):
+        raise _ArgError(f"{expect}, got a ragged nested list") from None
+    if target.kind in "fc":
+        if ints:
+            for x in ints:
+                if float(target.type(x)) != x:
+                    raise _ArgError(f"{expect}, got the integer {_short(x)}, which {t.dtype} "
+                                    f"cannot represent exactly")
+        if arr.size and not np.isfinite(arr).all():
+            with np.errstate(over="ignore"):
+                for x in items:
+                    if isinstance(x, float) and np.isfinite(x) and \
+                            not np.isfinite(target.type(x)):
+                        raise _ArgError(f"{expect}, got {_short(x)}, which overflows "
+                                        f"{t.dtype} (it would become inf)")
     return arr
 
 

@@ -29,7 +29,8 @@ and host operators copy a value to the host.
     u64   header length H          u64 blob length B
     32 B  SHA-256 of the header    32 B  SHA-256 of the blob
     H bytes  header: UTF-8 JSON (target, control program, kernel table, array table)
-    B bytes  blob: the kernels as one TVM shared library, then the raw bytes of the arrays
+    B bytes  blob: the kernels as TVM shared libraries (those they ran from, out of the kernel
+             cache), then the raw bytes of the arrays (each distinct array once)
 
 Loading checks the size, both checksums, the version and the target before it parses the JSON
 or hands the library to ``dlopen`` (a truncated library would crash the process); it never
@@ -54,11 +55,11 @@ from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.runtime.interpreter import (DEFAULT_MAX_DEPTH, Code, Program, _execute,
                                           _normalize_output)
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, check_arguments
-from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
-                         TupleType, Type, TypeCall, tuple_leaves)
+from relay_ir.ty import (ANY, DimExpr, FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
+                         TupleType, Type, TypeCall, dim_add, dim_mul, tuple_leaves)
 
 MAGIC = b"RLYMOD\0\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _PREFIX = struct.Struct("<8sIQQ32s32s")
 ALIGN = 64
 
@@ -431,6 +432,8 @@ class VM:
         self._from_dlpack = tvm.runtime.from_dlpack
         self._dev = tvm.cuda(0) if self.cuda else None
         self._param_types = dict(param_types or {})
+        self._param_names: dict[str, list[str]] = {}
+        self.default_entry = "main"             # what a call without entry= runs
         self.static_groups = dict(static_groups or {})
         self.host_scalars = host_scalars
         self._slab = _Slab()
@@ -556,8 +559,13 @@ class VM:
                 outs = [empty(sp[0], sp[1], device=dev) for sp in sig.specs]
                 sig.func(*[tvm_arg(x) for x in flat], *sig.tconsts, *outs)
             else:
-                outs = [slab.alloc(*sp[:4]) if sp[4] else _aligned_empty(sp[0], sp[1])
-                        for sp in sig.specs]
+                try:
+                    outs = [slab.alloc(*sp[:4]) if sp[4] else _aligned_empty(sp[0], sp[1])
+                            for sp in sig.specs]
+                except (MemoryError, ValueError):
+                    from relay_ir.runtime.executor import alloc_failed
+                    sp = max(sig.specs, key=lambda x: x[3])
+                    raise alloc_failed(group.label, sp[0], sp[1]) from None
                 sig.func(*[tvm_arg(x) for x in flat], *sig.tconsts,
                          *[from_dlpack(o) for o in outs])
             r = sig.result
@@ -644,9 +652,23 @@ class VM:
             self._param_types[entry] = got
         return got
 
-    def __call__(self, *args: Any, entry: str = "main", max_depth: int = DEFAULT_MAX_DEPTH
-                 ) -> Any:
-        """Run ``entry`` on ``args`` (numpy arrays, tuples, ADT values, refs, closures)."""
+    def param_names(self, entry: str) -> list[str]:
+        """The entry's parameter names (for the messages of the argument checks)."""
+        got = self._param_names.get(entry)
+        if got is None:
+            mod = self.compiled.mod
+            got = [p.name_hint for p in mod[entry].params] if mod is not None and \
+                entry in mod else []
+        return got
+
+    def __call__(self, *args: Any, entry: str | None = None,
+                 max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+        """Run ``entry`` on ``args`` (numpy arrays, tuples, ADT values, refs, closures).
+
+        ``entry`` defaults to ``main`` (for a loaded module: the entry it was exported with).
+        """
+        if entry is None:
+            entry = self.default_entry
         if self.cuda and not self._dev.exist:
             raise DiagnosticError("target cuda: no CUDA GPU is available to run the kernels "
                                   "(they are compiled; kernel_sources() shows them)")
@@ -655,7 +677,8 @@ class VM:
         fn = self.compiled.mod[entry] if self.compiled.mod is not None else None
         if fn is None and len(args) != len(ptypes):
             raise InterpreterError(f"@{entry} expects {len(ptypes)} arguments, got {len(args)}")
-        vals = check_arguments(fn, ptypes, args)
+        vals = check_arguments(fn, ptypes, args,
+                               None if fn is not None else self._param_names.get(entry))
         vals = [self._entry_value(v) for v in vals]
         out = _execute(clo, vals, max_depth)
         if self.cuda:
@@ -695,21 +718,36 @@ class VM:
         return sum(1 for g in self.groups for s in g.sigs.values() if not s.host)
 
     # ------------------------------------------------------------ export
-    def export_library(self, path: str) -> None:
-        """Write the program and its kernels to one module file (see the module docstring)."""
+    def export_library(self, path: str, entry: str = "main") -> None:
+        """Write the program and its kernels to one module file (see the module docstring).
+
+        ``entry`` is the global a call of the loaded module runs by default.
+        """
         if self.exe is None:
             raise DiagnosticError("a loaded module cannot be exported again; export the "
                                   "runtime.build result")
         self.compiled.compile_all()
+        if entry not in self.compiled.globals:
+            raise DiagnosticError(f"there is no global function @{entry} to export (globals: "
+                                  f"{', '.join('@' + n for n in self.compiled.globals)})")
         self.compile_static()
         self._translate_all()
-        lib = self._build_library()
+        libs, lib_of = self._libraries()
         arrays: list[np.ndarray] = []
+        seen: dict[tuple, int] = {}
 
         def array_ref(a: np.ndarray) -> int:
+            # NOTE: one copy per distinct array: a weight is both a program constant (the
+            # group's host code) and a kernel constant
             a = np.asarray(a)
-            arrays.append(a if a.flags.c_contiguous else a.copy())  # NOTE: keeps 0-d
-            return len(arrays) - 1
+            a = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # NOTE: keeps 0-d
+            k = (a.dtype.str, a.shape, hashlib.sha256(a.view(np.uint8).data if a.ndim else
+                                                      a.tobytes()).digest())
+            i = seen.get(k)
+            if i is None:
+                arrays.append(a)
+                i = seen[k] = len(arrays) - 1
+            return i
 
         cp = self.compiled
         kernels = []
@@ -717,13 +755,17 @@ class VM:
             sigs = []
             for key, s in g.sigs.items():
                 sigs.append({"key": [[list(sh), dt] for sh, dt in key], "host": s.host,
-                             "symbol": s.symbol, "outs": [[list(sh), dt] for sh, dt in s.outs],
+                             "symbol": s.symbol, "lib": lib_of.get(s.symbol, -1),
+                             "outs": [[list(sh), dt] for sh, dt in s.outs],
                              "result": s.result, "consts": [array_ref(c) for c in s.consts]})
             kernels.append({"label": g.label, "body": g.body, "static": g.is_static(),
                             "sigs": sigs})
         entries = {}
         for name in cp.globals:
-            entries[name] = [_type_to_json(t) for t in self.param_types(name)]
+            # NOTE: the shape variables of one entry share names: `n` in two parameters is
+            # one dimension after loading too
+            entries[name] = {"types": [_type_to_json(t) for t in self.param_types(name)],
+                             "names": self.param_names(name)}
         program = {
             "globals": cp.globals,
             "functions": [f.to_data() for f in cp.functions],
@@ -733,8 +775,15 @@ class VM:
                      for c in cp.cons],
             "kernels": kernels,
             "entries": entries,
+            "default_entry": entry,
         }
-        blob = bytearray(lib)
+        blob = bytearray()
+        lib_table = []
+        for data in libs:
+            while len(blob) % ALIGN:
+                blob.append(0)
+            lib_table.append({"offset": len(blob), "size": len(data)})
+            blob += data
         table = []
         for a in arrays:
             while len(blob) % ALIGN:
@@ -744,7 +793,7 @@ class VM:
         from relay_ir.runtime.lower_tvm import target_description
         header = {"format": "relay_ir.module", "version": FORMAT_VERSION,
                   "target": target_description(self.target),
-                  "library": {"offset": 0, "size": len(lib)}, "arrays": table,
+                  "libraries": lib_table, "arrays": table,
                   "program": program}
         htext = json.dumps(header, separators=(",", ":")).encode()
         prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(htext), len(blob),
@@ -761,12 +810,45 @@ class VM:
         for k in range(len(self.compiled.functions)):
             self.program.code(k)
 
-    def _build_library(self) -> bytes:
-        """All compiled kernels as one TVM shared library (empty bytes when there are none)."""
-        tvm = self._tvm
+    def _libraries(self) -> tuple[list[bytes], dict[str, int]]:
+        """The kernel libraries to write, and the library index of each kernel symbol.
+
+        The libraries are the ones the kernels already run from: the kernel cache's files
+        (verified when loaded), read as they are -- nothing is compiled again. Only kernels
+        the cache holds in memory alone (``use_disk=False``, CUDA) are compiled here, into
+        one more library.
+        """
         sigs = [s for g in self.groups for s in g.sigs.values() if not s.host]
-        if not sigs:
-            return b""
+        libs: list[bytes] = []
+        lib_of: dict[str, int] = {}
+        by_path: dict[str, int] = {}
+        rest = []
+        cache = self.exe.cache
+        for s in sigs:
+            if s.symbol in lib_of:
+                continue
+            path = cache.library_of(s.request.key) if s.request is not None else None
+            idx = by_path.get(path) if path else None
+            if path and idx is None:
+                try:
+                    with open(path, "rb") as f:
+                        libs.append(f.read())
+                    idx = by_path[path] = len(libs) - 1
+                except OSError:
+                    idx = None
+            if idx is None:
+                rest.append(s)
+            else:
+                lib_of[s.symbol] = idx
+        if rest:
+            libs.append(self._compile_library(rest))
+            for s in rest:
+                lib_of[s.symbol] = len(libs) - 1
+        return libs, lib_of
+
+    def _compile_library(self, sigs: list[KernelSig]) -> bytes:
+        """Kernels without a library file compiled into one TVM shared library."""
+        tvm = self._tvm
         funcs = {}
         for s in sigs:
             if s.symbol in funcs:
@@ -849,8 +931,11 @@ def _type_to_json(t: Type | None) -> Any:
                 dims.append(d)
             elif isinstance(d, ShapeVar):
                 dims.append(d.name)
+            elif isinstance(d, DimExpr):
+                # n*m + 2*n: [[["m", "n"], 1], [["n"], 2]] (a variable repeated for a power)
+                dims.append({"poly": [[[v.name for v in mono], int(c)] for mono, c in d.terms]})
             else:
-                dims.append(None)       # ? and polynomial dims: any size
+                dims.append(None)       # ?: any size
         return {"t": "tensor", "shape": dims, "dtype": t.dtype}
     if isinstance(t, TupleType):
         return {"t": "tuple", "fields": [_type_to_json(f) for f in t.fields]}
@@ -878,6 +963,14 @@ def _type_from_json(d: Any, shape_vars: dict[str, ShapeVar]) -> Type | None:
                 dims.append(x)
             elif isinstance(x, str):
                 dims.append(shape_vars.setdefault(x, ShapeVar(x)))
+            elif isinstance(x, dict):
+                total: Any = 0
+                for names, coef in x["poly"]:
+                    term: Any = int(coef)
+                    for n in names:
+                        term = dim_mul(term, shape_vars.setdefault(str(n), ShapeVar(str(n))))
+                    total = dim_add(total, term)
+                dims.append(total)
             else:
                 dims.append(ANY)
         return TensorType(tuple(dims), str(d["dtype"]))
@@ -936,20 +1029,29 @@ def load_module(path: str, target: Any = None) -> VM:
     ensure_threads()
     try:
         prog = header["program"]
-        lib_info = header["library"]
+        lib_infos = header["libraries"]
         arrays = [_array(blob, a) for a in header["arrays"]]
         cp = _program_from_json(prog, arrays)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise ModuleFileError(f"{path}: malformed module description ({type(e).__name__}: "
                               f"{e})") from None
-    lib = None
-    if lib_info["size"]:
-        lib = _load_library(path, blob[lib_info["offset"]:lib_info["offset"] +
-                                       lib_info["size"]], tvm)
-    entries = {name: [_type_from_json(t, {}) for t in types]
-               for name, types in prog["entries"].items()}
+    libs = []
+    for info in lib_infos:
+        off, size = int(info["offset"]), int(info["size"])
+        if off < 0 or off + size > len(blob):
+            raise ModuleFileError(f"{path}: malformed module description (a kernel library "
+                                  f"outside the blob)")
+        libs.append(_load_library(path, blob[off:off + size], tvm))
+    entries: dict[str, list[Type | None]] = {}
+    names: dict[str, list[str]] = {}
+    for name, e in prog["entries"].items():
+        shape_vars: dict[str, ShapeVar] = {}
+        entries[name] = [_type_from_json(t, shape_vars) for t in e["types"]]
+        names[name] = [str(n) for n in e["names"]]
     static = {k: bool(kd["static"]) for k, kd in enumerate(prog["kernels"])}
     vm = VM(cp, tgt, param_types=entries, static_groups=static)
+    vm._param_names = names
+    vm.default_entry = str(prog.get("default_entry", "main"))
     for g, kd in zip(vm.groups, prog["kernels"]):
         g.label = str(kd["label"])
         for sd in kd["sigs"]:
@@ -958,7 +1060,8 @@ def load_module(path: str, target: Any = None) -> VM:
                 g.add(key, KernelSig(None, [], [], 0, host=True))
                 continue
             try:
-                func = lib[sd["symbol"]] if lib is not None else None
+                i = int(sd["lib"])
+                func = libs[i][sd["symbol"]] if 0 <= i < len(libs) else None
             except Exception:
                 func = None
             if func is None:

@@ -3,9 +3,12 @@
 The program is parsed (``--prelude`` for the standard prelude), type-checked, optimized, fused
 and compiled with ``runtime.build``; ``-o`` names the module file that
 ``Executable.export_library`` writes (one file: the control program as JSON and the kernels as
-a TVM shared library, with a format version and checksums; docs/runtime.md). ``rly run
+TVM shared libraries, with a format version and checksums; docs/runtime.md). ``rly run
 model.so ARGS`` runs it later without the compiler. ``--opt-level`` (0 to 3, default 2) is the
-optimization level. Type errors and unsupported targets are diagnostics (exit status 1).
+optimization level. ``--entry NAME`` (default ``main``) is the global to build: the module
+file holds it and the globals it reaches, and runs it by default (``rly run model.so``
+without ``--entry``). Type errors and unsupported targets are
+diagnostics (exit status 1).
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="llvm",
                         help="llvm (this CPU, the default) or cuda")
     add_prelude_flag(parser)
+    parser.add_argument("--entry", default="main",
+                        help="the global to build: the module holds it and what it reaches, "
+                             "and runs it by default (default: main)")
     parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
                         help="optimization level (default 2)")
 
@@ -38,11 +44,12 @@ def run(args: argparse.Namespace) -> int:
     text, name = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
     mod = InferType()(rly.parse(text, source_name=name, **kwargs))
-    if "main" not in mod:
-        raise DiagnosticError(f"{name}: there is no global function @main to build")
-    exe = runtime.build(mod, target=args.target, opt_level=args.opt_level)
+    if args.entry not in mod:
+        raise DiagnosticError(f"{name}: there is no global function @{args.entry} to build "
+                              f"(globals: {', '.join('@' + n for n in mod) or 'none'})")
+    exe = runtime.build(mod, target=args.target, entry=args.entry, opt_level=args.opt_level)
     out = os.fspath(args.output)
-    exe.export_library(out)
+    exe.export_library(out, entry=args.entry)
     kernels = exe.vm().num_compiled()
     print(f"wrote {out} ({os.path.getsize(out)} bytes, {kernels} kernels, target "
           f"{exe.target.kind.name})")

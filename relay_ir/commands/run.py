@@ -3,13 +3,16 @@
 ``--target llvm|cuda`` compiles the program with ``runtime.build`` (any program) and runs it
 compiled. FILE may also be a module file written by ``rly build`` (recognized by its magic
 bytes, whatever its name): it is loaded with ``runtime.load_module`` and run, without parsing
-or compiling anything.
+or compiling anything (``--entry`` defaults to the entry it was built with). An empty file, a
+shared library (ELF, Mach-O) or a binary file is a diagnostic saying what it is (exit status
+1). ``rly run FILE --help`` prints this command's help wherever ``--help`` stands.
 
 The program is type-checked first (``InferType``, as ``runtime.evaluate`` does); a type error
 is printed as a diagnostic (exit status 1) and nothing runs. An argument is a literal -- ``3``
 (int), ``2.5`` (float), ``True``/``False``, a nested list ``[[1,2],[3,4]]``, a tuple
-``(1, 2.5)`` -- converted with the entry parameter's dtype when it is known (ints to int32 and
-floats to float32 otherwise), or the path of a ``.npy`` file (loaded with
+``(1, 2.5)`` -- converted with the entry parameter's dtype when every value converts exactly
+(``runtime.values.check_arguments``; ints to int32 and floats to float32 when the type is
+unknown), or the path of a ``.npy`` file (loaded with
 ``allow_pickle=False``). Wrong argument count, shape or dtype, and an integer the dtype cannot
 hold (``300`` for a uint8), are errors naming the parameter (exit status 1). ``--max-depth N``
 bounds the nesting of non-tail calls (default ``runtime.interpreter.DEFAULT_MAX_DEPTH``).
@@ -34,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # --prelude`); run() picks the known options out of it (argparse cannot intermix them).
     parser.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER,
                         help="arguments: literals (3, 2.5, True, [[1,2],[3,4]]) or .npy files")
-    parser.add_argument("--entry", default="main", help="the global to run (default: main)")
+    parser.add_argument("--entry", default=None,
+                        help="the global to run (default: main, or the entry a module file "
+                             "was built with `rly build --entry`)")
     add_prelude_flag(parser)
     parser.add_argument("--target", default=None,
                         help="compile for this target (llvm, cuda) with runtime.build instead "
@@ -77,16 +82,36 @@ def parse_argument(text: str, index: int) -> Any:
     return value
 
 
-def _is_module_file(path: str) -> bool:
-    """Whether ``path`` is a module file (``rly build`` output), by its magic bytes."""
+_MACHO = (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
+          b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
+
+
+def file_kind(path: str) -> str:
+    """What ``path`` holds, by its content: ``module``, ``source`` (text), or raise.
+
+    A module file (``rly build`` output, by its magic bytes, also when truncated) is
+    ``module``; an empty file, a shared library (ELF, Mach-O) or another binary file (NUL
+    bytes) is a ``DiagnosticError`` saying what the file is; anything else is read as source.
+    """
     from relay_ir.runtime.vm import MAGIC
     if path == "-" or not os.path.isfile(path):
-        return False
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False
+        return "source"      # NOTE: stdin, or a missing path: read_source reports it
+    with open(path, "rb") as f:
+        head = f.read(8192)
+    if head.startswith(MAGIC) or (len(head) >= 4 and MAGIC.startswith(head)):
+        return "module"
+    if not head:
+        raise DiagnosticError(f"{path}: the file is empty: neither a module file written by "
+                              f"`rly build` nor a .rly program (missing version header)")
+    if head.startswith(b"\x7fELF") or head[:4] in _MACHO:
+        fmt = "ELF" if head.startswith(b"\x7fELF") else "Mach-O"
+        raise DiagnosticError(f"{path}: this is a shared library ({fmt}), not a relay_ir module "
+                              f"file; `rly run` takes a .rly program or a module file written "
+                              f"by `rly build`")
+    if b"\0" in head:
+        raise DiagnosticError(f"{path}: this is a binary file (it holds NUL bytes), neither a "
+                              f".rly program nor a module file written by `rly build`")
+    return "source"
 
 
 def _looks_literal(text: str) -> bool:
@@ -109,6 +134,9 @@ def _split_options(args: argparse.Namespace) -> list[str]:
         if tok == "--":
             rest.extend(items[i + 1:])
             break
+        if tok in ("-h", "--help"):
+            from relay_ir.cli import build_parser
+            build_parser().parse_args(["run", "--help"])   # NOTE: prints the help, exits 0
         name, eq, val = tok.partition("=")
         if name in ("--entry", "--target", "--max-depth"):
             if not eq:
@@ -135,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     """Parse FILE, run its entry on ARGS, print the result."""
     arg_texts = _split_options(args)
     from relay_ir.runtime.values import format_value
-    if _is_module_file(args.file):
+    if file_kind(args.file) == "module":
         from relay_ir.runtime.vm import load_module
         module = load_module(args.file)
         require_entry(module.compiled.globals, args.entry, args.file)
@@ -143,10 +171,11 @@ def run(args: argparse.Namespace) -> int:
         if args.target and args.target != module.target.kind.name:
             raise DiagnosticError(f"{args.file} was built for target "
                                   f"{module.target.kind.name}, not {args.target}")
-        print(format_value(module(*values, entry=args.entry)))
+        print(format_value(module(*values, entry=args.entry or module.default_entry)))
         return 0
     import relay_ir as rly
 
+    args.entry = args.entry or "main"
     text, _ = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
     mod = rly.parse(text, source_name=args.file, **kwargs)
