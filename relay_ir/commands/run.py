@@ -166,12 +166,13 @@ def run(args: argparse.Namespace) -> int:
     if file_kind(args.file) == "module":
         from relay_ir.runtime.vm import load_module
         module = load_module(args.file)
-        require_entry(module.compiled.globals, args.entry, args.file)
+        entry = args.entry or module.default_entry
+        require_entry(module.compiled.globals, entry, args.file)
         values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
         if args.target and args.target != module.target.kind.name:
             raise DiagnosticError(f"{args.file} was built for target "
                                   f"{module.target.kind.name}, not {args.target}")
-        print(format_value(module(*values, entry=args.entry or module.default_entry)))
+        print(format_value(module(*values, entry=entry)))
         return 0
     import relay_ir as rly
 
