@@ -15,8 +15,10 @@ parameter types, else on the first call with each new shape (``?`` and symbolic 
 from the plan cache: every fused group is lowered to one
 kernel (through the kernel cache), and memory is planned statically -- intermediates live in
 buffers allocated once per plan and shared between values whose lifetimes do not overlap;
-outputs are fresh arrays every call. Inputs that are contiguous, 64-byte aligned and of the
-right dtype are passed zero-copy; others are copied once into an aligned buffer. A group
+outputs are fresh arrays every call. Inputs that are C-contiguous, writeable and of the right
+dtype are passed zero-copy at any alignment (CPU kernels assume only element alignment,
+``schedules.unaligned_params``); non-contiguous views, read-only arrays and arrays not aligned
+to their element size are copied once into an aligned buffer. A group
 containing an operator without a TVM compute runs on the host with the numpy reference
 implementations (reported by :meth:`Executable.host_kernels`).
 :meth:`Executable.export_library` writes the whole program to one module file
@@ -79,8 +81,8 @@ def alloc_failed(label: str, shape: tuple, dtype: Any, span: Any = None) -> Allo
 def as_aligned(a: Any, dtype: Any = None) -> np.ndarray:
     """``a`` as a C-contiguous, 64-byte aligned array (itself when it already is one).
 
-    Executables take such arrays without copying; convert inputs that are reused across calls
-    (weights) once with this.
+    Executables take any C-contiguous, writeable array without copying, so this is not needed
+    for speed; it gives arrays whose vector loads never straddle a cache line.
     """
     arr = np.asarray(a, dtype=dtype)
     if _is_aligned(arr) and arr.flags.writeable:
@@ -90,6 +92,13 @@ def as_aligned(a: Any, dtype: Any = None) -> np.ndarray:
 
 def _is_aligned(a: np.ndarray) -> bool:
     return a.ctypes.data % ALIGN == 0 and a.flags.c_contiguous
+
+
+def zero_copy_ok(a: np.ndarray) -> bool:
+    """Whether a kernel argument can be passed as it is (no copy): C-contiguous, writeable
+    (DLPack cannot export read-only arrays) and aligned to its element size."""
+    f = a.flags
+    return f.c_contiguous and f.aligned and f.writeable
 
 
 # ----------------------------------------------------------------------------- program shape
@@ -601,8 +610,8 @@ class Executable:
         for s, a in zip(plan.param_slots, arrays):
             if unchecked:
                 # NOTE: checked first: a failing zero-copy wrap raises a TVM error (~18 us)
-                if a.__array_interface__["data"][0] % ALIGN or not a.flags.c_contiguous or \
-                        not a.flags.writeable:
+                f = a.flags
+                if not (f.c_contiguous and f.aligned and f.writeable):
                     a = _aligned_copy(a)
                 wrapped[s] = _to_tvm(a)
             values[s] = a
@@ -705,15 +714,18 @@ _FROM_DLPACK: list[Any] = []
 
 
 def _to_tvm(a: np.ndarray) -> Any:
+    """A zero-copy TVM view of ``a`` (C-contiguous and writeable; any alignment, as the CPU
+    kernels assume only element alignment)."""
     if not _FROM_DLPACK:
-        import tvm
-        _FROM_DLPACK.append(tvm.runtime.from_dlpack)
-    return _FROM_DLPACK[0](a)
+        import tvm_ffi
+        _FROM_DLPACK.append(tvm_ffi.from_dlpack)
+    return _FROM_DLPACK[0](a, require_alignment=0, require_contiguous=True)
 
 
 def _aligned_arg(arr: np.ndarray) -> np.ndarray:
-    if not _is_aligned(arr) or not arr.flags.writeable:
-        # NOTE: DLPack refuses read-only arrays; unaligned ones would break vector loads
+    if not zero_copy_ok(arr):
+        # NOTE: DLPack refuses read-only arrays, and a kernel reads its arguments as dense
+        # row-major memory: views with strides (and element-misaligned data) are copied
         arr = _aligned_copy(arr)
     return arr
 

@@ -286,7 +286,7 @@ def schedule(group: LoweredGroup, target: Any, fallback: bool = False,
         return schedules.schedule_cuda(group.prim_func, target, fallback_only=fallback)
     if fallback:
         from tvm import s_tir
-        sch = s_tir.Schedule(group.prim_func)
+        sch = s_tir.Schedule(schedules.unaligned_params(group.prim_func))
         schedules.schedule_generic(sch)
         return sch.mod
     return schedules.schedule_cpu(group.prim_func, group.kind, serial_below=serial_below)

@@ -59,7 +59,9 @@ from relay_ir.ty import (ANY, DimExpr, FuncType, GlobalTypeVar, RefType, ShapeVa
                          TupleType, Type, TypeCall, dim_add, dim_mul, tuple_leaves)
 
 MAGIC = b"RLYMOD\0\0"
-FORMAT_VERSION = 2
+# 3: CPU kernels assume only element alignment of their arguments (version 2 kernels assumed
+# 64 bytes and fault on the arrays numpy allocates, which are passed zero-copy now)
+FORMAT_VERSION = 3
 _PREFIX = struct.Struct("<8sIQQ32s32s")
 ALIGN = 64
 
@@ -109,6 +111,18 @@ class _Slab:
         return ndarray(shape, dtype, self.buf, pos)
 
 
+def _zero_copy(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when a CPU kernel can take it as it is (C-contiguous, writeable, aligned to
+    its element size: kernels assume no more, ``schedules.unaligned_params``), else an aligned
+    copy (strided views, read-only arrays)."""
+    f = a.flags
+    if f.c_contiguous and f.aligned and f.writeable:
+        return a
+    out = _aligned_empty(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out
+
+
 def _aligned(a: Any) -> np.ndarray:
     arr = np.asarray(a)
     if arr.__array_interface__["data"][0] % ALIGN == 0 and arr.flags.c_contiguous and \
@@ -117,6 +131,12 @@ def _aligned(a: Any) -> np.ndarray:
     out = _aligned_empty(arr.shape, arr.dtype)
     np.copyto(out, arr)
     return out
+
+
+def _from_dlpack_any(a: Any) -> Any:
+    """A zero-copy TVM view of a C-contiguous, writeable host array of any alignment."""
+    import tvm_ffi
+    return tvm_ffi.from_dlpack(a, require_alignment=0, require_contiguous=True)
 
 
 def _value_type(v: Any) -> Type:
@@ -429,7 +449,7 @@ class VM:
         self.exe = exe                          # the Executable (lowering, cache); None: loaded
         self.cuda = is_cuda(target)
         self._tvm = tvm
-        self._from_dlpack = tvm.runtime.from_dlpack
+        self._from_dlpack = tvm.runtime.from_dlpack if self.cuda else _from_dlpack_any
         self._dev = tvm.cuda(0) if self.cuda else None
         self._param_types = dict(param_types or {})
         self._param_names: dict[str, list[str]] = {}
@@ -515,14 +535,9 @@ class VM:
             x = np.asarray(x)
             return self._tvm.runtime.tensor(x if x.flags.c_contiguous else x.copy(),
                                             device=self._dev)
-        if type(x) is not np.ndarray or not x.ndim:
-            # NOTE: host scalars are rarely 64-byte aligned, and a failing zero-copy wrap
-            # raises a TVM error (~18 us): copy them straight away
-            return self._from_dlpack(_aligned(x))
-        try:
-            return self._from_dlpack(x)
-        except Exception:  # NOTE: unaligned, read-only or strided: copy once
-            return self._from_dlpack(_aligned(x))
+        if type(x) is not np.ndarray:
+            return self._from_dlpack(_aligned(x))   # NOTE: a host scalar (np.float32, ...)
+        return self._from_dlpack(_zero_copy(x))  # NOTE: read-only or strided: copied once
 
     def kernel_runner(self, group: KernelGroup, nargs: int) -> Callable[..., Any]:
         """The callable a kernel step calls: ``run(*args) -> value``."""
@@ -587,7 +602,7 @@ class VM:
         if nargs == 1 and not consts and not scalar_in:
             # NOTE: numpy arrays go to the kernel as they are (tvm_ffi takes them through
             # DLPack in C: 0.57 us for three arguments, 1.04 us wrapped one by one here); an
-            # argument it refuses (unaligned, read-only) is refused before the kernel runs
+            # argument it refuses (read-only, strided) is refused before the kernel runs
             def run1(a: Any) -> Any:
                 o = alloc(shape, dt, count, nbytes)
                 try:
@@ -693,7 +708,7 @@ class VM:
                 return v
             if self.cuda:
                 return self._tvm_arg(v)
-            return _aligned(v)
+            return _zero_copy(v)
         if type(v) is tuple:
             return tuple(self._entry_value(x) for x in v)
         return v
