@@ -151,11 +151,6 @@ def _build(src: str) -> Any:
     return runtime.build(rly.parse(src), target="llvm")
 
 
-def _aligned(*arrays: np.ndarray) -> list[np.ndarray]:
-    from relay_ir.runtime.executor import as_aligned
-    return [as_aligned(a) for a in arrays]
-
-
 # ============================================================================ W1
 N1 = 4 * 2 ** 20
 W1_SRC = HDR + f"""def @main(%x: Tensor[({N1}), float32]) {{
@@ -176,8 +171,7 @@ def w1_impls() -> list[Impl]:
 
     def rly_make() -> Callable[[], Any]:
         exe = _build(W1_SRC)
-        (xa,) = _aligned(x)
-        return lambda: exe(xa)
+        return lambda: exe(x)   # x as numpy allocated it (no extra alignment)
     out.append(Impl("relay_ir runtime.build (fused)", rly_make, _sum64, "relay_ir"))
 
     def np_make() -> Callable[[], Any]:
@@ -270,12 +264,12 @@ def w2_relay_step() -> Callable[[], Any]:
     from relay_ir import demo
     x, y, params = w2_data()
     exe = demo.compile_step(rly.parse(W2_LOSS), "main", n_data=2, lr=0.01)
-    xa, ya = _aligned(x, np.eye(10, dtype=F32)[y])
+    xa, ya = x, np.eye(10, dtype=F32)[y]
 
     def step(p: list[Any]) -> tuple[Any, list[Any]]:
         res = exe(xa, ya, *p)
         return res[0], list(res[1:])
-    return _Stateful(step, _aligned(*params))
+    return _Stateful(step, list(params))
 
 
 def w2_args() -> list[np.ndarray]:
@@ -424,7 +418,7 @@ def w3_impls() -> list[Impl]:
 
     def rly_make() -> Callable[[], Any]:
         exe = _build(W3_SRC)
-        args = _aligned(x, w, b)
+        args = (x, w, b)
         return lambda: exe(*args)
     out.append(Impl("relay_ir runtime.build (matmul+bias+relu fused)", rly_make, _sum64,
                     "relay_ir"))
@@ -508,12 +502,12 @@ def w4_impls(batch: int) -> list[Impl]:
         import relay_ir as rly
         from relay_ir import demo
         exe = demo.compile_step(rly.parse(w4_source(batch)), "main", n_data=2, lr=0.1)
-        xs, ys = _aligned(eye[inputs], eye[targets.reshape(-1)])
+        xs, ys = eye[inputs], eye[targets.reshape(-1)]
 
         def step(p: list[Any]) -> tuple[Any, list[Any]]:
             res = exe(xs, ys, *p)
             return res[0], list(res[1:])
-        return _Stateful(step, _aligned(*params))
+        return _Stateful(step, list(params))
     out.append(Impl(f"relay_ir compiled step, T unrolled, B={batch}", rly_make, _first_loss,
                     "relay_ir"))
     if have("torch"):
@@ -896,7 +890,7 @@ def w7_relay_exe() -> tuple[Any, list[np.ndarray]]:
     step = demo.first_order(demo.sgd_step_module(gv, "gv", wrt=[2]), "train_step")
     exe = runtime.build(IRModule({"main": step["train_step"]}), target="llvm")
     x, y, params = w2_data()
-    return exe, _aligned(x, np.eye(10, dtype=F32)[y], *params, w7_v())
+    return exe, [x, np.eye(10, dtype=F32)[y], *params, w7_v()]
 
 
 def w7_relay_fwd_exe() -> tuple[Any, list[np.ndarray]]:
@@ -920,7 +914,7 @@ def w7_relay_fwd_exe() -> tuple[Any, list[np.ndarray]]:
     hvp = passes.optimize(fwd_rev.with_function("hvp", Function((*ps, v), body)), entry="hvp")
     exe = runtime.build(IRModule({"main": hvp["hvp"]}), target="llvm")
     x, y, params = w2_data()
-    return exe, _aligned(x, np.eye(10, dtype=F32)[y], *params, w7_v())
+    return exe, [x, np.eye(10, dtype=F32)[y], *params, w7_v()]
 
 
 def _fro(a: Any) -> float:
@@ -1044,13 +1038,13 @@ def relay_step(key: str) -> tuple[Any, list[np.ndarray]]:
     if key == "W2":
         x, y, params = w2_data()
         exe = demo.compile_step(rly.parse(W2_LOSS), "main", n_data=2, lr=0.01)
-        return exe, _aligned(x, np.eye(10, dtype=F32)[y], *params)
+        return exe, [x, np.eye(10, dtype=F32)[y], *params]
     if key in ("W4a", "W4b"):
         batch = 1 if key == "W4a" else 32
         params, inputs, targets = w4_data(batch)
         eye = np.eye(V4, dtype=F32)
         exe = demo.compile_step(rly.parse(w4_source(batch)), "main", n_data=2, lr=0.1)
-        return exe, _aligned(eye[inputs], eye[targets.reshape(-1)], *params)
+        return exe, [eye[inputs], eye[targets.reshape(-1)], *params]
     if key == "W7":
         return w7_relay_exe()
     raise ValueError(f"no compiled relay_ir step to profile for {key} (W2, W4a, W4b, W7)")
