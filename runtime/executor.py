@@ -789,7 +789,8 @@ def _post(e: Expr) -> Any:
 
 
 # ----------------------------------------------------------------------------- entry point
-_BUILD_OPTIONS = ("target", "entry", "opt_level", "max_fuse_depth", "cache", "fast_math")
+_BUILD_OPTIONS = ("target", "entry", "params", "opt_level", "max_fuse_depth", "cache",
+                  "fast_math")
 
 
 def _check_options(opt_level: Any, max_fuse_depth: Any, fast_math: Any,
@@ -808,6 +809,70 @@ def _check_options(opt_level: Any, max_fuse_depth: Any, fast_math: Any,
     if fast_math is not None and type(fast_math) is not bool:
         raise DiagnosticError(f"runtime.build: fast_math must be True, False or None, not "
                               f"{fast_math!r}")
+
+
+def bind_params(mod: IRModule, entry: str, params: Any) -> IRModule:
+    """``mod`` with the parameters of ``entry`` named in ``params`` replaced by constants.
+
+    ``params`` maps parameter names to arrays (anything ``runtime.build`` accepts as an
+    argument for that parameter: exactly its dtype and shape). The constants are copies, so
+    later changes to the caller's arrays do not reach the executable. The entry keeps its
+    other parameters, in order. Unknown names, non-tensor parameters, wrong dtypes or shapes,
+    and an entry that other functions call (their calls would lose arguments) are
+    ``DiagnosticError``s naming the parameter.
+    """
+    from collections.abc import Mapping
+
+    from relay_ir.functor import substitute
+    from relay_ir.passes import InferType
+    from relay_ir.traversal import post_order
+    if not isinstance(params, Mapping):
+        raise DiagnosticError(f"runtime.build: params must map parameter names to arrays, not "
+                              f"{type(params).__name__}")
+    if not params:
+        return mod
+    if entry not in mod:
+        raise DiagnosticError(f"runtime.build: params= binds parameters of the entry @{entry}, "
+                              f"and the module has no @{entry}")
+    mod = InferType()(mod)
+    fn = mod[entry]
+    by_name: dict[str, list[Var]] = {}
+    for p in fn.params:
+        by_name.setdefault(p.name_hint, []).append(p)
+    listed = ", ".join("%" + p.name_hint for p in fn.params) or "none"
+    bound: dict[Var, Expr] = {}
+    for name, value in params.items():
+        if not isinstance(name, str):
+            raise DiagnosticError(f"runtime.build: params keys are parameter names (strings), "
+                                  f"not {name!r}")
+        key = name[1:] if name.startswith("%") else name
+        found = by_name.get(key)
+        if not found:
+            raise DiagnosticError(f"runtime.build: params[{name!r}]: @{entry} has no parameter "
+                                  f"%{key} (its parameters: {listed})", fn.span)
+        if len(found) > 1:
+            raise DiagnosticError(f"runtime.build: params[{name!r}]: @{entry} has "
+                                  f"{len(found)} parameters named %{key}", found[1].span)
+        p = found[0]
+        t = p.checked_type_ or p.type_annotation
+        if not isinstance(t, TensorType):
+            raise DiagnosticError(f"runtime.build: params[{name!r}]: only tensor parameters can "
+                                  f"be bound; %{key} has type {t}", p.span)
+        try:
+            (arr,) = check_arguments(None, [t], [value], [key])
+        except DiagnosticError as e:
+            msg = e.message.split(": ", 1)[-1]
+            raise DiagnosticError(f"runtime.build: params[{name!r}]: {msg}", p.span) from None
+        bound[p] = Constant(np.array(arr, copy=True), span=p.span)
+    for other in mod:
+        for node in post_order(mod[other]):
+            if isinstance(node, GlobalVar) and node.name_hint == entry:
+                raise DiagnosticError(f"runtime.build: params= cannot bind parameters of "
+                                      f"@{entry}: @{other} calls it (its calls would lose "
+                                      f"the bound arguments)", mod[other].span)
+    new_fn = Function(tuple(p for p in fn.params if p not in bound), substitute(fn.body, bound),
+                      fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
+    return InferType()(mod.with_function(entry, new_fn))
 
 
 def _is_static_type(t: Type | None) -> bool:
@@ -855,14 +920,17 @@ def refine_types(mod: IRModule) -> IRModule:
         return mod
 
 
-def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", opt_level: int = 2,
-          max_fuse_depth: int = 256, cache: Any = None,
+def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: Any = None,
+          opt_level: int = 2, max_fuse_depth: int = 256, cache: Any = None,
           fast_math: bool | None = None, **unknown: Any) -> Executable:
     """Compile a well-typed module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
     ``entry``: the default entry of calls and of the exported module; when the module has it,
-    optimization keeps it and what it reaches (as ``passes.optimize``). ``opt_level``: 0 to 3
+    optimization keeps it and what it reaches (as ``passes.optimize``). ``params``: a dict
+    ``{name: array}`` of ``entry``'s parameters bound as constants before optimization (so
+    constant folding sees them: weights); the executable takes the remaining parameters in
+    order (:func:`bind_params`). ``opt_level``: 0 to 3
     (default 2). ``fast_math``: polynomial transcendentals everywhere (True), nowhere (False)
     or where their float32 error is within tolerance (None, the
     default; ``relay_ir.op._te``). ``cache``: a
@@ -881,6 +949,8 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", opt_level
     _check_options(opt_level, max_fuse_depth, fast_math, unknown)
     if not isinstance(entry, str):
         raise DiagnosticError(f"runtime.build: entry must be a global's name, not {entry!r}")
+    if params is not None:
+        mod = bind_params(mod, entry, params)
     opt = optimize(mod, opt_level=opt_level, entry=entry)
     opt = refine_types(opt)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
