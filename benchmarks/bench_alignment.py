@@ -33,8 +33,8 @@ from relay_ir.runtime import schedules  # noqa: E402
 from relay_ir.runtime.executor import as_aligned  # noqa: E402
 from relay_ir.runtime.kernel_cache import KernelCache  # noqa: E402
 
-CONV = W.HDR + """def @main(%x: Tensor[(1, 64, 56, 56), float32], %k: Tensor[(64, 64, 3, 3), float32],
-          %b: Tensor[(64), float32]) {
+CONV = W.HDR + """def @main(%x: Tensor[(1, 64, 56, 56), float32],
+          %k: Tensor[(64, 64, 3, 3), float32], %b: Tensor[(64), float32]) {
   nn.relu(nn.bias_add(nn.conv2d(%x, %k, padding=[1, 1], channels=64, kernel_size=[3, 3]), %b))
 }"""
 
