@@ -11,6 +11,7 @@ from relay_ir.expr import (Call, Constant, Expr, Function, If, Op, Tuple, TupleG
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import Effects, op_is_effectful
+from relay_ir.passes._zeros import is_symbolic_zeros
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, TupleType
 
@@ -68,6 +69,8 @@ class _Fold(ExprMutator):
         new = super().visit_call(c)
         if type(new) is not Call or type(new.op) is not Op or op_is_effectful(new.op):
             return new
+        if is_symbolic_zeros(new):
+            return new  # NOTE: kept as a call: its mark lets later rules drop it (AD zeros)
         from relay_ir.op import lookup_opdef
         opdef = lookup_opdef(new.op.name)
         if opdef is None or opdef.impl is None:

@@ -64,7 +64,7 @@ def default_pipeline(names: tuple[str, ...] = DEFAULT_PIPELINE, *,
 
 def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...] = (),
              required_pass: tuple[str, ...] = (), entry: str = "main",
-             fuel: int | None = None) -> IRModule:
+             fuel: int | None = None, unsafe_math: bool = False) -> IRModule:
     """Run the default pipeline; the result computes the same values as ``mod``.
 
     Pipeline (a pass runs when its level <= ``opt_level``)::
@@ -81,11 +81,20 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
     module so that the backward chain of a large gradient program is unrolled completely). The
     instruments of the current :class:`PassContext` (timing, printing, well-formedness
     checks) apply to every pass.
+
+    Values are kept exactly, inf, nan and -0.0 included (results may differ only by float
+    rounding). ``unsafe_math=True`` (the PassContext config key ``"unsafe_math"``, ``rly opt
+    --unsafe-math``) opts into zero rules that change them: ``x * 0 => 0`` (nan for inf or
+    nan ``x``), ``x + 0 => x`` (``-0.0 + 0`` is ``+0.0``), zeros through linear operators.
+    Off by default, and unrelated to ``runtime.build(fast_math=...)``.
     """
     outer = PassContext.current()
     if fuel is None:
         fuel = pipeline_fuel(mod)
+    config = dict(outer.config)
+    if unsafe_math:
+        config["unsafe_math"] = True
     with PassContext(opt_level=opt_level, disabled_pass=tuple(disabled_pass),
                      required_pass=tuple(required_pass), instruments=outer.instruments,
-                     config=outer.config) as ctx:
+                     config=config) as ctx:
         return default_pipeline(entry=entry, fuel=fuel)(mod, ctx)

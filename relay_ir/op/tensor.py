@@ -758,7 +758,13 @@ def _init_rel(name: str):  # type: ignore[no-untyped-def]
 _INIT_ATTRS = [F("shape", "ints", None, "the result shape"),
                F("dtype", "dtype", "float32", "the result dtype")]
 
-defop("zeros", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("zeros"),
+# NOTE: ``symbolic=True`` marks the zeros reverse-mode AD starts adjoint cells from ("no
+# contribution", JAX's symbolic Zero): the same value, but optimization may drop such a zero
+# as an absent term (``x + z => x``, ``x * z => z``) where IEEE would keep inf, nan or -0.0.
+_ZEROS_ATTRS = _INIT_ATTRS + [F("symbolic", "bool", False,
+                                "an AD 'no contribution' zero that optimization may drop")]
+
+defop("zeros", 0, attrs=_ZEROS_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("zeros"),
       impl=lambda args, attrs: np.zeros(attrs.shape, attrs.dtype), pattern=OpPattern.ELEMWISE,
       doc="A tensor of zeros.", non_differentiable=True, compute=_init_te(0))
 defop("ones", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("ones"),
