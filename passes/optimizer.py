@@ -9,6 +9,9 @@ from relay_ir.module import IRModule
 from relay_ir.passes.pass_manager import PassContext, Sequential
 
 # NOTE: names, in order. Passes above the context's opt_level are skipped by Sequential.
+# Every pass keeps values (inf, nan, -0.0 included) and none holds a target's cost decision:
+# combine-sums and share-weight-transpose run in runtime.build for llvm only
+# (runtime/target_lowering.py).
 # to-anf runs before infer-type so that the types simplify-expr needs are inferred once.
 # The second half cleans what partial evaluation leaves (for a gradient program: the
 # backpropagator closures and adjoint references it ran at compile time, and the zero adjoints
@@ -24,8 +27,6 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "dead-ref-elim",  # 1  references that no longer escape become lets (writes dropped)
     "dce",            # 1  the closures and cells nothing reads any more
     "fold-constant",  # 2  constants exposed by inlining / partial evaluation
-    "combine-sums",   # 2  sum of matmuls -> one matmul of joined operands; of scatters -> stack
-    "share-weight-transpose",  # 2  a weight read transposed by several matmuls: once
     "cse",            # 3  share identical pure computations
     "dce",            # 1  drop unused pure bindings (effects are kept)
     "remove-unused-functions",  # 1  globals whose every use was specialized away

@@ -917,6 +917,8 @@ class PartialEvaluate(FunctionPass):
 
     name: ClassVar[str] = "partial-eval"
     opt_level: ClassVar[int] = 1
+    # NOTE: its zero and identity rules read the calls' checked types (static result types)
+    required: ClassVar[tuple[str, ...]] = ("infer-type",)
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
         """``func`` partially evaluated (primitive functions are kept as they are)."""

@@ -755,9 +755,10 @@ def build(mod: IRModule, target: Any = "llvm", *, opt_level: int = 2,
     """
     from relay_ir.passes import optimize
     from relay_ir.passes.fuse_ops import fuse_ops
+    from relay_ir.runtime.target_lowering import target_rewrites
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
-    opt = optimize(mod, opt_level=opt_level)
+    opt = target_rewrites(optimize(mod, opt_level=opt_level), target, opt_level)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)
