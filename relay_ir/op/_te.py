@@ -113,6 +113,26 @@ def const_value(value: Any, dtype: str) -> Any:
         return np.asarray(value).astype(dtype).item()
 
 
+def maximum(a: Any, b: Any) -> Any:
+    """``np.maximum(a, b)`` as numpy computes it, ``a > b || isnan(a) ? a : b``: NaN
+    propagates (TVM's ``max`` lowers to a select that drops it) and a tie gives ``b``
+    (``maximum(-0.0, 0.0)`` is ``0.0``, ``maximum(0.0, -0.0)`` is ``-0.0``). Integers: ``max``.
+    """
+    tirx = tir_mod()
+    if not is_float(dtype_of(a)):
+        return tirx.max(a, b)
+    return tirx.Select(tirx.Or(a > b, tirx.isnan(a)), a, b)
+
+
+def minimum(a: Any, b: Any) -> Any:
+    """``np.minimum(a, b)`` as numpy computes it, ``a < b || isnan(a) ? a : b`` (NaN
+    propagates, a tie gives ``b``). Integers: ``min``."""
+    tirx = tir_mod()
+    if not is_float(dtype_of(a)):
+        return tirx.min(a, b)
+    return tirx.Select(tirx.Or(a < b, tirx.isnan(a)), a, b)
+
+
 def min_value(dtype: str) -> Any:
     """The smallest value of ``dtype`` (``-inf`` for floats)."""
     if is_float(dtype):
@@ -336,10 +356,10 @@ def reduce(x: Any, axes: Sequence[int], keepdims: bool, kind: str, acc_dtype: st
         out_shape = [d for i, d in enumerate(shp) if i not in axes]
     if kind == "sum":
         red = te.sum
-    elif kind == "max":
-        red = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: min_value(t), name="max")
+    elif kind == "max":  # NOTE: NaN-propagating on floats, as np.max (see maximum)
+        red = te.comm_reducer(maximum, lambda t: min_value(t), name="max")
     elif kind == "min":
-        red = te.comm_reducer(lambda a, b: tirx.min(a, b), lambda t: max_value(t), name="min")
+        red = te.comm_reducer(minimum, lambda t: max_value(t), name="min")
     elif kind == "prod":
         red = te.comm_reducer(lambda a, b: a * b, lambda t: const(1, t), name="prod")
     else:  # pragma: no cover - internal

@@ -113,7 +113,7 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
             return inside, idx
         if kind == "max":
             vdt = "int8" if dt == "bool" else dt
-            red = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: T.min_value(t),
+            red = te.comm_reducer(T.maximum, lambda t: T.min_value(t),  # NOTE: NaN propagates
                                   name="max")
 
             def body(*oi):  # type: ignore[no-untyped-def]

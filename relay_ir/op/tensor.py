@@ -437,11 +437,11 @@ def _power_b(u, v, dt):  # type: ignore[no-untyped-def]
 
 
 def _max_b(u, v, dt):  # type: ignore[no-untyped-def]
-    return T.tir_mod().Or(u, v) if dt == "bool" else T.tir_mod().max(u, v)
+    return T.tir_mod().Or(u, v) if dt == "bool" else T.maximum(u, v)  # NOTE: NaN propagates
 
 
 def _min_b(u, v, dt):  # type: ignore[no-untyped-def]
-    return T.tir_mod().And(u, v) if dt == "bool" else T.tir_mod().min(u, v)
+    return T.tir_mod().And(u, v) if dt == "bool" else T.minimum(u, v)
 
 
 def _logical_b(kind: str):  # type: ignore[no-untyped-def]
@@ -499,7 +499,8 @@ def clip_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     tirx = T.tir_mod()
     if dt.kind == "b":
         return T.elemwise(lambda v: tirx.And(tirx.Or(v, lo), hi), x, name="T_clip")
-    return T.elemwise(lambda v: tirx.min(tirx.max(v, lo), hi), x, name="T_clip")
+    # NOTE: np.minimum(np.maximum(x, lo), hi) as numpy computes it (NaN propagates)
+    return T.elemwise(lambda v: T.minimum(T.maximum(v, lo), hi), x, name="T_clip")
 
 
 def _init_te(value: int):  # type: ignore[no-untyped-def]
