@@ -58,6 +58,7 @@ from relay_ir.module import IRModule
 from relay_ir.op import get_opdef, lookup_opdef
 from relay_ir.op._jvp import linearity
 from relay_ir.passes._zeros import absorbing_zero, additive_zero, subtractive_zero, unsafe_math
+from relay_ir.passes.fold_constant import may_fold
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
@@ -627,6 +628,9 @@ class _PE:
         return self._recursive_globals
 
     def _fold(self, op: Op, args: list[PValue], call: Call) -> PValue | None:
+        """``op(static args) => static result``, under FoldConstant's size policy
+        (:func:`~relay_ir.passes.fold_constant.may_fold`; symbolic zeros count as no data:
+        they are never emitted as constants)."""
         opdef = lookup_opdef(op.name)
         if opdef is None or opdef.impl is None or opdef.effectful:
             return None
@@ -636,18 +640,30 @@ class _PE:
             if v is None:
                 return None
             vals.append(v)
+        symbolic_zeros = op.name == "zeros" and bool(call.attrs.get("symbolic", False))
+        all_symbolic = bool(args) and all(isinstance(a.static, STensor) and a.static.symbolic
+                                          for a in args)
+        n_in = sum(_data_size(a) for a in args)
+        t = call.checked_type_
+        if not (symbolic_zeros or all_symbolic) and isinstance(t, TensorType) and \
+                t.is_static and not may_fold(int(np.prod(t.shape, dtype=np.int64)), n_in):
+            return None  # NOTE: known too big before computing it
         try:
-            res = opdef.impl(vals, call.attrs)
+            with np.errstate(all="ignore"):
+                res = opdef.impl(vals, call.attrs)
         except Exception:  # NOTE: a failing op stays in the program, to fail at run time
             return None
         out = _to_pvalue(res)
-        if out is not None and isinstance(out.static, STensor) and (
-                (op.name == "zeros" and call.attrs.get("symbolic", False))
-                or (args and all(isinstance(a.static, STensor) and a.static.symbolic
-                                 for a in args) and _is_zeros(out, True))):
+        if out is None:
+            return None
+        if isinstance(out.static, STensor) and (
+                symbolic_zeros or (all_symbolic and _is_zeros(out, True))):
             # NOTE: zeros computed from symbolic zeros alone (`expand_dims(z)`, `z + z`) are
-            # still "no contribution"
+            # still "no contribution"; they are never emitted as constants
             out.static.symbolic = True
+            return out
+        if not may_fold(_data_size(out), n_in):
+            return None
         return out
 
     # -- control flow ------------------------------------------------------------------
@@ -872,6 +888,16 @@ def _identity(op: Op, args: list[PValue], call: Call, hint: Var | None,
                 continue
         return args[other]
     return None
+
+
+def _data_size(pv: PValue) -> int:
+    """Elements of program data a static value stands for (symbolic zeros: none)."""
+    s = pv.static
+    if isinstance(s, STensor):
+        return 0 if s.symbolic else int(s.data.size)
+    if isinstance(s, STuple):
+        return sum(_data_size(f) for f in s.fields)
+    return 0
 
 
 def _static_array(pv: PValue) -> Any:
