@@ -44,11 +44,14 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2) -> IRModule:
     outer = PassContext.current()
     with PassContext(opt_level=opt_level, instruments=outer.instruments,
                      config=outer.config) as ctx:
-        typed = run_pass(get_pass("infer-type"), mod, ctx)  # NOTE: what the passes require
+        infer = get_pass("infer-type")
+        typed = run_pass(infer, mod, ctx)  # NOTE: the passes require types
         out = typed
         for n in names:
-            out = run_pass(get_pass(n), out, ctx)
-        if _same(out, typed):
+            new = run_pass(get_pass(n), out, ctx)
+            if not _same(new, out):
+                out = run_pass(infer, new, ctx)
+        if out is typed:
             return mod
         return Sequential(tuple(get_pass(n) for n in CLEANUP), seq_name="cleanup")(out, ctx)
 
