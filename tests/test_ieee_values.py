@@ -71,6 +71,9 @@ def test_optimize_keeps_inf_nan_and_signed_zero() -> None:
     assert same_bits(raw[4], np.array([-np.inf, np.inf, np.nan, 0.0, 0.0, -1.5], "float32"))
     for r, g in zip(raw, got):
         assert same_bits(r, g)
+    # and compiled (optimize, llvm lowering, fused kernels): the same values
+    for r, g in zip(raw, runtime.build(mod, target="llvm")(SPECIAL)):
+        assert same_bits(r, g)
 
 
 def test_unsafe_math_is_an_explicit_opt_in() -> None:
