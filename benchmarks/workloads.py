@@ -905,8 +905,10 @@ def w7_relay_fwd_exe() -> tuple[Any, list[np.ndarray]]:
     fwd_rev = passes.jvp(passes.optimize(passes.gradient(mod, wrt=("w1",))), "main")
     ps = [Var(p.name_hint, p.type_annotation) for p in mod["main"].params]
     v = Var("v", ps[2].type_annotation)
+    # NOTE: "no tangent" for the other inputs: symbolic zeros, which optimization may drop as
+    # absent terms (a plain zeros tensor keeps IEEE semantics: inf * 0 is nan)
     tangents = [v if i == 2 else make_call("zeros", shape=list(p.type_annotation.shape),
-                                           dtype="float32")
+                                           dtype="float32", symbolic=True)
                 for i, p in enumerate(ps)]
     # @main(params, tangents) = ((loss, (dW1,)), (d loss, (H v,)))
     out = Call(fwd_rev.get_global_var("main"), tuple(ps + tangents))

@@ -11,8 +11,23 @@ from relay_ir.expr import (Call, Constant, Expr, Function, If, Op, Tuple, TupleG
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import Effects, op_is_effectful
+from relay_ir.passes._zeros import is_symbolic_zeros
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, TupleType
+
+
+# Folding that grows the program's data (a fill or a broadcast materialised as a constant) stops
+# at this many elements; folding that does not grow it (a weight scaled, transposed or re-laid
+# out at compile time) has no bound. One policy for FoldConstant and partial evaluation.
+FOLD_GROWTH_LIMIT = 1 << 16
+
+
+def may_fold(out_elements: int, in_elements: int, limit: int = FOLD_GROWTH_LIMIT) -> bool:
+    """Whether a constant of ``out_elements`` elements may replace a call whose constant inputs
+    hold ``in_elements``: always when the result is no larger than its inputs together, else
+    only up to ``limit`` elements (``exp(ones(2048, 2048))`` stays a call: folding it would
+    add a 16 MiB constant to the program)."""
+    return out_elements <= max(in_elements, limit)
 
 
 def _const_value(e: Expr, depth: int = 0) -> Any:
@@ -49,10 +64,10 @@ def _to_expr(value: Any, ty: Any, span: Any) -> Expr | None:
 
 
 class _Fold(ExprMutator):
-    def __init__(self, effects: Effects, max_elements: int) -> None:
+    def __init__(self, effects: Effects, growth_limit: int) -> None:
         super().__init__()
         self.effects = effects
-        self.max_elements = max_elements
+        self.growth_limit = growth_limit
         self.tuples: dict[Var, Tuple] = {}   # let var -> tuple literal it is bound to
 
     def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
@@ -68,6 +83,8 @@ class _Fold(ExprMutator):
         new = super().visit_call(c)
         if type(new) is not Call or type(new.op) is not Op or op_is_effectful(new.op):
             return new
+        if is_symbolic_zeros(new):
+            return new  # NOTE: kept as a call: its mark lets later rules drop it (AD zeros)
         from relay_ir.op import lookup_opdef
         opdef = lookup_opdef(new.op.name)
         if opdef is None or opdef.impl is None:
@@ -76,15 +93,16 @@ class _Fold(ExprMutator):
         if any(a is None for a in args):
             return new
         ty = c.checked_type_
-        if isinstance(ty, TensorType) and ty.is_static and \
-                int(np.prod(ty.shape, dtype=np.int64)) > self.max_elements:
-            return new
+        n_in = sum(_size(a) for a in args)
+        if isinstance(ty, TensorType) and ty.is_static and not may_fold(
+                int(np.prod(ty.shape, dtype=np.int64)), n_in, self.growth_limit):
+            return new  # NOTE: known too big before computing it
         try:
             with np.errstate(all="ignore"):
                 out = opdef.impl(args, new.attrs)
         except Exception:  # NOTE: e.g. an ill-typed call: leave it for the type checker
             return new
-        if _size(out) > self.max_elements:
+        if not may_fold(_size(out), n_in, self.growth_limit):
             return new
         folded = _to_expr(out, c.checked_type_, c.span)
         return new if folded is None else folded
@@ -132,20 +150,23 @@ class FoldConstant(FunctionPass):
       ``if (c) {a} else {b}  =>  a or b``  for a constant condition;
       ``let x = c; b  =>  b[x := c]``  constants propagate.
 
-    Never folds effects: reference operations, calls of functions, effectful ops. Results with
-    more than ``max_elements`` elements stay unfolded.
+    Never folds effects: reference operations, calls of functions, effectful ops, symbolic AD
+    zeros (``zeros(..., symbolic=True)`` stays a call, see passes._zeros). Size policy
+    (:func:`may_fold`, shared with partial evaluation): a result larger than its constant
+    inputs together (a fill, a broadcast) folds only up to ``growth_limit`` elements; a result
+    no larger (a weight scaled or transposed at compile time) always folds.
     """
 
-    max_elements: int = 1 << 20
+    growth_limit: int = FOLD_GROWTH_LIMIT
     name: ClassVar[str] = "fold-constant"
     opt_level: ClassVar[int] = 2
 
     def function_transformer(self, mod: IRModule, ctx: PassContext
                              ) -> Callable[[Function], Function]:
         effects = Effects(mod)  # NOTE: one purity analysis of the globals, shared
-        return lambda fn: _Fold(effects, self.max_elements).visit(fn)  # type: ignore
+        return lambda fn: _Fold(effects, self.growth_limit).visit(fn)  # type: ignore
 
 
 def fold_constant(expr: Expr, mod: IRModule | None = None) -> Expr:
     """FoldConstant on one expression."""
-    return _Fold(Effects(mod), 1 << 20).visit(expr)
+    return _Fold(Effects(mod), FOLD_GROWTH_LIMIT).visit(expr)

@@ -248,7 +248,7 @@ class _AD(_Twin):
             return hit[1]
         od = get_opdef("zeros")
         z = sb.let_(Call(od.op, (), od.make_attrs({"shape": list(t.shape),  # type: ignore
-                                                    "dtype": t.dtype}),
+                                                    "dtype": t.dtype, "symbolic": True}),
                          checked_type_=t), "z", t)
         self._zeros[t] = (sb.bindings, z)
         return z

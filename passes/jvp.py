@@ -121,7 +121,7 @@ class _JVP(_Twin):
             t = _type_of(c)
             if not is_float(t):
                 return c
-            z = self.sb.let_(_call("zeros_like", c), "dz", t)
+            z = self.sb.let_(_no_tangent(c, t), "dz", t)
             return self.pair(c, z, t)
         leaf = self.leaf_atom(e)
         if leaf is not None:
@@ -185,7 +185,7 @@ class _JVP(_Twin):
             if isinstance(a, Constant):
                 c = _typed_const(a)
                 prims.append(c)
-                tans.append(_call("zeros_like", c, checked_type_=_type_of(c)))
+                tans.append(_no_tangent(c, _type_of(c)))
                 continue
             t = _type_of(a)
             v = self.atom(a)
@@ -195,7 +195,7 @@ class _JVP(_Twin):
                 tans.append(self.tangent(v, t))
             else:
                 prims.append(v)
-                tans.append(_call("zeros_like", v, checked_type_=t))
+                tans.append(_no_tangent(v, t))
         out_t = _type_of(e)
         prim_call = Call(e.op, tuple(prims), e.attrs, e.type_args, span=e.span,
                          checked_type_=out_t)
@@ -219,7 +219,7 @@ class _JVP(_Twin):
         sb = self.sb
         if is_float(t):
             if dy is None:
-                dy = sb.let_(_call("zeros_like", y), "dz", t)
+                dy = sb.let_(_no_tangent(y, t), "dz", t)
             return self.pair(y, dy, t)
         if isinstance(t, TupleType):
             fields = []
@@ -237,7 +237,7 @@ class _JVP(_Twin):
         """The tangent of dual value ``v`` of tensor-tree type ``t`` (zeros on int leaves)."""
         def other(u: Expr, ut: Type) -> Expr:
             if isinstance(ut, TensorType):
-                return self.sb.let_(_call("zeros_like", u, checked_type_=ut), "dz", ut)
+                return self.sb.let_(_no_tangent(u, ut), "dz", ut)
             if _is_adt(ut):
                 return self.sb.let_(Call(self.adt_helper("tangent", ut), (u,)), "dt", ut)
             raise InternalError(f"jvp: no tangent for a value of type {ut!r}")
@@ -350,3 +350,16 @@ def jvp(mod: IRModule, entry: str = "main") -> IRModule:
     twins = jv.run_globals()
     jv.raise_collected("jvp")
     return jv.output(mod, entry, twins, _wrapper(jv, fn, twin, arg_types, ret))
+
+
+def _no_tangent(x: Expr, t: Type) -> Expr:
+    """The zero tangent of ``x`` (type ``t``): ``zeros(shape, dtype, symbolic=True)`` for a
+    static float tensor -- "no tangent", which optimization may drop as an absent term
+    (passes._zeros) -- else ``zeros_like(x)``."""
+    if isinstance(t, TensorType) and t.dtype.startswith("float") and \
+            all(type(d) is int for d in t.shape):
+        od = get_opdef("zeros")
+        return Call(od.op, (), od.make_attrs({"shape": list(t.shape),  # type: ignore[arg-type]
+                                              "dtype": t.dtype, "symbolic": True}),
+                    checked_type_=t)
+    return _call("zeros_like", x, checked_type_=t)

@@ -248,10 +248,13 @@ class CombineSums(FunctionPass):
 
     ``add(matmul(a1, b1), matmul(a2, b2)) => matmul(concat(a1, a2), concat(b1, b2))``;
     ``add(take_grad(g0, x, 0), take_grad(g1, x, 1)) => stack((g0, g1))``.
+    A CPU cost decision: ``runtime.build`` applies it for llvm targets only
+    (runtime/target_lowering.py), not ``passes.optimize``.
     """
 
     name: ClassVar[str] = "combine-sums"
     opt_level: ClassVar[int] = 2
+    required: ClassVar[tuple[str, ...]] = ("infer-type",)  # NOTE: reads checked types
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
         plan = _Combine(func).plan
@@ -267,8 +270,10 @@ class _ShareTranspose(ExprMutator):
         self._mm = get_opdef("nn.matmul")
 
     def visit_call(self, c: Call) -> Expr:
+        # NOTE: only the few-row products that made the weight shared read the transpose; a
+        # product above MAX_ROWS keeps transpose_b (packing wins there, see MAX_ROWS)
         wt = self.shared.get(c.args[1]) if _is_op(c, "nn.matmul") and len(c.args) == 2 \
-            and c.attrs.transpose_b else None
+            and c.attrs.transpose_b and _few_rows(c) else None
         if wt is None:
             return super().visit_call(c)
         attrs = self._mm.make_attrs({**dict(c.attrs.items()), "transpose_b": False})
@@ -281,11 +286,15 @@ class ShareWeightTranspose(FunctionPass):
     """A weight read transposed by several few-row matmuls is transposed once.
 
     ``f(matmul(a, w, transpose_b=True), matmul(b, w, transpose_b=True))`` =>
-    ``let wt = transpose(w); f(matmul(a, wt), matmul(b, wt))`` for a parameter or constant ``w``.
+    ``let wt = transpose(w); f(matmul(a, wt), matmul(b, wt))`` for a parameter or constant ``w``
+    read so by at least two products of at most :data:`MAX_ROWS` rows; products with more rows
+    keep ``transpose_b``. A CPU cost decision: ``runtime.build`` applies it for llvm targets
+    only (runtime/target_lowering.py), not ``passes.optimize``.
     """
 
     name: ClassVar[str] = "share-weight-transpose"
     opt_level: ClassVar[int] = 2
+    required: ClassVar[tuple[str, ...]] = ("infer-type",)  # NOTE: reads checked types
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
         count: dict[Expr, int] = {}

@@ -9,6 +9,9 @@ from relay_ir.module import IRModule
 from relay_ir.passes.pass_manager import PassContext, Sequential
 
 # NOTE: names, in order. Passes above the context's opt_level are skipped by Sequential.
+# Every pass keeps values (inf, nan, -0.0 included) and none holds a target's cost decision:
+# combine-sums and share-weight-transpose run in runtime.build for llvm only
+# (runtime/target_lowering.py).
 # to-anf runs before infer-type so that the types simplify-expr needs are inferred once.
 # The second half cleans what partial evaluation leaves (for a gradient program: the
 # backpropagator closures and adjoint references it ran at compile time, and the zero adjoints
@@ -24,8 +27,6 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "dead-ref-elim",  # 1  references that no longer escape become lets (writes dropped)
     "dce",            # 1  the closures and cells nothing reads any more
     "fold-constant",  # 2  constants exposed by inlining / partial evaluation
-    "combine-sums",   # 2  sum of matmuls -> one matmul of joined operands; of scatters -> stack
-    "share-weight-transpose",  # 2  a weight read transposed by several matmuls: once
     "cse",            # 3  share identical pure computations
     "dce",            # 1  drop unused pure bindings (effects are kept)
     "remove-unused-functions",  # 1  globals whose every use was specialized away
@@ -64,7 +65,7 @@ def default_pipeline(names: tuple[str, ...] = DEFAULT_PIPELINE, *,
 
 def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...] = (),
              required_pass: tuple[str, ...] = (), entry: str = "main",
-             fuel: int | None = None) -> IRModule:
+             fuel: int | None = None, unsafe_math: bool = False) -> IRModule:
     """Run the default pipeline; the result computes the same values as ``mod``.
 
     Pipeline (a pass runs when its level <= ``opt_level``)::
@@ -81,11 +82,20 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
     module so that the backward chain of a large gradient program is unrolled completely). The
     instruments of the current :class:`PassContext` (timing, printing, well-formedness
     checks) apply to every pass.
+
+    Values are kept exactly, inf, nan and -0.0 included (results may differ only by float
+    rounding). ``unsafe_math=True`` (the PassContext config key ``"unsafe_math"``, ``rly opt
+    --unsafe-math``) opts into zero rules that change them: ``x * 0 => 0`` (nan for inf or
+    nan ``x``), ``x + 0 => x`` (``-0.0 + 0`` is ``+0.0``), zeros through linear operators.
+    Off by default, and unrelated to ``runtime.build(fast_math=...)``.
     """
     outer = PassContext.current()
     if fuel is None:
         fuel = pipeline_fuel(mod)
+    config = dict(outer.config)
+    if unsafe_math:
+        config["unsafe_math"] = True
     with PassContext(opt_level=opt_level, disabled_pass=tuple(disabled_pass),
                      required_pass=tuple(required_pass), instruments=outer.instruments,
-                     config=outer.config) as ctx:
+                     config=config) as ctx:
         return default_pipeline(entry=entry, fuel=fuel)(mod, ctx)

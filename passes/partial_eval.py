@@ -55,8 +55,10 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Tuple,
                            TupleGetItem, Var)
 from relay_ir.module import IRModule
-from relay_ir.op import lookup_opdef
+from relay_ir.op import get_opdef, lookup_opdef
 from relay_ir.op._jvp import linearity
+from relay_ir.passes._zeros import absorbing_zero, additive_zero, subtractive_zero, unsafe_math
+from relay_ir.passes.fold_constant import may_fold
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
@@ -74,10 +76,12 @@ _value = dataclass(slots=True, eq=False)
 
 @_value
 class STensor:
-    """A tensor known at compile time (``zero``: whether it is all zeros, once asked)."""
+    """A tensor known at compile time (``zero``: whether it is all zeros, once asked;
+    ``symbolic``: an AD "no contribution" zero, ``zeros(..., symbolic=True)``)."""
 
     data: np.ndarray
     zero: bool | None = None
+    symbolic: bool = False
 
 
 @_value
@@ -194,8 +198,9 @@ class _TailCall:
 
 # ----------------------------------------------------------------------------- evaluator
 class _PE:
-    def __init__(self, mod: IRModule, fuel: int, max_depth: int):
+    def __init__(self, mod: IRModule, fuel: int, max_depth: int, unsafe: bool = False):
         self.mod = mod
+        self.unsafe = unsafe  # NOTE: unsafe_math: every zero absorbs (see passes._zeros)
         self.fuel = fuel
         self.max_depth = max_depth
         self.depth = 0
@@ -329,7 +334,16 @@ class _PE:
     def _reify_one(self, p: PValue) -> None:
         s = p.static
         if isinstance(s, STensor):
-            p.dyn, p.scope = Constant(s.data), None
+            if s.symbolic:  # NOTE: stays marked, so later passes may still drop it
+                od = get_opdef("zeros")
+                t = TensorType(tuple(s.data.shape), str(s.data.dtype))
+                call = Call(od.op, (), od.make_attrs({  # type: ignore[arg-type]
+                    "shape": list(s.data.shape), "dtype": str(s.data.dtype), "symbolic": True}),
+                    checked_type_=t)
+                r = self.emit(call, None, None, t)
+                p.dyn, p.scope = r.dyn, r.scope
+            else:
+                p.dyn, p.scope = Constant(s.data), None
         elif isinstance(s, STuple):
             if not s.fields:
                 p.dyn, p.scope = Tuple(()), None
@@ -503,13 +517,13 @@ class _PE:
                tail: bool = False) -> Any:
         s = callee.static
         if isinstance(s, SOp):
-            zero = _absorb(s.op, args, call)
+            zero = _absorb(s.op, args, call, self.unsafe)
             if zero is not None:
                 return zero
             folded = self._fold(s.op, args, call)
             if folded is not None:
                 return folded
-            same = _identity(s.op, args, call, hint)
+            same = _identity(s.op, args, call, hint, self.unsafe)
             if same is not None:
                 return same
             return self.emit(Call(s.op, tuple(self.reify(a) for a in args), call.attrs,
@@ -614,6 +628,9 @@ class _PE:
         return self._recursive_globals
 
     def _fold(self, op: Op, args: list[PValue], call: Call) -> PValue | None:
+        """``op(static args) => static result``, under FoldConstant's size policy
+        (:func:`~relay_ir.passes.fold_constant.may_fold`; symbolic zeros count as no data:
+        they are never emitted as constants)."""
         opdef = lookup_opdef(op.name)
         if opdef is None or opdef.impl is None or opdef.effectful:
             return None
@@ -623,11 +640,31 @@ class _PE:
             if v is None:
                 return None
             vals.append(v)
+        symbolic_zeros = op.name == "zeros" and bool(call.attrs.get("symbolic", False))
+        all_symbolic = bool(args) and all(isinstance(a.static, STensor) and a.static.symbolic
+                                          for a in args)
+        n_in = sum(_data_size(a) for a in args)
+        t = call.checked_type_
+        if not (symbolic_zeros or all_symbolic) and isinstance(t, TensorType) and \
+                t.is_static and not may_fold(int(np.prod(t.shape, dtype=np.int64)), n_in):
+            return None  # NOTE: known too big before computing it
         try:
-            res = opdef.impl(vals, call.attrs)
+            with np.errstate(all="ignore"):
+                res = opdef.impl(vals, call.attrs)
         except Exception:  # NOTE: a failing op stays in the program, to fail at run time
             return None
-        return _to_pvalue(res)
+        out = _to_pvalue(res)
+        if out is None:
+            return None
+        if isinstance(out.static, STensor) and (
+                symbolic_zeros or (all_symbolic and _is_zeros(out, True))):
+            # NOTE: zeros computed from symbolic zeros alone (`expand_dims(z)`, `z + z`) are
+            # still "no contribution"; they are never emitted as constants
+            out.static.symbolic = True
+            return out
+        if not may_fold(_data_size(out), n_in):
+            return None
+        return out
 
     # -- control flow ------------------------------------------------------------------
     def _branch(self, e: Expr, env: Env, store: dict[int, PValue],
@@ -772,24 +809,26 @@ _NEUTRAL: dict[str, tuple[tuple[int, float, int], ...]] = {
 }
 
 
-def _is_zeros(pv: PValue) -> bool:
+def _is_zeros(pv: PValue, unsafe: bool = False) -> bool:
+    """``pv`` is a zero that absorbs a linear operator (passes._zeros.absorbing_zero)."""
     s = pv.static
     if not isinstance(s, STensor):
         return False
     if s.zero is None:
         s.zero = s.data.size > 0 and not np.any(s.data)
-    return s.zero
+    return s.zero and absorbing_zero(s.data, s.symbolic, unsafe)
 
 
-def _absorb(op: Op, args: list[PValue], call: Call) -> PValue | None:
-    """``matmul(zeros, x) => zeros``: zeros pass through an operator its JVP rule declares
-    linear (``op._jvp.linearity``: in any one of the arguments for multilinear operators, in
-    all of them for jointly linear ones), when the result type is static.
+def _absorb(op: Op, args: list[PValue], call: Call, unsafe: bool = False) -> PValue | None:
+    """``matmul(z, x) => z``: zeros pass through an operator its JVP rule declares linear
+    (``op._jvp.linearity``: in any one of the arguments for multilinear operators, in all of
+    them for jointly linear ones), when the result type is static.
 
-    As simplify-expr's ``x * 0 -> zeros``, zeros are absorbing even where IEEE would give NaN
-    from an inf elsewhere: in a gradient program these are the adjoints nothing was
-    accumulated into, zero as in JAX and PyTorch (reverse over reverse otherwise runs whole
-    backward products on them).
+    Only zeros that keep every value exact absorb (``inf * 0`` is nan): symbolic AD zeros
+    (``zeros(..., symbolic=True)``: in a gradient program the adjoints nothing was accumulated
+    into, "no contribution" as JAX's symbolic Zero -- reverse over reverse otherwise runs whole
+    backward products on them), integer zeros, and any zero under ``unsafe_math``. The result
+    is symbolic when an absorbing argument was.
     """
     od = lookup_opdef(op.name)
     rule = linearity(od.jvp) if od is not None else None
@@ -799,11 +838,13 @@ def _absorb(op: Op, args: list[PValue], call: Call) -> PValue | None:
     if not isinstance(t, TensorType) or not all(type(d) is int for d in t.shape):
         return None
     mode, positions = rule
-    zero = [k < len(args) and _is_zeros(args[k])
-            for k in (range(len(args)) if positions is None else positions)]
-    if not (any(zero) if mode == "any" else all(zero)):
+    ks = [k for k in (range(len(args)) if positions is None else positions) if k < len(args)]
+    zero = [_is_zeros(args[k], unsafe) for k in ks]
+    if not ks or not (any(zero) if mode == "any" else all(zero)):
         return None
-    return PValue(STensor(np.zeros(t.shape, t.dtype), zero=True))
+    symbolic = any(z and args[k].static.symbolic  # type: ignore[union-attr]
+                   for k, z in zip(ks, zero))
+    return PValue(STensor(np.zeros(t.shape, t.dtype), zero=True, symbolic=symbolic))
 
 
 def _known_type(e: Expr, pv: PValue | None = None) -> Type | None:
@@ -815,12 +856,16 @@ def _known_type(e: Expr, pv: PValue | None = None) -> Type | None:
     return t
 
 
-def _identity(op: Op, args: list[PValue], call: Call, hint: Var | None) -> PValue | None:
-    """``add(0, x) => x``, ``x - 0``, ``1 * x``, ``x * 1``, ``x / 1 => x``.
+def _identity(op: Op, args: list[PValue], call: Call, hint: Var | None,
+              unsafe: bool = False) -> PValue | None:
+    """``add(z, x) => x``, ``x - z``, ``1 * x``, ``x * 1``, ``x / 1 => x``.
 
     Only when the constant is static and ``x`` has exactly the call's (tensor) type, so no
-    broadcast is lost. This is what makes a gradient's adjoints start lazily: a cell's first
-    accumulation ``add(zeros, g)`` becomes ``g``, with no zero buffer behind it.
+    broadcast is lost, and only with a zero that keeps every value exact (passes._zeros):
+    ``x + z`` for a symbolic AD zero, ``-0.0`` or an integer zero, ``x - z`` for a symbolic
+    zero, ``+0.0`` or an integer zero (any zero under ``unsafe_math``). This is what makes a
+    gradient's adjoints start lazily: a cell's first accumulation ``add(zeros, g)`` of its
+    symbolic zero becomes ``g``, with no zero buffer behind it.
     """
     rules = _NEUTRAL.get(op.name)
     if rules is None or len(args) != 2:
@@ -837,8 +882,22 @@ def _identity(op: Op, args: list[PValue], call: Call, hint: Var | None) -> PValu
         if _known_type(call.args[other], args[other]) != out_t \
                 or not np.all(c.data == neutral):
             continue
+        if neutral == 0.0:
+            exact = additive_zero if op.name == "add" else subtractive_zero
+            if not exact(c.data, c.symbolic, unsafe):
+                continue
         return args[other]
     return None
+
+
+def _data_size(pv: PValue) -> int:
+    """Elements of program data a static value stands for (symbolic zeros: none)."""
+    s = pv.static
+    if isinstance(s, STensor):
+        return 0 if s.symbolic else int(s.data.size)
+    if isinstance(s, STuple):
+        return sum(_data_size(f) for f in s.fields)
+    return 0
 
 
 def _static_array(pv: PValue) -> Any:
@@ -884,18 +943,21 @@ class PartialEvaluate(FunctionPass):
 
     name: ClassVar[str] = "partial-eval"
     opt_level: ClassVar[int] = 1
+    # NOTE: its zero and identity rules read the calls' checked types (static result types)
+    required: ClassVar[tuple[str, ...]] = ("infer-type",)
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
         """``func`` partially evaluated (primitive functions are kept as they are)."""
         if func.is_primitive:
             return func
-        return partial_eval_function(func, mod, fuel=self.fuel, max_depth=self.max_depth)
+        return partial_eval_function(func, mod, fuel=self.fuel, max_depth=self.max_depth,
+                                     unsafe_math=unsafe_math(ctx))
 
 
 def partial_eval_function(fn: Function, mod: IRModule | None = None, *, fuel: int = 1000,
-                          max_depth: int = 40) -> Function:
+                          max_depth: int = 40, unsafe_math: bool = False) -> Function:
     """Partially evaluate one function (its parameters are unknown)."""
-    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth)
+    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth, unsafe_math)
     pe.bound_tvars = set(fn.type_params)
     env = Env(None)
     for p in fn.params:

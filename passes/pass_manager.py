@@ -32,7 +32,8 @@ class PassContext:
     ``opt_level``: passes above it are skipped by :class:`Sequential` (unless required).
     ``required_pass`` / ``disabled_pass``: names forced on / off. ``instruments``: hooks
     (:mod:`relay_ir.passes.instrument`); when not given, those of the enclosing context are
-    kept. ``config``: free-form options for passes (``ctx.config.get("fold-constant.max_size")``).
+    kept. ``config``: free-form options for passes (``ctx.config.get("unsafe_math")``: the
+    opt-in to value-changing zero rules, see :func:`relay_ir.passes.optimize`).
 
     Example::
 

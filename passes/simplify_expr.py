@@ -17,6 +17,8 @@ import numpy as np
 from relay_ir.expr import Call, Constant, Expr, Function, Op, Var, type_of
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
+from relay_ir.passes._zeros import (absorbing_zero, additive_zero, is_symbolic_zeros,
+                                    subtractive_zero, unsafe_math)
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.ty import TensorType, Type
 
@@ -28,6 +30,7 @@ class Site:
     call: Call
     orig: Call
     env: dict[Var, Expr]
+    unsafe: bool = False
 
     def arg(self, i: int) -> Expr:
         """Argument ``i`` (rewritten)."""
@@ -68,6 +71,41 @@ class Site:
                 return name in ("ones", "ones_like")
         return False
 
+    def zero(self, i: int) -> tuple[np.ndarray, bool] | None:
+        """Argument ``i`` as ``(data, symbolic)`` when it is all zeros (a constant, or a
+        zeros[_like] call; ``data`` then is one ``+0`` of its dtype); None otherwise."""
+        e = self.value(i)
+        if type(e) is Constant:
+            d = e.data
+            if d.size > 0 and d.dtype != np.bool_ and not np.any(d):
+                return d, False
+            return None
+        if type(e) is Call and type(e.op) is Op and e.op.name in ("zeros", "zeros_like"):
+            t = self.arg_type(i)
+            if isinstance(t, TensorType) and t.dtype != "bool":
+                return np.zeros((1,), t.dtype), is_symbolic_zeros(e)
+        return None
+
+    def absorbing(self, i: int) -> bool:
+        """Argument ``i`` is a zero that ``x * z => z`` may use (see passes._zeros)."""
+        z = self.zero(i)
+        return z is not None and absorbing_zero(z[0], z[1], self.unsafe)
+
+    def additive(self, i: int) -> bool:
+        """Argument ``i`` is a zero that ``x + z => x`` may drop (-0.0, symbolic, int)."""
+        z = self.zero(i)
+        return z is not None and additive_zero(z[0], z[1], self.unsafe)
+
+    def subtractive(self, i: int) -> bool:
+        """Argument ``i`` is a zero that ``x - z => x`` may drop (+0.0, symbolic, int)."""
+        z = self.zero(i)
+        return z is not None and subtractive_zero(z[0], z[1], self.unsafe)
+
+    def positive_zero(self, i: int) -> bool:
+        """Argument ``i`` is all ``+0`` and not symbolic (what ``zeros_like`` computes)."""
+        z = self.zero(i)
+        return z is not None and not z[1] and not np.any(np.signbit(z[0]))
+
     def is_op(self, i: int, name: str) -> Call | None:
         e = self.value(i)
         if type(e) is Call and type(e.op) is Op and e.op.name == name:
@@ -81,9 +119,14 @@ def _call(name: str, *args: Expr, span: object = None, **attrs: object) -> Call:
     return Call(od.op, tuple(args), od.make_attrs(attrs), span=span)  # type: ignore[arg-type]
 
 
-def _zeros(s: Site, like: int) -> Expr | None:
+def _zeros(s: Site, like: int, zero: int) -> Expr | None:
+    """Zeros of the call's type; symbolic when argument ``zero`` was a symbolic zero."""
     r = s.out_type()
     if isinstance(r, TensorType) and r.is_static:
+        z = s.zero(zero)
+        if z is not None and z[1]:
+            return _call("zeros", shape=tuple(r.shape), dtype=r.dtype, symbolic=True,
+                         span=s.call.span)
         return _call("zeros", shape=tuple(r.shape), dtype=r.dtype, span=s.call.span)
     if s.keeps_type(like):
         return _call("zeros_like", s.arg(like), span=s.call.span)
@@ -93,25 +136,27 @@ def _zeros(s: Site, like: int) -> Expr | None:
 Rule = Callable[[Site], Optional[Expr]]
 
 # (op name, rule): each rule returns the replacement or None. Every rule checks that the
-# result type (shape and dtype) is unchanged.
+# result type (shape and dtype) is unchanged, and keeps values exactly (inf, nan, -0.0): the
+# zero rules fire only on the zeros passes._zeros allows (symbolic AD zeros, -0.0 / +0.0 where
+# that is the identity, integers; any zero under unsafe_math).
 RULES: list[tuple[str, Rule]] = [
     # x * 1 -> x
     ("multiply", lambda s: s.arg(0) if s.is_const(1, 1) and s.keeps_type(0) else None),
     # 1 * x -> x
     ("multiply", lambda s: s.arg(1) if s.is_const(0, 1) and s.keeps_type(1) else None),
-    # x * 0 -> zeros (static result type, or zeros_like(x) when x has the result type)
-    ("multiply", lambda s: _zeros(s, 0) if s.is_const(1, 0) else None),
-    # 0 * x -> zeros
-    ("multiply", lambda s: _zeros(s, 1) if s.is_const(0, 0) else None),
-    # x + 0 -> x
-    ("add", lambda s: s.arg(0) if s.is_const(1, 0) and s.keeps_type(0) else None),
-    # 0 + x -> x
-    ("add", lambda s: s.arg(1) if s.is_const(0, 0) and s.keeps_type(1) else None),
-    # x - 0 -> x
-    ("subtract", lambda s: s.arg(0) if s.is_const(1, 0) and s.keeps_type(0) else None),
-    # 0 - x -> negative(x)
+    # x * z -> zeros   z absorbing (static result type, or zeros_like(x) of the result type)
+    ("multiply", lambda s: _zeros(s, 0, 1) if s.absorbing(1) else None),
+    # z * x -> zeros   z absorbing
+    ("multiply", lambda s: _zeros(s, 1, 0) if s.absorbing(0) else None),
+    # x + z -> x   z additive: -0.0, symbolic or integer zero
+    ("add", lambda s: s.arg(0) if s.additive(1) and s.keeps_type(0) else None),
+    # z + x -> x   z additive
+    ("add", lambda s: s.arg(1) if s.additive(0) and s.keeps_type(1) else None),
+    # x - z -> x   z subtractive: +0.0, symbolic or integer zero
+    ("subtract", lambda s: s.arg(0) if s.subtractive(1) and s.keeps_type(0) else None),
+    # z - x -> negative(x)   z additive (-0.0 - x is -x; 0.0 - 0.0 is not -0.0)
     ("subtract", lambda s: _call("negative", s.arg(1), span=s.call.span)
-     if s.is_const(0, 0) and s.keeps_type(1) else None),
+     if s.additive(0) and s.keeps_type(1) else None),
     # x / 1 -> x
     ("divide", lambda s: s.arg(0) if s.is_const(1, 1) and s.keeps_type(0) else None),
     # negative(negative(x)) -> x
@@ -120,8 +165,8 @@ RULES: list[tuple[str, Rule]] = [
     ("reshape", lambda s: s.arg(0) if s.keeps_type(0) else None),
     # reshape(reshape(x, s1), s2) -> reshape(x, result shape)
     ("reshape", lambda s: _reshape_reshape(s)),
-    # zeros_like(z) -> z   when z is already zeros of that type
-    ("zeros_like", lambda s: s.arg(0) if s.is_const(0, 0) and s.keeps_type(0) else None),
+    # zeros_like(z) -> z   when z is already +0 zeros of that type (not -0.0, not symbolic)
+    ("zeros_like", lambda s: s.arg(0) if s.positive_zero(0) and s.keeps_type(0) else None),
     # ones_like(o) -> o   when o is already ones of that type
     ("ones_like", lambda s: s.arg(0) if s.is_const(0, 1) and s.keeps_type(0) else None),
     # zeros_like(x) -> zeros(shape, dtype)   when the type is static (x no longer needed)
@@ -170,8 +215,9 @@ for _name, _rule in RULES:
 
 
 class _Simplify(ExprMutator):
-    def __init__(self) -> None:
+    def __init__(self, unsafe: bool = False) -> None:
         super().__init__()
+        self.unsafe = unsafe
         self.env: dict[Var, Expr] = {}
         self.fired = 0
 
@@ -190,7 +236,7 @@ class _Simplify(ExprMutator):
         rules = _BY_OP.get(new.op.name)
         if not rules:
             return new
-        site = Site(new, c, self.env)
+        site = Site(new, c, self.env, self.unsafe)
         for rule in rules:
             out = rule(site)
             if out is not None:
@@ -204,15 +250,18 @@ class SimplifyExpr(FunctionPass):
     """Apply algebraic identities from the rule table :data:`RULES` (one rule per line).
 
     Rules (each only when the result type -- shape and dtype -- is unchanged):
-      ``x*1 => x``, ``1*x => x``, ``x*0 => zeros``, ``0*x => zeros``, ``x+0 => x``,
-      ``0+x => x``, ``x-0 => x``, ``0-x => negative(x)``, ``x/1 => x``,
+      ``x*1 => x``, ``1*x => x``, ``x/1 => x``, ``x*z => zeros``, ``z*x => zeros``,
+      ``x+z => x``, ``z+x => x``, ``x-z => x``, ``z-x => negative(x)``,
       ``negative(negative(x)) => x``, ``reshape(x) => x`` (same shape),
       ``reshape(reshape(x)) => reshape(x)``, ``zeros_like(zeros) => zeros``,
       ``ones_like(ones) => ones``, ``zeros_like(x) => zeros(shape)`` (static shape),
       ``ones_like(x) => ones(shape)``.
-    "0" and "1" are constants filled with that value, ``zeros``/``ones`` calls and their
-    ``_like`` forms, also through let-bound variables. Needs inferred types (requires
-    ``infer-type``); IEEE corner cases (``inf*0``) are not preserved, as in TVM.
+    "1" is a constant filled with ones, a ``ones``/``ones_like`` call; "z" a zero of the kind
+    that keeps the rule exact for every value, inf, nan and -0.0 included (passes._zeros):
+    ``x*z`` needs a symbolic AD zero (``zeros(..., symbolic=True)``) or an integer zero,
+    ``x+z`` also accepts ``-0.0``, ``x-z`` also ``+0.0``. With the context config
+    ``unsafe_math`` every zero qualifies (``inf*0 => 0``). Also through let-bound variables.
+    Needs inferred types (requires ``infer-type``).
     """
 
     name: ClassVar[str] = "simplify-expr"
@@ -220,4 +269,4 @@ class SimplifyExpr(FunctionPass):
     required: ClassVar[tuple[str, ...]] = ("infer-type",)
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return _Simplify().visit(func)  # type: ignore[return-value]
+        return _Simplify(unsafe_math(ctx)).visit(func)  # type: ignore[return-value]

@@ -944,6 +944,7 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     """
     from relay_ir.passes import optimize
     from relay_ir.passes.fuse_ops import fuse_ops
+    from relay_ir.runtime.target_lowering import target_rewrites
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
     _check_options(opt_level, max_fuse_depth, fast_math, unknown)
@@ -952,7 +953,7 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     if params is not None:
         mod = bind_params(mod, entry, params)
     opt = optimize(mod, opt_level=opt_level, entry=entry)
-    opt = refine_types(opt)
+    opt = target_rewrites(refine_types(opt), target, opt_level)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)

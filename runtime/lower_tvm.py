@@ -185,7 +185,9 @@ def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
             continue
         if isinstance(node, Constant):
             data = node.data
-            if data.ndim == 0:
+            # NOTE: a float zero enters as a kernel argument, not an immediate: TVM's
+            # simplifier folds `x * 0.0` to 0 and `x + 0.0` to x, wrong for inf, nan, -0.0
+            if data.ndim == 0 and not (data.dtype.kind == "f" and data == 0):
                 val = data.item()
                 dt = str(data.dtype)
                 te_of[id(node)] = te.compute((), _const_fn(tvm.tirx.const(val, dt)),

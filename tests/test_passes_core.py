@@ -412,18 +412,22 @@ def test_simplify_identities() -> None:
     before = """
 def @main(%x: Tensor[(2, 3), float32], %i: int32) {
   let %a = multiply(%x, 1f);
-  let %b = add(zeros_like(%a), %a);
+  let %b = add(zeros(shape=[2, 3], symbolic=True), %a);
   let %c = negative(negative(%b));
   let %d = divide(%c, ones(shape=[2, 3], dtype="float32"));
   let %e = subtract(%d, 0f);
   let %f = reshape(reshape(%e, newshape=[6]), newshape=[3, 2]);
   let %g = reshape(%x, newshape=[2, 3]);
-  (%f, add(%i, 0), multiply(%g, 0f), subtract(0f, %x))
+  (%f, add(%i, 0), multiply(%g, zeros(shape=[2, 3], symbolic=True)), subtract(-0f, %x),
+   multiply(%x, 0f), add(%x, 0f), subtract(0f, %x))
 }"""
+    # x*0, x+0 and 0-x stay for a user's float zero (IEEE: inf*0 is nan, -0+0 is +0, 0-0 is
+    # +0 but negative(0) is -0); symbolic AD zeros, -0.0 and integer zeros simplify
     check(SimplifyExpr(), before, """
 def @main(%x: Tensor[(2, 3), float32], %i: int32) {
   let %f = reshape(%x, newshape=[3, 2]);
-  (%f, %i, zeros(shape=[2, 3], dtype="float32"), negative(%x))
+  (%f, %i, zeros(shape=[2, 3], symbolic=True), negative(%x),
+   multiply(%x, 0f), add(%x, 0f), subtract(0f, %x))
 }""", typed=True)
 
 

@@ -7,7 +7,8 @@ lacks is refused with the list of globals, exit status 2).
 ``--timing`` prints a per-pass time table on stderr, ``--print-after NAME`` prints the module
 after each run of pass NAME (repeatable; ``all`` for every pass) on stderr, ``--prelude``
 parses with the standard prelude, ``--show-types`` prints inferred types. An unknown level or
-pass name is refused (exit status 2) with the valid choices.
+pass name is refused (exit status 2) with the valid choices. ``--unsafe-math`` opts into zero
+rules that change inf, nan or -0.0 results (``x * 0 => 0``; off by default, docs/passes.md).
 """
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the default pipeline keeps this global and what it reaches "
                              "(default main; a module without @main keeps every global; a "
                              "NAME the module lacks is refused)")
+    parser.add_argument("--unsafe-math", action="store_true", dest="unsafe_math",
+                        help="allow zero rules that change inf, nan or -0.0 results "
+                             "(x*0 => 0, x+0 => x); off by default")
     parser.add_argument("--timing", action="store_true", help="per-pass time table on stderr")
     parser.add_argument("--print-after", action="append", default=[], dest="print_after",
                         metavar="NAME", type=_pass_name,
@@ -111,11 +115,13 @@ def run(args: argparse.Namespace) -> int:
         # NOTE: passes named explicitly always run, whatever their opt_level
         with PassContext(opt_level=args.opt_level,
                          required_pass=tuple(p.name for p in pipeline.passes),
-                         instruments=instruments) as ctx:
+                         instruments=instruments,
+                         config={"unsafe_math": True} if args.unsafe_math else None) as ctx:
             out = pipeline(mod, ctx)
     else:
         with PassContext(opt_level=args.opt_level, instruments=instruments):
-            out = passes.optimize(mod, opt_level=args.opt_level, entry=entry)
+            out = passes.optimize(mod, opt_level=args.opt_level, entry=entry,
+                                  unsafe_math=args.unsafe_math)
 
     text = astext(out, show_types=args.show_types)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -81,10 +81,14 @@ def field(e: Expr, i: int) -> Expr:
 
 
 def zeros_for(e: Expr, t: Type | None = None) -> Expr:
-    """``zeros_like`` of a tensor atom, or a tuple of them for a tuple-typed atom."""
+    """The "no gradient" of an argument: ``zeros(shape, dtype, symbolic=True)`` for a static
+    float tensor (optimization may drop it as an absent term, passes._zeros), ``zeros_like``
+    otherwise, or a tuple of them for a tuple-typed atom."""
     t = type_of(e) if t is None else t
     if isinstance(t, TupleType):
         return Tuple(tuple(zeros_for(field(e, i), ft) for i, ft in enumerate(t.fields)))
+    if is_float_type(t) and all(type(d) is int for d in t.shape):  # type: ignore[union-attr]
+        return op("zeros", shape=list(t.shape), dtype=t.dtype, symbolic=True)  # type: ignore
     return op("zeros_like", e)
 
 

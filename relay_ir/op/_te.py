@@ -113,6 +113,61 @@ def const_value(value: Any, dtype: str) -> Any:
         return np.asarray(value).astype(dtype).item()
 
 
+def maximum(a: Any, b: Any) -> Any:
+    """``np.maximum(a, b)`` as numpy computes it: NaN propagates (TVM's ``max`` lowers to a
+    select that drops it) and a tie gives ``b`` (``maximum(-0.0, 0.0)`` is ``0.0``,
+    ``maximum(0.0, -0.0)`` is ``-0.0``). Integers: ``max``.
+
+    ``a <= b ? b : (b <= a ? a : a + b)``: both comparisons fail only for a NaN operand, and
+    then ``a + b`` is NaN. Two selects, no ``isnan`` call: it vectorizes like ``max``.
+    """
+    tirx = tir_mod()
+    if not is_float(dtype_of(a)):
+        return tirx.max(a, b)
+    return tirx.Select(a <= b, b, tirx.Select(b <= a, a, a + b))
+
+
+def minimum(a: Any, b: Any) -> Any:
+    """``np.minimum(a, b)`` as numpy computes it (NaN propagates, a tie gives ``b``):
+    ``a >= b ? b : (b >= a ? a : a + b)``. Integers: ``min``."""
+    tirx = tir_mod()
+    if not is_float(dtype_of(a)):
+        return tirx.min(a, b)
+    return tirx.Select(a >= b, b, tirx.Select(b >= a, a, a + b))
+
+
+_KEY_INT = {"float16": "int16", "float32": "int32", "float64": "int64"}
+
+
+def order_key(v: Any, nan_first: bool = False) -> Any:
+    """An integer that orders floats as their values do, NaN above everything (below with
+    ``nan_first``): the max (min) of keys is the key of ``np.max`` (``np.min``), NaN
+    propagating, and TVM's built-in integer reducers vectorize (rfactor) where a custom
+    NaN-aware float combiner does not. :func:`from_order_key` inverts it.
+
+    Bits ``i`` of ``v`` as a signed integer: ``i`` for ``v >= +0``, ``i ^ 0x7f..f`` below
+    (``-0.0`` just under ``+0.0``); a NaN (magnitude bits above inf's) maps to the extreme key.
+    """
+    tirx = tir_mod()
+    it = _KEY_INT[dtype_of(v)]
+    bits = int(it[3:])
+    mask = tirx.const((1 << (bits - 1)) - 1, it)
+    i = tirx.reinterpret(it, v)
+    inf_bits = tirx.const(int(np.array(np.inf, dtype_of(v)).view(it)), it)
+    key = tirx.Select(i >= tirx.const(0, it), i, tirx.bitwise_xor(i, mask))
+    extreme = tirx.min_value(it) if nan_first else tirx.max_value(it)
+    return tirx.Select(tirx.bitwise_and(i, mask) > inf_bits, extreme, key)
+
+
+def from_order_key(k: Any, dtype: str) -> Any:
+    """The float of :func:`order_key` ``k`` (an extreme key decodes to a NaN)."""
+    tirx = tir_mod()
+    it = _KEY_INT[dtype]
+    mask = tirx.const((1 << (int(it[3:]) - 1)) - 1, it)
+    bits = tirx.Select(k >= tirx.const(0, it), k, tirx.bitwise_xor(k, mask))
+    return tirx.reinterpret(dtype, bits)
+
+
 def min_value(dtype: str) -> Any:
     """The smallest value of ``dtype`` (``-inf`` for floats)."""
     if is_float(dtype):
@@ -336,6 +391,14 @@ def reduce(x: Any, axes: Sequence[int], keepdims: bool, kind: str, acc_dtype: st
         out_shape = [d for i, d in enumerate(shp) if i not in axes]
     if kind == "sum":
         red = te.sum
+    elif kind in ("max", "min") and acc in _KEY_INT:
+        # NOTE: NaN-propagating as np.max / np.min: the built-in integer reducer over
+        # order_key, decoded after (see order_key)
+        keyed = reduce(x, axes, keepdims, kind, acc_dtype=_KEY_INT[acc],
+                       fn=lambda *i: order_key(val(i), nan_first=kind == "min"),
+                       name=name + "_key")
+        return te.compute(shape_of(keyed), lambda *o: from_order_key(keyed(*o), acc),
+                          name=name, tag="elemwise")
     elif kind == "max":
         red = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: min_value(t), name="max")
     elif kind == "min":

@@ -111,6 +111,18 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
             idx[lh], idx[lw] = y, xx
             inside = tirx.all(y >= 0, y < h, xx >= 0, xx < w)
             return inside, idx
+        if kind == "max" and T.is_float(dt):
+            # NOTE: NaN propagates as in numpy: the integer max of T.order_key (a built-in
+            # reducer, vectorized), padding at the key of -inf, decoded after
+            pad = T.order_key(T.const(-np.inf, dt))
+
+            def kbody(*oi):  # type: ignore[no-untyped-def]
+                inside, idx = window(oi, ry, rx)
+                return te.max(tirx.if_then_else(inside, T.order_key(x(*idx)), pad),
+                              axis=[ry, rx])
+            k = te.compute(oshape, kbody, name="T_max_pool2d_key", tag="pool_max")
+            return te.compute(oshape, lambda *o: T.from_order_key(k(*o), dt),
+                              name="T_max_pool2d", tag="elemwise")
         if kind == "max":
             vdt = "int8" if dt == "bool" else dt
             red = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: T.min_value(t),

@@ -152,7 +152,8 @@ def relu_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     dt = T.dtype_of(x)
     if dt == "bool" or dt.startswith("uint"):
         return T.elemwise(lambda v: v, x, name="T_relu")
-    return T.elemwise(lambda v: T.tir_mod().max(v, T.const(0, dt)), x, name="T_relu")
+    # NOTE: np.maximum(x, 0) as numpy computes it: NaN propagates, relu(-0.0) is 0.0
+    return T.elemwise(lambda v: T.maximum(v, T.const(0, dt)), x, name="T_relu")
 
 
 def leaky_relu_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:

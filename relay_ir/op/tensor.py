@@ -437,11 +437,11 @@ def _power_b(u, v, dt):  # type: ignore[no-untyped-def]
 
 
 def _max_b(u, v, dt):  # type: ignore[no-untyped-def]
-    return T.tir_mod().Or(u, v) if dt == "bool" else T.tir_mod().max(u, v)
+    return T.tir_mod().Or(u, v) if dt == "bool" else T.maximum(u, v)  # NOTE: NaN propagates
 
 
 def _min_b(u, v, dt):  # type: ignore[no-untyped-def]
-    return T.tir_mod().And(u, v) if dt == "bool" else T.tir_mod().min(u, v)
+    return T.tir_mod().And(u, v) if dt == "bool" else T.minimum(u, v)
 
 
 def _logical_b(kind: str):  # type: ignore[no-untyped-def]
@@ -499,7 +499,8 @@ def clip_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     tirx = T.tir_mod()
     if dt.kind == "b":
         return T.elemwise(lambda v: tirx.And(tirx.Or(v, lo), hi), x, name="T_clip")
-    return T.elemwise(lambda v: tirx.min(tirx.max(v, lo), hi), x, name="T_clip")
+    # NOTE: np.minimum(np.maximum(x, lo), hi) as numpy computes it (NaN propagates)
+    return T.elemwise(lambda v: T.minimum(T.maximum(v, lo), hi), x, name="T_clip")
 
 
 def _init_te(value: int):  # type: ignore[no-untyped-def]
@@ -758,7 +759,13 @@ def _init_rel(name: str):  # type: ignore[no-untyped-def]
 _INIT_ATTRS = [F("shape", "ints", None, "the result shape"),
                F("dtype", "dtype", "float32", "the result dtype")]
 
-defop("zeros", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("zeros"),
+# NOTE: ``symbolic=True`` marks the zeros reverse-mode AD starts adjoint cells from ("no
+# contribution", JAX's symbolic Zero): the same value, but optimization may drop such a zero
+# as an absent term (``x + z => x``, ``x * z => z``) where IEEE would keep inf, nan or -0.0.
+_ZEROS_ATTRS = _INIT_ATTRS + [F("symbolic", "bool", False,
+                                "an AD 'no contribution' zero that optimization may drop")]
+
+defop("zeros", 0, attrs=_ZEROS_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("zeros"),
       impl=lambda args, attrs: np.zeros(attrs.shape, attrs.dtype), pattern=OpPattern.ELEMWISE,
       doc="A tensor of zeros.", non_differentiable=True, compute=_init_te(0))
 defop("ones", 0, attrs=_INIT_ATTRS, attrs_type="InitOpAttrs", rel=_init_rel("ones"),
