@@ -15,6 +15,7 @@ from relay_ir.traversal import build_lets, flatten_lets, post_order
 from relay_ir.ty import FuncType, TensorType
 
 from util_diff import assert_same_results
+from util_scale import shallow_stack, sizes
 
 F2 = TensorType((2,), "float32")
 I0 = TensorType((), "int32")
@@ -139,8 +140,8 @@ def test_output_type_checks():
     assert again["main"].checked_type == FuncType((F2, I0), F2)
 
 
-def test_100k_binding_program_with_a_closure():
-    n = 100_000
+@sizes(3_000, 100_000)
+def test_100k_binding_program_with_a_closure(n):
     x, p, f = Var("x", F2), Var("p", F2), Var("f")
     bindings = [(f, Function((p,), op("add", p, x)))]
     prev = x
@@ -149,7 +150,8 @@ def test_100k_binding_program_with_a_closure():
         bindings.append((v, Call(f, (prev,)) if k % 1000 == 0 else op("negative", prev)))
         prev = v
     mod = IRModule({"main": Function((x,), build_lets(bindings, prev))})
-    out = LambdaLift()(mod)
+    with shallow_stack():
+        out = LambdaLift()(mod)
     lets, _ = flatten_lets(out["main"].body)
     assert len(lets) == n + 1
     assert isinstance(lets[0].value, Call) and lets[0].value.op.name_hint == "main_lifted_0"
