@@ -20,6 +20,7 @@ from relay_ir.traversal import build_lets, flatten_lets, post_order
 from relay_ir.ty import TensorType, TypeCall
 
 from util_diff import assert_same_results, list_adt
+from util_scale import shallow_stack, sizes
 
 F2 = TensorType((2,), "float32")
 F0 = TensorType((), "float32")
@@ -341,8 +342,8 @@ def @main(%x: float32) {
     assert_structural_equal(run(before), expected, map_free_vars=True)
 
 
-def test_100k_binding_program():
-    n = 100_000
+@sizes(3_000, 100_000)
+def test_100k_binding_program(n):
     x = Var("x", F2)
     prev = x
     bindings = []
@@ -354,7 +355,8 @@ def test_100k_binding_program():
         bindings.append((v, value))
         prev = v
     mod = main([x], build_lets(bindings, prev))
-    out = PartialEvaluate()(mod)
+    with shallow_stack():
+        out = PartialEvaluate()(mod)
     lets, last = flatten_lets(out["main"].body)
     assert len(lets) == n
     assert lets[0].value.args[1].data == 2.0
@@ -504,15 +506,17 @@ def @main(%r: ref(float32), %x: float32) {
         np.testing.assert_allclose(cell.value, 9.0)
 
 
-def test_deep_dataflow_chain_in_graph_form():
+@sizes(3_000, 100_000)
+def test_deep_dataflow_chain_in_graph_form(n):
     # 100,000 nested calls with no lets at all (graph normal form)
     x = Var("x", F2)
     e = x
-    for k in range(100_000):
+    for k in range(n):
         e = op("negative", e) if k % 2 else op("add", e, op("add", const(1.0), const(1.0)))
-    out = PartialEvaluate()(main([x], e))
+    with shallow_stack():
+        out = PartialEvaluate()(main([x], e))
     lets, last = flatten_lets(out["main"].body)
-    assert len(lets) == 100_000
+    assert len(lets) == n
     assert lets[0].value.args[1].data == 2.0 and last is lets[-1].var
 
 
