@@ -39,7 +39,7 @@ def run(mod: IRModule, **options) -> IRModule:
 
 
 def parse_or_skip(text: str) -> IRModule:
-    parser = pytest.importorskip("relay_ir.parser")
+    from relay_ir import parser
     return parser.parse(text)
 
 
@@ -237,8 +237,8 @@ def test_match_on_dynamic_value_is_residualized():
     lets, last = flatten_lets(body)
     assert isinstance(lets[0].value, Match) and len(lets[0].value.clauses) == 2
     assert count_calls(out["main"], "add") == 1  # the inner 1 + 1 was folded
-    runtime = pytest.importorskip("relay_ir.runtime.interpreter")
-    values = pytest.importorskip("relay_ir.runtime.values")
+    from relay_ir.runtime import interpreter as runtime
+    from relay_ir.runtime import values
     val = values.ADTValue(cons, (np.array(2.0, "float32"), values.ADTValue(nil, ())))
     np.testing.assert_allclose(runtime.evaluate(out, val), 4.0)
     np.testing.assert_allclose(runtime.evaluate(mod, val), 4.0)
@@ -312,7 +312,7 @@ def test_backpropagator_chain_collapses():
                        (k2, RefRead(bp)), (u2, RefWrite(bp, cl2)),
                        (run_, Call(RefRead(bp), ())), (res, RefRead(g))], res)
     mod = main([x], body)
-    dce = pytest.importorskip("relay_ir.passes.dce")
+    from relay_ir.passes import dce
     # PE forwards every read and runs the chain at compile time; the closures it had to
     # emit for the (now dead) writes are removed by DCE, then the refs by dead-ref-elim
     out = Sequential((PartialEvaluate(), DeadRefElimination(), dce.DeadCodeElimination()))(mod)
@@ -461,7 +461,7 @@ def @main(%y: float32) {
 
 
 def test_typed_input_keeps_annotations_and_type_checks():
-    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
+    from relay_ir.passes import type_infer
     before = parse_or_skip(H + """
 def @main(%x: Tensor[(2), float32], %c: bool) {
   let %id = fn [A](%a: A) -> A { %a };
@@ -497,8 +497,8 @@ def @main(%r: ref(float32), %x: float32) {
     lets, last = flatten_lets(out["main"].body)
     kinds = [type(node.value).__name__ for node in lets]
     assert kinds == ["RefRead", "Call", "RefWrite", "RefRead", "Call", "RefWrite", "RefRead"]
-    values = pytest.importorskip("relay_ir.runtime.values")
-    interp = pytest.importorskip("relay_ir.runtime.interpreter")
+    from relay_ir.runtime import values
+    from relay_ir.runtime import interpreter as interp
     for mod in (before, out):
         cell = values.RefValue(np.array(2.0, "float32"))
         res = interp.evaluate(mod, cell, np.array(3.0, "float32"))
@@ -540,7 +540,7 @@ def test_long_backpropagator_chain_is_unrolled_without_deep_recursion():
     n = 300
     mod = _backprop_chain(n)
     out = PartialEvaluate(fuel=2 * n)(mod)
-    dce = pytest.importorskip("relay_ir.passes.dce")
+    from relay_ir.passes import dce
     clean = Sequential((DeadRefElimination(), dce.DeadCodeElimination()))(out)
     fn = clean["main"]
     assert not [nd for nd in post_order(fn.body) if isinstance(nd, (Function, RefCreate))]
@@ -562,7 +562,7 @@ _EXAMPLES = sorted(glob.glob(os.path.join(_ROOT, "examples", "*.rly"))
 def test_examples_through_pe_lift_and_dead_ref(path):
     """Every example program: well formed after each pass, still type checks, same values."""
     from relay_ir.passes import InferType, LambdaLift
-    parser = pytest.importorskip("relay_ir.parser")
+    from relay_ir import parser
     with open(path, encoding="utf-8") as f:
         text = f.read()
     mod = InferType()(parser.parse(text, source_name=path))
@@ -588,8 +588,8 @@ def @main(%xs: List[float32]) -> List[float32] {
     assert not [n for n in post_order(main_fn.body) if isinstance(n, Match)]
     lets, last = flatten_lets(main_fn.body)
     assert isinstance(lets[0].value, Function) and count_calls(main_fn, "add") == 1
-    values = pytest.importorskip("relay_ir.runtime.values")
-    interp = pytest.importorskip("relay_ir.runtime.interpreter")
+    from relay_ir.runtime import values
+    from relay_ir.runtime import interpreter as interp
     cons, nil = before.get_constructor("Cons"), before.get_constructor("Nil")
     xs = values.ADTValue(cons, (np.array(1.0, "float32"),
                                 values.ADTValue(cons, (np.array(5.0, "float32"),
@@ -617,7 +617,7 @@ def test_spans_of_residual_code_point_at_the_source():
 
 
 def test_inlined_polymorphic_global_leaves_no_unbound_type_variables():
-    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
+    from relay_ir.passes import type_infer
     before = type_infer.InferType()(parse_or_skip(H + """
 def @wrap[A](%x: A, %k: fn (fn (A) -> A) -> A) -> A {
   let %g = fn (%y: A) -> A { %y };
