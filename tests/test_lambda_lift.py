@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from relay_ir.attrs import Attrs
 from relay_ir.expr import Call, Function, GlobalVar, If, Let, Var, const

@@ -16,7 +16,7 @@ from relay_ir.runtime import evaluate
 from relay_ir.runtime.compiler import CompiledProgram
 from relay_ir.runtime.interpreter import DEFAULT_MAX_DEPTH, run_compiled
 from relay_ir.runtime.values import format_value
-from util_scale import shallow_stack, sizes
+from util_scale import shallow_stack
 
 HEADER = '#[version = "0.0.5"]\n'
 
