@@ -32,6 +32,26 @@ def test_recursion_limit_untouched() -> None:
     assert sys.getrecursionlimit() <= 1000
 
 
+def test_the_default_scale_gate_catches_a_walk_that_recurses_per_binding() -> None:
+    """The default run's scale gates (util_scale.shallow_stack on 3,000 bindings) fail a
+    walk that recurses once per ten bindings, which the default limit (1,000) lets through."""
+
+    def count(e: object, every: int) -> int:
+        n = 0
+        while isinstance(e, Let) and n < every:
+            e, n = e.body, n + 1
+        return n + count(e, every) if isinstance(e, Let) else n
+
+    _, e = _chain(3_000)
+    assert count(e, 10) == 3_000                # at the default limit
+    before = sys.getrecursionlimit()
+    with shallow_stack():
+        assert count(_chain(500)[1], 10) == 500
+        with pytest.raises(RecursionError):
+            count(e, 10)
+    assert sys.getrecursionlimit() == before
+
+
 @sizes(3_000, N)
 def test_long_let_chain_visit_mutate_compare(n: int) -> None:
     x, e = _chain(n)
