@@ -12,6 +12,7 @@ from relay_ir.functor import ExprMutator, ExprVisitor
 from relay_ir.op import get_op
 from relay_ir.traversal import build_lets, flatten_lets, free_vars, post_order
 from relay_ir.ty import TensorType, TypeVar, FuncType, ShapeVar, dim_add, dim_mul, format_dim
+from util_scale import shallow_stack, sizes
 
 N = 100_000
 
@@ -31,26 +32,50 @@ def test_recursion_limit_untouched() -> None:
     assert sys.getrecursionlimit() <= 1000
 
 
-def test_long_let_chain_visit_mutate_compare() -> None:
-    x, e = _chain(N)
-    assert ExprMutator().visit(e) is e
-    ExprVisitor().visit(e)
-    _, e2 = _chain(N, "w")
-    assert rly.structural_equal(Function((x,), e), Function((_chain(0)[0],), e2)) is False
-    assert rly.structural_equal(e, e2, map_free_vars=True)
-    assert rly.structural_hash(e) == rly.structural_hash(e2)
-    lets, body = flatten_lets(e)
-    assert len(lets) == N and body is lets[-1].var
-    assert free_vars(e) == [x]
+def test_the_default_scale_gate_catches_a_walk_that_recurses_per_binding() -> None:
+    """The default run's scale gates (util_scale.shallow_stack on 3,000 bindings) fail a
+    walk that recurses once per ten bindings, which the default limit (1,000) lets through."""
+
+    def count(e: object, every: int) -> int:
+        n = 0
+        while isinstance(e, Let) and n < every:
+            e, n = e.body, n + 1
+        return n + count(e, every) if isinstance(e, Let) else n
+
+    _, e = _chain(3_000)
+    assert count(e, 10) == 3_000                # at the default limit
+    before = sys.getrecursionlimit()
+    with shallow_stack():
+        assert count(_chain(500)[1], 10) == 500
+        with pytest.raises(RecursionError):
+            count(e, 10)
+    assert sys.getrecursionlimit() == before
 
 
-def test_deep_dataflow_chain() -> None:
+@sizes(3_000, N)
+def test_long_let_chain_visit_mutate_compare(n: int) -> None:
+    x, e = _chain(n)
+    _, e2 = _chain(n, "w")
+    with shallow_stack():
+        assert ExprMutator().visit(e) is e
+        ExprVisitor().visit(e)
+        assert rly.structural_equal(Function((x,), e), Function((_chain(0)[0],), e2)) is False
+        assert rly.structural_equal(e, e2, map_free_vars=True)
+        assert rly.structural_hash(e) == rly.structural_hash(e2)
+        lets, body = flatten_lets(e)
+        assert len(lets) == n and body is lets[-1].var
+        assert free_vars(e) == [x]
+
+
+@sizes(3_000, N)
+def test_deep_dataflow_chain(n: int) -> None:
     x = Var("x")
     e = x
-    for _ in range(N):
+    for _ in range(n):
         e = TupleGetItem(Tuple((e,)), 0)
-    assert ExprMutator().visit(e) is e
-    assert sum(1 for _ in post_order(e)) == 2 * N + 1
+    with shallow_stack():
+        assert ExprMutator().visit(e) is e
+        assert sum(1 for _ in post_order(e)) == 2 * n + 1
 
 
 class _RenameConstants(ExprMutator):
@@ -154,17 +179,9 @@ def _let_chain_text(n: int) -> str:
     return "\n".join(lines)
 
 
-def test_parsed_100k_let_chain_through_print_compare_visit_mutate() -> None:
+@sizes(3_000, N)
+def test_parsed_let_chain_through_print_compare_visit_mutate(n: int) -> None:
     """Issue 2 gate: parse, print, structural compare, visitor and mutator at 100,000 lets."""
-    mod = rly.parse(_let_chain_text(N))
-    text = rly.astext(mod)
-    assert text.count("let %v") == N
-    again = rly.parse(text)
-    rly.assert_structural_equal(mod, again)
-    assert rly.structural_hash(mod) == rly.structural_hash(again)
-    body = mod["main"].body
-    ExprVisitor().visit(body)
-    assert ExprMutator().visit(body) is body
 
     class CountAdds(ExprVisitor):
         def __init__(self) -> None:
@@ -175,9 +192,20 @@ def test_parsed_100k_let_chain_through_print_compare_visit_mutate() -> None:
             self.n += 1
             super().visit_call(c)
 
-    counter = CountAdds()
-    counter.visit(body)
-    assert counter.n == N
+    source = _let_chain_text(n)
+    with shallow_stack():
+        mod = rly.parse(source)
+        text = rly.astext(mod)
+        assert text.count("let %v") == n
+        again = rly.parse(text)
+        rly.assert_structural_equal(mod, again)
+        assert rly.structural_hash(mod) == rly.structural_hash(again)
+        body = mod["main"].body
+        ExprVisitor().visit(body)
+        assert ExprMutator().visit(body) is body
+        counter = CountAdds()
+        counter.visit(body)
+    assert counter.n == n
 
 
 def test_parsed_5000_deep_expression() -> None:

@@ -11,12 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("tvm")
+import tvm  # noqa: F401  (a required dependency: a broken install fails here)
 
-import relay_ir as rly  # noqa: E402
-from relay_ir import passes, runtime  # noqa: E402
-from relay_ir.runtime.vm import _PREFIX, FORMAT_VERSION, MAGIC  # noqa: E402
-from util_diff import TREE_SUM, assert_values_close  # noqa: E402
+import relay_ir as rly
+from relay_ir import passes, runtime
+from relay_ir.runtime.vm import _PREFIX, FORMAT_VERSION, MAGIC
+from util_diff import TREE_SUM, assert_values_close
 
 pytestmark = pytest.mark.tvm
 HDR = '#[version = "0.0.5"]\n'

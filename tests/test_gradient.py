@@ -10,6 +10,7 @@ import pytest
 import relay_ir as rly
 from relay_ir import passes, runtime
 from util_grad import HEADER, assert_close_tree, check_grad, grad_module
+from util_scale import shallow_stack, sizes
 
 rng = np.random.default_rng(0)
 
@@ -309,22 +310,17 @@ def @main(%x: Tensor[({B}, {D}), float64], %y: Tensor[({B}, {C}), float64],
 
 
 # ----------------------------------------------------------------------------- scale
-def test_ten_thousand_bindings_at_default_recursion_limit() -> None:
-    import sys
-    n = 10_000
+@sizes(2_000, 10_000)
+def test_ten_thousand_bindings_at_default_recursion_limit(n: int) -> None:
     lines = [f"  let %v{i} = multiply(%v{i - 1}, 1.0001f64);" for i in range(1, n)]
     text = ("def @main(%x: float64) -> float64 {\n  let %v0 = add(%x, 0f64);\n"
             + "\n".join(lines) + f"\n  %v{n - 1}\n}}")
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
-    try:
+    with shallow_stack():
         mod = rly.parse(HEADER + text)
         g = passes.gradient(mod)
         printed = rly.astext(g)
         assert printed.count("ref_write") >= n
         value, (gx,) = runtime.evaluate(g, np.array(0.5))
-    finally:
-        sys.setrecursionlimit(limit)
     np.testing.assert_allclose(value, 0.5 * 1.0001 ** (n - 1), rtol=1e-9)
     np.testing.assert_allclose(gx, 1.0001 ** (n - 1), rtol=1e-9)
 

@@ -5,8 +5,6 @@ by hand. Text-format versions live in test_interpreter_adt.py and test_cli_run.p
 """
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
@@ -20,6 +18,7 @@ from relay_ir.runtime import ADTValue, Closure, RefValue, evaluate, format_value
 from relay_ir.traversal import build_lets
 from relay_ir.ty import ANY, ShapeVar, TensorType, TupleType, TypeCall
 from util_diff import list_adt
+from util_scale import shallow_stack, sizes
 
 F32 = TensorType((), "float32")
 I32 = TensorType((), "int32")
@@ -233,43 +232,47 @@ def test_float16_stays_float16_and_int64_stays_int64():
 
 
 # ----------------------------------------------------------------------------- deep programs
-def test_million_iteration_tail_recursive_loop():
+@sizes(20_000, 1_000_000)
+def test_million_iteration_tail_recursive_loop(n):
     i, acc = Var("i", I32), Var("acc", F32)
     loop = GlobalVar("loop")
     body = If(op("equal", i, const(0)), acc,
               Call(loop, (op("subtract", i, const(1)), op("add", acc, const(1.0)))))
-    n = Var("n", I32)
-    mod = IRModule({"loop": fn((i, acc), body), "main": fn((n,), Call(loop, (n, const(0.0))))})
-    limit = sys.getrecursionlimit()
-    r = evaluate(mod, 1_000_000)
-    assert sys.getrecursionlimit() == limit
-    assert r.dtype == np.float32 and float(r) == 1_000_000.0
+    k = Var("n", I32)
+    mod = IRModule({"loop": fn((i, acc), body), "main": fn((k,), Call(loop, (k, const(0.0))))})
+    with shallow_stack():
+        r = evaluate(mod, n)
+    assert r.dtype == np.float32 and float(r) == float(n)
 
 
-def test_non_tail_recursion_100000_deep():
+@sizes(5_000, 100_000, "depth")
+def test_non_tail_recursion_100000_deep(depth):
     n = Var("n", I32)
     count = GlobalVar("count")
     body = If(op("equal", n, const(0)), const(0),
               op("add", const(1), Call(count, (op("subtract", n, const(1)),))))
     mod = IRModule({"count": fn((n,), body), "main": fn((n2 := Var("n", I32),),
                                                          Call(count, (n2,)))})
-    assert int(evaluate(mod, 100_000)) == 100_000
+    with shallow_stack():
+        assert int(evaluate(mod, depth)) == depth
 
 
-def test_100000_binding_let_chain_and_deep_dataflow():
+@sizes(3_000, 100_000)
+def test_100000_binding_let_chain_and_deep_dataflow(n):
     add = op("add", const(0), const(0))  # NOTE: reuse one attrs record; building is the cost
     x = Var("x", F32)
     one = const(1.0)
-    vs = [Var(f"v{i}") for i in range(100_000)]
+    vs = [Var(f"v{i}") for i in range(n)]
     bindings = [(vs[0], Call(add.op, (x, one), add.attrs))]
     bindings += [(vs[i], Call(add.op, (vs[i - 1], one), add.attrs)) for i in range(1, len(vs))]
     main = fn((x,), build_lets(bindings, vs[-1]))
-    assert float(run(main, 0.0)) == 100_000.0
     y = Var("y", I32)
     e = y
-    for i in range(100_000):
+    for i in range(n):
         e = Call(add.op, (e, const(i % 3)), add.attrs)
-    assert int(run(fn((y,), e), 5)) == 5 + sum(i % 3 for i in range(100_000))
+    with shallow_stack():
+        assert float(run(main, 0.0)) == float(n)
+        assert int(run(fn((y,), e), 5)) == 5 + sum(i % 3 for i in range(n))
 
 
 # ----------------------------------------------------------------------------- ADTs and match
@@ -359,7 +362,8 @@ def test_failed_match_is_an_interpreter_error_with_span():
     assert "prog.rly:1:1" in str(err) and "^" in str(err)
 
 
-def test_foldr_over_100000_element_list():
+@sizes(3_000, 100_000, "n_elems")
+def test_foldr_over_100000_element_list(n_elems):
     # non-tail recursion over a long list built by a tail-recursive loop
     n, acc, l, h, t = Var("n", I32), Var("acc"), Var("l"), Var("h"), Var("t")
     build, total = GlobalVar("build"), GlobalVar("total")
@@ -374,12 +378,13 @@ def test_foldr_over_100000_element_list():
     mod = IRModule({"build": build_fn, "total": total_fn,
                     "make": fn((k,), Call(build, (k, Call(NIL, ())))),
                     "main": fn((xs,), Call(total, (xs,)))}, {"List": TD})
-    lst_val = evaluate(mod, 100_000, entry="make")
-    r = evaluate(mod, lst_val)
-    assert r.dtype == np.int64 and int(r) == 100_000 * 100_001 // 2
-    # repr of a long list is iterative too
-    text = format_value(lst_val)
-    assert text.startswith("Cons(1, Cons(2, ") and text.endswith("Nil" + ")" * 100_000)
+    with shallow_stack():
+        lst_val = evaluate(mod, n_elems, entry="make")
+        r = evaluate(mod, lst_val)
+        # repr of a long list is iterative too
+        text = format_value(lst_val)
+    assert r.dtype == np.int64 and int(r) == n_elems * (n_elems + 1) // 2
+    assert text.startswith("Cons(1, Cons(2, ") and text.endswith("Nil" + ")" * n_elems)
 
 
 # ----------------------------------------------------------------------------- argument checks

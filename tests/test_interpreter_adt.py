@@ -13,6 +13,7 @@ import relay_ir as rly
 from relay_ir.errors import InterpreterError
 from relay_ir.runtime import ADTValue, Closure, RefValue, evaluate, format_value
 from util_diff import assert_same_results, assert_values_close, random_inputs
+from util_scale import shallow_stack, sizes
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -227,15 +228,16 @@ def test_text_closures_refs_and_local_recursion():
     assert int(r) == 15 and unit == () and int(fact) == 720
 
 
-def test_text_deep_fold_over_100000_elements():
+@sizes(3_000, 100_000)
+def test_text_deep_fold_over_100000_elements(n):
     defs = """def @build(%n: int32, %acc: List[int32]) -> List[int32] {
   if (%n == 0) { %acc } else { @build(%n - 1, Cons(mod(%n, 7), %acc)) }
 }"""
-    n = 100_000
     expected = sum(i % 7 for i in range(1, n + 1))
     body = """let %l = @build(%n, Nil);
   (@sum(%l), @foldr(fn (%x: int32, %a: int32) { %x + %a }, 0, %l), @length(%l))"""
-    s, total, length = ev(body, np.int32(n), defs=defs, params="%n: int32")
+    with shallow_stack():
+        s, total, length = ev(body, np.int32(n), defs=defs, params="%n: int32")
     assert (int(s), int(total), int(length)) == (expected, expected, n)
 
 

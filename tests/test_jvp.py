@@ -12,6 +12,7 @@ import relay_ir as rly
 from relay_ir import passes, runtime
 from test_gradient_higher import VECTOR, hvp_modules
 from util_grad import HEADER, W2_TEXT, assert_close_tree, check_grad, grad_module, w2_data
+from util_scale import shallow_stack, sizes
 
 V3 = "Tensor[(3), float64]"
 
@@ -148,19 +149,14 @@ def @f(%a: {v2}, %b: {v2}, %w: {v2}) -> float64 {{ @tot(@main(@mk(%a, %b), %w)) 
     np.testing.assert_allclose(tangent, (hi - lo) / (2 * eps), rtol=1e-6)
 
 
-def test_long_program_at_default_recursion_limit() -> None:
-    import sys
-    n = 2000
+@sizes(2_000, 10_000)
+def test_long_program_at_default_recursion_limit(n: int) -> None:
     lines = [f"  let %v{i} = multiply(%v{i - 1}, 1.0001f64);" for i in range(1, n)]
     text = (HEADER + "def @main(%x: float64) -> float64 {\n  let %v0 = add(%x, 0f64);\n"
             + "\n".join(lines) + f"\n  %v{n - 1}\n}}")
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
-    try:
+    with shallow_stack():
         j = passes.jvp(rly.parse(text))
         value, tangent = runtime.evaluate(j, np.array(0.5), np.array(2.0))
-    finally:
-        sys.setrecursionlimit(limit)
     np.testing.assert_allclose(value, 0.5 * 1.0001 ** (n - 1), rtol=1e-9)
     np.testing.assert_allclose(tangent, 2 * 1.0001 ** (n - 1), rtol=1e-9)
 

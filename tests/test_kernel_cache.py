@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 
-tvm = pytest.importorskip("tvm")
+import tvm
 
-import relay_ir as rly  # noqa: E402
-from relay_ir import runtime  # noqa: E402
-from relay_ir.cli import main  # noqa: E402
-from relay_ir.runtime import kernel_cache as kc  # noqa: E402
+import relay_ir as rly
+from relay_ir import runtime
+from relay_ir.cli import main
+from relay_ir.runtime import kernel_cache as kc
 
 pytestmark = pytest.mark.tvm
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from relay_ir.attrs import Attrs
 from relay_ir.expr import Call, Function, GlobalVar, If, Let, Var, const
@@ -15,6 +14,7 @@ from relay_ir.traversal import build_lets, flatten_lets, post_order
 from relay_ir.ty import FuncType, TensorType
 
 from util_diff import assert_same_results
+from util_scale import shallow_stack, sizes
 
 F2 = TensorType((2,), "float32")
 I0 = TensorType((), "int32")
@@ -124,7 +124,7 @@ def test_idempotent_and_primitive_untouched():
 
 
 def test_output_type_checks():
-    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
+    from relay_ir.passes import type_infer
     mod = _count_loop()
     out = run(mod)
     typed = type_infer.InferType()(out)
@@ -139,8 +139,8 @@ def test_output_type_checks():
     assert again["main"].checked_type == FuncType((F2, I0), F2)
 
 
-def test_100k_binding_program_with_a_closure():
-    n = 100_000
+@sizes(3_000, 100_000)
+def test_100k_binding_program_with_a_closure(n):
     x, p, f = Var("x", F2), Var("p", F2), Var("f")
     bindings = [(f, Function((p,), op("add", p, x)))]
     prev = x
@@ -149,7 +149,8 @@ def test_100k_binding_program_with_a_closure():
         bindings.append((v, Call(f, (prev,)) if k % 1000 == 0 else op("negative", prev)))
         prev = v
     mod = IRModule({"main": Function((x,), build_lets(bindings, prev))})
-    out = LambdaLift()(mod)
+    with shallow_stack():
+        out = LambdaLift()(mod)
     lets, _ = flatten_lets(out["main"].body)
     assert len(lets) == n + 1
     assert isinstance(lets[0].value, Call) and lets[0].value.op.name_hint == "main_lifted_0"
@@ -157,7 +158,7 @@ def test_100k_binding_program_with_a_closure():
 
 
 def test_text_before_after():
-    parser = pytest.importorskip("relay_ir.parser")
+    from relay_ir import parser
     before = parser.parse("""#[version = "0.0.5"]
 def @main(%x: float32, %n: int32) {
   let %k = fn (%p: float32) { multiply(%p, 2f) };
@@ -182,7 +183,7 @@ def @main(%x: float32, %n: int32) {
 
 
 def test_spans_are_kept():
-    parser = pytest.importorskip("relay_ir.parser")
+    from relay_ir import parser
     before = parser.parse("""#[version = "0.0.5"]
 def @main(%x: float32) {
   let %f = fn (%p: float32) { add(%p, %x) };
@@ -198,8 +199,8 @@ def @main(%x: float32) {
 
 
 def test_polymorphic_closure_gets_type_parameters():
-    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
-    parser = pytest.importorskip("relay_ir.parser")
+    from relay_ir.passes import type_infer
+    from relay_ir import parser
     mod = type_infer.InferType()(parser.parse("""#[version = "0.0.5"]
 def @wrap[A](%x: A) -> A { let %g = fn (%y: A) -> A { %x }; %g(%x) }
 def @main(%z: float32) -> float32 { @wrap(%z) }

@@ -5,19 +5,17 @@ import os
 
 import numpy as np
 import pytest
+import tvm
+from tvm import te, topi
 
-
-tvm = pytest.importorskip("tvm")
-from tvm import te, topi  # noqa: E402
-
-import relay_ir as rly  # noqa: E402
-from relay_ir.errors import LoweringError  # noqa: E402
-from relay_ir.passes import optimize  # noqa: E402
-from relay_ir.passes.fuse_ops import fuse_ops  # noqa: E402
-from relay_ir.runtime.lower_tvm import (ensure_threads, lower_group,  # noqa: E402
+import relay_ir as rly
+from relay_ir.errors import LoweringError
+from relay_ir.passes import optimize
+from relay_ir.passes.fuse_ops import fuse_ops
+from relay_ir.runtime.lower_tvm import (ensure_threads, lower_group,
                                         resolve_target)
-from relay_ir.runtime.schedules import schedule_cpu  # noqa: E402
-from relay_ir.traversal import flatten_lets  # noqa: E402
+from relay_ir.runtime.schedules import schedule_cpu
+from relay_ir.traversal import flatten_lets
 
 pytestmark = pytest.mark.tvm
 HDR = '#[version = "0.0.5"]\n'

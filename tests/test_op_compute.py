@@ -428,12 +428,16 @@ _GRAD_OPS = ("nn.conv2d_backward_data", "nn.conv2d_backward_weight", "nn.max_poo
 
 
 def grad_op_cases(name: str) -> Iterator[Case]:
-    """The gradient operators' cases of test_op_compute_grad, in every float dtype."""
+    """The gradient operators' cases of test_op_compute_grad, in every float dtype (a case
+    whose float arguments are all float32 already runs as it is in test_op_compute_grad)."""
     from test_op_compute_grad import CASES as GRAD_CASES
     for op_name, args, kw in GRAD_CASES:
         if op_name != name:
             continue
+        floats = {a.dtype.name for a in args if a.dtype.kind == "f"}
         for dt in FLOATS:
+            if floats == {dt}:
+                continue
             yield [a.astype(dt) if a.dtype.kind == "f" else a for a in args], kw
 
 
@@ -473,19 +477,72 @@ def _reader(t: Any) -> Callable[..., Any]:
     return lambda *i: t(*i)
 
 
-def compile_cases(name: str, cases: list[Case]) -> list[list[np.ndarray]]:
-    """Build every case's compute into one PrimFunc, compile once, run, return the outputs."""
+# NOTE: TVM's s_tir.CompactBufferAllocation grows faster than linearly with the number of
+# intermediate buffers in one PrimFunc: the 24 nn.max_pool2d_grad cases (one argmax buffer
+# each) took 72-131 s compiled together and about 0.3-1 s each compiled alone. Cases are
+# therefore compiled together only up to this many intermediate stages per PrimFunc.
+MAX_STAGES = 2
+# NOTE: LLVM's code generation (at the first lookup of ``main``) also grows faster than
+# linearly with the size of one function: 144 cast cases took 15-20 s together.
+MAX_CASES = 16
+
+
+def _intermediate_stages(outs: list[Any]) -> int:
+    """How many compute stages, other than the outputs themselves, ``outs`` read."""
+    from tvm import te
+    seen: set[Any] = set()
+    stack = [t.op for t in outs]
+    count = 0
+    while stack:
+        op = stack.pop()
+        if op in seen or isinstance(op, te.PlaceholderOp):
+            continue
+        seen.add(op)
+        count += not any(op.same_as(t.op) for t in outs)
+        stack.extend(t.op for t in op.input_tensors)
+    return count
+
+
+def _compile_together(cases: list[tuple[list[Any], list[np.ndarray], list[Any]]]
+                      ) -> list[list[np.ndarray]]:
+    """Compile the ``(placeholders, feeds, outputs)`` of several cases into one PrimFunc, run
+    it once, return each case's outputs."""
     import tvm
     from tvm import te
+    params = [p for c in cases for p in c[0]]
+    feeds = [f for c in cases for f in c[1]]
+    # NOTE: a compute may return an input unchanged (a no-op cast); copy it so it is an output
+    fixed = []
+    for o in (o for c in cases for o in c[2]):
+        if any(o.same_as(p) for p in params):
+            o = te.compute(o.shape, _reader(o), name="T_id")
+        fixed.append(o)
+    func = te.create_prim_func(params + fixed)
+    ex = tvm.compile(func, target=_target())
+    nd_in = [tvm.runtime.tensor(np.array(a, order="C")) for a in feeds]
+    nd_out = [tvm.runtime.empty([int(d) for d in o.shape], o.dtype) for o in fixed]
+    ex["main"](*nd_in, *nd_out)
+    got = [o.numpy() for o in nd_out]
+    result, k = [], 0
+    for c in cases:
+        result.append(got[k:k + len(c[2])])
+        k += len(c[2])
+    return result
+
+
+def compile_cases(name: str, cases: list[Case]) -> list[list[np.ndarray]]:
+    """Build every case's compute, compile them together into as few PrimFuncs as
+    ``MAX_STAGES`` allows (usually one), run, return the outputs."""
+    from tvm import te
     od = get_opdef(name)
-    params: list[Any] = []
-    feeds: list[np.ndarray] = []
-    outs_per_case: list[list[Any]] = []
+    built: list[tuple[list[Any], list[np.ndarray], list[Any]]] = []
     for ci, (args, kw) in enumerate(cases):
         attrs = od.make_attrs(kw)
         rel = od.type_rel([_type_of(a) for a in args], attrs)
         out_t = rel[0] if isinstance(rel, tuple) else rel
         phs: list[Any] = []
+        params: list[Any] = []
+        feeds: list[np.ndarray] = []
         for ai, a in enumerate(args):
             if isinstance(a, tuple):
                 group = [te.placeholder(f.shape, str(f.dtype), name=f"c{ci}a{ai}f{k}")
@@ -499,25 +556,18 @@ def compile_cases(name: str, cases: list[Case]) -> list[list[np.ndarray]]:
                 params.append(p)
                 feeds.append(a)
         res = od.compute(attrs, phs, out_t)
-        outs = list(res) if isinstance(res, (list, tuple)) else [res]
-        outs_per_case.append(outs)
-    all_outs = [o for outs in outs_per_case for o in outs]
-    # NOTE: a compute may return an input unchanged (a no-op cast); copy it so it is an output
-    fixed = []
-    for o in all_outs:
-        if any(o.same_as(p) for p in params):
-            o = te.compute(o.shape, _reader(o), name="T_id")
-        fixed.append(o)
-    func = te.create_prim_func(params + fixed)
-    ex = tvm.compile(func, target=_target())
-    nd_in = [tvm.runtime.tensor(np.array(a, order="C")) for a in feeds]
-    nd_out = [tvm.runtime.empty([int(d) for d in o.shape], o.dtype) for o in fixed]
-    ex["main"](*nd_in, *nd_out)
-    got = [o.numpy() for o in nd_out]
-    result, k = [], 0
-    for outs in outs_per_case:
-        result.append(got[k:k + len(outs)])
-        k += len(outs)
+        built.append((params, feeds, list(res) if isinstance(res, (list, tuple)) else [res]))
+    result: list[list[np.ndarray]] = []
+    chunk: list[tuple[list[Any], list[np.ndarray], list[Any]]] = []
+    stages = 0
+    for case in built:
+        n = _intermediate_stages(case[2])
+        if chunk and (stages + n > MAX_STAGES or len(chunk) == MAX_CASES):
+            result.extend(_compile_together(chunk))
+            chunk, stages = [], 0
+        chunk.append(case)
+        stages += n
+    result.extend(_compile_together(chunk))
     return result
 
 

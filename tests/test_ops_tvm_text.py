@@ -209,7 +209,7 @@ def test_layout_transform_program_prints_and_parses():
     ((6, 5, 1, 1), "OIHW", "OIHW4i4o"),
 ])
 def test_layout_transform_tvm_compute_matches_reference(shape, src, dst):  # type: ignore
-    tvm = pytest.importorskip("tvm")
+    import tvm
     from tvm import te
     attrs = get_opdef("layout_transform").make_attrs({"src_layout": src, "dst_layout": dst})
     x = te.placeholder(shape, "float32", name="x")

@@ -14,7 +14,6 @@ import enum
 import glob
 import os
 import random
-import sys
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -33,6 +32,7 @@ from relay_ir.traversal import post_order
 
 import strategies
 from test_parse_fuzz import SEEDS, _mutate, _samples
+from util_scale import shallow_stack, sizes
 
 H = '#[version = "0.0.5"]\n'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -330,14 +330,14 @@ def test_generated_types_agree(t: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- scale
-def test_long_chains_take_the_fast_path_without_recursion() -> None:
-    limit = sys.getrecursionlimit()
-    n = 20_000
+@sizes(3_000, 20_000)
+def test_long_chains_take_the_fast_path_without_recursion(n: int) -> None:
     lines = [H, "def @main(%x: float32) {", "%0 = add(%x, 1f);"]
     lines += [f"%{i} = multiply(%{i - 1}, 2f);" for i in range(1, n)]
     lines += [f"%{n - 1}", "}"]
     before = STATS["fast"]
-    m = rly.parse("\n".join(lines))
+    with shallow_stack():
+        m = rly.parse("\n".join(lines))
     assert STATS["fast"] == before + 1
     body, steps = m["main"].body, 0
     while isinstance(body, Call):
@@ -346,7 +346,8 @@ def test_long_chains_take_the_fast_path_without_recursion() -> None:
     assert steps == n and body is m["main"].params[0]
     text = "free_var %x0: float32;\n" + "".join(
         f"let %x{i + 1} = (%x{i},);\n" for i in range(n)) + f"%x{n}"
-    e = rly.parse_expr(text)
+    with shallow_stack():
+        e = rly.parse_expr(text)
     assert STATS["fast"] == before + 2
     depth = 0
     while isinstance(e, Let):
@@ -354,10 +355,10 @@ def test_long_chains_take_the_fast_path_without_recursion() -> None:
         depth += 1
     assert depth == n
     d = 3000
-    nested = rly.parse_expr("fn () {" * d + "(" * d + "1" + ")" * d + "}" * d)
+    with shallow_stack():
+        nested = rly.parse_expr("fn () {" * d + "(" * d + "1" + ")" * d + "}" * d)
     assert STATS["fast"] == before + 3
     assert nested.params == ()
-    assert sys.getrecursionlimit() == limit
 
 
 def test_errors_fall_back_to_lark() -> None:

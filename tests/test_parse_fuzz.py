@@ -4,12 +4,12 @@ from __future__ import annotations
 import os
 import random
 import re
-import sys
 
 
 from relay_ir.errors import ParseError
 from relay_ir.expr import Call, Constant, Let, Tuple, Var
 from relay_ir.parser import parse, parse_expr, parse_type
+from util_scale import shallow_stack, sizes
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 H = '#[version = "0.0.5"]\n'
@@ -116,13 +116,12 @@ def test_random_bytes():
 
 
 # ----------------------------------------------------------------------------- scale
-def test_long_let_chain():
-    n = 100_000
-    limit = sys.getrecursionlimit()
+@sizes(3_000, 100_000)
+def test_long_let_chain(n):
     text = "free_var %x0: float32;\n" + "".join(
         f"let %x{i + 1} = (%x{i},);\n" for i in range(n)) + f"%x{n}"
-    e = parse_expr(text)
-    assert sys.getrecursionlimit() == limit
+    with shallow_stack():
+        e = parse_expr(text)
     depth = 0
     first = e
     while isinstance(e, Let):
@@ -135,12 +134,13 @@ def test_long_let_chain():
     assert first.body.value.fields[0] is first.var
 
 
-def test_long_graph_chain():
-    n = 100_000
+@sizes(3_000, 100_000)
+def test_long_graph_chain(n):
     lines = [H, "def @main(%x: float32) {", "%0 = add(%x, 1f);"]
     lines += [f"%{i} = add(%{i - 1}, 1f);" for i in range(1, n)]
     lines += [f"%{n - 1}", "}"]
-    m = parse("\n".join(lines))
+    with shallow_stack():
+        m = parse("\n".join(lines))
     body = m["main"].body
     steps = 0
     while isinstance(body, Call):

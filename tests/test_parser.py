@@ -179,7 +179,7 @@ def test_graph_bindings_share_nodes():
     e2 = parse_expr("%1 = (); %1")
     assert isinstance(e2, Tuple) and e2.fields == ()
     e3 = parse_expr("%0 = if (True) { 1 } else { 0 }; %0")
-    assert isinstance(e3, If)
+    same(e3, If(c(True), c(1), c(0)))
 
 
 def test_graph_bindings_are_visible_in_nested_blocks():
@@ -199,7 +199,10 @@ def test_free_var():
 
 def test_block_expression_is_a_scope():
     e = parse_expr("{ let %x = 1; %x }")
-    assert isinstance(e, Let)
+    x = Var("x")
+    same(e, Let(x, c(1), x))
+    assert e.var.name_hint == "x" and e.body is e.var
+    same(parse_expr("(let %y = 2; %y, { let %y = 3; %y })").fields[1], Let(x, c(3), x))
 
 
 # ----------------------------------------------------------------------------- tuples
@@ -212,7 +215,7 @@ def test_tuples_and_projection():
     p = parse_expr("(0,).0")
     assert isinstance(p, TupleGetItem) and p.index == 0
     # parenthesised expression is not a tuple
-    assert isinstance(parse_expr("(1)"), Constant)
+    same(parse_expr("(1)"), c(1))
     q = parse_expr("((0, (1, 2)).1).0")
     assert isinstance(q, TupleGetItem) and q.index == 0 and q.tuple_value.index == 1
 
@@ -290,7 +293,7 @@ def test_if():
     assert isinstance(e, If) and bool(e.cond.data) is True
     assert int(e.true_branch.data) == 0 and int(e.false_branch.data) == 1
     n = parse_expr("if (True) { 0 } else { if (False) { 1 } else { 2 } }")
-    assert isinstance(n.false_branch, If)
+    same(n, If(c(True), c(0), If(c(False), c(1), c(2))))
 
 
 def test_references():
@@ -505,7 +508,11 @@ def test_match_scrutinee_tuple():
 
 def test_match_as_let_value_in_parentheses():
     e = parse_expr("let %m = (match (1) { _ => 2 }); %m")
-    assert isinstance(e.value, Match)
+    assert isinstance(e.value, Match) and e.body is e.var and e.var.name_hint == "m"
+    assert int(e.value.data.data) == 1 and len(e.value.clauses) == 1
+    clause = e.value.clauses[0]
+    assert isinstance(clause.lhs, PatternWildcard) and int(clause.rhs.data) == 2
+    same(parse_expr(rly.astext(e)), e)
 
 
 def test_comments():
@@ -517,7 +524,11 @@ def test_comments():
 
 def test_whitespace_and_crlf():
     e = parse_expr("let %x = 1;\r\n%x")
-    assert isinstance(e, Let)
+    x = Var("x")
+    same(e, Let(x, c(1), x))
+    assert e.body is e.var
+    e2 = parse_expr("let %x = 1;\r\n  negative(%x)")
+    assert e2.body.span.line == 2 and e2.body.span.column == 3   # CRLF ends a line
 
 
 def test_header_optional_in_parse_expr_and_checked():
@@ -607,12 +618,19 @@ def test_every_node_has_a_span():
 
 
 # ----------------------------------------------------------------------------- samples
-@pytest.mark.parametrize("name", ["adt_list", "mlp", "control"])
-def test_sample_programs(name):
+@pytest.mark.parametrize("name,globals_,main_type", [
+    ("adt_list", ["hd", "length", "main", "map"], "fn () -> int32"),
+    ("mlp", ["main"], "fn (Tensor[(1, 4), float32], Tensor[(8, 4), float32], "
+                      "Tensor[(8), float32], Tensor[(2, 3), float32]) -> Tensor[(1, 8), float32]"),
+    ("control", ["counter", "fact", "main", "twice"], "fn () -> (int32, int32)"),
+])
+def test_sample_programs(name, globals_, main_type):
+    from relay_ir.passes import InferType
     with open(os.path.join(DATA, f"{name}.rly")) as f:
         m = parse(f.read(), f"{name}.rly")
-    assert "main" in m
-    assert isinstance(m, IRModule)
+    assert isinstance(m, IRModule) and sorted(m.functions) == globals_
+    assert rly.astext(InferType()(m)["main"].checked_type) == main_type
+    assert_structural_equal(parse(rly.astext(m)), m)
 
 
 def test_sample_values():

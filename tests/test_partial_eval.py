@@ -20,6 +20,7 @@ from relay_ir.traversal import build_lets, flatten_lets, post_order
 from relay_ir.ty import TensorType, TypeCall
 
 from util_diff import assert_same_results, list_adt
+from util_scale import shallow_stack, sizes
 
 F2 = TensorType((2,), "float32")
 F0 = TensorType((), "float32")
@@ -40,7 +41,7 @@ def run(mod: IRModule, **options) -> IRModule:
 
 
 def parse_or_skip(text: str) -> IRModule:
-    parser = pytest.importorskip("relay_ir.parser")
+    from relay_ir import parser
     return parser.parse(text)
 
 
@@ -238,8 +239,8 @@ def test_match_on_dynamic_value_is_residualized():
     lets, last = flatten_lets(body)
     assert isinstance(lets[0].value, Match) and len(lets[0].value.clauses) == 2
     assert count_calls(out["main"], "add") == 1  # the inner 1 + 1 was folded
-    runtime = pytest.importorskip("relay_ir.runtime.interpreter")
-    values = pytest.importorskip("relay_ir.runtime.values")
+    from relay_ir.runtime import interpreter as runtime
+    from relay_ir.runtime import values
     val = values.ADTValue(cons, (np.array(2.0, "float32"), values.ADTValue(nil, ())))
     np.testing.assert_allclose(runtime.evaluate(out, val), 4.0)
     np.testing.assert_allclose(runtime.evaluate(mod, val), 4.0)
@@ -313,7 +314,7 @@ def test_backpropagator_chain_collapses():
                        (k2, RefRead(bp)), (u2, RefWrite(bp, cl2)),
                        (run_, Call(RefRead(bp), ())), (res, RefRead(g))], res)
     mod = main([x], body)
-    dce = pytest.importorskip("relay_ir.passes.dce")
+    from relay_ir.passes import dce
     # PE forwards every read and runs the chain at compile time; the closures it had to
     # emit for the (now dead) writes are removed by DCE, then the refs by dead-ref-elim
     with PassContext(disabled_pass=["infer-type"]):  # NOTE: the rules alone, as run() does
@@ -345,8 +346,8 @@ def @main(%x: float32) {
     assert_structural_equal(run(before), expected, map_free_vars=True)
 
 
-def test_100k_binding_program():
-    n = 100_000
+@sizes(3_000, 100_000)
+def test_100k_binding_program(n):
     x = Var("x", F2)
     prev = x
     bindings = []
@@ -358,7 +359,8 @@ def test_100k_binding_program():
         bindings.append((v, value))
         prev = v
     mod = main([x], build_lets(bindings, prev))
-    out = PartialEvaluate()(mod)
+    with shallow_stack():
+        out = PartialEvaluate()(mod)
     lets, last = flatten_lets(out["main"].body)
     assert len(lets) == n
     assert lets[0].value.args[1].data == 2.0
@@ -464,7 +466,7 @@ def @main(%y: float32) {
 
 
 def test_typed_input_keeps_annotations_and_type_checks():
-    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
+    from relay_ir.passes import type_infer
     before = parse_or_skip(H + """
 def @main(%x: Tensor[(2), float32], %c: bool) {
   let %id = fn [A](%a: A) -> A { %a };
@@ -500,8 +502,8 @@ def @main(%r: ref(float32), %x: float32) {
     lets, last = flatten_lets(out["main"].body)
     kinds = [type(node.value).__name__ for node in lets]
     assert kinds == ["RefRead", "Call", "RefWrite", "RefRead", "Call", "RefWrite", "RefRead"]
-    values = pytest.importorskip("relay_ir.runtime.values")
-    interp = pytest.importorskip("relay_ir.runtime.interpreter")
+    from relay_ir.runtime import values
+    from relay_ir.runtime import interpreter as interp
     for mod in (before, out):
         cell = values.RefValue(np.array(2.0, "float32"))
         res = interp.evaluate(mod, cell, np.array(3.0, "float32"))
@@ -509,15 +511,17 @@ def @main(%r: ref(float32), %x: float32) {
         np.testing.assert_allclose(cell.value, 9.0)
 
 
-def test_deep_dataflow_chain_in_graph_form():
+@sizes(3_000, 100_000)
+def test_deep_dataflow_chain_in_graph_form(n):
     # 100,000 nested calls with no lets at all (graph normal form)
     x = Var("x", F2)
     e = x
-    for k in range(100_000):
+    for k in range(n):
         e = op("negative", e) if k % 2 else op("add", e, op("add", const(1.0), const(1.0)))
-    out = PartialEvaluate()(main([x], e))
+    with shallow_stack():
+        out = PartialEvaluate()(main([x], e))
     lets, last = flatten_lets(out["main"].body)
-    assert len(lets) == 100_000
+    assert len(lets) == n
     assert lets[0].value.args[1].data == 2.0 and last is lets[-1].var
 
 
@@ -541,7 +545,7 @@ def test_long_backpropagator_chain_is_unrolled_without_deep_recursion():
     n = 300
     mod = _backprop_chain(n)
     out = PartialEvaluate(fuel=2 * n)(mod)
-    dce = pytest.importorskip("relay_ir.passes.dce")
+    from relay_ir.passes import dce
     clean = Sequential((DeadRefElimination(), dce.DeadCodeElimination()))(out)
     fn = clean["main"]
     assert not [nd for nd in post_order(fn.body) if isinstance(nd, (Function, RefCreate))]
@@ -563,7 +567,7 @@ _EXAMPLES = sorted(glob.glob(os.path.join(_ROOT, "examples", "*.rly"))
 def test_examples_through_pe_lift_and_dead_ref(path):
     """Every example program: well formed after each pass, still type checks, same values."""
     from relay_ir.passes import InferType, LambdaLift
-    parser = pytest.importorskip("relay_ir.parser")
+    from relay_ir import parser
     with open(path, encoding="utf-8") as f:
         text = f.read()
     mod = InferType()(parser.parse(text, source_name=path))
@@ -589,8 +593,8 @@ def @main(%xs: List[float32]) -> List[float32] {
     assert not [n for n in post_order(main_fn.body) if isinstance(n, Match)]
     lets, last = flatten_lets(main_fn.body)
     assert isinstance(lets[0].value, Function) and count_calls(main_fn, "add") == 1
-    values = pytest.importorskip("relay_ir.runtime.values")
-    interp = pytest.importorskip("relay_ir.runtime.interpreter")
+    from relay_ir.runtime import values
+    from relay_ir.runtime import interpreter as interp
     cons, nil = before.get_constructor("Cons"), before.get_constructor("Nil")
     xs = values.ADTValue(cons, (np.array(1.0, "float32"),
                                 values.ADTValue(cons, (np.array(5.0, "float32"),
@@ -618,7 +622,7 @@ def test_spans_of_residual_code_point_at_the_source():
 
 
 def test_inlined_polymorphic_global_leaves_no_unbound_type_variables():
-    type_infer = pytest.importorskip("relay_ir.passes.type_infer")
+    from relay_ir.passes import type_infer
     before = type_infer.InferType()(parse_or_skip(H + """
 def @wrap[A](%x: A, %k: fn (fn (A) -> A) -> A) -> A {
   let %g = fn (%y: A) -> A { %y };

@@ -20,6 +20,7 @@ from relay_ir.passes import (DeadCodeElimination, EliminateCommonSubexpr, FoldCo
 from relay_ir.traversal import build_lets, flatten_lets
 from relay_ir.ty import TensorType
 from util_diff import assert_same_results, parse_program, program_files
+from util_scale import shallow_stack, sizes
 
 HDR = '#[version = "0.0.5"]\n'
 
@@ -479,42 +480,49 @@ def test_semantics_on_examples(name: str) -> None:
 N = 100_000
 
 
-@pytest.fixture(scope="module")
-def big() -> IRModule:
-    """``let v_i = add(v_(i-1), 1f)`` x 100k; every other binding is dead and duplicated."""
+@pytest.fixture(scope="module", params=[
+    pytest.param(3_000, id="3000"), pytest.param(N, id=f"{N}", marks=pytest.mark.stress)])
+def big(request: pytest.FixtureRequest) -> tuple[IRModule, int]:
+    """``let v_i = add(v_(i-1), 1f)`` x n; every other binding is dead and duplicated."""
+    n = request.param
     x = Var("x", TensorType((), "float32"))
     one = const(1.0)
     bindings = []
     prev = x
-    for i in range(N):
+    for i in range(n):
         v = Var(f"v{i}")
         bindings.append((v, make_call("add", prev, one)))
         if i % 2 == 0:
             prev = v
-    return IRModule({"main": Function((x,), build_lets(bindings, prev))})
+    return IRModule({"main": Function((x,), build_lets(bindings, prev))}), n
 
 
 @pytest.mark.parametrize("name", ["to-anf", "to-gnf", "dce", "fold-constant", "inline", "cse",
                                   "simplify-expr"])
-def test_100k_bindings(big: IRModule, name: str) -> None:
+def test_100k_bindings(big: tuple[IRModule, int], name: str) -> None:
+    mod, n = big
     assert sys.getrecursionlimit() <= 1000
     from relay_ir.passes import PassContext, run_pass
-    out = run_pass(get_pass(name), big, PassContext.current())  # NOTE: untyped: no infer-type
+    with shallow_stack():  # NOTE: untyped: no infer-type
+        out = run_pass(get_pass(name), mod, PassContext.current())
     body = out["main"].body
     if name == "dce":
-        assert len(flatten_lets(body)[0]) == N // 2
+        assert len(flatten_lets(body)[0]) == n // 2
     elif name == "cse":
-        assert len(flatten_lets(body)[0]) == N // 2 + 1
+        assert len(flatten_lets(body)[0]) == n // 2 + 1
     elif name == "to-gnf":
         assert not isinstance(body, Let)
     else:
-        assert len(flatten_lets(body)[0]) == N
+        assert len(flatten_lets(body)[0]) == n
 
 
-def test_100k_result_value(big: IRModule) -> None:
-    out = DeadCodeElimination()(big)
+def test_100k_result_value(big: tuple[IRModule, int]) -> None:
+    mod, n = big
     from relay_ir.runtime import evaluate
-    assert float(evaluate(out, np.float32(0.5))) == pytest.approx(0.5 + N // 2)
+    with shallow_stack():
+        out = DeadCodeElimination()(mod)
+        value = float(evaluate(out, np.float32(0.5)))
+    assert value == pytest.approx(0.5 + n // 2)
 
 
 # ============================================================================ more effects
@@ -620,7 +628,8 @@ def @main(%x: float32) {
 }""")
 
 
-def test_100k_typed_simplify_chain() -> None:
+@sizes(3_000, N)
+def test_100k_typed_simplify_chain(n: int) -> None:
     """``let v_i = multiply(v_(i-1), 1f)`` x 100k, typed by hand: everything folds back to %x."""
     from relay_ir.expr import Call
     from relay_ir.passes import PassContext, run_pass
@@ -630,12 +639,13 @@ def test_100k_typed_simplify_chain() -> None:
     proto = make_call("multiply", x, one)
     bindings = []
     prev = x
-    for i in range(N):
+    for i in range(n):
         v = Var(f"v{i}", f32)
         bindings.append((v, Call(proto.op, (prev, one), proto.attrs, checked_type_=f32)))
         prev = v
     mod = IRModule({"main": Function((x,), build_lets(bindings, prev))})
-    out = run_pass(SimplifyExpr(), mod, PassContext.current())
+    with shallow_stack():
+        out = run_pass(SimplifyExpr(), mod, PassContext.current())
     assert out["main"].body is x
 
 

@@ -22,6 +22,7 @@ from relay_ir.traversal import build_lets
 from relay_ir.ty import (ANY, FuncType, GlobalTypeVar, IncompleteType, RefType, ShapeVar,
                          TensorType, TupleType, TypeCall, TypeData, TypeVar, dim_add, dim_mul,
                          scalar_type)
+from util_scale import shallow_stack, sizes
 
 H = '#[version = "0.0.5"]\n'
 F32 = scalar_type("float32")
@@ -470,9 +471,9 @@ def test_match_as_value_is_parenthesised_and_arms_are_blocks() -> None:
 
 
 # ----------------------------------------------------------------------------- deep programs
-def test_long_let_chain_and_dataflow_chain_print_iteratively() -> None:
+@sizes(3_000, 100_000)
+def test_long_let_chain_and_dataflow_chain_print_iteratively(n: int) -> None:
     assert sys.getrecursionlimit() <= 1000
-    n = 100_000
     x = Var("x", F32)
     bindings, prev = [], x
     add, one = get_opdef("add"), const(1.0)
@@ -481,7 +482,8 @@ def test_long_let_chain_and_dataflow_chain_print_iteratively() -> None:
         v = Var("v")
         bindings.append((v, Call(add.op, (prev, one), attrs)))
         prev = v
-    text = astext(Function((x,), build_lets(bindings, prev)))
+    with shallow_stack():
+        text = astext(Function((x,), build_lets(bindings, prev)))
     lines = text.splitlines()
     assert len(lines) == n + 4
     assert lines[2] == "  let %v = add(%x, 1f);"
@@ -492,7 +494,8 @@ def test_long_let_chain_and_dataflow_chain_print_iteratively() -> None:
     attrs = exp.make_attrs({})
     for _ in range(n):
         e = Call(exp.op, (e,), attrs)
-    lines = astext(e).splitlines()
+    with shallow_stack():
+        lines = astext(e).splitlines()
     assert len(lines) == n + 2
     assert lines[2] == "%0 = exp(%x);" and lines[-2] == f"%{n - 2} = exp(%{n - 3});"
     assert lines[-1] == f"exp(%{n - 2})"

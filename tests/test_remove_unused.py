@@ -7,6 +7,7 @@ import relay_ir as rly
 from relay_ir import passes
 from relay_ir.passes import RemoveUnusedFunctions, get_pass
 from relay_ir.runtime import evaluate
+from util_scale import shallow_stack, sizes
 
 HDR = '#[version = "0.0.5"]\n'
 
@@ -105,7 +106,8 @@ def test_cli_opt_prelude_prints_only_what_main_uses(tmp_path, capsys) -> None:
     assert out == expected
 
 
-def test_long_program_is_walked_iteratively() -> None:
+@sizes(3_000, 100_000)
+def test_long_program_is_walked_iteratively(n: int) -> None:
     import sys
     from relay_ir.expr import Function, Var
     from relay_ir.module import IRModule
@@ -114,12 +116,13 @@ def test_long_program_is_walked_iteratively() -> None:
     assert sys.getrecursionlimit() <= 1000
     x = Var("x")
     bindings, prev = [], x
-    for i in range(100_000):
+    for i in range(n):
         v = Var(f"v{i}")
         bindings.append((v, make_call("add", prev, prev)))
         prev = v
     y = Var("y")
     mod = IRModule({"main": Function((x,), build_lets(bindings, prev)),
                     "unused": Function((y,), y)})
-    out = RemoveUnusedFunctions()(mod)
+    with shallow_stack():
+        out = RemoveUnusedFunctions()(mod)
     assert list(out.functions) == ["main"] and out["main"] is mod["main"]

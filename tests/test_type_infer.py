@@ -6,8 +6,6 @@ generic function types (which the text format cannot write) are compared through
 """
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 import relay_ir as rly
@@ -21,6 +19,7 @@ from relay_ir.structural import structural_equal
 from relay_ir.traversal import build_lets, post_order
 from relay_ir.ty import (ANY, FuncType, IncompleteType, RefType, ShapeVar, TensorType,
                          TupleType, TypeVar, scalar_type)
+from util_scale import shallow_stack, sizes
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -108,35 +107,37 @@ def test_input_is_not_mutated_and_every_node_typed() -> None:
     assert new.body.var.type_annotation == TensorType((2, 3), "float32")
 
 
-def test_deep_chain_100k_default_recursion_limit() -> None:
-    limit = sys.getrecursionlimit()
+@sizes(3_000, 100_000)
+def test_deep_chain_100k_default_recursion_limit(n: int) -> None:
     x = Var("x", TensorType((4,), "float32"))
     add = get_opdef("add")
     attrs = add.make_attrs({})
     binds = []
     cur: Expr = x
-    for i in range(100_000):
+    for i in range(n):
         v = Var(f"t{i}")
         binds.append((v, Call(add.op, (cur, x), attrs)))
         cur = v
     mod = IRModule({"main": Function((x,), build_lets(binds, cur))})
-    typed = InferType()(mod)
-    assert sys.getrecursionlimit() == limit
+    with shallow_stack():
+        typed = InferType()(mod)
     same(typed["main"].checked_type, "fn (Tensor[(4), float32]) -> Tensor[(4), float32]")
     e = typed["main"].body
-    for _ in range(99_999):
+    for _ in range(n - 1):
         e = e.body
     assert e.var.type_annotation == TensorType((4,), "float32")
 
 
-def test_deep_dataflow_chain() -> None:
+@sizes(3_000, 50_000)
+def test_deep_dataflow_chain(n: int) -> None:
     x = Var("x", TensorType((3,), "float32"))
     neg = get_opdef("negative")
     attrs = neg.make_attrs({})
     e: Expr = x
-    for _ in range(50_000):
+    for _ in range(n):
         e = Call(neg.op, (e,), attrs)
-    typed = infer_type(Function((x,), e))
+    with shallow_stack():
+        typed = infer_type(Function((x,), e))
     assert typed.ret_type == TensorType((3,), "float32")
 
 
