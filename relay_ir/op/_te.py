@@ -139,6 +139,21 @@ def minimum(a: Any, b: Any) -> Any:
 _KEY_INT = {"float16": "int16", "float32": "int32", "float64": "int64"}
 
 
+def opaque(v: Any) -> Any:
+    """``v`` unchanged, but hidden from TVM's arithmetic simplifier (floats only).
+
+    The simplifier rewrites ``x - x`` to 0, ``(x + y) - y`` to ``x`` and ``x == x`` to true
+    for floats too, which is wrong for inf and NaN. A bitcast to the same-width integer and
+    back keeps ``v``'s bits and defeats the structural match; LLVM folds the pair away, so the
+    kernel is unchanged.
+    """
+    dt = dtype_of(v)
+    if dt not in _KEY_INT:
+        return v
+    tirx = tir_mod()
+    return tirx.reinterpret(dt, tirx.reinterpret(_KEY_INT[dt], v))
+
+
 def order_key(v: Any, nan_first: bool = False) -> Any:
     """An integer that orders floats as their values do, NaN above everything (below with
     ``nan_first``): the max (min) of keys is the key of ``np.max`` (``np.min``), NaN

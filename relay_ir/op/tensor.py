@@ -383,7 +383,8 @@ def _add_b(u, v, dt):  # type: ignore[no-untyped-def]
 
 
 def _sub_b(u, v, dt):  # type: ignore[no-untyped-def]
-    return T.tir_mod().bitwise_xor(u, v) if dt == "bool" else u - v
+    # NOTE: opaque: TVM would fold float x - x and (x + y) - y (wrong for inf/nan)
+    return T.tir_mod().bitwise_xor(u, v) if dt == "bool" else u - T.opaque(v)
 
 
 def _mul_b(u, v, dt):  # type: ignore[no-untyped-def]
@@ -468,6 +469,12 @@ def _compare_b(kind: str):  # type: ignore[no-untyped-def]
         tirx = T.tir_mod()
         if dt == "bool":
             u, v = T.cast(u, "int8"), T.cast(v, "int8")
+        else:
+            v = T.opaque(v)  # NOTE: TVM folds float x == x to true, x != x to false
+            if kind == "not_equal":
+                # NOTE: TVM emits the ordered `fcmp one` for !=, false when a NaN is involved;
+                # numpy's != is IEEE's unordered one (true for NaN)
+                return tirx.Or(tirx.NE(u, v), tirx.Or(tirx.isnan(u), tirx.isnan(v)))
         return {"less": tirx.LT, "greater": tirx.GT, "less_equal": tirx.LE,
                 "greater_equal": tirx.GE, "equal": tirx.EQ, "not_equal": tirx.NE}[kind](u, v)
     return fn
