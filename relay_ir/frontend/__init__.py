@@ -6,6 +6,7 @@ build compiled gradient functions from it, as in JAX.
 """
 from __future__ import annotations
 
+from relay_ir.frontend._grad import grad, value_and_grad
 from relay_ir.frontend.python import FrontendError, from_python
 
-__all__ = ["from_python", "FrontendError"]
+__all__ = ["from_python", "grad", "value_and_grad", "FrontendError"]

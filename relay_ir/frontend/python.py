@@ -510,6 +510,9 @@ def from_python(fn: Callable, *example_args: Any) -> IRModule:
     ``DiagnosticError``) at the Python source line.
     """
     from relay_ir import passes
+    from relay_ir.frontend._grad import _GradFn
+    if isinstance(fn, _GradFn):
+        return fn.module(*example_args)
     tr = Translator()
     types = _example_types(fn, example_args)
     node_src = _get_source(fn)
