@@ -30,6 +30,9 @@ def from_py(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return PyTuple(tuple(from_py(x) for x in obj))
     if isinstance(obj, pytypes.FunctionType):
+        if _handler(obj) is not None or (getattr(obj, "__module__", None) or "").startswith(
+                ("numpy", "relay_ir")):
+            return Static(obj)  # NOTE: mapped onto operators (or unknown), never translated
         return PyFunction(obj)
     return Static(obj)
 
@@ -412,16 +415,21 @@ def _materializable(v: Any) -> bool:
     return False
 
 
+def _single_return(fnode: Any) -> ast.expr | None:
+    if isinstance(fnode, ast.Lambda):
+        return fnode.body
+    stmts = [s for s in fnode.body if not (isinstance(s, ast.Expr)
+                                           and isinstance(s.value, ast.Constant))]
+    if len(stmts) == 1 and isinstance(stmts[0], ast.Return) and stmts[0].value is not None:
+        return stmts[0].value
+    return None
+
+
 def call_closure(tr: Translator, clo: Closure, args: list, kwargs: dict, node: ast.AST) -> Any:
     fnode = clo.node
     bound = _bind_args(tr, fnode, args, kwargs, node, clo.name,
                        lambda j: expr(tr, fnode.args.defaults[j], clo.env))
-    body = fnode.body if isinstance(fnode, ast.Lambda) else None
-    if body is None:
-        stmts = [s for s in fnode.body if not (isinstance(s, ast.Expr)
-                                               and isinstance(s.value, ast.Constant))]
-        if len(stmts) == 1 and isinstance(stmts[0], ast.Return) and stmts[0].value is not None:
-            body = stmts[0].value
+    body = _single_return(fnode)
     if body is not None:  # a one-expression function: inline it (it may return a function)
         if any(c is clo for c in tr.inline_stack):
             raise tr.err(node, f"the nested function `{clo.name}` calls itself; define "
@@ -481,6 +489,12 @@ def call_pyfunction(tr: Translator, f: PyFunction, args: list, kwargs: dict,
     defaults = fn.__defaults__ or ()
     bound = _bind_args(tr, fnode, args, kwargs, node, fn.__name__,
                        lambda j: from_py(defaults[j]))
+    ret_expr = _single_return(fnode)
+    if isinstance(ret_expr, ast.Lambda):  # returns a closure: inlined, not a global
+        env = {"$src": src}
+        for p, v, _ in bound:
+            env[p] = v
+        return expr(tr, ret_expr, env)
     if all(_materializable(v) for _, v, _ in bound):
         vals = [tr.mat(v, node) for _, v, _ in bound]
         gv, ret = tr.translate_global(fn, [v.ty for v in vals], node_src=(fnode, src))

@@ -419,6 +419,8 @@ def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict) -> None:
         counter = f"${s.target.id}"
         env = dict(env)
         env[counter] = start if isinstance(start, Val) else tr.mat(start, s, "int32")
+        if isinstance(start, Weak):
+            env[counter] = Val(env[counter].expr, env[counter].ty, True)
         if s.target.id in env and s.target.id not in carried:
             carried.append(s.target.id)
         carried.append(counter)
@@ -441,8 +443,10 @@ def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict) -> None:
         params = [Var(n.lstrip("$") + ("_i" if n.startswith("$") else ""), t)
                   for n, t in zip(carried, types)]
         env2 = dict(env)
-        for n, p, t in zip(carried, params, types):
+        for n, p, t, v0 in zip(carried, params, types, init):
             env2[n] = tr.wrap_param(p, t)
+            if isinstance(env2[n], Val) and (isinstance(v0, Weak) or getattr(v0, "weak", 0)):
+                env2[n].weak = True
         ctx.loops.append(loop)
         ctx.open()
         try:

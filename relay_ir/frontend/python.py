@@ -46,13 +46,18 @@ class FrontendError(DiagnosticError):
 
 # ----------------------------------------------------------------------------- values
 class Val:
-    """A run-time value: an IR atom and its (static) type."""
+    """A run-time value: an IR atom and its (static) type.
 
-    __slots__ = ("expr", "ty")
+    ``weak``: the value is a Python number at run time (a ``range`` counter, a variable that
+    started as a Python number), so it promotes like one (NEP 50).
+    """
 
-    def __init__(self, expr: Expr, ty: Type):
+    __slots__ = ("expr", "ty", "weak")
+
+    def __init__(self, expr: Expr, ty: Type, weak: bool = False):
         self.expr = expr
         self.ty = ty
+        self.weak = weak
 
 
 class Weak:
@@ -189,8 +194,8 @@ def _get_source(fn: Callable) -> tuple[ast.AST, _Source]:
 
 
 # ----------------------------------------------------------------------------- dtypes & types
-def _dtype_of(v: Any) -> str:
-    return v.ty.dtype
+def _is_weak(v: Any) -> bool:
+    return isinstance(v, Weak) or (isinstance(v, Val) and v.weak)
 
 
 def _merge_types(a: Type, b: Type) -> Type | None:
@@ -428,9 +433,14 @@ class Translator:
     def promote(self, vals: list[Any], node: ast.AST, divide: bool = False) -> list[Val]:
         """NEP 50: arrays' dtypes promote; Python numbers are weak (take the arrays' dtype)."""
         keys = []
+        all_weak = all(_is_weak(v) for v in vals)
         for v in vals:
             if isinstance(v, Weak):
                 keys.append(v.value)
+            elif isinstance(v, Val) and v.weak and not all_weak \
+                    and isinstance(v.ty, TensorType):
+                kind = np.dtype(v.ty.dtype).kind
+                keys.append({"b": False, "f": 0.0}.get(kind, 0))
             else:
                 keys.append(np.dtype(self.tensor(v, node).ty.dtype))
         try:
@@ -438,7 +448,7 @@ class Translator:
         except TypeError as e:
             raise self.err(node, f"cannot combine these dtypes: {e}") from None
         if divide and dt.kind in "biu":
-            dt = np.dtype("float64")
+            dt = np.dtype("float32" if all_weak else "float64")
         if dt == np.int64 and all(isinstance(v, Weak) or np.dtype(v.ty.dtype) != np.int64
                                   for v in vals):
             dt = np.dtype("int32")  # NOTE: Python ints with int32 scalars stay int32 (the IR's)
@@ -460,7 +470,9 @@ class Translator:
         if isinstance(a, PyTuple) and isinstance(b, PyTuple) and opn is ast.Add:
             return PyTuple(a.items + b.items)
         x, y = self.promote([a, b], node, divide=opn is ast.Div)
-        return self.op(name, [x, y], node)
+        out = self.op(name, [x, y], node)
+        out.weak = _is_weak(a) and _is_weak(b)
+        return out
 
     def compare(self, opn: type, a: Any, b: Any, node: ast.AST) -> Any:
         name, pyop = _CMPOPS[opn]
