@@ -458,8 +458,9 @@ def test_recursion_and_helpers_are_globals():
 
 def test_compiled_equals_interpreted():
     for fn, args in [(mlp, (rand(2, 3), rand(3, 8), rand(8), rand(8, 2), rand(2))),
-                     (break_continue, (np.array([1.0, -1.0, 1.5, 0.25, 3.0], "float32"),
-                                       np.int32(5))),
+                     (tuple_carried, (rand(2), np.int32(4))),
+                     (for_dynamic, (rand(3), np.int32(7))),
+                     (power, (np.float32(1.3), np.int32(11))),
                      (rnn, (rand(5, 3), rand(4), rand(3, 4), rand(4, 4)))]:
         mod = from_python(fn, *args)
         exe = runtime.build(mod)
