@@ -59,13 +59,9 @@ class _GradFn:
             out.append(k % nargs)
         return tuple(out)
 
-    def compile(self, *args: Any) -> Any:
-        """The gradient module (and its executable when ``jit``) for these arguments."""
-        from relay_ir import passes, runtime
-        key = tuple(_example_types(self.fn, args))
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit
+    def gradient_module(self, *args: Any) -> Any:
+        """``passes.gradient`` of ``from_python(fn)``: ``@main`` returns (value, grads)."""
+        from relay_ir import passes
         mod = self.fn.module(*args) if isinstance(self.fn, _GradFn) else \
             from_python(self.fn, *args)
         main = mod["main"]
@@ -79,14 +75,21 @@ class _GradFn:
         params = main.params
         for k in nums:
             t = params[k].checked_type
-            leaves = [t]
             if not isinstance(t, TensorType) or not t.dtype.startswith("float"):
                 raise FrontendError(f"grad: argument {k} (`{params[k].name_hint}`) of `{name}` "
                                     f"has type {fmt_type(t)}; gradients are taken with "
                                     "respect to float arrays and scalars")
-            del leaves
-        g = passes.gradient(mod, entry="main", wrt=tuple(params[k].name_hint for k in nums))
-        g = passes.optimize(g)
+        return passes.gradient(mod, entry="main", wrt=tuple(params[k].name_hint for k in nums))
+
+    def compile(self, *args: Any) -> Any:
+        """The optimized gradient module (and its executable when ``jit``) for these
+        arguments, made once per argument signature."""
+        from relay_ir import passes, runtime
+        key = tuple(_example_types(self.fn, args))
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        g = passes.optimize(self.gradient_module(*args))
         hit = (g, runtime.build(g) if self.jit else None)
         self.cache[key] = hit
         return hit
@@ -98,7 +101,8 @@ class _GradFn:
         from relay_ir.expr import Function, GlobalVar, TupleGetItem, Tuple, Var, Call
         from relay_ir.functor import ExprMutator
         from relay_ir.module import IRModule
-        g, _ = self.compile(*args)
+        # NOTE: not optimized here: the caller (an outer grad) optimizes the whole program once
+        g = self.gradient_module(*args)
         vg = GlobalVar(_fresh_name(g, "main_value_and_grad"))
 
         class _Rename(ExprMutator):
