@@ -472,3 +472,21 @@ def test_optimize_keeps_values():
     mod = from_python(tuple_carried, *args)
     opt = passes.optimize(mod)
     assert_same(runtime.evaluate(opt, *args), tuple_carried(*args))
+
+
+def scaled(x, factor=2.0, shift=0.0):
+    return x * factor + shift
+
+
+def kwargs_defaults(x):
+    def inner(z, k=3.0):
+        w = z * k
+        return w + 1.0
+    a, b = x
+    return scaled(a, shift=1.0) + scaled(b) + inner(a) + inner(b, k=0.5)
+
+
+def test_keywords_defaults_and_row_unpacking():
+    x = rand(2, 3)
+    mod = from_python(kwargs_defaults, x)
+    assert_same(runtime.evaluate(mod, x), kwargs_defaults(x))

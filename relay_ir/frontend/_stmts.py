@@ -440,7 +440,7 @@ def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict) -> None:
         fvar = Var(kind)
         loop = _Loop(fvar, carried, step_fn)
         loop.dtypes = [t.dtype if isinstance(t, TensorType) else None for t in types]
-        params = [Var(n.lstrip("$") + ("_i" if n.startswith("$") else ""), t)
+        params = [Var(n.lstrip("$"), t)
                   for n, t in zip(carried, types)]
         env2 = dict(env)
         for n, p, t, v0 in zip(carried, params, types, init):
