@@ -490,3 +490,23 @@ def test_keywords_defaults_and_row_unpacking():
     x = rand(2, 3)
     mod = from_python(kwargs_defaults, x)
     assert_same(runtime.evaluate(mod, x), kwargs_defaults(x))
+
+
+LAYERS = ((W, np.zeros(4, "float32")),)
+
+
+def for_over_tuple(x, ws):
+    for w in ws:
+        x = np.tanh(x @ w)
+    for w, b in LAYERS:
+        x = x @ w + b
+    for row in x:
+        x = x + row
+    return x
+
+
+def test_for_over_tuples_and_rows_is_unrolled():
+    args = (rand(2, 3), (rand(3, 3), rand(3, 3)))
+    mod = from_python(for_over_tuple, *args)
+    assert "_loop" not in rly.astext(mod)
+    assert_same(runtime.evaluate(mod, *args), for_over_tuple(*args))

@@ -283,6 +283,11 @@ def block(tr: Translator, stmts: list[ast.stmt], env: dict, tail: Callable[[dict
         if t is ast.While or t is ast.For:
             if s.orelse:
                 raise tr.err(s.orelse[0], "`else` on a loop is not supported")
+            if t is ast.For and not _is_range(s.iter):
+                unrolled = unroll_for(tr, s, env)
+                stmts = unrolled + stmts[i:]
+                i = 0
+                continue
             translate_loop(tr, s, env)
             continue
         raise tr.err(s, f"the statement {t.__name__} is not supported")
@@ -379,6 +384,37 @@ def loop_next(tr: Translator, loop: _Loop, env: dict, node: ast.AST) -> Expr:
             for k, n in enumerate(loop.carried)]
     loop.out_types.append([v.ty for v in vals])
     return Call(loop.fvar, tuple(v.expr for v in vals), span=tr.ctx.src.span(node))
+
+
+def _is_range(it: ast.expr) -> bool:
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+
+
+def unroll_for(tr: Translator, s: ast.For, env: dict) -> list[ast.stmt]:
+    """``for v in <tuple, list or array with a static first dimension>``: the body once per
+    item, with ``v`` bound to it (no ``break``/``continue``)."""
+    seq = tr.expr(s.iter, env)
+    if isinstance(seq, Val) and isinstance(seq.ty, TupleType):
+        seq = tr.wrap_param(seq.expr, seq.ty)
+    if isinstance(seq, Val) and isinstance(seq.ty, TensorType) and seq.ty.shape \
+            and isinstance(seq.ty.shape[0], int):
+        from relay_ir.frontend._exprs import unstack
+        seq = unstack(tr, seq, s.iter)
+    if not isinstance(seq, PyTuple):
+        raise tr.err(s.iter, "`for` loops iterate over `range(...)`, a tuple or list, or an "
+                     "array with a static first dimension")
+    if has_jump(s.body):
+        raise tr.err(s, "`break`, `continue` and `return` are supported only in loops over "
+                     "`range(...)`")
+    out: list[ast.stmt] = []
+    for k in range(len(seq.items)):
+        name = f"$item{id(s)}_{k}"
+        env[name] = seq.items[k]
+        out.append(ast.copy_location(ast.Assign(
+            targets=[s.target], value=ast.copy_location(ast.Name(id=name, ctx=ast.Load()),
+                                                        s.iter)), s))
+        out.extend(s.body)
+    return out
 
 
 def _range_args(tr: Translator, s: ast.For, env: dict) -> tuple[Any, Any, Any]:

@@ -417,7 +417,8 @@ class Translator:
             rec = od.make_attrs(attrs, span)
             t = od.type_rel([a.ty for a in args], rec)
         except DiagnosticError as e:
-            raise self.err(node, f"{name}: {e.message}") from None
+            msg = e.message if e.message.startswith(name) else f"{name}: {e.message}"
+            raise self.err(node, msg) from None
         if isinstance(t, tuple):
             t = t[0]
         if t is None:
