@@ -510,3 +510,43 @@ def test_for_over_tuples_and_rows_is_unrolled():
     mod = from_python(for_over_tuple, *args)
     assert "_loop" not in rly.astext(mod)
     assert_same(runtime.evaluate(mod, *args), for_over_tuple(*args))
+
+
+def find_first(x, thresh):
+    for i in range(x.shape[0]):
+        if x[i] > thresh:
+            return i
+    return -1
+
+
+def newton_sqrt(a):
+    x = a
+    while True:
+        nx = 0.5 * (x + a / x)
+        if np.abs(nx - x) < 1e-6:
+            return nx
+        x = nx
+
+
+def nested_return(x, n):
+    s = 0.0
+    for i in range(n):
+        for j in range(n):
+            s = s + x[i] * x[j]
+            if s > 4.0:
+                return s * 10.0
+    return s
+
+
+@pytest.mark.parametrize("fn,args", [
+    (find_first, (np.array([0.1, 0.5, 2.0, 3.0], "float32"), np.float32(1.0))),
+    (find_first, (np.array([0.1, 0.5], "float32"), np.float32(1.0))),
+    (newton_sqrt, (np.float64(2.0),)),
+    (nested_return, (np.array([0.5, 1.0, 1.5], "float32"), np.int32(3))),
+    (nested_return, (np.array([0.1, 0.2, 0.3], "float32"), np.int32(3))),
+])
+def test_return_inside_loops(fn, args):
+    mod = from_python(fn, *args)
+    text = rly.astext(mod)
+    assert "let %after" in text or fn is newton_sqrt
+    assert_same(runtime.evaluate(mod, *args), fn(*args), exact_dtype=False)

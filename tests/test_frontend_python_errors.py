@@ -63,10 +63,11 @@ def unknown_python_call(x):
     return print(x)
 
 
-def return_in_loop(x):
+def loop_else(x):
     for i in range(3):
-        if i == 1:
-            return x
+        x = x + 1.0
+    else:
+        x = x * 2.0
     return x
 
 
@@ -100,7 +101,7 @@ def _line_of(fn, text):
     (runtime_tuple_index, (X, np.int32(0)), "t[i]", "run-time index"),
     (unknown_call, (X,), "np.fft.fft", "unknown function `np.fft.fft`"),
     (unknown_python_call, (X,), "print(x)", "unknown function `print`"),
-    (return_in_loop, (X,), "return x", "`return` inside a loop"),
+    (loop_else, (X,), "x = x * 2.0", "`else` on a loop is not supported"),
     (branch_types_differ, (X, np.int32(1)), "if c > 0", "`y` has type Tensor[(3), float32]"),
     (no_return, (X,), "def no_return", "can end without returning"),
 ])

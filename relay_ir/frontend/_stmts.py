@@ -85,6 +85,11 @@ def has_jump(stmts: list[ast.stmt]) -> bool:
     return False
 
 
+def has_return(stmts: list[ast.stmt]) -> bool:
+    """Whether ``stmts`` hold a ``return`` (not counting nested function definitions)."""
+    return any(isinstance(s, ast.Return) for s in _walk_stmts(stmts))
+
+
 def always_jumps(stmts: list[ast.stmt]) -> bool:
     """Whether every path through ``stmts`` ends in ``return``, ``break`` or ``continue``."""
     while stmts:
@@ -249,9 +254,8 @@ def block(tr: Translator, stmts: list[ast.stmt], env: dict, tail: Callable[[dict
         if t is ast.Return:
             if s.value is None:
                 raise tr.err(s, "`return` without a value: a relay_ir function returns a value")
-            if ctx.loops:
-                raise tr.err(s, "`return` inside a loop is not supported; `break` out of the "
-                             "loop and return after it")
+            if any(lp.after is None for lp in ctx.loops):
+                raise tr.err(s, "`return` inside this loop is not supported")  # NOTE: unreachable
             v = tr.mat(tr.expr(s.value, env), s.value)
             ctx.ret_types.append(v.ty)
             return v.expr
@@ -288,6 +292,8 @@ def block(tr: Translator, stmts: list[ast.stmt], env: dict, tail: Callable[[dict
                 stmts = unrolled + stmts[i:]
                 i = 0
                 continue
+            if has_return(s.body):
+                return translate_loop(tr, s, env, stmts[i:], tail)
             translate_loop(tr, s, env)
             continue
         raise tr.err(s, f"the statement {t.__name__} is not supported")
@@ -370,8 +376,12 @@ def if_join_function(tr: Translator, s: ast.If, cond: Val, rest: list[ast.stmt],
 # ----------------------------------------------------------------------------- loops
 def loop_exit(tr: Translator, loop: _Loop, env: dict, node: ast.AST) -> Expr:
     """``break`` (or the loop condition failing): return the carried variables."""
-    vals = [tr.mat(env[n], node) for n in loop.carried]
+    vals = [tr.mat(env[n], node, loop.dtypes[k] if isinstance(env[n], Weak) else None)
+            for k, n in enumerate(loop.carried)]
     loop.out_types.append([v.ty for v in vals])
+    loop.exits += 1
+    if loop.after is not None:
+        return Call(loop.after, tuple(v.expr for v in vals), span=tr.ctx.src.span(node))
     return Tuple(tuple(v.expr for v in vals))
 
 
@@ -441,9 +451,19 @@ def _range_args(tr: Translator, s: ast.For, env: dict) -> tuple[Any, Any, Any]:
     return args[0], args[1], args[2]
 
 
-def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict) -> None:
-    """One self-recursive local function per loop (see the module docstring of python.py)."""
+def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict,
+                   rest: list[ast.stmt] | None = None, tail: Callable | None = None
+                   ) -> Expr | None:
+    """One self-recursive local function per loop (see the module docstring of python.py).
+
+    With ``rest`` (the body holds a ``return``), the statements after the loop become a local
+    function ``%after`` over the loop variables, the loop's exits call it, and the loop call
+    is returned as the block's result: every path of the loop function then returns what the
+    Python function returns.
+    """
     ctx = tr.ctx
+    cps = rest is not None
+    ret_start = len(ctx.ret_types)
     outer = env
     is_for = isinstance(s, ast.For)
     carried = [n for n in assigned_names(s.body) if n in env]
@@ -473,8 +493,11 @@ def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict) -> None:
     types = [tr.mat(v, s).ty for v in init]
     kind = "for_loop" if is_for else "while_loop"
     for _attempt in range(6):
+        del ctx.ret_types[ret_start:]
         fvar = Var(kind)
         loop = _Loop(fvar, carried, step_fn)
+        if cps:
+            loop.after = Var("after")
         loop.dtypes = [t.dtype if isinstance(t, TensorType) else None for t in types]
         params = [Var(n.lstrip("$"), t)
                   for n, t in zip(carried, types)]
@@ -524,7 +547,20 @@ def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict) -> None:
         types = new
     else:
         raise tr.err(s, "the types of the loop variables do not settle")
-    ret = TupleType(tuple(types))
+    if cps and loop.exits == 0:  # `while True` without `break`: only returns leave it
+        ret = tr.merged_ret(ctx, s)
+    elif cps:
+        aparams = [Var(n.lstrip("$"), t) for n, t in zip(carried, types)]
+        env_a = dict(outer)
+        for n, p, t in zip(carried, aparams, types):
+            if not n.startswith("$"):
+                env_a[n] = tr.wrap_param(p, t)
+        ctx.open()
+        abody = ctx.close(block(tr, rest, env_a, tail))  # type: ignore[arg-type]
+        ctx.scopes[-1].append((loop.after, Function(tuple(aparams), abody)))
+        ret = tr.merged_ret(ctx, s)
+    else:
+        ret = TupleType(tuple(types))
     ctx.scopes[-1].append((fvar, Function(tuple(params), fbody, ret, span=ctx.src.span(s))))
     args = []
     for v, t in zip(init, types):
@@ -532,6 +568,8 @@ def translate_loop(tr: Translator, s: ast.While | ast.For, env: dict) -> None:
             args.append(tr.mat(v, s, t.dtype if isinstance(t, TensorType) else None).expr)
         else:
             args.append(tr.mat(v, s).expr)
+    if cps:
+        return Call(fvar, tuple(args), span=ctx.src.span(s))
     r = ctx.bind(Call(fvar, tuple(args), span=ctx.src.span(s)), kind.replace("_loop", ""))
     for k, (n, t) in enumerate(zip(carried, types)):
         if n.startswith("$"):

@@ -282,10 +282,11 @@ class _Loop:
         self.carried = carried
         self.step = step  # for `for`: advance the hidden counter before the self call
         self.out_types: list[list[Type]] = []
-
-
-class _Jump(Exception):
-    pass
+        self.dtypes: list[str | None] = []
+        # NOTE: set when the body holds a `return`: the loop then ends by calling the rest of
+        # the function (`%after`) instead of returning its variables (continuation style)
+        self.after: Var | None = None
+        self.exits = 0
 
 
 # ----------------------------------------------------------------------------- translator
