@@ -105,7 +105,6 @@ def main() -> None:
     v_py = py(x, y, *params)[0]
     v_rly = exe(x, y, *params)[0]
     print(f"values: python {float(v_py):.6f}, .rly {float(v_rly):.6f}")
-    _ = from_python
 
 
 if __name__ == "__main__":

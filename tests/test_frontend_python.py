@@ -550,3 +550,29 @@ def test_return_inside_loops(fn, args):
     text = rly.astext(mod)
     assert "let %after" in text or fn is newton_sqrt
     assert_same(runtime.evaluate(mod, *args), fn(*args), exact_dtype=False)
+
+
+def _load_generated(tmp_path, name, body_lines):
+    import importlib.util
+    path = tmp_path / f"{name}.py"
+    path.write_text("import numpy as np\n\n\ndef f(x):\n" + "".join(
+        f"    {line}\n" for line in body_lines))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.f
+
+
+def test_long_function_translates_without_deep_recursion(tmp_path):
+    import sys
+    n = 2000
+    lines = [f"x = x * 1.0001 + {k % 7}.0" for k in range(n)] + ["return np.sum(x)"]
+    f = _load_generated(tmp_path, "long_fn", lines)
+    x = rand(3)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(300)  # NOTE: the walk over the statements must be iterative
+    try:
+        mod = from_python(f, x)
+    finally:
+        sys.setrecursionlimit(old)
+    np.testing.assert_allclose(runtime.evaluate(mod, x), f(x), rtol=1e-4)

@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from relay_ir.expr import Call, Constant, If, Tuple, Var, const
+from relay_ir.expr import Call, Constant, If, Tuple, Var
 from relay_ir.frontend.python import (_BINOPS, _CMPOPS, _UNSUPPORTED_EXPR, Closure, PyFunction,
                                       PyTuple, Static, Translator, Val, Weak, _FnCtx, _ty_str)
-from relay_ir.ty import ANY, TensorType, TupleType
+from relay_ir.ty import TensorType, TupleType
 
 _BIG = 2 ** 31 - 1
 
@@ -872,4 +872,3 @@ def call_method(tr: Translator, m: _Method, args: list, kwargs: dict, node: ast.
     raise tr.err(node, f"the method `.{name}()` is not supported")
 
 
-_ = (ANY, const)

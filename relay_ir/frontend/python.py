@@ -21,7 +21,6 @@ decided statically; see docs/frontend_python.md.
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import linecache
 import operator
@@ -31,8 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from relay_ir.errors import DiagnosticError
-from relay_ir.expr import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple,
-                           TupleGetItem, Var, const)
+from relay_ir.expr import Call, Expr, Function, GlobalVar, Tuple, TupleGetItem, Var, const
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
 from relay_ir.span import SourceFile, Span
@@ -540,4 +538,3 @@ def from_python(fn: Callable, *example_args: Any) -> IRModule:
 
 
 __all__ = ["from_python", "FrontendError", "Translator"]
-_ = (builtins, Constant, If, Let)
