@@ -138,9 +138,11 @@ def test_source_not_available_names_function_and_line():
         "try:\n"
         "    from_python(ns['f'], np.ones(2, 'float32'))\n"
         "except FrontendError as e:\n"
-        "    print('ERR', e)\n")
+        "    print('ERR', e.message)\n"
+        "    print('AT', e.span.source_name, e.span.line)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert "ERR the source of function f (defined at <string>:1) is not available" in out.stdout
+    assert "AT <string> 1" in out.stdout
     assert "Traceback" not in out.stderr

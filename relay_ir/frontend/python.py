@@ -157,8 +157,8 @@ def _get_source(fn: Callable) -> tuple[ast.AST, _Source]:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError):
         raise FrontendError(f"the source of function {where} is not available "
-                            "(functions defined by `python -c` or `exec` cannot be translated)"
-                            ) from None
+                            "(functions defined by `python -c` or `exec` cannot be translated)",
+                            Span(SourceFile(fname, ""), code.co_firstlineno, 1)) from None
     text = "".join(lines)
     dedented = textwrap.dedent(text)
     indent = len(lines[0]) - len(lines[0].lstrip())
