@@ -37,6 +37,21 @@ def _fresh_name(mod: Any, base: str) -> str:
     return name
 
 
+def _sig_key(args: tuple) -> tuple:
+    """A cheap key for the argument signature (the types are computed on a miss only)."""
+    out = []
+    for a in args:
+        if type(a) is np.ndarray:
+            out.append((a.shape, a.dtype.char))
+        elif isinstance(a, (tuple, list)):
+            out.append(("t", _sig_key(tuple(a))))
+        elif isinstance(a, np.generic):
+            out.append(("s", a.dtype.char))
+        else:
+            out.append(type(a))
+    return tuple(out)
+
+
 class _GradFn:
     """The callable ``value_and_grad`` returns: compiles per signature, then runs."""
 
@@ -46,7 +61,8 @@ class _GradFn:
         self.argnums = argnums
         self.with_value = with_value
         self.jit = jit
-        self.cache: dict[tuple, Any] = {}
+        self.cache: dict[tuple, Any] = {}  # by argument types
+        self.fast_cache: dict[tuple, Any] = {}  # by shapes and dtypes as passed
         self.__name__ = f"grad({getattr(fn, '__name__', 'fn')})"
         self.__doc__ = f"The gradient of {getattr(fn, '__name__', 'fn')} (relay_ir.frontend)."
 
@@ -85,13 +101,19 @@ class _GradFn:
         """The optimized gradient module (and its executable when ``jit``) for these
         arguments, made once per argument signature."""
         from relay_ir import passes, runtime
+        fast = _sig_key(args)
+        hit = self.fast_cache.get(fast)
+        if hit is not None:
+            return hit
         key = tuple(_example_types(self.fn, args))
         hit = self.cache.get(key)
         if hit is not None:
+            self.fast_cache[fast] = hit
             return hit
         g = passes.optimize(self.gradient_module(*args))
         hit = (g, runtime.build(g) if self.jit else None)
         self.cache[key] = hit
+        self.fast_cache[fast] = hit
         return hit
 
     def module(self, *args: Any) -> Any:
@@ -126,7 +148,7 @@ class _GradFn:
     def __call__(self, *args: Any) -> Any:
         from relay_ir import runtime
         g, exe = self.compile(*args)
-        conv = [_convert(a) for a in args]
+        conv = [a if type(a) is np.ndarray else _convert(a) for a in args]
         out = exe(*conv) if exe is not None else runtime.evaluate(g, *conv)
         value, grads = out
         grads = tuple(grads)
