@@ -576,3 +576,25 @@ def test_long_function_translates_without_deep_recursion(tmp_path):
     finally:
         sys.setrecursionlimit(old)
     np.testing.assert_allclose(runtime.evaluate(mod, x), f(x), rtol=1e-4)
+
+
+def multi_target(x):
+    a = b = x * 2.0
+    t = (x + 1.0,)
+    c = t[0]
+    return a + b + c + t[0]
+
+
+def weak_counter_names(x):
+    acc = x
+    for i in range(3):
+        j = i + 1
+        acc = acc * j
+    return acc
+
+
+def test_assignment_names_and_weak_values():
+    x = rand(3)
+    for fn in (multi_target, weak_counter_names):
+        mod = from_python(fn, x)
+        assert_same(runtime.evaluate(mod, x), fn(x))

@@ -146,7 +146,9 @@ def _rename_last(tr: Translator, v: Any, name: str) -> Any:
     if scope and scope[-1][0] is v.expr and v.expr.name_hint in ("v", "if", "loop"):
         nv = Var(name)
         scope[-1] = (nv, scope[-1][1])
-        return Val(nv, v.ty)
+        # NOTE: in place, so every holder of this value (`a = b = e`, a tuple) sees the
+        # renamed binder; nothing built so far refers to the old one (it was the last binding)
+        v.expr = nv
     return v
 
 
