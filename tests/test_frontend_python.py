@@ -598,3 +598,25 @@ def test_assignment_names_and_weak_values():
     for fn in (multi_target, weak_counter_names):
         mod = from_python(fn, x)
         assert_same(runtime.evaluate(mod, x), fn(x))
+
+
+def first_big(x, n):
+    s = 0.0
+    for i in range(n):
+        if x[i] < 0.0:
+            continue
+        s = s + x[i]
+        if s > 10.0:
+            break
+    return s
+
+
+def test_docs_show_the_printed_ir_of_a_loop():
+    import pathlib
+    doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "frontend_python.md")
+    text = doc.read_text(encoding="utf-8")
+    shown = text.split("\nis\n\n```\n", 1)[1].split("```", 1)[0]
+    mod = from_python(first_big, np.ones(8, "float32"), 8)
+    assert shown.strip() == rly.astext(mod).strip()
+    x = np.array([1.0, -2.0, 4.0, 8.0, 1.0, 1.0, 1.0, 1.0], "float32")
+    assert float(runtime.evaluate(mod, x, np.int32(8))) == first_big(x, 8)
