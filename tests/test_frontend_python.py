@@ -620,3 +620,13 @@ def test_docs_show_the_printed_ir_of_a_loop():
     assert shown.strip() == rly.astext(mod).strip()
     x = np.array([1.0, -2.0, 4.0, 8.0, 1.0, 1.0, 1.0, 1.0], "float32")
     assert float(runtime.evaluate(mod, x, np.int32(8))) == first_big(x, 8)
+
+
+def test_too_deep_nesting_is_a_diagnostic(tmp_path):
+    lines = ["if x[0] > 0.0:", "    y = x"]
+    for i in range(1, 700):
+        lines += [f"elif x[0] > {-i}.0:", f"    y = x * {i}.0"]
+    lines += ["else:", "    y = -x", "return y"]
+    f = _load_generated(tmp_path, "deep_elif", lines)
+    with pytest.raises(rly.DiagnosticError, match="nests .* too deeply"):
+        from_python(f, rand(2))

@@ -528,7 +528,13 @@ def from_python(fn: Callable, *example_args: Any) -> IRModule:
     tr = Translator()
     types = _example_types(fn, example_args)
     node_src = _get_source(fn)
-    tr.translate_global(fn, types, name="main", node_src=node_src)
+    try:
+        tr.translate_global(fn, types, name="main", node_src=node_src)
+    except RecursionError:
+        # NOTE: the translation recurses only on the nesting of `if`s, loops and functions
+        raise FrontendError(f"`{getattr(fn, '__name__', 'fn')}` nests `if`/`elif` chains, "
+                            "loops or functions too deeply to translate",
+                            node_src[1].span(node_src[0])) from None
     mod = IRModule({n: f for n, f in tr.functions.items()})
     try:
         return passes.InferType()(mod)
