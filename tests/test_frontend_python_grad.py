@@ -212,3 +212,10 @@ def test_grad_wrt_integer_argument_is_an_error():
 def test_from_python_of_a_grad_function():
     mod = from_python(grad(sq_sum, jit=False), rand(3))
     assert mod["main"].checked_type is not None
+
+
+def test_grad_of_a_tuple_argument_is_a_tuple():
+    p, x = (rand(2), rand(2)), rand(2)
+    ga, gb = grad(tuple_arg, argnums=0, jit=False)(p, x)
+    np.testing.assert_allclose(ga, x, rtol=1e-12)
+    np.testing.assert_allclose(gb, np.ones(2), rtol=1e-12)

@@ -37,6 +37,14 @@ def _fresh_name(mod: Any, base: str) -> str:
     return name
 
 
+def _float_leaves(t: Any) -> bool:
+    """Whether every leaf of ``t`` is a float tensor (what a gradient can be taken of)."""
+    from relay_ir.ty import tuple_leaves
+    leaves = tuple_leaves(t)
+    return bool(leaves) and all(isinstance(x, TensorType) and x.dtype.startswith("float")
+                                for x in leaves)
+
+
 def _sig_key(args: tuple) -> tuple:
     """A cheap key for the argument signature (the types are computed on a miss only)."""
     out = []
@@ -91,7 +99,7 @@ class _GradFn:
         params = main.params
         for k in nums:
             t = params[k].checked_type
-            if not isinstance(t, TensorType) or not t.dtype.startswith("float"):
+            if not _float_leaves(t):
                 raise FrontendError(f"grad: argument {k} (`{params[k].name_hint}`) of `{name}` "
                                     f"has type {fmt_type(t)}; gradients are taken with "
                                     "respect to float arrays and scalars")
