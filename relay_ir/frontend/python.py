@@ -120,6 +120,7 @@ class _Source:
         self.first_line = first_line
 
     def span(self, node: ast.AST) -> Span:
+        """The span of ``node`` in the file (the AST was parsed from a dedented excerpt)."""
         line = getattr(node, "lineno", 1) + self.line_off
         col = getattr(node, "col_offset", 0) + 1 + self.col_off
         end_line = (getattr(node, "end_lineno", None) or line - self.line_off) + self.line_off
@@ -261,14 +262,17 @@ class _FnCtx:
         self.loops: list[_Loop] = []
 
     def bind(self, value: Expr, hint: str = "v") -> Var:
+        """Bind ``value`` to a fresh variable in the innermost scope."""
         v = Var(hint)
         self.scopes[-1].append((v, value))
         return v
 
     def open(self) -> None:
+        """Open a nested scope (a branch or a function body)."""
         self.scopes.append([])
 
     def close(self, body: Expr) -> Expr:
+        """Close the innermost scope around ``body``."""
         return build_lets(self.scopes.pop(), body)
 
 
@@ -301,6 +305,8 @@ class Translator:
 
     # -------------------------------------------------------------- errors
     def err(self, node: ast.AST | None, msg: str, src: _Source | None = None) -> FrontendError:
+        """A :class:`FrontendError` at ``node``'s Python source span (name and line number in
+        the message when the source line cannot be shown)."""
         src = src or self.ctx.src
         if node is None:
             return FrontendError(msg)
@@ -311,6 +317,7 @@ class Translator:
 
     # -------------------------------------------------------------- globals
     def global_name(self, base: str) -> str:
+        """A global name not used yet: ``base``, ``base_2``, ..."""
         name, k = base, 1
         while name in self.names:
             k += 1
@@ -320,6 +327,9 @@ class Translator:
 
     def translate_global(self, fn: Callable, arg_types: list[Type], name: str | None = None,
                          node_src: tuple | None = None) -> tuple[GlobalVar, Type | None]:
+        """The global for ``fn`` at ``arg_types`` (translated on first use) and its return
+        type; during ``fn``'s own translation (recursion) the return type of the first
+        ``return`` translated so far, or None."""
         key = (fn, tuple(arg_types))
         if key in self.gvars:
             gv = self.gvars[key]
@@ -354,6 +364,7 @@ class Translator:
         return gv, ret
 
     def merged_ret(self, ctx: _FnCtx, node: ast.AST) -> Type:
+        """The return type covering every ``return`` of ``ctx`` (differing dims become ``?``)."""
         ret = ctx.ret_types[0]
         for t in ctx.ret_types[1:]:
             m = _merge_types(ret, t)
@@ -364,12 +375,14 @@ class Translator:
         return ret
 
     def wrap_param(self, var: Expr, t: Type) -> Any:
+        """A value of type ``t`` held by ``var``: tuples become static tuples of projections."""
         if isinstance(t, TupleType):
             return PyTuple(tuple(self.wrap_param(TupleGetItem(var, i), f)
                                  for i, f in enumerate(t.fields)))
         return Val(var, t)
 
     def function_body(self, node: ast.AST, env: dict) -> Expr:
+        """The body of a ``def`` or ``lambda`` in the current (fresh) function context."""
         ctx = self.ctx
         if isinstance(node, ast.Lambda):
             v = self.mat(self.expr(node.body, env), node.body)
@@ -402,6 +415,7 @@ class Translator:
                        "carried through `if`/loops)")
 
     def tensor(self, v: Any, node: ast.AST) -> Val:
+        """``v`` as a tensor value (an error for tuples and functions)."""
         v = self.mat(v, node)
         if not isinstance(v.ty, TensorType):
             raise self.err(node, f"expected an array, got a value of type {_ty_str(v.ty)}")
@@ -410,6 +424,7 @@ class Translator:
     # -------------------------------------------------------------- operator calls
     def op(self, name: str, args: list[Val], node: ast.AST, hint: str = "v", **attrs: Any
            ) -> Val:
+        """Bind the call of operator ``name``; its type comes from the operator's relation."""
         od = get_opdef(name)
         span = self.ctx.src.span(node)
         try:
@@ -426,6 +441,7 @@ class Translator:
         return Val(self.ctx.bind(call, hint), t)
 
     def cast(self, v: Val, dtype: str, node: ast.AST) -> Val:
+        """``v`` in ``dtype`` (``v`` itself when it has it)."""
         if v.ty.dtype == dtype:
             return v
         return self.op("cast", [v], node, dtype=dtype)
@@ -461,6 +477,7 @@ class Translator:
         return out
 
     def binop(self, opn: type, a: Any, b: Any, node: ast.AST) -> Any:
+        """``a <op> b``: folded for Python numbers, else promoted and one operator call."""
         name, pyop = _BINOPS[opn]
         if isinstance(a, Weak) and isinstance(b, Weak):
             try:
@@ -475,6 +492,7 @@ class Translator:
         return out
 
     def compare(self, opn: type, a: Any, b: Any, node: ast.AST) -> Any:
+        """``a <cmp> b`` (see :meth:`binop`); the result is bool."""
         name, pyop = _CMPOPS[opn]
         if isinstance(a, Weak) and isinstance(b, Weak):
             return Weak(pyop(a.value, b.value))
