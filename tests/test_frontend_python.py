@@ -630,3 +630,15 @@ def test_too_deep_nesting_is_a_diagnostic(tmp_path):
     f = _load_generated(tmp_path, "deep_elif", lines)
     with pytest.raises(rly.DiagnosticError, match="nests .* too deeply"):
         from_python(f, rand(2))
+
+
+def stats(x, v):
+    return (np.var(x), np.std(x, axis=0), x.var(axis=1, keepdims=True), np.outer(v, v),
+            np.linalg.norm(v), np.argmax(x, axis=1), x.argmin())
+
+
+def test_statistics_and_argmax():
+    x, v = rand(3, 4), rand(3)
+    mod = from_python(stats, x, v)
+    # NOTE: argmax/argmin are int32 here, int64 under numpy
+    assert_same(runtime.evaluate(mod, x, v), stats(x, v), exact_dtype=False)

@@ -321,7 +321,7 @@ class _Method:
 
 
 _ARRAY_METHODS = {"sum", "mean", "max", "min", "prod", "reshape", "transpose", "astype", "dot",
-                  "var"}
+                  "var", "std", "argmax", "argmin"}
 
 
 def attribute(tr: Translator, v: Any, node: ast.Attribute) -> Any:
@@ -682,6 +682,48 @@ def _np_log1p(tr: Translator, args: list, kwargs: dict, node: ast.AST) -> Any:
     return tr.op("log", [tr.binop(ast.Add, x, Weak(1.0), node)], node)
 
 
+def _np_var(std: bool) -> Callable:
+    def h(tr: Translator, args: list, kwargs: dict, node: ast.AST) -> Any:
+        x, axis, keepdims = _one(tr, args, kwargs, node, ("a", "axis", "keepdims"),
+                                 (None, Weak(False)))
+        x = _float_input(tr, x, node)
+        ax = _axis(tr, axis, node)
+        if not isinstance(keepdims, Weak):
+            raise tr.err(node, "keepdims must be a constant")
+        m = tr.op("mean", [x], node, axis=ax, keepdims=True)
+        d = tr.binop(ast.Sub, x, m, node)
+        out = tr.op("mean", [tr.binop(ast.Mult, d, d, node)], node, axis=ax,
+                    keepdims=bool(keepdims.value))
+        return tr.op("sqrt", [out], node) if std else out
+    return h
+
+
+def _np_outer(tr: Translator, args: list, kwargs: dict, node: ast.AST) -> Any:
+    a, b = _one(tr, args, kwargs, node, ("a", "b"))
+    a, b = tr.promote([a, b], node)
+    a = tr.op("reshape", [a], node, newshape=[-1, 1])
+    b = tr.op("reshape", [b], node, newshape=[1, -1])
+    return tr.op("multiply", [a, b], node)
+
+
+def _np_arg(opname: str) -> Callable:
+    def h(tr: Translator, args: list, kwargs: dict, node: ast.AST) -> Any:
+        x, axis = _one(tr, args, kwargs, node, ("a", "axis"), (None,))
+        x = tr.tensor(x, node)
+        if axis is None or (isinstance(axis, Static) and axis.obj is None):
+            x = tr.op("reshape", [x], node, newshape=[-1])
+            axis = Weak(0)
+        return tr.op(opname, [x], node, axis=[_static_int(tr, axis, node, "axis")])
+    return h
+
+
+def _np_norm(tr: Translator, args: list, kwargs: dict, node: ast.AST) -> Any:
+    (x,) = _one(tr, args, kwargs, node, ("x",))
+    x = _float_input(tr, x, node)
+    return tr.op("sqrt", [tr.op("sum", [tr.binop(ast.Mult, x, x, node)], node, axis=None)],
+                 node)
+
+
 def _np_array(tr: Translator, args: list, kwargs: dict, node: ast.AST) -> Any:
     x, dtype = _one(tr, args, kwargs, node, ("object", "dtype"), (None,))
     dt = _dtype_arg(tr, dtype, node, None)
@@ -817,6 +859,12 @@ def _init_table() -> None:
     t[np.clip] = _np_clip
     t[np.square] = _np_square
     t[np.log1p] = _np_log1p
+    t[np.var] = _np_var(False)
+    t[np.std] = _np_var(True)
+    t[np.outer] = _np_outer
+    t[np.argmax] = _np_arg("argmax")
+    t[np.argmin] = _np_arg("argmin")
+    t[np.linalg.norm] = _np_norm
     t[np.array] = _np_array
     t[np.asarray] = _np_array
     for dt in ("float32", "float64", "float16", "int32", "int64", "int8", "uint8", "bool_"):
@@ -848,6 +896,8 @@ def supported_functions() -> list[str]:
     for f in _TABLE:
         mod = "np." if getattr(f, "__module__", "") != "builtins" and f not in (
             builtins.float, builtins.int, builtins.bool) else ""
+        if f is np.linalg.norm:
+            mod = "np.linalg."
         out.append(mod + getattr(f, "__name__", str(f)))
     return sorted(set(out))
 
@@ -857,6 +907,10 @@ def call_method(tr: Translator, m: _Method, args: list, kwargs: dict, node: ast.
     name = m.name
     if name in ("sum", "mean", "max", "min", "prod"):
         return _reduce(name)(tr, [x] + args, kwargs, node)
+    if name in ("var", "std"):
+        return _np_var(name == "std")(tr, [x] + args, kwargs, node)
+    if name in ("argmax", "argmin"):
+        return _np_arg(name)(tr, [x] + args, kwargs, node)
     if name == "reshape":
         if len(args) == 1:
             return _np_reshape(tr, [x, args[0]], kwargs, node)
