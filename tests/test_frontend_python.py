@@ -642,3 +642,12 @@ def test_statistics_and_argmax():
     mod = from_python(stats, x, v)
     # NOTE: argmax/argmin are int32 here, int64 under numpy
     assert_same(runtime.evaluate(mod, x, v), stats(x, v), exact_dtype=False)
+
+
+def test_docs_list_every_mapped_numpy_function():
+    import pathlib
+    from relay_ir.frontend._exprs import supported_functions
+    doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "frontend_python.md")
+    text = doc.read_text(encoding="utf-8")
+    for name in supported_functions():
+        assert f"`{name}`" in text, name
