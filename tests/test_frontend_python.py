@@ -651,3 +651,20 @@ def test_docs_list_every_mapped_numpy_function():
     text = doc.read_text(encoding="utf-8")
     for name in supported_functions():
         assert f"`{name}`" in text, name
+
+
+def count_up(x, n):
+    s = x
+    i = 0
+    while i < n:
+        s = s + 1.0
+        i += 1
+    return s
+
+
+def test_loops_run_as_jumps():
+    # NOTE: 20,000 iterations of the self-recursive loop function: far beyond any stack
+    mod = from_python(count_up, np.float32(0), 20000)
+    assert float(runtime.evaluate(mod, np.float32(0), np.int32(20000))) == 20000.0
+    exe = runtime.build(mod)
+    assert float(exe(np.float32(0), np.int32(20000))) == 20000.0
