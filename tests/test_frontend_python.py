@@ -668,3 +668,24 @@ def test_loops_run_as_jumps():
     assert float(runtime.evaluate(mod, np.float32(0), np.int32(20000))) == 20000.0
     exe = runtime.build(mod)
     assert float(exe(np.float32(0), np.int32(20000))) == 20000.0
+
+
+def defined_in_both_branches(x, n):
+    s = 0.0
+    for i in range(n):
+        if x[i] > 0.0:
+            y = x[i] * 2.0
+            if y > 5.0:
+                break
+        else:
+            y = -x[i]
+        s = s + y
+    return s
+
+
+def test_variable_defined_in_both_branches_with_jumps():
+    x = np.array([1.0, -1.0, 2.0, 3.0, 1.0], "float32")
+    mod = from_python(defined_in_both_branches, x, np.int32(5))
+    assert "%join" in rly.astext(mod)
+    assert_same(runtime.evaluate(mod, x, np.int32(5)), defined_in_both_branches(x, 5),
+                exact_dtype=False)

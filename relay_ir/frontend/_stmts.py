@@ -350,11 +350,16 @@ def if_join_function(tr: Translator, s: ast.If, cond: Val, rest: list[ast.stmt],
     """``if`` with jumps where both branches may fall through: the rest of the block becomes a
     local function ``%join`` that both branches call with the variables they assign."""
     ctx = tr.ctx
-    carried = [n for n in assigned_names(s.body + s.orelse) if n in env]
+    in_both = set(assigned_names(s.body)) & set(assigned_names(s.orelse))
+    carried = [n for n in assigned_names(s.body + s.orelse) if n in env or n in in_both]
     jvar = Var("join")
     calls: list[list[Any]] = []
 
     def jtail(e: dict) -> Expr:
+        for n in carried:
+            if n not in e:
+                raise tr.err(s, f"`{n}` is assigned on some paths through this `if` but not "
+                             "on all of those that continue after it")
         vals = [e[n] for n in carried]
         calls.append(vals)
         return Call(jvar, tuple(tr.mat(v, s).expr for v in vals), span=ctx.src.span(s))
