@@ -637,6 +637,16 @@ def stats(x, v):
             np.linalg.norm(v), np.argmax(x, axis=1), x.argmin())
 
 
+def count_positive(x):
+    return np.sum(x > 0.0), (x > 0.0).sum(axis=0)
+
+
+def test_sum_of_bools_counts():
+    x = rand(3, 4)
+    got = runtime.evaluate(from_python(count_positive, x), x)
+    assert_same(got, count_positive(x), exact_dtype=False)
+
+
 def test_statistics_and_argmax():
     x, v = rand(3, 4), rand(3)
     mod = from_python(stats, x, v)

@@ -561,6 +561,8 @@ def _reduce(opname: str) -> Callable:
         x = tr.tensor(x, node)
         if opname == "mean" and x.ty.dtype.startswith(("int", "uint", "bool")):
             x = tr.cast(x, "float64", node)
+        elif opname in ("sum", "prod") and x.ty.dtype == "bool":
+            x = tr.cast(x, "int32", node)  # NOTE: numpy counts in int64
         if not isinstance(keepdims, Weak):
             raise tr.err(node, "keepdims must be a constant")
         return tr.op(opname, [x], node, axis=_axis(tr, axis, node),
