@@ -317,6 +317,38 @@ def static_if_on_shape(x):
     return x
 
 
+def is_even(n):
+    if n == 0:
+        return True
+    return is_odd(n - 1)
+
+
+def is_odd(n):
+    if n == 0:
+        return False
+    return is_even(n - 1)
+
+
+def mutual_recursion(n):
+    return is_even(n), is_odd(n)
+
+
+def tuple_recursion(x, n):
+    if n == 0:
+        return x, x * 0.0
+    a, b = tuple_recursion(x, n - 1)
+    return a * 2.0, b + a
+
+
+def def_in_loop(x, n):
+    s = x
+    for i in range(n):
+        def g(z):
+            return z * 2.0 + float(i)
+        s = g(s)
+    return s
+
+
 CASES = [
     (arith, (rand(3, 4), rand(3, 4))),
     (int_div_mod, (np.array([7, -7, 5, 0], "int32"), np.array([2, 3, -3, 4], "int32"))),
@@ -371,6 +403,9 @@ CASES = [
     (clip_log1p, (rand(6),)),
     (astype_float, (np.array([1, 2], "int32"),)),
     (static_if_on_shape, (rand(4, 2),)),
+    (mutual_recursion, (np.int32(7),)),
+    (tuple_recursion, (rand(2), np.int32(3))),
+    (def_in_loop, (rand(2), np.int32(3))),
 ]
 
 
