@@ -219,3 +219,16 @@ def test_grad_of_a_tuple_argument_is_a_tuple():
     ga, gb = grad(tuple_arg, argnums=0, jit=False)(p, x)
     np.testing.assert_allclose(ga, x, rtol=1e-12)
     np.testing.assert_allclose(gb, np.ones(2), rtol=1e-12)
+
+
+def test_example_training_script_lowers_the_loss():
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "examples"))
+    try:
+        import python_frontend
+    finally:
+        sys.path.pop(0)
+    first, final = python_frontend.main(steps=40)
+    assert final < 0.5 * first
