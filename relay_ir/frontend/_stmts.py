@@ -308,35 +308,75 @@ def _binops() -> dict:
 
 
 # ----------------------------------------------------------------------------- if
+def _translate_branch(tr: Translator, stmts: list[ast.stmt], env: dict
+                      ) -> tuple[list, dict]:
+    """A branch without jumps in its own scope: its bindings and its final environment."""
+    tr.ctx.open()
+    final: dict = {}
+
+    def keep(e: dict) -> Expr:
+        final.update(e)
+        return Tuple(())
+    block(tr, stmts, dict(env), keep)
+    return tr.ctx.scopes.pop(), final
+
+
 def if_join_tuple(tr: Translator, s: ast.If, cond: Val, env: dict) -> None:
-    """``if`` without jumps: both branches yield the variables they assign, as a tuple."""
+    """``if`` without jumps: every branch yields the variables they assign, as a tuple.
+
+    An ``elif`` chain is walked as a list (no recursion per ``elif``): each ``elif`` test is
+    evaluated in the scope of the previous ``else``, and the nested ``If`` is built inside out.
+    """
     ctx = tr.ctx
-    finals: list[dict] = []
-    scopes = []
-    for br in (s.body, s.orelse):
-        ctx.open()
-        e2 = dict(env)
-        block(tr, br, e2, lambda e: finals.append(e) or Tuple(()))
-        scopes.append(ctx.scopes.pop())
-    names = [n for n in assigned_names(s.body + s.orelse)
-             if n in finals[0] and n in finals[1]]
+    # levels: (condition or None for a test decided while translating, body scope, final env)
+    levels: list[tuple[Any, list, dict | None]] = []
+    body_scope, fin = _translate_branch(tr, s.body, env)
+    levels.append((cond, body_scope, fin))
+    assigned = assigned_names(s.body)
+    orelse = s.orelse
+    while len(orelse) == 1 and isinstance(orelse[0], ast.If):
+        nxt = orelse[0]
+        ctx.open()  # the scope of the previous `else`: it evaluates this test
+        c = tr.truth(tr.expr(nxt.test, env), nxt.test)
+        if isinstance(c, Weak):
+            levels.append((None, [], None))
+            orelse = nxt.body if c.value else nxt.orelse
+            continue
+        body_scope, fin = _translate_branch(tr, nxt.body, env)
+        levels.append((c, body_scope, fin))
+        assigned += assigned_names(nxt.body)
+        orelse = nxt.orelse
+    else_scope, else_fin = _translate_branch(tr, orelse, env)
+    assigned += assigned_names(orelse)
+    finals = [lv[2] for lv in levels if lv[2] is not None] + [else_fin]
+    names = []
+    for n in assigned:
+        if n not in names and all(n in f for f in finals):
+            names.append(n)
     dyn: list[tuple[str, list[Expr], Type]] = []
     for n in names:
-        static, exprs, ty = join_values(tr, n, [finals[0][n], finals[1][n]], s)
+        static, exprs, ty = join_values(tr, n, [f[n] for f in finals], s)
         if exprs is None:
             env[n] = static
         else:
             dyn.append((n, exprs, ty))  # type: ignore[arg-type]
-    if not dyn:
-        return
-    bodies = []
-    for k in range(2):
+
+    def out(k: int) -> Expr:
         if len(dyn) == 1:
-            out: Expr = dyn[0][1][k]
-        else:
-            out = Tuple(tuple(d[1][k] for d in dyn))
-        bodies.append(build_lets(scopes[k], out))
-    r = ctx.bind(If(cond.expr, bodies[0], bodies[1], span=ctx.src.span(s)),
+            return dyn[0][1][k]
+        return Tuple(tuple(d[1][k] for d in dyn))
+    npaths = len(finals)
+    inner: Expr = build_lets(else_scope, out(npaths - 1))
+    path = npaths - 2
+    for c, body_scope, fin in reversed(levels[1:]):
+        scope = ctx.scopes.pop()
+        if c is not None:
+            inner = If(c.expr, build_lets(body_scope, out(path)), inner)
+            path -= 1
+        inner = build_lets(scope, inner)
+    if not dyn:
+        return  # NOTE: the branches only computed values nobody reads
+    r = ctx.bind(If(cond.expr, build_lets(levels[0][1], out(0)), inner, span=ctx.src.span(s)),
                  dyn[0][0] if len(dyn) == 1 else "if")
     if len(dyn) == 1:
         env[dyn[0][0]] = tr.wrap_param(r, dyn[0][2])
