@@ -202,6 +202,17 @@ def block(tr: Translator, stmts: list[ast.stmt], env: dict, tail: Callable[[dict
     """See the module docstring."""
     ctx = tr.ctx
     stmts = list(stmts)
+    # NOTE: `if c: <jump>` followed by more statements continues HERE, in a scope for the
+    # else side, instead of recursing: guard chains cost no Python stack. Each such `if` is
+    # a frame (condition, the jumping side's expression, which side jumps, span).
+    frames: list[tuple[Expr, Expr, bool, Any]] = []
+
+    def finish(x: Expr) -> Expr:
+        for c, other, else_jumps, span in reversed(frames):
+            x = ctx.close(x)
+            x = If(c, x, other, span=span) if else_jumps else If(c, other, x, span=span)
+        return x
+
     i = 0
     while i < len(stmts):
         s = stmts[i]
@@ -260,12 +271,13 @@ def block(tr: Translator, stmts: list[ast.stmt], env: dict, tail: Callable[[dict
                 raise tr.err(s, "`return` inside this loop is not supported")  # NOTE: unreachable
             v = tr.mat(tr.expr(s.value, env), s.value)
             ctx.ret_types.append(v.ty)
-            return v.expr
+            return finish(v.expr)
         if t is ast.Break or t is ast.Continue:
             if not ctx.loops:
                 raise tr.err(s, f"`{'break' if t is ast.Break else 'continue'}` outside a loop")
             loop = ctx.loops[-1]
-            return loop_exit(tr, loop, env, s) if t is ast.Break else loop_next(tr, loop, env, s)
+            return finish(loop_exit(tr, loop, env, s) if t is ast.Break
+                          else loop_next(tr, loop, env, s))
         if t is ast.If:
             cond = tr.truth(tr.expr(s.test, env), s.test)
             if isinstance(cond, Weak):  # decided while translating
@@ -277,15 +289,17 @@ def block(tr: Translator, stmts: list[ast.stmt], env: dict, tail: Callable[[dict
                 if_join_tuple(tr, s, cond, env)
                 continue
             if not rest:
-                return If(cond.expr, _branch(tr, s.body, env, tail),
-                          _branch(tr, s.orelse, env, tail), span=ctx.src.span(s))
-            if always_jumps(s.body):
-                return If(cond.expr, _branch(tr, s.body, env, tail),
-                          _branch(tr, s.orelse + rest, env, tail), span=ctx.src.span(s))
-            if always_jumps(s.orelse):
-                return If(cond.expr, _branch(tr, s.body + rest, env, tail),
-                          _branch(tr, s.orelse, env, tail), span=ctx.src.span(s))
-            return if_join_function(tr, s, cond, rest, env, tail)
+                return finish(If(cond.expr, _branch(tr, s.body, env, tail),
+                                 _branch(tr, s.orelse, env, tail), span=ctx.src.span(s)))
+            jb, je = always_jumps(s.body), always_jumps(s.orelse)
+            if jb or je:
+                other = _branch(tr, s.body if jb else s.orelse, env, tail)
+                frames.append((cond.expr, other, je and not jb, ctx.src.span(s)))
+                ctx.open()
+                stmts = (s.orelse if jb else s.body) + rest
+                i = 0
+                continue
+            return finish(if_join_function(tr, s, cond, rest, env, tail))
         if t is ast.While or t is ast.For:
             if s.orelse:
                 raise tr.err(s.orelse[0], "`else` on a loop is not supported")
@@ -295,11 +309,11 @@ def block(tr: Translator, stmts: list[ast.stmt], env: dict, tail: Callable[[dict
                 i = 0
                 continue
             if has_return(s.body):
-                return translate_loop(tr, s, env, stmts[i:], tail)
+                return finish(translate_loop(tr, s, env, stmts[i:], tail))
             translate_loop(tr, s, env)
             continue
         raise tr.err(s, f"the statement {t.__name__} is not supported")
-    return tail(env)
+    return finish(tail(env))
 
 
 def _binops() -> dict:
