@@ -587,10 +587,10 @@ def test_return_inside_loops(fn, args):
     assert_same(runtime.evaluate(mod, *args), fn(*args), exact_dtype=False)
 
 
-def _load_generated(tmp_path, name, body_lines):
+def _load_generated(tmp_path, name, body_lines, params="x"):
     import importlib.util
     path = tmp_path / f"{name}.py"
-    path.write_text("import numpy as np\n\n\ndef f(x):\n" + "".join(
+    path.write_text(f"import numpy as np\n\n\ndef f({params}):\n" + "".join(
         f"    {line}\n" for line in body_lines))
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
@@ -779,14 +779,14 @@ def _guards(n):
 
 
 def test_guard_chains(tmp_path):
-    f = _load_generated(tmp_path, "guards50", _guards(50))
+    f = _load_generated(tmp_path, "guards50", _guards(50), "x, k")
     x = rand(2)
     mod = from_python(f, x, np.int32(0))
     for k in (0, 37, 49, 50):
         assert_same(runtime.evaluate(mod, x, np.int32(k)), f(x, k))
     # NOTE: the translator continues a guard chain in place (no recursion per guard); a
     # chain too deep for a later stage must still end in a diagnostic
-    g = _load_generated(tmp_path, "guards2000", _guards(2000))
+    g = _load_generated(tmp_path, "guards2000", _guards(2000), "x, k")
     try:
         from_python(g, x, np.int32(0))
     except rly.DiagnosticError:
