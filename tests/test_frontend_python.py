@@ -791,3 +791,15 @@ def test_guard_chains(tmp_path):
         from_python(g, x, np.int32(0))
     except rly.DiagnosticError:
         pass
+
+
+def test_long_operator_chain(tmp_path):
+    import sys
+    # NOTE: 2000 terms: Python's own parser takes them under the default recursion limit; a
+    # recursive walk of the left-nested chain (a frame per term) would not
+    terms = " + ".join(f"x * {k % 5}.0" for k in range(2000))
+    f = _load_generated(tmp_path, "long_chain", [f"return {terms}"])
+    x = rand(2)
+    assert sys.getrecursionlimit() <= 1000
+    mod = from_python(f, x)
+    np.testing.assert_allclose(runtime.evaluate(mod, x), f(x), rtol=1e-4)

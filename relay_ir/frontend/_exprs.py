@@ -63,13 +63,22 @@ def expr(tr: Translator, node: ast.expr, env: dict) -> Any:
     if t is ast.Name:
         return lookup(tr, node.id, env, node)
     if t is ast.BinOp:
-        a = expr(tr, node.left, env)
-        b = expr(tr, node.right, env)
-        if type(node.op) is ast.MatMult:
-            return matmul(tr, a, b, node)
-        if type(node.op) not in _BINOPS:
-            raise tr.err(node, f"the operator {type(node.op).__name__} is not supported")
-        return tr.binop(type(node.op), a, b, node)
+        # NOTE: `a + b + c + ...` nests to the left; walk that spine as a list
+        spine = []
+        left: ast.expr = node
+        while isinstance(left, ast.BinOp):
+            spine.append(left)
+            left = left.left
+        acc = expr(tr, left, env)
+        for n in reversed(spine):
+            b = expr(tr, n.right, env)
+            if type(n.op) is ast.MatMult:
+                acc = matmul(tr, acc, b, n)
+            elif type(n.op) in _BINOPS:
+                acc = tr.binop(type(n.op), acc, b, n)
+            else:
+                raise tr.err(n, f"the operator {type(n.op).__name__} is not supported")
+        return acc
     if t is ast.UnaryOp:
         v = expr(tr, node.operand, env)
         if isinstance(node.op, ast.Not):
