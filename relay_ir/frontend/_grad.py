@@ -128,7 +128,7 @@ class _GradFn:
         """An IRModule whose ``@main`` computes what this callable returns (so that
         ``grad(grad(f))`` and ``from_python(grad(f), ...)`` work)."""
         from relay_ir import passes
-        from relay_ir.expr import Function, GlobalVar, TupleGetItem, Tuple, Var, Call
+        from relay_ir.expr import Call, Function, GlobalVar, Let, Tuple, TupleGetItem, Var
         from relay_ir.functor import ExprMutator
         from relay_ir.module import IRModule
         # NOTE: not optimized here: the caller (an outer grad) optimizes the whole program once
@@ -149,11 +149,11 @@ class _GradFn:
         grads = TupleGetItem(r, 1)
         gr = TupleGetItem(grads, 0) if isinstance(self.argnums, int) else grads
         body = Tuple((TupleGetItem(r, 0), gr)) if self.with_value else gr
-        from relay_ir.expr import Let
         fns["main"] = Function(params, Let(r, call, body))
         return passes.InferType()(IRModule(fns))
 
     def __call__(self, *args: Any) -> Any:
+        """The gradient (or ``(value, gradient)``) of ``fn`` at ``args``."""
         from relay_ir import runtime
         g, exe = self.compile(*args)
         conv = [a if type(a) is np.ndarray else _convert(a) for a in args]
