@@ -50,24 +50,25 @@ def absorbing_zero(d: np.ndarray, symbolic: bool, unsafe: bool) -> bool:
 def additive_zero(d: np.ndarray, symbolic: bool, unsafe: bool) -> bool:
     """``x + z => x`` and ``z + x => x`` hold for ``z``: a symbolic zero, all ``-0.0`` (floats),
     an integer zero, or any zero under unsafe math."""
-    if symbolic:
-        return True
-    if not _all_zero(d):
-        return False
-    if unsafe or _exact_dtype(d):
-        return True
-    return d.dtype.kind == "f" and bool(np.all(np.signbit(d)))
+    return _neutral_zero(d, symbolic, unsafe, negative=True)
 
 
 def subtractive_zero(d: np.ndarray, symbolic: bool, unsafe: bool) -> bool:
     """``x - z => x`` holds for ``z``: symbolic, all ``+0.0``, an integer zero, or unsafe."""
+    return _neutral_zero(d, symbolic, unsafe, negative=False)
+
+
+def _neutral_zero(d: np.ndarray, symbolic: bool, unsafe: bool, negative: bool) -> bool:
+    """``d`` is a zero that leaves every ``x`` unchanged: for floats every element must carry
+    the sign ``negative`` asks for (``x + -0.0`` and ``x - +0.0`` keep ``x = -0.0``)."""
     if symbolic:
         return True
     if not _all_zero(d):
         return False
     if unsafe or _exact_dtype(d):
         return True
-    return d.dtype.kind == "f" and not np.any(np.signbit(d))
+    signs = np.signbit(d)
+    return d.dtype.kind == "f" and bool(np.all(signs) if negative else not np.any(signs))
 
 
 def is_symbolic_zeros(call: Any) -> bool:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from relay_ir.frontend import FrontendError, from_python, grad, value_and_grad
+from test_frontend_python import power  # power by squaring, recursive
 
 RNG = np.random.default_rng(1)
 B = RNG.standard_normal(3)
@@ -65,15 +66,6 @@ def for_loop(x, n):
     for i in range(n):
         acc = np.tanh(acc) * x + float(i)
     return np.sum(acc)
-
-
-def power(x, n):
-    if n == 0:
-        return 1.0 + 0.0 * x
-    if n % 2 == 0:
-        h = power(x, n // 2)
-        return h * h
-    return x * power(x, n - 1)
 
 
 def mlp_loss(w1, b1, w2, x, y):
