@@ -1,0 +1,636 @@
+"""The Relax VM backend (experimental): the instruction program as TVM Relax VM bytecode.
+
+``runtime.build(mod, executor="relax")`` compiles the plain-data instruction program of
+``runtime.compiler`` (the one the interpreter and ``runtime.vm`` run) to the bytecode of TVM's
+C++ virtual machine (``tvm.relax.VirtualMachine``): four opcodes (Call, Ret, Goto, If) plus
+calls of ``vm.builtin.*`` functions, emitted with ``tvm.relax.ExecBuilder`` and linked with the
+fused groups' compiled TIR kernels into one executable. Control never returns to Python
+between kernel calls.
+
+What is emitted (the first milestone of issue 21):
+
+* kernel calls (``kernel`` / ``kernel_ret``): every output allocated with
+  ``vm.builtin.alloc_storage`` + ``vm.builtin.alloc_tensor``, then one call of the kernel with
+  its flattened inputs, its large constants and its outputs; tuple arguments are taken apart
+  with ``tuple_getitem`` and tuple results built with ``make_tuple``. Every group is a TVM
+  kernel here, scalar groups included (no host numpy code);
+* ``if`` (``br``: ``read_if_cond`` + If + Goto), ``jmp``, ``move``, ``ret``, tuples and
+  projections, constants (executable constants);
+* calls of globals and of closed inner functions (a direct VM Call). A **self tail call** is a
+  jump: the arguments are moved into the parameter registers and control goes back to the
+  first instruction, so a loop of any length runs in constant stack. Other tail calls are
+  calls followed by a return (for now).
+
+Not emitted yet: closures that capture, functions as values, ADT values and ``match``,
+references, unfused operator calls, groups with ``?`` or symbolic dimensions, operators with
+no TVM compute, and ``target="cuda"``. A program that needs one of them is refused when it is
+built with a :class:`~relay_ir.DiagnosticError` naming the construct (no silent fallback: the
+user asked for this executor).
+
+**Depth.** The Relax VM runs each call on the C++ stack (about 4 KiB a frame; a 2,100-deep
+recursion overflowed an 8 MiB stack and killed the process). Every non-tail call is
+therefore bracketed by two tiny TIR functions that count the depth in a two-element int64
+tensor (depth, limit) held as a constant of the executable; past the limit the first one fails
+an assertion, which surfaces as a ``DiagnosticError`` naming the limit. A run starts on the
+calling thread with a limit its stack can hold (:data:`MAIN_DEPTH`); if it hits the limit it
+is run again, once, on a thread with a 1 GiB stack and the limit :data:`DEEP_DEPTH` (the
+programs emitted here have no side effects, so running again is safe).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from relay_ir.errors import DiagnosticError, LoweringError
+from relay_ir.ty import TensorType, TupleType, Type
+from relay_ir.runtime.values import check_arguments
+
+# Depth limits of non-tail calls. A VM call takes 2-4 KiB of C++ stack (measured: a 64 MiB
+# stack held 16,000 frames, not 30,000); the limits allow 8 KiB a frame. On the calling
+# thread: its stack (the RLIMIT_STACK soft limit, 8 MiB by default: 1,000 frames, of which
+# Python's own frames take part); a deeper run is retried on a thread with DEEP_STACK.
+FRAME_BYTES = 8 << 10
+DEEP_STACK = 1 << 30          # bytes of stack of that thread (reserved, committed on use)
+DEEP_DEPTH = DEEP_STACK // FRAME_BYTES        # 131,072
+
+
+def _main_depth() -> int:
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    except (ImportError, ValueError, OSError):
+        soft = -1
+    if soft < 0:
+        soft = 8 << 20
+    return max(16, min(soft, 8 << 20) // FRAME_BYTES - 24)
+
+
+MAIN_DEPTH = _main_depth()
+_DEPTH_MSG = "relay_ir: recursion depth limit reached"
+_ENTER, _LEAVE, _RESET = "rly_depth_enter", "rly_depth_leave", "rly_depth_reset"
+_ENTRY = "__rly_entry_"       # prefix of the entry wrappers (reset the depth, call the global)
+
+
+class RelaxUnsupportedError(DiagnosticError):
+    """A program uses a construct the Relax VM backend does not emit yet."""
+
+    kind = "unsupported by the relax executor"
+
+
+_CONSTRUCT = {
+    "adt": "ADT values (constructor calls)",
+    "match": "match",
+    "ref_new": "references",
+    "ref_read": "references",
+    "ref_write": "references",
+    "closure": "closures that capture variables",
+    "op": "an operator call outside a fused group",
+    "op_ret": "an operator call outside a fused group",
+    "op_br": "an operator call outside a fused group",
+}
+
+
+def _unsupported(what: str, span: Any = None) -> RelaxUnsupportedError:
+    return RelaxUnsupportedError(
+        f"executor='relax' does not support {what} yet (build without executor= to run "
+        f"this program on the default compiled executor)", span)
+
+
+def _depth_module() -> Any:
+    """The two depth-counting TIR functions, compiled for the host."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def enter(c: T.Buffer((2,), "int64")):
+        T.func_attr({"global_symbol": "rly_depth_enter"})
+        assert c[0] < c[1], "relay_ir: recursion depth limit reached"
+        c[0] = c[0] + T.int64(1)
+
+    @T.prim_func
+    def leave(c: T.Buffer((2,), "int64")):
+        T.func_attr({"global_symbol": "rly_depth_leave"})
+        c[0] = c[0] - T.int64(1)
+
+    @T.prim_func
+    def reset(c: T.Buffer((2,), "int64"), s: T.Buffer((2,), "int64")):
+        T.func_attr({"global_symbol": "rly_depth_reset"})
+        c[0] = s[0]
+        c[1] = s[1]
+
+    return tvm.compile(tvm.IRModule({_ENTER: enter, _LEAVE: leave, _RESET: reset}),
+                       target="llvm").mod
+
+
+_DEPTH_LIB: list[Any] = []
+
+
+class _Kernel:
+    """A fused group compiled for its static parameter types."""
+
+    __slots__ = ("symbol", "module", "consts", "outs", "result", "param_types", "label")
+
+    def __init__(self, symbol: str, module: Any, consts: list[np.ndarray],
+                 outs: list[tuple[tuple, str]], result: Any, param_types: list[Type],
+                 label: str):
+        self.label = label
+        self.symbol = symbol
+        self.module = module
+        self.consts = consts
+        self.outs = outs
+        self.result = result            # int (one output) or nested lists of output indices
+        self.param_types = param_types
+
+
+def _result_struct(t: Type) -> Any:
+    counter = [0]
+
+    def build(x: Type) -> Any:     # NOTE: recursion over tuple nesting of one type only
+        if isinstance(x, TupleType):
+            return [build(f) for f in x.fields]
+        counter[0] += 1
+        return counter[0] - 1
+    return build(t)
+
+
+def _is_static(t: Type | None) -> bool:
+    if isinstance(t, TensorType):
+        return all(isinstance(d, int) for d in t.shape)
+    if isinstance(t, TupleType):
+        return all(_is_static(f) for f in t.fields)
+    return False
+
+
+# ============================================================================ emitting
+class _Emitter:
+    """Bytecode of one compiled function: abstract ops first (labels), then ExecBuilder calls.
+
+    Abstract ops: ``("call", name, args, dst)`` (args: ("r", reg) | ("c", const key) |
+    ("i", int) | ("vm",) | ("dt", dtype)), ``("if", reg, label)`` (go to ``label`` when false),
+    ``("goto", label)``, ``("ret", reg)``, ``("label", key)``.
+    """
+
+    def __init__(self, backend: RelaxBackend, index: int):
+        self.b = backend
+        self.index = index
+        cf = backend.cp.functions[index]
+        self.cf = cf
+        self.nfix = cf.nparams + cf.ncap
+        self.nregs = self.nfix + len(cf.init)
+        self.ops: list[tuple] = []
+
+    def tmp(self) -> int:
+        self.nregs += 1
+        return self.nregs - 1
+
+    def init_of(self, r: int) -> Any:
+        return None if r < self.nfix else self.cf.init[r - self.nfix]
+
+    def operand(self, r: int, span: Any) -> tuple:
+        """The operand for register ``r`` (a constant when its slot holds one)."""
+        init = self.init_of(r)
+        if init is None:
+            return ("r", r)
+        kind = init[0]
+        if kind == "const":
+            return ("c", ("const", init[1]))
+        if kind in ("global", "fn"):
+            raise _unsupported("a function used as a value (closures)", span)
+        if kind == "op":
+            raise _unsupported("an operator used as a value", span)
+        raise _unsupported("ADT values (constructors)", span)
+
+    def reg(self, r: int, span: Any) -> int:
+        """A register holding the value of ``r`` (constants copied into a temporary)."""
+        op = self.operand(r, span)
+        if op[0] == "r":
+            return r
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.copy", [op], t))
+        return t
+
+    def callee(self, r: int, span: Any) -> int:
+        """The function index a call of register ``r`` reaches (statically known callees)."""
+        init = self.init_of(r)
+        if init is not None and init[0] == "global":
+            return self.b.function_of_global(init[1], span)
+        if init is not None and init[0] == "fn":
+            return self.b.function_of(init[1])
+        raise _unsupported("a call of a function value that is not a global (closures)", span)
+
+    def emit_kernel(self, k: int, srcs: Sequence[int], dst: int | None, span: Any) -> int:
+        kern = self.b.kernel(k, span)
+        args: list[tuple] = []
+        for r, t in zip(srcs, kern.param_types):
+            if isinstance(t, TupleType):
+                self._flatten(self.reg(r, span), t, args)
+            else:
+                args.append(self.operand(r, span))
+        outs = []
+        single = kern.result == 0 and len(kern.outs) == 1
+        for shape, dtype in kern.outs:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            st = self.tmp()
+            out = dst if single and dst is not None else self.tmp()
+            self.ops.append(("call", "vm.builtin.alloc_storage",
+                             [("vm",), ("c", ("shape", (max(nbytes, 1),))), ("i", 0),
+                              ("dt", "uint8"), ("c", ("str", "global"))], st))
+            self.ops.append(("call", "vm.builtin.alloc_tensor",
+                             [("r", st), ("i", 0), ("c", ("shape", tuple(shape))),
+                              ("dt", dtype)], out))
+            outs.append(out)
+        consts = [("c", ("kconst", id(c), c)) for c in kern.consts]
+        self.ops.append(("call", kern.symbol, args + consts + [("r", o) for o in outs], None))
+        if single:
+            return outs[0]
+        res = self._build_result(kern.result, outs)
+        if dst is not None:
+            self.ops.append(("call", "vm.builtin.copy", [("r", res)], dst))
+            return dst
+        return res
+
+    def _flatten(self, r: int, t: TupleType, out: list[tuple]) -> None:
+        stack: list[tuple[int, Type]] = [(r, t)]
+        # NOTE: depth-first, left to right (the kernel's flattened input order)
+        order: list[tuple] = []
+        while stack:
+            reg, ty = stack.pop()
+            if isinstance(ty, TupleType):
+                items = []
+                for i in range(len(ty.fields)):
+                    x = self.tmp()
+                    self.ops.append(("call", "vm.builtin.tuple_getitem",
+                                     [("r", reg), ("i", i)], x))
+                    items.append((x, ty.fields[i]))
+                stack.extend(reversed(items))
+            else:
+                order.append(("r", reg))
+        out.extend(order)
+
+    def _build_result(self, struct: Any, outs: list[int]) -> int:
+        if type(struct) is int:
+            return outs[struct]
+        parts = [self._build_result(s, outs) for s in struct]   # NOTE: tuple nesting only
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.make_tuple", [("r", p) for p in parts], t))
+        return t
+
+    def call(self, fidx: int, srcs: Sequence[int], dst: int, span: Any) -> None:
+        args = [self.operand(r, span) for r in srcs]
+        depth = ("c", ("depth",))
+        self.ops.append(("call", _ENTER, [depth], None))
+        self.ops.append(("call", self.b.name_of(fidx), args, dst))
+        self.ops.append(("call", _LEAVE, [depth], None))
+
+    def run(self) -> None:
+        cf = self.cf
+        spans = cf.spans or [None] * len(cf.code)
+        for pc, ins in enumerate(cf.code):
+            span = spans[pc] if pc < len(spans) else None
+            self.ops.append(("label", pc))
+            tag = ins[0]
+            if tag == "kernel":
+                _, dst, k, srcs = ins
+                self.emit_kernel(k, srcs, dst, span)
+            elif tag == "kernel_ret":
+                _, k, srcs = ins
+                self.ops.append(("ret", self.emit_kernel(k, srcs, None, span)))
+            elif tag == "br":
+                _, src, t_pc, f_pc = ins
+                c = self.tmp()
+                self.ops.append(("call", "vm.builtin.read_if_cond", [self.operand(src, span)], c))
+                self.ops.append(("if", c, f_pc))
+                if t_pc != pc + 1:
+                    self.ops.append(("goto", t_pc))
+            elif tag == "jmp":
+                self.ops.append(("goto", ins[1]))
+            elif tag == "move":
+                _, dst, src = ins
+                self.ops.append(("call", "vm.builtin.copy", [self.operand(src, span)], dst))
+            elif tag == "ret":
+                self.ops.append(("ret", self.reg(ins[1], span)))
+            elif tag == "tuple":
+                _, dst, srcs = ins
+                self.ops.append(("call", "vm.builtin.make_tuple",
+                                 [self.operand(r, span) for r in srcs], dst))
+            elif tag == "getitem":
+                _, dst, src, i = ins
+                self.ops.append(("call", "vm.builtin.tuple_getitem",
+                                 [("r", self.reg(src, span)), ("i", i)], dst))
+            elif tag == "call":
+                _, dst, f, srcs = ins
+                self.call(self.callee(f, span), srcs, dst, span)
+            elif tag == "tailcall":
+                _, f, srcs = ins
+                fidx = self.callee(f, span)
+                if fidx == self.index:
+                    # a self tail call is a jump: parallel move of the arguments, then goto 0
+                    tmps = []
+                    for i, r in enumerate(srcs):
+                        if r == i:
+                            tmps.append(None)
+                            continue
+                        t = self.tmp()
+                        self.ops.append(("call", "vm.builtin.copy", [self.operand(r, span)], t))
+                        tmps.append(t)
+                    for i, t in enumerate(tmps):
+                        if t is not None:
+                            self.ops.append(("call", "vm.builtin.copy", [("r", t)], i))
+                    self.ops.append(("goto", 0))
+                else:
+                    t = self.tmp()
+                    self.call(fidx, srcs, t, span)
+                    self.ops.append(("ret", t))
+            else:
+                raise _unsupported(_CONSTRUCT.get(tag, f"the instruction {tag!r}"), span)
+
+    def write(self, eb: Any, name: str, consts: dict) -> None:
+        """Emit the abstract ops into ExecBuilder ``eb`` as function ``name``."""
+        import tvm
+        pos: dict[Any, int] = {}
+        n = 0
+        for op in self.ops:
+            if op[0] == "label":
+                pos[op[1]] = n
+            else:
+                n += 1
+
+        def arg(a: tuple) -> Any:
+            k = a[0]
+            if k == "r":
+                return eb.r(a[1])
+            if k == "i":
+                return eb.imm(a[1])
+            if k == "vm":
+                return eb.vm_state()
+            if k == "dt":
+                return tvm.DataType(a[1])
+            key = a[1]
+            got = consts.get(key[:2])
+            if got is None:
+                got = consts[key[:2]] = eb.convert_constant(self.b.constant_value(key))
+            return got
+
+        with eb.function(name, self.cf.nparams, list(self.cf.params)):
+            i = 0
+            for op in self.ops:
+                tag = op[0]
+                if tag == "label":
+                    continue
+                if tag == "call":
+                    eb.emit_call(op[1], [arg(a) for a in op[2]],
+                                 eb.r(op[3]) if op[3] is not None else None)
+                elif tag == "if":
+                    eb.emit_if(eb.r(op[1]), pos[op[2]] - i)
+                elif tag == "goto":
+                    eb.emit_goto(pos[op[1]] - i)
+                else:
+                    eb.emit_ret(eb.r(op[1]))
+                i += 1
+
+
+class RelaxBackend:
+    """Compiles a :class:`~relay_ir.runtime.compiler.CompiledProgram` to one Relax VM
+    executable (see the module docstring)."""
+
+    def __init__(self, exe: Any):
+        from relay_ir.runtime.compiler import CompiledProgram
+        from relay_ir.runtime.lower_tvm import is_cuda
+        if is_cuda(exe.target):
+            raise _unsupported("target cuda")
+        self.exe = exe
+        self.cp = CompiledProgram(exe.module, kernels=True).compile_all()
+        self.kernels: dict[int, _Kernel] = {}
+        self.names: dict[int, str] = {}
+        self.todo: list[int] = []
+
+    def name_of(self, fidx: int) -> str:
+        name = self.names.get(fidx)
+        if name is None:
+            cf = self.cp.functions[fidx]
+            if cf.ncap:
+                raise _unsupported("closures that capture variables")
+            name = self.names[fidx] = cf.name or f"__fn{fidx}"
+            self.todo.append(fidx)
+        return name
+
+    def function_of_global(self, name: str, span: Any) -> int:
+        return self.cp.compile_global(name, span)
+
+    def function_of(self, fidx: int) -> int:
+        return fidx
+
+    def kernel(self, k: int, span: Any) -> _Kernel:
+        got = self.kernels.get(k)
+        if got is not None:
+            return got
+        fn = self.cp.kernels[k]
+        types = [p.type_annotation or p.checked_type_ for p in fn.params]
+        label = "+".join(sorted({getattr(c, "name", "?") for c in _ops(fn)})) or f"group{k}"
+        if not all(_is_static(t) for t in types):
+            raise _unsupported(f"a fused group ({label}) with '?' or symbolic dimensions",
+                               fn.span)
+        try:
+            lowered = self.exe._lower(fn, types)
+        except LoweringError as e:
+            raise _unsupported(f"the fused group {label}: {e.message}", fn.span) from None
+        from relay_ir.runtime.executor import kernel_request
+        req = kernel_request(lowered, self.exe.target)
+        self.exe.cache.get([req], self.exe.target)
+        key = req.key
+        module = self.exe.cache.modules.get(key)
+        got = self.kernels[k] = _Kernel(
+            "k_" + key, module, [np.array(c, order="C") for c in lowered.constants],
+            [(tuple(int(d) for d in t.concrete_shape), t.dtype) for t in lowered.out_types],
+            _result_struct(lowered.result_type), types, "+".join(lowered.ops) or label)
+        return got
+
+    def alloc_error(self) -> DiagnosticError:
+        """The diagnostic of a failed output allocation (the VM does not say which: the
+        largest output of the program is named)."""
+        from relay_ir.runtime.executor import alloc_failed
+        best = None
+        for k, kern in self.kernels.items():
+            for shape, dtype in kern.outs:
+                n = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+                if best is None or n > best[0]:
+                    best = (n, kern.label, shape, dtype, self.cp.kernels[k].span)
+        if best is None:
+            return DiagnosticError("executor='relax': out of memory")
+        return alloc_failed(best[1], best[2], best[3], best[4])
+
+    def constant_value(self, key: tuple) -> Any:
+        import tvm
+        kind = key[0]
+        if kind == "const":
+            return tvm.runtime.tensor(np.array(self.cp.consts[key[1]], order="C"))
+        if kind == "kconst":
+            return tvm.runtime.tensor(key[2])
+        if kind == "shape":
+            return tvm.runtime.ShapeTuple(list(key[1]))
+        if kind == "str":
+            return key[1]
+        if kind == "depth":
+            # NOTE: the executable keeps its own copy of a constant: the entry wrappers reset
+            # this copy (rly_depth_reset) at the start of every run
+            return tvm.runtime.tensor(np.zeros(2, np.int64))
+        raise AssertionError(kind)
+
+    def build(self) -> Any:
+        """Emit every global (and the inner functions they call); link; return the VM."""
+        import tvm
+        from tvm import relax
+        from tvm.relax import vm_build
+        for name in self.cp.mod:
+            self.name_of(self.cp.compile_global(name))
+        emitters = []
+        while self.todo:
+            fidx = self.todo.pop()
+            em = _Emitter(self, fidx)
+            em.run()
+            emitters.append(em)
+        eb = relax.ExecBuilder()
+        for em in emitters:
+            eb.declare_function(self.names[em.index], relax.exec_builder.VMFuncKind.VM_FUNC)
+        consts: dict = {}
+        for em in emitters:
+            em.write(eb, self.names[em.index], consts)
+        depth = consts.get(("depth",))
+        if depth is None:
+            depth = consts[("depth",)] = eb.convert_constant(self.constant_value(("depth",)))
+        for name in self.cp.mod:
+            # the entry wrapper: (limits, args...) -> reset the depth counter, call the global
+            fidx = self.cp.compile_global(name)
+            n = self.cp.functions[fidx].nparams
+            eb.declare_function(_ENTRY + name, relax.exec_builder.VMFuncKind.VM_FUNC)
+            with eb.function(_ENTRY + name, n + 1):
+                eb.emit_call(_RESET, [depth, eb.r(0)])
+                eb.emit_call(self.names[fidx], [eb.r(i + 1) for i in range(n)], eb.r(n + 1))
+                eb.emit_ret(eb.r(n + 1))
+        if not _DEPTH_LIB:
+            _DEPTH_LIB.append(_depth_module())
+        libs = [_DEPTH_LIB[0]]
+        seen = {id(_DEPTH_LIB[0])}
+        for kern in self.kernels.values():
+            if kern.module is None:
+                raise DiagnosticError(f"executor='relax': the kernel {kern.symbol} has no "
+                                      f"loaded module")
+            if id(kern.module) not in seen:
+                seen.add(id(kern.module))
+                libs.append(kern.module)
+        # NOTE: _vmlink is TVM's private link step (what relax.build does); used only here
+        executable = vm_build._vmlink(eb, tvm.target.Target("llvm"), None, ext_libs=libs)
+        # NOTE: the link step adds an empty "c" module, which would make VirtualMachine
+        # export and reload the whole executable (impossible for kernels loaded from the
+        # cache's libraries); every function the bytecode names is already runnable
+        return relax.VirtualMachine(executable.mod, tvm.cpu())
+
+
+def _ops(fn: Any) -> list:
+    from relay_ir.expr import Call, Op
+    from relay_ir.traversal import post_order
+    return [n.op for n in post_order(fn.body) if type(n) is Call and type(n.op) is Op]
+
+
+# ============================================================================ running
+class RelaxExecutable:
+    """A module built with ``runtime.build(..., executor="relax")``: ``exe(*args,
+    entry="main")`` runs an entry on TVM's Relax VM; numpy arrays and tuples in and out."""
+
+    def __init__(self, exe: Any):
+        self.module = exe.module
+        self.entry = exe.entry
+        self.target = exe.target
+        self._backend = RelaxBackend(exe)
+        self.vm = self._backend.build()
+        self._funcs: dict[str, Any] = {}
+        import tvm_ffi
+        self._from_dlpack = tvm_ffi.from_dlpack
+        self._limits: dict[int, Any] = {}
+
+    def _func(self, entry: str) -> Any:
+        f = self._funcs.get(entry)
+        if f is None:
+            if entry not in self.module:
+                raise DiagnosticError(f"there is no global function @{entry} (globals: "
+                                      f"{', '.join('@' + n for n in self.module)})")
+            f = self._funcs[entry] = self.vm[_ENTRY + entry]
+        return f
+
+    def _arg(self, v: Any) -> Any:
+        if type(v) is tuple:
+            return tuple(self._arg(x) for x in v)    # NOTE: tuple nesting of a type only
+        if type(v) is not np.ndarray or not v.flags.c_contiguous or not v.flags.writeable:
+            v = np.array(v, order="C")
+        return self._from_dlpack(v, require_alignment=0, require_contiguous=True)
+
+    def __call__(self, *args: Any, entry: str | None = None) -> Any:
+        entry = entry or self.entry
+        f = self._func(entry)
+        fn = self.module[entry]
+        ptypes = [p.checked_type_ or p.type_annotation for p in fn.params]
+        vals = [self._arg(v) for v in check_arguments(fn, ptypes, args)]
+        try:
+            out = self._run(f, vals, MAIN_DEPTH)
+        except _DepthLimit:
+            out = self._run_deep(f, vals)
+        return _to_numpy(out)
+
+    def _run(self, f: Any, vals: list, limit: int) -> Any:
+        lim = self._limits.get(limit)
+        if lim is None:
+            lim = self._limits[limit] = self._from_dlpack(np.array([0, limit], np.int64))
+        try:
+            return f(lim, *vals)
+        except Exception as e:   # NOTE: the depth assertion arrives as a TVM error
+            if _DEPTH_MSG in str(e):
+                raise _DepthLimit() from None
+            if "bad_alloc" in str(e) or isinstance(e, MemoryError):
+                raise self._backend.alloc_error() from None
+            raise DiagnosticError(f"executor='relax': the program failed in the VM: "
+                                  f"{type(e).__name__}: {e}") from None
+
+    def _run_deep(self, f: Any, vals: list) -> Any:
+        box: list[Any] = []
+
+        def work() -> None:
+            try:
+                box.append((True, self._run(f, vals, DEEP_DEPTH)))
+            except BaseException as e:      # NOTE: handed back to the calling thread
+                box.append((False, e))
+
+        old = threading.stack_size()
+        threading.stack_size(max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES))
+        try:
+            t = threading.Thread(target=work, name="relay_ir-relax-deep")
+            t.start()
+        finally:
+            threading.stack_size(old)
+        t.join()
+        ok, v = box[0]
+        if ok:
+            return v
+        if isinstance(v, _DepthLimit):
+            raise DiagnosticError(
+                f"executor='relax': the program recursed deeper than {DEEP_DEPTH:,} non-tail "
+                f"calls (the relax executor's depth limit; tail calls of a function to itself "
+                f"do not count)") from None
+        raise v
+
+
+class _DepthLimit(Exception):
+    pass
+
+
+def _to_numpy(v: Any) -> Any:
+    import tvm
+    if isinstance(v, tvm.runtime.Tensor):
+        return v.numpy()
+    if isinstance(v, (tuple, list)) or type(v).__name__ == "Array":
+        return tuple(_to_numpy(x) for x in v)     # NOTE: tuple nesting of the result type
+    return v
+
+
+__all__ = ["RelaxExecutable", "RelaxUnsupportedError", "MAIN_DEPTH", "DEEP_DEPTH"]
