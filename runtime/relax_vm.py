@@ -45,7 +45,7 @@ import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import TensorType, TupleType, Type
-from relay_ir.runtime.values import check_arguments
+from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
 
 # Depth limits of non-tail calls. A VM call takes 2-4 KiB of C++ stack (measured: a 64 MiB
 # stack held 16,000 frames, not 30,000); the limits allow 8 KiB a frame. On the calling
@@ -70,6 +70,9 @@ def _main_depth() -> int:
 MAIN_DEPTH = _main_depth()
 _DEPTH_MSG = "relay_ir: recursion depth limit reached"
 _ENTER, _LEAVE, _RESET = "rly_depth_enter", "rly_depth_leave", "rly_depth_reset"
+_FAIL = "rly_match_fail"
+_COUNTER_INIT = [0x7265_6C61_795F_6972, -0x6465_7074_685F_6374, 0x5F5F_6465_7074_6800]
+_MATCH_MSG = "relay_ir: no clause of the match matched the value"
 _ENTRY = "__rly_entry_"       # prefix of the entry wrappers (reset the depth, call the global)
 
 
@@ -80,12 +83,6 @@ class RelaxUnsupportedError(DiagnosticError):
 
 
 _CONSTRUCT = {
-    "adt": "ADT values (constructor calls)",
-    "match": "match",
-    "ref_new": "references",
-    "ref_read": "references",
-    "ref_write": "references",
-    "closure": "closures that capture variables",
     "op": "an operator call outside a fused group",
     "op_ret": "an operator call outside a fused group",
     "op_br": "an operator call outside a fused group",
@@ -104,23 +101,30 @@ def _depth_module() -> Any:
     from tvm.script import tirx as T
 
     @T.prim_func
-    def enter(c: T.Buffer((2,), "int64")):
+    def enter(c: T.Buffer((3,), "int64")):
         T.func_attr({"global_symbol": "rly_depth_enter"})
         assert c[0] < c[1], "relay_ir: recursion depth limit reached"
         c[0] = c[0] + T.int64(1)
 
     @T.prim_func
-    def leave(c: T.Buffer((2,), "int64")):
+    def leave(c: T.Buffer((3,), "int64")):
         T.func_attr({"global_symbol": "rly_depth_leave"})
         c[0] = c[0] - T.int64(1)
 
     @T.prim_func
-    def reset(c: T.Buffer((2,), "int64"), s: T.Buffer((2,), "int64")):
+    def fail(c: T.Buffer((3,), "int64")):
+        T.func_attr({"global_symbol": "rly_match_fail"})
+        assert c[0] < T.int64(0), "relay_ir: no clause of the match matched the value"
+        c[0] = c[0]
+
+    @T.prim_func
+    def reset(c: T.Buffer((3,), "int64"), s: T.Buffer((2,), "int64")):
         T.func_attr({"global_symbol": "rly_depth_reset"})
         c[0] = s[0]
         c[1] = s[1]
 
-    return tvm.compile(tvm.IRModule({_ENTER: enter, _LEAVE: leave, _RESET: reset}),
+    return tvm.compile(tvm.IRModule({_ENTER: enter, _LEAVE: leave, _RESET: reset,
+                                     _FAIL: fail}),
                        target="llvm").mod
 
 
@@ -180,6 +184,8 @@ class _Emitter:
         self.nfix = cf.nparams + cf.ncap
         self.nregs = self.nfix + len(cf.init)
         self.ops: list[tuple] = []
+        # captured slots that point back at this function's own closure (let %f = fn ... %f)
+        self.self_slots = {cf.nparams + i for i in backend.selfs.get(index, ())}
 
     def tmp(self) -> int:
         self.nregs += 1
@@ -189,36 +195,71 @@ class _Emitter:
         return None if r < self.nfix else self.cf.init[r - self.nfix]
 
     def operand(self, r: int, span: Any) -> tuple:
-        """The operand for register ``r`` (a constant when its slot holds one)."""
+        """The operand for register ``r`` (a constant when its slot holds one; a function
+        value becomes a closure object here)."""
+        if r in self.self_slots:
+            return ("r", self.make_closure(self.index, span))
         init = self.init_of(r)
         if init is None:
             return ("r", r)
         kind = init[0]
         if kind == "const":
             return ("c", ("const", init[1]))
-        if kind in ("global", "fn"):
-            raise _unsupported("a function used as a value (closures)", span)
+        if kind == "global":
+            return ("r", self.make_closure(self.b.function_of_global(init[1], span), span))
+        if kind == "fn":
+            return ("r", self.make_closure(init[1], span))
         if kind == "op":
             raise _unsupported("an operator used as a value", span)
-        raise _unsupported("ADT values (constructors)", span)
+        # a constructor as a function value: a closure of its wrapper function
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.make_closure",
+                         [("f", self.b.constructor_fn(init[1]))], t))
+        return ("r", t)
+
+    def null(self) -> int:
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.null_value", [], t))
+        return t
+
+    def make_closure(self, fidx: int, span: Any) -> int:
+        """A closure object of function ``fidx``: of this function itself (its own captured
+        values, a null for each slot that points back at it), or of a closed function."""
+        caps: list[tuple] = []
+        if fidx == self.index:
+            for i in range(self.cf.ncap):
+                r = self.cf.nparams + i
+                caps.append(("r", self.null() if r in self.self_slots else r))
+        elif self.b.cp.functions[fidx].ncap:
+            raise AssertionError("a capturing function is made a closure by its instruction")
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.make_closure", [("f", self.b.name_of(fidx)), *caps],
+                         t))
+        return t
 
     def reg(self, r: int, span: Any) -> int:
         """A register holding the value of ``r`` (constants copied into a temporary)."""
         op = self.operand(r, span)
         if op[0] == "r":
-            return r
+            return op[1]
         t = self.tmp()
         self.ops.append(("call", "vm.builtin.copy", [op], t))
         return t
 
-    def callee(self, r: int, span: Any) -> int:
-        """The function index a call of register ``r`` reaches (statically known callees)."""
+    def callee(self, r: int, span: Any) -> tuple:
+        """``("direct", function index, extra arguments)`` for a statically known callee,
+        else ``("closure", register)``."""
+        if r in self.self_slots:
+            caps = [self.cf.nparams + i for i in range(self.cf.ncap)]
+            return ("direct", self.index, caps)
         init = self.init_of(r)
         if init is not None and init[0] == "global":
-            return self.b.function_of_global(init[1], span)
+            return ("direct", self.b.function_of_global(init[1], span), [])
         if init is not None and init[0] == "fn":
-            return self.b.function_of(init[1])
-        raise _unsupported("a call of a function value that is not a global (closures)", span)
+            return ("direct", init[1], [])
+        if init is not None:
+            raise _unsupported("a call of an operator value", span)
+        return ("closure", r)
 
     def emit_kernel(self, k: int, srcs: Sequence[int], dst: int | None, span: Any) -> int:
         kern = self.b.kernel(k, span)
@@ -277,12 +318,59 @@ class _Emitter:
         self.ops.append(("call", "vm.builtin.make_tuple", [("r", p) for p in parts], t))
         return t
 
-    def call(self, fidx: int, srcs: Sequence[int], dst: int, span: Any) -> None:
+    def call(self, target: tuple, srcs: Sequence[int], dst: int, span: Any) -> None:
         args = [self.operand(r, span) for r in srcs]
         depth = ("c", ("depth",))
+        if target[0] == "direct":
+            extra = [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
+                     for r in target[2]]
+            ins = ("call", self.b.name_of(target[1]), args + extra, dst)
+        else:
+            ins = ("call", "vm.builtin.invoke_closure", [("vm",), ("r", target[1]), *args], dst)
         self.ops.append(("call", _ENTER, [depth], None))
-        self.ops.append(("call", self.b.name_of(fidx), args, dst))
+        self.ops.append(ins)
         self.ops.append(("call", _LEAVE, [depth], None))
+
+    def match(self, src: int, table: list, span: Any) -> None:
+        """Clauses in order: the pattern's tests jump to the next clause on failure; the
+        variables are bound as the tests pass; no clause: a match failure."""
+        v = self.reg(src, span)
+        for i, (pat, pc) in enumerate(table):
+            fail = ("clause", id(table), i + 1)
+            self.pattern(pat, v, fail)
+            self.ops.append(("goto", pc))
+            self.ops.append(("label", fail))
+        self.ops.append(("call", _FAIL, [("c", ("depth",))], None))
+        self.ops.append(("ret", v))        # NOTE: not reached (the call above fails)
+
+    def pattern(self, pat: list, v: int, fail: Any) -> None:
+        # NOTE: recursion over pattern nesting only (written patterns are shallow)
+        kind = pat[0]
+        if kind == "_":
+            return
+        if kind == "var":
+            self.ops.append(("call", "vm.builtin.copy", [("r", v)], pat[1]))
+            return
+        if kind == "con":
+            con = pat[1]
+            if con not in self.b.single_cons:
+                tag = self.tmp()
+                self.ops.append(("call", "vm.builtin.tuple_getitem", [("r", v), ("i", 0)], tag))
+                hit = self.tmp()
+                self.ops.append(("call", "vm.builtin.tuple_getitem",
+                                 [("c", ("onehot", con)), ("r", tag)], hit))
+                c = self.tmp()
+                self.ops.append(("call", "vm.builtin.read_if_cond", [("r", hit)], c))
+                self.ops.append(("if", c, fail))
+            subs, base = pat[2], 1
+        else:
+            subs, base = pat[1], 0
+        for j, sub in enumerate(subs):
+            if sub[0] == "_":
+                continue
+            f = self.tmp()
+            self.ops.append(("call", "vm.builtin.tuple_getitem", [("r", v), ("i", base + j)], f))
+            self.pattern(sub, f, fail)
 
     def run(self) -> None:
         cf = self.cf
@@ -322,10 +410,36 @@ class _Emitter:
             elif tag == "call":
                 _, dst, f, srcs = ins
                 self.call(self.callee(f, span), srcs, dst, span)
+            elif tag == "adt":
+                _, dst, con, srcs = ins
+                self.ops.append(("call", "vm.builtin.make_tuple",
+                                 [("i", con), *[self.operand(r, span) for r in srcs]], dst))
+            elif tag == "match":
+                _, src, table, _total = ins
+                self.match(src, table, span)
+            elif tag == "closure":
+                _, dst, fn, caps, selfs = ins
+                args: list[tuple] = [("f", self.b.name_of(fn))]
+                for i, r in enumerate(caps):
+                    args.append(("r", self.null()) if i in selfs else self.operand(r, span))
+                self.ops.append(("call", "vm.builtin.make_closure", args, dst))
+            elif tag == "ref_new":
+                _, dst, src = ins
+                self.ops.append(("call", "ffi.List", [self.operand(src, span)], dst))
+            elif tag == "ref_read":
+                _, dst, src = ins
+                self.ops.append(("call", "ffi.ListGetItem",
+                                 [("r", self.reg(src, span)), ("i", 0)], dst))
+            elif tag == "ref_write":
+                _, dst, ref, src = ins
+                self.ops.append(("call", "ffi.ListSetItem",
+                                 [("r", self.reg(ref, span)), ("i", 0),
+                                  self.operand(src, span)], None))
+                self.ops.append(("call", "vm.builtin.make_tuple", [], dst))
             elif tag == "tailcall":
                 _, f, srcs = ins
-                fidx = self.callee(f, span)
-                if fidx == self.index:
+                target = self.callee(f, span)
+                if target[0] == "direct" and target[1] == self.index:
                     # a self tail call is a jump: parallel move of the arguments, then goto 0
                     tmps = []
                     for i, r in enumerate(srcs):
@@ -341,7 +455,7 @@ class _Emitter:
                     self.ops.append(("goto", 0))
                 else:
                     t = self.tmp()
-                    self.call(fidx, srcs, t, span)
+                    self.call(target, srcs, t, span)
                     self.ops.append(("ret", t))
             else:
                 raise _unsupported(_CONSTRUCT.get(tag, f"the instruction {tag!r}"), span)
@@ -367,13 +481,16 @@ class _Emitter:
                 return eb.vm_state()
             if k == "dt":
                 return tvm.DataType(a[1])
+            if k == "f":
+                return eb.f(a[1])
             key = a[1]
             got = consts.get(key[:2])
             if got is None:
                 got = consts[key[:2]] = eb.convert_constant(self.b.constant_value(key))
             return got
 
-        with eb.function(name, self.cf.nparams, list(self.cf.params)):
+        names = list(self.cf.params) + [f"captured{i}" for i in range(self.cf.ncap)]
+        with eb.function(name, self.nfix, names):
             i = 0
             for op in self.ops:
                 tag = op[0]
@@ -402,6 +519,16 @@ class RelaxBackend:
             raise _unsupported("target cuda")
         self.exe = exe
         self.cp = CompiledProgram(exe.module, kernels=True).compile_all()
+        # every constructor of the module gets its tag (its index in the table) up front, so
+        # that values built outside the program (arguments) have one too
+        self.single_cons: set[int] = set()
+        for td in exe.module.type_definitions.values():
+            for c in td.constructors:
+                k = self.cp.con_index(c)
+                if len(td.constructors) == 1:
+                    self.single_cons.add(k)
+        self.selfs: dict[int, set[int]] = {}
+        self.con_fns: dict[int, str] = {}
         self.kernels: dict[int, _Kernel] = {}
         self.names: dict[int, str] = {}
         self.todo: list[int] = []
@@ -410,10 +537,15 @@ class RelaxBackend:
         name = self.names.get(fidx)
         if name is None:
             cf = self.cp.functions[fidx]
-            if cf.ncap:
-                raise _unsupported("closures that capture variables")
             name = self.names[fidx] = cf.name or f"__fn{fidx}"
             self.todo.append(fidx)
+        return name
+
+    def constructor_fn(self, con: int) -> str:
+        """The name of the VM function ``(fields...) -> (tag, fields...)`` of constructor
+        ``con`` (a constructor used as a function value)."""
+        name = f"__con{con}"
+        self.con_fns[con] = name
         return name
 
     def function_of_global(self, name: str, span: Any) -> int:
@@ -472,10 +604,15 @@ class RelaxBackend:
             return tvm.runtime.ShapeTuple(list(key[1]))
         if kind == "str":
             return key[1]
+        if kind == "onehot":
+            import tvm_ffi
+            return tvm_ffi.Array([i == key[1] for i in range(len(self.cp.cons))])
         if kind == "depth":
             # NOTE: the executable keeps its own copy of a constant: the entry wrappers reset
-            # this copy (rly_depth_reset) at the start of every run
-            return tvm.runtime.tensor(np.zeros(2, np.int64))
+            # this copy (rly_depth_reset) at the start of every run. The link step merges
+            # constants of equal content, so the counter starts out as a value no program
+            # holds (a zeros constant of the program would otherwise be the counter)
+            return tvm.runtime.tensor(np.array(_COUNTER_INIT, np.int64))
         raise AssertionError(kind)
 
     def build(self) -> Any:
@@ -485,6 +622,10 @@ class RelaxBackend:
         from tvm.relax import vm_build
         for name in self.cp.mod:
             self.name_of(self.cp.compile_global(name))
+        for cf in self.cp.functions:
+            for ins in cf.code:
+                if ins[0] == "closure" and ins[4]:
+                    self.selfs.setdefault(ins[2], set()).update(ins[4])
         emitters = []
         while self.todo:
             fidx = self.todo.pop()
@@ -492,11 +633,20 @@ class RelaxBackend:
             em.run()
             emitters.append(em)
         eb = relax.ExecBuilder()
+        vm_func = relax.exec_builder.VMFuncKind.VM_FUNC
         for em in emitters:
-            eb.declare_function(self.names[em.index], relax.exec_builder.VMFuncKind.VM_FUNC)
+            eb.declare_function(self.names[em.index], vm_func)
+        for name in self.con_fns.values():
+            eb.declare_function(name, vm_func)
         consts: dict = {}
         for em in emitters:
             em.write(eb, self.names[em.index], consts)
+        for con, name in self.con_fns.items():
+            n = len(self.cp.cons[con].inputs)
+            with eb.function(name, n):
+                eb.emit_call("vm.builtin.make_tuple", [eb.imm(con)] + [eb.r(i) for i in range(n)],
+                             eb.r(n))
+                eb.emit_ret(eb.r(n))
         depth = consts.get(("depth",))
         if depth is None:
             depth = consts[("depth",)] = eb.convert_constant(self.constant_value(("depth",)))
@@ -547,6 +697,8 @@ class RelaxExecutable:
         self.vm = self._backend.build()
         self._funcs: dict[str, Any] = {}
         self._static: dict[str, tuple] = {}     # entry -> (function, shapes, dtypes)
+        self._con_ids = {c.name_hint: k for k, c in enumerate(self._backend.cp.cons)}
+        self._ref_args: list[tuple[RefValue, Any]] = []   # (argument, its cell) of a call
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self._limits: dict[int, Any] = {}
@@ -561,11 +713,79 @@ class RelaxExecutable:
         return f
 
     def _arg(self, v: Any) -> Any:
-        if type(v) is tuple:
-            return tuple(self._arg(x) for x in v)    # NOTE: tuple nesting of a type only
-        if type(v) is not np.ndarray or not v.flags.c_contiguous or not v.flags.writeable:
-            v = np.array(v, order="C")
-        return self._from_dlpack(v, require_alignment=0, require_contiguous=True)
+        """A checked argument as the VM takes it: tensors zero-copy, tuples, ADT values as
+        ``(tag, fields...)``, references as one-element ``ffi.List`` (iterative)."""
+        import tvm_ffi
+        con_ids = self._con_ids
+        wrap = self._from_dlpack
+        results: list[Any] = []
+        stack: list[tuple[Any, bool]] = [(v, False)]
+        while stack:
+            x, done = stack.pop()
+            t = type(x)
+            if t is np.ndarray or isinstance(x, np.generic):
+                if t is not np.ndarray or not x.flags.c_contiguous or not x.flags.writeable:
+                    x = np.array(x, order="C")
+                results.append(wrap(x, require_alignment=0, require_contiguous=True))
+                continue
+            kids = _in_kids(x)
+            if not done and kids:
+                stack.append((x, True))
+                stack.extend((c, False) for c in reversed(kids))
+                continue
+            n = len(kids)
+            vals = results[len(results) - n:]
+            del results[len(results) - n:]
+            if t is tuple:
+                results.append(tuple(vals))
+            elif isinstance(x, ADTValue):
+                results.append((con_ids[x.constructor.name_hint], *vals))
+            elif isinstance(x, RefValue):
+                cell = tvm_ffi.List(vals)
+                self._ref_args.append((x, cell))
+                results.append(cell)
+            else:
+                raise DiagnosticError(f"executor='relax' does not take a {type(x).__name__} "
+                                      f"argument yet")
+        return results[0]
+
+    def _result(self, v: Any) -> Any:
+        """A VM value as the interpreter's (numpy arrays, tuples, ADTValue, RefValue)."""
+        import tvm
+        import tvm_ffi
+        cons = self._backend.cp.cons
+        results: list[Any] = []
+        stack: list[tuple[Any, bool]] = [(v, False)]
+        while stack:
+            x, done = stack.pop()
+            if isinstance(x, tvm.runtime.Tensor):
+                # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive
+                results.append(np.from_dlpack(x))
+                continue
+            if isinstance(x, tvm_ffi.List):
+                kids: list = [x[0]]
+            elif isinstance(x, tvm_ffi.Array):
+                kids = list(x)
+                if kids and type(kids[0]) is int:
+                    kids = kids[1:]
+            else:
+                results.append(x if x is None or isinstance(x, (bool, int, float)) else
+                               _VMClosure(self, x))
+                continue
+            if not done and kids:
+                stack.append((x, True))
+                stack.extend((c, False) for c in reversed(kids))
+                continue
+            n = len(kids)
+            vals = results[len(results) - n:]
+            del results[len(results) - n:]
+            if isinstance(x, tvm_ffi.List):
+                results.append(RefValue(vals[0]))
+            elif len(x) and type(x[0]) is int:
+                results.append(ADTValue(cons[x[0]], vals))
+            else:
+                results.append(tuple(vals))
+        return results[0]
 
     def __call__(self, *args: Any, entry: str | None = None) -> Any:
         entry = entry or self.entry
@@ -590,18 +810,33 @@ class RelaxExecutable:
         f = self._func(entry)
         fn = self.module[entry]
         ptypes = [p.checked_type_ or p.type_annotation for p in fn.params]
-        vals = [self._arg(v) for v in check_arguments(fn, ptypes, args)]
+        checked = check_arguments(fn, ptypes, args)
+        self._ref_args = []
+        vals = [self._arg(v) for v in checked]
         if all(isinstance(t, TensorType) and t.is_static for t in ptypes):
             self._static[entry] = (f, [tuple(t.shape) for t in ptypes],  # type: ignore
                                    [np.dtype(t.dtype) for t in ptypes])  # type: ignore
-        return self._call(f, vals)
+        if not self._ref_args:
+            return self._call(f, vals)
+        # NOTE: references passed in: the run writes to cells of its own, and a retry on the
+        # large-stack thread starts from fresh cells; the final contents are written back
+        try:
+            out = self._run(f, vals, MAIN_DEPTH)
+        except _DepthLimit:
+            self._ref_args = []
+            vals = [self._arg(v) for v in checked]
+            out = self._run_deep(f, vals)
+        for ref, cell in self._ref_args:
+            ref.value = self._result(cell[0])
+        self._ref_args = []
+        return self._result(out)
 
     def _call(self, f: Any, vals: list) -> Any:
         try:
             out = self._run(f, vals, MAIN_DEPTH)
         except _DepthLimit:
             out = self._run_deep(f, vals)
-        return _to_numpy(out)
+        return self._result(out)
 
     def _run(self, f: Any, vals: list, limit: int) -> Any:
         lim = self._limits.get(limit)
@@ -612,6 +847,9 @@ class RelaxExecutable:
         except Exception as e:   # NOTE: the depth assertion arrives as a TVM error
             if _DEPTH_MSG in str(e):
                 raise _DepthLimit() from None
+            if _MATCH_MSG in str(e):
+                raise DiagnosticError("executor='relax': match failed: no clause matched the "
+                                      "value") from None
             if "bad_alloc" in str(e) or isinstance(e, MemoryError):
                 raise self._backend.alloc_error() from None
             raise DiagnosticError(f"executor='relax': the program failed in the VM: "
@@ -649,14 +887,27 @@ class _DepthLimit(Exception):
     pass
 
 
-def _to_numpy(v: Any) -> Any:
-    import tvm
-    if isinstance(v, tvm.runtime.Tensor):
-        # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive
-        return np.from_dlpack(v)
-    if isinstance(v, (tuple, list)) or type(v).__name__ == "Array":
-        return tuple(_to_numpy(x) for x in v)     # NOTE: tuple nesting of the result type
-    return v
+def _in_kids(x: Any) -> Any:
+    if type(x) is tuple:
+        return x
+    if isinstance(x, ADTValue):
+        return x.fields
+    if isinstance(x, RefValue):
+        return (x.value,)
+    return ()
+
+
+class _VMClosure:
+    """A function value returned by the VM: calling it runs it on the VM (numpy in and out)."""
+
+    def __init__(self, exe: RelaxExecutable, obj: Any):
+        self.exe = exe
+        self.obj = obj
+
+    def __call__(self, *args: Any) -> Any:
+        vals = [self.exe._arg(np.asarray(a) if not isinstance(a, (tuple, ADTValue, RefValue))
+                              else a) for a in args]
+        return self.exe._result(self.exe.vm.invoke_closure(self.obj, *vals))
 
 
 __all__ = ["RelaxExecutable", "RelaxUnsupportedError", "MAIN_DEPTH", "DEEP_DEPTH"]
