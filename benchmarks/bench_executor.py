@@ -275,6 +275,19 @@ def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
 
     def interp_pass() -> float:
         return sum(float(runtime.evaluate(g, tr, lab, *params)[0]) for tr, lab in data)
+    relax_name = "relay_ir executor='relax' (same program)"
+    t1 = time.perf_counter()
+    try:
+        relax_exe = runtime.build(g, executor="relax")
+    except rly.DiagnosticError as e:
+        relax_exe = None
+        t.skip(relax_name, e.message.split(" (build")[0])
+    relax_s = time.perf_counter() - t1
+
+    def relax_pass() -> float:
+        return sum(float(relax_exe(tr, lab, *aparams)[0]) for tr, lab in data)
+    if relax_exe is not None:
+        checks["relay_ir relax"] = relax_pass()
     checks["relay_ir compiled"] = compiled_pass()
     checks["relay_ir interpreter"] = interp_pass()
     peers: list[tuple[str, Callable[[], Any]]] = []
@@ -301,6 +314,8 @@ def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
     for _ in range(rounds):
         t.add("relay_ir compiled (runtime.build of passes.gradient)",
               best(compiled_pass, repeat) / len(data), f"build {build_s:.1f} s")
+        if relax_exe is not None:
+            t.add(relax_name, best(relax_pass, repeat) / len(data), f"build {relax_s:.1f} s")
         t.add("relay_ir interpreter (same program)", best(interp_pass, max(1, repeat // 2))
               / len(data))
         for name, fn in peers:

@@ -19,22 +19,37 @@ What is emitted (the first milestone of issue 21):
 * calls of globals and of closed inner functions (a direct VM Call). A **self tail call** is a
   jump: the arguments are moved into the parameter registers and control goes back to the
   first instruction, so a loop of any length runs in constant stack. Other tail calls are
-  calls followed by a return (for now).
+  calls followed by a return (for now);
+* closures: ``vm.builtin.make_closure`` over the captured values (a VM function's inputs are
+  its parameters, then its captured values, the compiler's register layout) and
+  ``invoke_closure`` for calls of function values; a closure's slot that points back at itself
+  (``let %f = fn ... %f``) holds a null, and the function calls itself directly (a self tail
+  call is a jump) or rebuilds its closure where it is used as a value; a global or a
+  constructor used as a value is a closure of it;
+* ADT values as tuples ``(tag, fields...)`` (the tag an int: the constructor's index in the
+  program's table, every constructor of the module numbered up front); ``match`` tests a tag
+  by indexing a constant one-hot array with it (``tuple_getitem`` + ``read_if_cond`` + If),
+  nested patterns take fields apart in place, and no matching clause fails with a
+  ``DiagnosticError``;
+* references as one-element ``ffi.List`` (``ffi.ListGetItem`` / ``ffi.ListSetItem``, C++
+  functions of TVM's runtime); reference arguments get a cell per call whose final content is
+  written back to the caller's ``RefValue``.
 
-Not emitted yet: closures that capture, functions as values, ADT values and ``match``,
-references, unfused operator calls, groups with ``?`` or symbolic dimensions, operators with
-no TVM compute, and ``target="cuda"``. A program that needs one of them is refused when it is
-built with a :class:`~relay_ir.DiagnosticError` naming the construct (no silent fallback: the
-user asked for this executor).
+Not emitted yet: operator calls outside a fused group, groups with ``?`` or symbolic
+dimensions (and value-dependent shapes: ``dyn.reshape``), operators with no TVM compute,
+``target="cuda"`` and export. A program that needs one of them is refused when it is built
+with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the construct (no silent
+fallback: the user asked for this executor).
 
-**Depth.** The Relax VM runs each call on the C++ stack (about 4 KiB a frame; a 2,100-deep
+**Depth.** The Relax VM runs each call on the C++ stack (2-6 KiB a call; a 2,100-deep
 recursion overflowed an 8 MiB stack and killed the process). Every non-tail call is
-therefore bracketed by two tiny TIR functions that count the depth in a two-element int64
-tensor (depth, limit) held as a constant of the executable; past the limit the first one fails
-an assertion, which surfaces as a ``DiagnosticError`` naming the limit. A run starts on the
-calling thread with a limit its stack can hold (:data:`MAIN_DEPTH`); if it hits the limit it
-is run again, once, on a thread with a 1 GiB stack and the limit :data:`DEEP_DEPTH` (the
-programs emitted here have no side effects, so running again is safe).
+therefore bracketed by two tiny TIR functions that count the depth in an int64 tensor held as
+a constant of the executable (each entry wrapper ``__rly_entry_<name>`` resets it); past the
+limit the first one fails an assertion, which surfaces as a ``DiagnosticError`` naming the
+limit. A run starts on the calling thread with a limit its stack can hold
+(:data:`MAIN_DEPTH`); if it hits the limit it is run again, once, on a thread with a 1.5 GiB
+stack and the limit :data:`DEEP_DEPTH` (from fresh arguments: reference arguments are written
+back only after the run that returns), and that entry starts on such a thread from then on.
 """
 from __future__ import annotations
 
@@ -47,12 +62,13 @@ from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import TensorType, TupleType, Type
 from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
 
-# Depth limits of non-tail calls. A VM call takes 2-4 KiB of C++ stack (measured: a 64 MiB
-# stack held 16,000 frames, not 30,000); the limits allow 8 KiB a frame. On the calling
-# thread: its stack (the RLIMIT_STACK soft limit, 8 MiB by default: 1,000 frames, of which
-# Python's own frames take part); a deeper run is retried on a thread with DEEP_STACK.
-FRAME_BYTES = 8 << 10
-DEEP_STACK = 1 << 30          # bytes of stack of that thread (reserved, committed on use)
+# Depth limits of non-tail calls. A VM call takes 2-6 KiB of C++ stack (measured: a 64 MiB
+# stack held 16,000 direct calls, not 30,000; a 16 MiB stack 3,000 nested closure
+# invocations, not 4,000); the limits allow 12 KiB a call. On the calling thread: its stack
+# (the RLIMIT_STACK soft limit, 8 MiB by default: 658 calls, leaving room for Python's own
+# frames); an entry that reaches it runs on a thread with DEEP_STACK from then on.
+FRAME_BYTES = 12 << 10
+DEEP_STACK = 3 << 29          # 1.5 GiB of stack for that thread (reserved, committed on use)
 DEEP_DEPTH = DEEP_STACK // FRAME_BYTES        # 131,072
 
 
@@ -699,6 +715,7 @@ class RelaxExecutable:
         self._static: dict[str, tuple] = {}     # entry -> (function, shapes, dtypes)
         self._con_ids = {c.name_hint: k for k, c in enumerate(self._backend.cp.cons)}
         self._ref_args: list[tuple[RefValue, Any]] = []   # (argument, its cell) of a call
+        self._deep: set[Any] = set()     # entries that ran past MAIN_DEPTH once
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self._limits: dict[int, Any] = {}
@@ -821,8 +838,11 @@ class RelaxExecutable:
         # NOTE: references passed in: the run writes to cells of its own, and a retry on the
         # large-stack thread starts from fresh cells; the final contents are written back
         try:
+            if f in self._deep:
+                raise _DepthLimit()
             out = self._run(f, vals, MAIN_DEPTH)
         except _DepthLimit:
+            self._deep.add(f)
             self._ref_args = []
             vals = [self._arg(v) for v in checked]
             out = self._run_deep(f, vals)
@@ -832,9 +852,14 @@ class RelaxExecutable:
         return self._result(out)
 
     def _call(self, f: Any, vals: list) -> Any:
+        if f in self._deep:
+            return self._result(self._run_deep(f, vals))
         try:
             out = self._run(f, vals, MAIN_DEPTH)
         except _DepthLimit:
+            # NOTE: this entry goes to the large-stack thread from now on (a handoff costs
+            # tens of microseconds; running to the limit and unwinding costs more)
+            self._deep.add(f)
             out = self._run_deep(f, vals)
         return self._result(out)
 
