@@ -881,31 +881,69 @@ class RelaxExecutable:
                                   f"{type(e).__name__}: {e}") from None
 
     def _run_deep(self, f: Any, vals: list) -> Any:
-        box: list[Any] = []
-
-        def work() -> None:
-            try:
-                box.append((True, self._run(f, vals, DEEP_DEPTH)))
-            except BaseException as e:      # NOTE: handed back to the calling thread
-                box.append((False, e))
-
-        old = threading.stack_size()
-        threading.stack_size(max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES))
-        try:
-            t = threading.Thread(target=work, name="relay_ir-relax-deep")
-            t.start()
-        finally:
-            threading.stack_size(old)
-        t.join()
-        ok, v = box[0]
+        limit = DEEP_DEPTH
+        ok, v = _deep_worker().run(lambda: self._run(f, vals, limit))
         if ok:
             return v
         if isinstance(v, _DepthLimit):
             raise DiagnosticError(
-                f"executor='relax': the program recursed deeper than {DEEP_DEPTH:,} non-tail "
+                f"executor='relax': the program recursed deeper than {limit:,} non-tail "
                 f"calls (the relax executor's depth limit; tail calls of a function to itself "
                 f"do not count)") from None
         raise v
+
+
+class _DeepWorker:
+    """One long-lived thread with a large stack that runs deep programs for every caller.
+
+    Long-lived because TVM's per-thread state (its memory pools) starts cold on a new thread:
+    a fresh thread per call doubled the time of a 100-step gradient loop. A handoff costs tens
+    of microseconds.
+    """
+
+    def __init__(self) -> None:
+        import queue
+        self.jobs: Any = queue.SimpleQueue()
+        self.lock = threading.Lock()          # one job at a time (the VM is not reentrant)
+        old = threading.stack_size()
+        threading.stack_size(max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES))
+        try:
+            self.thread = threading.Thread(target=self._loop, name="relay_ir-relax-deep",
+                                           daemon=True)
+            self.thread.start()
+        finally:
+            threading.stack_size(old)
+
+    def _loop(self) -> None:
+        while True:
+            job, box, done = self.jobs.get()
+            try:
+                box.append((True, job()))
+            except BaseException as e:      # NOTE: handed back to the calling thread
+                box.append((False, e))
+            done.set()
+
+    def run(self, job: Any) -> tuple[bool, Any]:
+        """``(True, job())`` or ``(False, the exception)``, run on the worker thread."""
+        box: list[Any] = []
+        done = threading.Event()
+        with self.lock:
+            self.jobs.put((job, box, done))
+            done.wait()
+        return box[0]
+
+
+_WORKER: list[_DeepWorker] = []
+_WORKER_LOCK = threading.Lock()
+
+
+def _deep_worker() -> _DeepWorker:
+    with _WORKER_LOCK:
+        if not _WORKER or _WORKER[0].stack != max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES):
+            w = _DeepWorker()
+            w.stack = max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES)
+            _WORKER[:] = [w]
+        return _WORKER[0]
 
 
 class _DepthLimit(Exception):
