@@ -90,6 +90,8 @@ _FAIL = "rly_match_fail"
 _COUNTER_INIT = [0x7265_6C61_795F_6972, -0x6465_7074_685F_6374, 0x5F5F_6465_7074_6800]
 _MATCH_MSG = "relay_ir: no clause of the match matched the value"
 _ENTRY = "__rly_entry_"       # prefix of the entry wrappers (reset the depth, call the global)
+_INVOKE = "__rly_invoke"      # + arity: the wrappers that invoke a closure from Python
+_INVOKE_ARITY = 8
 
 
 class RelaxUnsupportedError(DiagnosticError):
@@ -675,6 +677,17 @@ class RelaxBackend:
                 eb.emit_call(_RESET, [depth, eb.r(0)])
                 eb.emit_call(self.names[fidx], [eb.r(i + 1) for i in range(n)], eb.r(n + 1))
                 eb.emit_ret(eb.r(n + 1))
+        for n in range(_INVOKE_ARITY + 1):
+            # (limits, closure, args...) -> reset the depth counter, invoke the closure: how
+            # Python calls a function value the program returned
+            name = f"{_INVOKE}{n}"
+            eb.declare_function(name, relax.exec_builder.VMFuncKind.VM_FUNC)
+            with eb.function(name, n + 2):
+                eb.emit_call(_RESET, [depth, eb.r(0)])
+                eb.emit_call("vm.builtin.invoke_closure",
+                             [eb.vm_state(), eb.r(1), *[eb.r(i + 2) for i in range(n)]],
+                             eb.r(n + 2))
+                eb.emit_ret(eb.r(n + 2))
         if not _DEPTH_LIB:
             _DEPTH_LIB.append(_depth_module())
         libs = [_DEPTH_LIB[0]]
@@ -968,9 +981,17 @@ class _VMClosure:
         self.obj = obj
 
     def __call__(self, *args: Any) -> Any:
-        vals = [self.exe._arg(np.asarray(a) if not isinstance(a, (tuple, ADTValue, RefValue))
-                              else a) for a in args]
-        return self.exe._result(self.exe.vm.invoke_closure(self.obj, *vals))
+        exe = self.exe
+        if len(args) > _INVOKE_ARITY:
+            raise DiagnosticError(f"executor='relax': a function value returned by the program "
+                                  f"takes at most {_INVOKE_ARITY} arguments from Python")
+        exe._ref_args = []
+        vals = [exe._arg(np.asarray(a) if not isinstance(a, (tuple, ADTValue, RefValue))
+                         else a) for a in args]
+        if exe._ref_args:
+            raise DiagnosticError("executor='relax': a function value returned by the program "
+                                  "does not take references from Python")
+        return exe._call(exe.vm[f"{_INVOKE}{len(args)}"], [self.obj, *vals])
 
 
 __all__ = ["RelaxExecutable", "RelaxUnsupportedError", "MAIN_DEPTH", "DEEP_DEPTH"]

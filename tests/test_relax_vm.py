@@ -194,6 +194,17 @@ def @main(%x: Tensor[(3), float32], %k: int32) -> (Opt, Tensor[(3), float32]) {
     assert isinstance(got[0], ADTValue) and got[0].constructor.name_hint == "Some"
 
 
+def test_a_returned_function_value_runs_on_the_vm_from_python() -> None:
+    mod = parse("""
+def @main(%x: Tensor[(3), float32]) -> fn (Tensor[(3), float32]) -> Tensor[(3), float32] {
+  fn (%y: Tensor[(3), float32]) -> Tensor[(3), float32] { add(%y, %x) }
+}""")
+    f = runtime.build(mod, executor="relax")(np.float32([1, 2, 3]))
+    want = runtime.evaluate(mod, np.float32([1, 2, 3]))(np.float32([10, 20, 30]))
+    np.testing.assert_array_equal(f(np.float32([10, 20, 30])), want)
+    np.testing.assert_array_equal(want, [11, 22, 33])
+
+
 def test_a_reference_argument_is_written_back_like_the_interpreter() -> None:
     mod = parse("""
 def @main(%r: ref(Tensor[(2), float32])) -> Tensor[(2), float32] {
@@ -296,6 +307,12 @@ def test_constructs_not_emitted_yet_are_refused_by_name(src: str, what: str) -> 
     with pytest.raises(RelaxUnsupportedError, match=what) as info:
         runtime.build(parse(src), executor="relax")
     assert "executor='relax' does not support" in info.value.message
+
+
+def test_cuda_is_refused_by_name() -> None:
+    with pytest.raises(RelaxUnsupportedError, match="target cuda"):
+        runtime.build(parse("def @main(%x: Tensor[(3), float32]) { exp(%x) }"), "cuda",
+                      executor="relax")
 
 
 def test_unknown_executor_is_a_diagnostic() -> None:
