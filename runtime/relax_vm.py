@@ -569,9 +569,6 @@ class RelaxBackend:
     def function_of_global(self, name: str, span: Any) -> int:
         return self.cp.compile_global(name, span)
 
-    def function_of(self, fidx: int) -> int:
-        return fidx
-
     def kernel(self, k: int, span: Any) -> _Kernel:
         got = self.kernels.get(k)
         if got is not None:

@@ -116,7 +116,6 @@ def test_examples_and_suite_data_programs_agree() -> None:
 
 
 SHARDS = 4
-_SWEEP: dict[int, tuple[int, int]] = {}
 
 
 @pytest.mark.parametrize("shard", range(SHARDS))
