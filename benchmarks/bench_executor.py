@@ -6,6 +6,11 @@ Parts (workloads of /work/shared/WORKLOADS.md):
   kernel call (prebuilt tvm tensors), ``runtime.build`` on the dataflow fast path, the same
   kernel behind an ``if`` (the compiled executor, VM), and a module file loaded back.
   Goal: at most 10 us above the kernel.
+* **Dispatch**: a 10,000-step tail-recursive loop whose iteration calls one small kernel
+  (``tanh`` on a (4,) float32 vector) against the same loop without it (an idle iteration:
+  the counter's compare and decrement, the ``if``, the tail call), per iteration, on the
+  compiled executor (``runtime.vm``) and on ``executor="relax"`` (TVM's Relax VM). Goal
+  (issue 21): at most 1 us per iteration in all, the kernel call at most 0.3 us above idle.
 * **W6**: d/dx of sum_{i<1000} sin(x*i)*0.001 at x = 0.5, written as a 1000-step recursive
   loop over float32 scalars; ``passes.gradient`` compiled, against the interpreter on the same
   program, jax.jit(jax.grad) and PyTorch eager (0-d tensors + autograd.grad).
@@ -123,6 +128,8 @@ def overhead(rounds: int, repeat: int) -> Table:
     vm_exe.export_library(path)
     loaded = runtime.load_module(path)
     loaded(x, c)
+    relax_exe = runtime.build(rly.parse(ONE_KERNEL_VM), executor="relax")
+    relax_exe(x, c)
     np_exp = (lambda: np.exp(x))
     for _ in range(rounds):
         t.add("TVM kernel alone (prebuilt tvm tensors)", per_call(lambda: kern(tx, to), 2000,
@@ -132,7 +139,43 @@ def overhead(rounds: int, repeat: int) -> Table:
               per_call(lambda: vm_exe(x, c), 2000, repeat))
         t.add("module file loaded back (runtime.load_module)",
               per_call(lambda: loaded(x, c), 2000, repeat))
+        t.add("runtime.build(executor='relax') (exp behind an if)",
+              per_call(lambda: relax_exe(x, c), 2000, repeat))
         t.add("numpy np.exp (reference)", per_call(np_exp, 2000, repeat))
+    return t
+
+
+# ============================================================================ dispatch
+DISPATCH_IDLE = HDR + """
+def @loop(%i: int64, %x: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  if (%i > 0i64) { @loop(%i - 1i64, %x) } else { %x }
+}
+def @main(%n: int64, %x: Tensor[(4), float32]) -> Tensor[(4), float32] { @loop(%n, %x) }
+"""
+DISPATCH_KERNEL = DISPATCH_IDLE.replace("@loop(%i - 1i64, %x)", "@loop(%i - 1i64, tanh(%x))")
+DISPATCH_N = 10_000
+
+
+def dispatch(rounds: int, repeat: int) -> Table:
+    """Per-iteration cost of a loop with and without one small kernel call."""
+    t = Table(f"Dispatch: a {DISPATCH_N:,}-step tail-recursive loop, per iteration", "us")
+    n = np.array(DISPATCH_N, "int64")
+    x = np.float32([0.1, 0.2, 0.3, 0.4])
+    want = x.copy()
+    for _ in range(DISPATCH_N):
+        want = np.tanh(want)
+    runs = []
+    for label, kw in (("compiled executor (runtime.vm)", {}),
+                      ("executor='relax' (Relax VM)", {"executor": "relax"})):
+        for kind, src in (("idle iteration", DISPATCH_IDLE),
+                          ("one-kernel iteration", DISPATCH_KERNEL)):
+            exe = runtime.build(rly.parse(src), **kw)
+            got = exe(n, x)
+            np.testing.assert_allclose(got, want if "kernel" in kind else x, rtol=1e-3)
+            runs.append((f"{label}: {kind}", exe))
+    for _ in range(rounds):
+        for name, exe in runs:
+            t.add(name, best(lambda: exe(n, x), repeat) / DISPATCH_N)
     return t
 
 
@@ -190,9 +233,18 @@ def w6(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
         peers.append(("torch eager 0-d tensors + autograd.grad", tgrad, ""))
     except ImportError:
         t.skip("torch eager 0-d tensors + autograd.grad", "torch not installed")
+    relax_name = "relay_ir executor='relax' (same program)"
+    try:
+        relax_exe = runtime.build(g, executor="relax")
+        checks["relay_ir relax"] = float(relax_exe(x)[1][0])
+    except rly.DiagnosticError as e:
+        relax_exe = None
+        t.skip(relax_name, e.message.split(" (build")[0])
     for _ in range(rounds):
         t.add("relay_ir compiled (runtime.build of passes.gradient)",
               best(lambda: exe(x), repeat), f"build {build_s:.1f} s")
+        if relax_exe is not None:
+            t.add(relax_name, best(lambda: relax_exe(x), repeat))
         t.add("relay_ir interpreter (same program)", best(lambda: runtime.evaluate(g, x),
                                                           repeat))
         for name, fn, note in peers:
@@ -223,6 +275,19 @@ def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
 
     def interp_pass() -> float:
         return sum(float(runtime.evaluate(g, tr, lab, *params)[0]) for tr, lab in data)
+    relax_name = "relay_ir executor='relax' (same program)"
+    t1 = time.perf_counter()
+    try:
+        relax_exe = runtime.build(g, executor="relax")
+    except rly.DiagnosticError as e:
+        relax_exe = None
+        t.skip(relax_name, e.message.split(" (build")[0])
+    relax_s = time.perf_counter() - t1
+
+    def relax_pass() -> float:
+        return sum(float(relax_exe(tr, lab, *aparams)[0]) for tr, lab in data)
+    if relax_exe is not None:
+        checks["relay_ir relax"] = relax_pass()
     checks["relay_ir compiled"] = compiled_pass()
     checks["relay_ir interpreter"] = interp_pass()
     peers: list[tuple[str, Callable[[], Any]]] = []
@@ -249,6 +314,8 @@ def w5(rounds: int, repeat: int) -> tuple[Table, dict[str, float]]:
     for _ in range(rounds):
         t.add("relay_ir compiled (runtime.build of passes.gradient)",
               best(compiled_pass, repeat) / len(data), f"build {build_s:.1f} s")
+        if relax_exe is not None:
+            t.add(relax_name, best(relax_pass, repeat) / len(data), f"build {relax_s:.1f} s")
         t.add("relay_ir interpreter (same program)", best(interp_pass, max(1, repeat // 2))
               / len(data))
         for name, fn in peers:
@@ -289,7 +356,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--only", default="overhead,w6,w5,corpus")
+    ap.add_argument("--only", default="overhead,dispatch,w6,w5,corpus")
     a = ap.parse_args()
     import tvm
     print(f"# bench_executor: {platform.processor() or platform.machine()}, "
@@ -306,6 +373,16 @@ def main() -> None:
             m = t.median(row)
             if m is not None:
                 print(f"{row}: {(m - k) * 1e6:.2f} us above the kernel")
+        print()
+    if "dispatch" in only:
+        t = dispatch(a.rounds, a.repeat)
+        print(t.show(), "\n")
+        for label in ("compiled executor (runtime.vm)", "executor='relax' (Relax VM)"):
+            idle = t.median(f"{label}: idle iteration")
+            one = t.median(f"{label}: one-kernel iteration")
+            if idle is not None and one is not None:
+                print(f"{label}: the kernel call {(one - idle) * 1e6:.2f} us above an idle "
+                      f"iteration ({one * 1e6:.2f} us per iteration in all)")
         print()
     if "w6" in only:
         t, checks = w6(a.rounds, a.repeat)

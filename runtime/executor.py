@@ -790,7 +790,7 @@ def _post(e: Expr) -> Any:
 
 # ----------------------------------------------------------------------------- entry point
 _BUILD_OPTIONS = ("target", "entry", "params", "opt_level", "max_fuse_depth", "cache",
-                  "fast_math")
+                  "fast_math", "executor")
 
 
 def _check_options(opt_level: Any, max_fuse_depth: Any, fast_math: Any,
@@ -922,7 +922,8 @@ def refine_types(mod: IRModule) -> IRModule:
 
 def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: Any = None,
           opt_level: int = 2, max_fuse_depth: int = 256, cache: Any = None,
-          fast_math: bool | None = None, **unknown: Any) -> Executable:
+          fast_math: bool | None = None, executor: str | None = None,
+          **unknown: Any) -> Executable:
     """Compile a well-typed module: optimize, fuse, and return an :class:`Executable`.
 
     ``target``: ``"llvm"`` (the host CPU), ``"cuda"``, a dict or a ``tvm.target.Target``.
@@ -935,7 +936,9 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     or where their float32 error is within tolerance (None, the
     default; ``relay_ir.op._te``). ``cache``: a
     :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one). Anything
-    else is a ``DiagnosticError``.
+    else is a ``DiagnosticError``. ``executor="relax"`` (experimental, the coming default):
+    run on TVM's C++ Relax VM (``runtime.relax_vm``); a program it cannot emit yet is refused
+    with a ``DiagnosticError`` naming the construct.
 
     Compilation happens here for everything the static types determine: the instructions of
     every global, and the kernel of every fused group whose shapes are static (for a
@@ -948,6 +951,9 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
     _check_options(opt_level, max_fuse_depth, fast_math, unknown)
+    if executor not in (None, "relax"):
+        raise DiagnosticError(f"runtime.build: executor must be None (the default) or "
+                              f"'relax', not {executor!r}")
     if not isinstance(entry, str):
         raise DiagnosticError(f"runtime.build: entry must be a global's name, not {entry!r}")
     if params is not None:
@@ -958,5 +964,8 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     exe = Executable(fused, target, cache, fast_math)
     exe.entry = entry
+    if executor == "relax":
+        from relay_ir.runtime.relax_vm import RelaxExecutable
+        return RelaxExecutable(exe)  # type: ignore[return-value]
     exe.compile_static()
     return exe

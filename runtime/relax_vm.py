@@ -1,0 +1,994 @@
+"""The Relax VM backend (experimental): the instruction program as TVM Relax VM bytecode.
+
+``runtime.build(mod, executor="relax")`` compiles the plain-data instruction program of
+``runtime.compiler`` (the one the interpreter and ``runtime.vm`` run) to the bytecode of TVM's
+C++ virtual machine (``tvm.relax.VirtualMachine``): four opcodes (Call, Ret, Goto, If) plus
+calls of ``vm.builtin.*`` functions, emitted with ``tvm.relax.ExecBuilder`` and linked with the
+fused groups' compiled TIR kernels into one executable. Control never returns to Python
+between kernel calls.
+
+What is emitted (the first milestone of issue 21):
+
+* kernel calls (``kernel`` / ``kernel_ret``): every output allocated with
+  ``vm.builtin.alloc_storage`` + ``vm.builtin.alloc_tensor``, then one call of the kernel with
+  its flattened inputs, its large constants and its outputs; tuple arguments are taken apart
+  with ``tuple_getitem`` and tuple results built with ``make_tuple``. Every group is a TVM
+  kernel here, scalar groups included (no host numpy code);
+* ``if`` (``br``: ``read_if_cond`` + If + Goto), ``jmp``, ``move``, ``ret``, tuples and
+  projections, constants (executable constants);
+* calls of globals and of closed inner functions (a direct VM Call). A **self tail call** is a
+  jump: the arguments are moved into the parameter registers and control goes back to the
+  first instruction, so a loop of any length runs in constant stack. Other tail calls are
+  calls followed by a return (for now);
+* closures: ``vm.builtin.make_closure`` over the captured values (a VM function's inputs are
+  its parameters, then its captured values, the compiler's register layout) and
+  ``invoke_closure`` for calls of function values; a closure's slot that points back at itself
+  (``let %f = fn ... %f``) holds a null, and the function calls itself directly (a self tail
+  call is a jump) or rebuilds its closure where it is used as a value; a global or a
+  constructor used as a value is a closure of it;
+* ADT values as tuples ``(tag, fields...)`` (the tag an int: the constructor's index in the
+  program's table, every constructor of the module numbered up front); ``match`` tests a tag
+  by indexing a constant one-hot array with it (``tuple_getitem`` + ``read_if_cond`` + If),
+  nested patterns take fields apart in place, and no matching clause fails with a
+  ``DiagnosticError``;
+* references as one-element ``ffi.List`` (``ffi.ListGetItem`` / ``ffi.ListSetItem``, C++
+  functions of TVM's runtime); reference arguments get a cell per call whose final content is
+  written back to the caller's ``RefValue``.
+
+Not emitted yet: operator calls outside a fused group, groups with ``?`` or symbolic
+dimensions (and value-dependent shapes: ``dyn.reshape``), operators with no TVM compute,
+``target="cuda"`` and export. A program that needs one of them is refused when it is built
+with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the construct (no silent
+fallback: the user asked for this executor).
+
+**Depth.** The Relax VM runs each call on the C++ stack (2-6 KiB a call; a 2,100-deep
+recursion overflowed an 8 MiB stack and killed the process). Every non-tail call is
+therefore bracketed by two tiny TIR functions that count the depth in an int64 tensor held as
+a constant of the executable (each entry wrapper ``__rly_entry_<name>`` resets it); past the
+limit the first one fails an assertion, which surfaces as a ``DiagnosticError`` naming the
+limit. A run starts on the calling thread with a limit its stack can hold
+(:data:`MAIN_DEPTH`); if it hits the limit it is run again, once, on a thread with a 1.5 GiB
+stack and the limit :data:`DEEP_DEPTH` (from fresh arguments: reference arguments are written
+back only after the run that returns), and that entry starts on such a thread from then on.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from relay_ir.errors import DiagnosticError, LoweringError
+from relay_ir.ty import TensorType, TupleType, Type
+from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
+
+# Depth limits of non-tail calls. A VM call takes 2-6 KiB of C++ stack (measured: a 64 MiB
+# stack held 16,000 direct calls, not 30,000; a 16 MiB stack 3,000 nested closure
+# invocations, not 4,000); the limits allow 12 KiB a call. On the calling thread: its stack
+# (the RLIMIT_STACK soft limit, 8 MiB by default: 658 calls, leaving room for Python's own
+# frames); an entry that reaches it runs on a thread with DEEP_STACK from then on.
+FRAME_BYTES = 12 << 10
+DEEP_STACK = 3 << 29          # 1.5 GiB of stack for that thread (reserved, committed on use)
+DEEP_DEPTH = DEEP_STACK // FRAME_BYTES        # 131,072
+
+
+def _main_depth() -> int:
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    except (ImportError, ValueError, OSError):
+        soft = -1
+    if soft < 0:
+        soft = 8 << 20
+    return max(16, min(soft, 8 << 20) // FRAME_BYTES - 24)
+
+
+MAIN_DEPTH = _main_depth()
+_DEPTH_MSG = "relay_ir: recursion depth limit reached"
+_ENTER, _LEAVE, _RESET = "rly_depth_enter", "rly_depth_leave", "rly_depth_reset"
+_FAIL = "rly_match_fail"
+_COUNTER_INIT = [0x7265_6C61_795F_6972, -0x6465_7074_685F_6374, 0x5F5F_6465_7074_6800]
+_MATCH_MSG = "relay_ir: no clause of the match matched the value"
+_ENTRY = "__rly_entry_"       # prefix of the entry wrappers (reset the depth, call the global)
+_INVOKE = "__rly_invoke"      # + arity: the wrappers that invoke a closure from Python
+_INVOKE_ARITY = 8
+
+
+class RelaxUnsupportedError(DiagnosticError):
+    """A program uses a construct the Relax VM backend does not emit yet."""
+
+    kind = "unsupported by the relax executor"
+
+
+_CONSTRUCT = {
+    "op": "an operator call outside a fused group",
+    "op_ret": "an operator call outside a fused group",
+    "op_br": "an operator call outside a fused group",
+}
+
+
+def _unsupported(what: str, span: Any = None) -> RelaxUnsupportedError:
+    return RelaxUnsupportedError(
+        f"executor='relax' does not support {what} yet (build without executor= to run "
+        f"this program on the default compiled executor)", span)
+
+
+def _depth_module() -> Any:
+    """The two depth-counting TIR functions, compiled for the host."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def enter(c: T.Buffer((3,), "int64")):
+        T.func_attr({"global_symbol": "rly_depth_enter"})
+        assert c[0] < c[1], "relay_ir: recursion depth limit reached"
+        c[0] = c[0] + T.int64(1)
+
+    @T.prim_func
+    def leave(c: T.Buffer((3,), "int64")):
+        T.func_attr({"global_symbol": "rly_depth_leave"})
+        c[0] = c[0] - T.int64(1)
+
+    @T.prim_func
+    def fail(c: T.Buffer((3,), "int64")):
+        T.func_attr({"global_symbol": "rly_match_fail"})
+        assert c[0] < T.int64(0), "relay_ir: no clause of the match matched the value"
+        c[0] = c[0]
+
+    @T.prim_func
+    def reset(c: T.Buffer((3,), "int64"), s: T.Buffer((2,), "int64")):
+        T.func_attr({"global_symbol": "rly_depth_reset"})
+        c[0] = s[0]
+        c[1] = s[1]
+
+    return tvm.compile(tvm.IRModule({_ENTER: enter, _LEAVE: leave, _RESET: reset,
+                                     _FAIL: fail}),
+                       target="llvm").mod
+
+
+_DEPTH_LIB: list[Any] = []
+
+
+class _Kernel:
+    """A fused group compiled for its static parameter types."""
+
+    __slots__ = ("symbol", "module", "consts", "outs", "result", "param_types", "label")
+
+    def __init__(self, symbol: str, module: Any, consts: list[np.ndarray],
+                 outs: list[tuple[tuple, str]], result: Any, param_types: list[Type],
+                 label: str):
+        self.label = label
+        self.symbol = symbol
+        self.module = module
+        self.consts = consts
+        self.outs = outs
+        self.result = result            # int (one output) or nested lists of output indices
+        self.param_types = param_types
+
+
+def _result_struct(t: Type) -> Any:
+    counter = [0]
+
+    def build(x: Type) -> Any:     # NOTE: recursion over tuple nesting of one type only
+        if isinstance(x, TupleType):
+            return [build(f) for f in x.fields]
+        counter[0] += 1
+        return counter[0] - 1
+    return build(t)
+
+
+def _is_static(t: Type | None) -> bool:
+    if isinstance(t, TensorType):
+        return all(isinstance(d, int) for d in t.shape)
+    if isinstance(t, TupleType):
+        return all(_is_static(f) for f in t.fields)
+    return False
+
+
+# ============================================================================ emitting
+class _Emitter:
+    """Bytecode of one compiled function: abstract ops first (labels), then ExecBuilder calls.
+
+    Abstract ops: ``("call", name, args, dst)`` (args: ("r", reg) | ("c", const key) |
+    ("i", int) | ("vm",) | ("dt", dtype)), ``("if", reg, label)`` (go to ``label`` when false),
+    ``("goto", label)``, ``("ret", reg)``, ``("label", key)``.
+    """
+
+    def __init__(self, backend: RelaxBackend, index: int):
+        self.b = backend
+        self.index = index
+        cf = backend.cp.functions[index]
+        self.cf = cf
+        self.nfix = cf.nparams + cf.ncap
+        self.nregs = self.nfix + len(cf.init)
+        self.ops: list[tuple] = []
+        # captured slots that point back at this function's own closure (let %f = fn ... %f)
+        self.self_slots = {cf.nparams + i for i in backend.selfs.get(index, ())}
+
+    def tmp(self) -> int:
+        self.nregs += 1
+        return self.nregs - 1
+
+    def init_of(self, r: int) -> Any:
+        return None if r < self.nfix else self.cf.init[r - self.nfix]
+
+    def operand(self, r: int, span: Any) -> tuple:
+        """The operand for register ``r`` (a constant when its slot holds one; a function
+        value becomes a closure object here)."""
+        if r in self.self_slots:
+            return ("r", self.make_closure(self.index, span))
+        init = self.init_of(r)
+        if init is None:
+            return ("r", r)
+        kind = init[0]
+        if kind == "const":
+            return ("c", ("const", init[1]))
+        if kind == "global":
+            return ("r", self.make_closure(self.b.function_of_global(init[1], span), span))
+        if kind == "fn":
+            return ("r", self.make_closure(init[1], span))
+        if kind == "op":
+            raise _unsupported("an operator used as a value", span)
+        # a constructor as a function value: a closure of its wrapper function
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.make_closure",
+                         [("f", self.b.constructor_fn(init[1]))], t))
+        return ("r", t)
+
+    def null(self) -> int:
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.null_value", [], t))
+        return t
+
+    def make_closure(self, fidx: int, span: Any) -> int:
+        """A closure object of function ``fidx``: of this function itself (its own captured
+        values, a null for each slot that points back at it), or of a closed function."""
+        caps: list[tuple] = []
+        if fidx == self.index:
+            for i in range(self.cf.ncap):
+                r = self.cf.nparams + i
+                caps.append(("r", self.null() if r in self.self_slots else r))
+        elif self.b.cp.functions[fidx].ncap:
+            raise AssertionError("a capturing function is made a closure by its instruction")
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.make_closure", [("f", self.b.name_of(fidx)), *caps],
+                         t))
+        return t
+
+    def reg(self, r: int, span: Any) -> int:
+        """A register holding the value of ``r`` (constants copied into a temporary)."""
+        op = self.operand(r, span)
+        if op[0] == "r":
+            return op[1]
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.copy", [op], t))
+        return t
+
+    def callee(self, r: int, span: Any) -> tuple:
+        """``("direct", function index, extra arguments)`` for a statically known callee,
+        else ``("closure", register)``."""
+        if r in self.self_slots:
+            caps = [self.cf.nparams + i for i in range(self.cf.ncap)]
+            return ("direct", self.index, caps)
+        init = self.init_of(r)
+        if init is not None and init[0] == "global":
+            return ("direct", self.b.function_of_global(init[1], span), [])
+        if init is not None and init[0] == "fn":
+            return ("direct", init[1], [])
+        if init is not None:
+            raise _unsupported("a call of an operator value", span)
+        return ("closure", r)
+
+    def emit_kernel(self, k: int, srcs: Sequence[int], dst: int | None, span: Any) -> int:
+        kern = self.b.kernel(k, span)
+        args: list[tuple] = []
+        for r, t in zip(srcs, kern.param_types):
+            if isinstance(t, TupleType):
+                self._flatten(self.reg(r, span), t, args)
+            else:
+                args.append(self.operand(r, span))
+        outs = []
+        single = kern.result == 0 and len(kern.outs) == 1
+        for shape, dtype in kern.outs:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            st = self.tmp()
+            out = dst if single and dst is not None else self.tmp()
+            self.ops.append(("call", "vm.builtin.alloc_storage",
+                             [("vm",), ("c", ("shape", (max(nbytes, 1),))), ("i", 0),
+                              ("dt", "uint8"), ("c", ("str", "global"))], st))
+            self.ops.append(("call", "vm.builtin.alloc_tensor",
+                             [("r", st), ("i", 0), ("c", ("shape", tuple(shape))),
+                              ("dt", dtype)], out))
+            outs.append(out)
+        consts = [("c", ("kconst", id(c), c)) for c in kern.consts]
+        self.ops.append(("call", kern.symbol, args + consts + [("r", o) for o in outs], None))
+        if single:
+            return outs[0]
+        res = self._build_result(kern.result, outs)
+        if dst is not None:
+            self.ops.append(("call", "vm.builtin.copy", [("r", res)], dst))
+            return dst
+        return res
+
+    def _flatten(self, r: int, t: TupleType, out: list[tuple]) -> None:
+        stack: list[tuple[int, Type]] = [(r, t)]
+        # NOTE: depth-first, left to right (the kernel's flattened input order)
+        order: list[tuple] = []
+        while stack:
+            reg, ty = stack.pop()
+            if isinstance(ty, TupleType):
+                items = []
+                for i in range(len(ty.fields)):
+                    x = self.tmp()
+                    self.ops.append(("call", "vm.builtin.tuple_getitem",
+                                     [("r", reg), ("i", i)], x))
+                    items.append((x, ty.fields[i]))
+                stack.extend(reversed(items))
+            else:
+                order.append(("r", reg))
+        out.extend(order)
+
+    def _build_result(self, struct: Any, outs: list[int]) -> int:
+        if type(struct) is int:
+            return outs[struct]
+        parts = [self._build_result(s, outs) for s in struct]   # NOTE: tuple nesting only
+        t = self.tmp()
+        self.ops.append(("call", "vm.builtin.make_tuple", [("r", p) for p in parts], t))
+        return t
+
+    def call(self, target: tuple, srcs: Sequence[int], dst: int, span: Any) -> None:
+        args = [self.operand(r, span) for r in srcs]
+        depth = ("c", ("depth",))
+        if target[0] == "direct":
+            extra = [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
+                     for r in target[2]]
+            ins = ("call", self.b.name_of(target[1]), args + extra, dst)
+        else:
+            ins = ("call", "vm.builtin.invoke_closure", [("vm",), ("r", target[1]), *args], dst)
+        self.ops.append(("call", _ENTER, [depth], None))
+        self.ops.append(ins)
+        self.ops.append(("call", _LEAVE, [depth], None))
+
+    def match(self, src: int, table: list, span: Any) -> None:
+        """Clauses in order: the pattern's tests jump to the next clause on failure; the
+        variables are bound as the tests pass; no clause: a match failure."""
+        v = self.reg(src, span)
+        for i, (pat, pc) in enumerate(table):
+            fail = ("clause", id(table), i + 1)
+            self.pattern(pat, v, fail)
+            self.ops.append(("goto", pc))
+            self.ops.append(("label", fail))
+        self.ops.append(("call", _FAIL, [("c", ("depth",))], None))
+        self.ops.append(("ret", v))        # NOTE: not reached (the call above fails)
+
+    def pattern(self, pat: list, v: int, fail: Any) -> None:
+        # NOTE: recursion over pattern nesting only (written patterns are shallow)
+        kind = pat[0]
+        if kind == "_":
+            return
+        if kind == "var":
+            self.ops.append(("call", "vm.builtin.copy", [("r", v)], pat[1]))
+            return
+        if kind == "con":
+            con = pat[1]
+            if con not in self.b.single_cons:
+                tag = self.tmp()
+                self.ops.append(("call", "vm.builtin.tuple_getitem", [("r", v), ("i", 0)], tag))
+                hit = self.tmp()
+                self.ops.append(("call", "vm.builtin.tuple_getitem",
+                                 [("c", ("onehot", con)), ("r", tag)], hit))
+                c = self.tmp()
+                self.ops.append(("call", "vm.builtin.read_if_cond", [("r", hit)], c))
+                self.ops.append(("if", c, fail))
+            subs, base = pat[2], 1
+        else:
+            subs, base = pat[1], 0
+        for j, sub in enumerate(subs):
+            if sub[0] == "_":
+                continue
+            f = self.tmp()
+            self.ops.append(("call", "vm.builtin.tuple_getitem", [("r", v), ("i", base + j)], f))
+            self.pattern(sub, f, fail)
+
+    def run(self) -> None:
+        cf = self.cf
+        spans = cf.spans or [None] * len(cf.code)
+        for pc, ins in enumerate(cf.code):
+            span = spans[pc] if pc < len(spans) else None
+            self.ops.append(("label", pc))
+            tag = ins[0]
+            if tag == "kernel":
+                _, dst, k, srcs = ins
+                self.emit_kernel(k, srcs, dst, span)
+            elif tag == "kernel_ret":
+                _, k, srcs = ins
+                self.ops.append(("ret", self.emit_kernel(k, srcs, None, span)))
+            elif tag == "br":
+                _, src, t_pc, f_pc = ins
+                c = self.tmp()
+                self.ops.append(("call", "vm.builtin.read_if_cond", [self.operand(src, span)], c))
+                self.ops.append(("if", c, f_pc))
+                if t_pc != pc + 1:
+                    self.ops.append(("goto", t_pc))
+            elif tag == "jmp":
+                self.ops.append(("goto", ins[1]))
+            elif tag == "move":
+                _, dst, src = ins
+                self.ops.append(("call", "vm.builtin.copy", [self.operand(src, span)], dst))
+            elif tag == "ret":
+                self.ops.append(("ret", self.reg(ins[1], span)))
+            elif tag == "tuple":
+                _, dst, srcs = ins
+                self.ops.append(("call", "vm.builtin.make_tuple",
+                                 [self.operand(r, span) for r in srcs], dst))
+            elif tag == "getitem":
+                _, dst, src, i = ins
+                self.ops.append(("call", "vm.builtin.tuple_getitem",
+                                 [("r", self.reg(src, span)), ("i", i)], dst))
+            elif tag == "call":
+                _, dst, f, srcs = ins
+                self.call(self.callee(f, span), srcs, dst, span)
+            elif tag == "adt":
+                _, dst, con, srcs = ins
+                self.ops.append(("call", "vm.builtin.make_tuple",
+                                 [("i", con), *[self.operand(r, span) for r in srcs]], dst))
+            elif tag == "match":
+                _, src, table, _total = ins
+                self.match(src, table, span)
+            elif tag == "closure":
+                _, dst, fn, caps, selfs = ins
+                args: list[tuple] = [("f", self.b.name_of(fn))]
+                for i, r in enumerate(caps):
+                    args.append(("r", self.null()) if i in selfs else self.operand(r, span))
+                self.ops.append(("call", "vm.builtin.make_closure", args, dst))
+            elif tag == "ref_new":
+                _, dst, src = ins
+                self.ops.append(("call", "ffi.List", [self.operand(src, span)], dst))
+            elif tag == "ref_read":
+                _, dst, src = ins
+                self.ops.append(("call", "ffi.ListGetItem",
+                                 [("r", self.reg(src, span)), ("i", 0)], dst))
+            elif tag == "ref_write":
+                _, dst, ref, src = ins
+                self.ops.append(("call", "ffi.ListSetItem",
+                                 [("r", self.reg(ref, span)), ("i", 0),
+                                  self.operand(src, span)], None))
+                self.ops.append(("call", "vm.builtin.make_tuple", [], dst))
+            elif tag == "tailcall":
+                _, f, srcs = ins
+                target = self.callee(f, span)
+                if target[0] == "direct" and target[1] == self.index:
+                    # a self tail call is a jump: parallel move of the arguments, then goto 0
+                    tmps = []
+                    for i, r in enumerate(srcs):
+                        if r == i:
+                            tmps.append(None)
+                            continue
+                        t = self.tmp()
+                        self.ops.append(("call", "vm.builtin.copy", [self.operand(r, span)], t))
+                        tmps.append(t)
+                    for i, t in enumerate(tmps):
+                        if t is not None:
+                            self.ops.append(("call", "vm.builtin.copy", [("r", t)], i))
+                    self.ops.append(("goto", 0))
+                else:
+                    t = self.tmp()
+                    self.call(target, srcs, t, span)
+                    self.ops.append(("ret", t))
+            else:
+                raise _unsupported(_CONSTRUCT.get(tag, f"the instruction {tag!r}"), span)
+
+    def write(self, eb: Any, name: str, consts: dict) -> None:
+        """Emit the abstract ops into ExecBuilder ``eb`` as function ``name``."""
+        import tvm
+        pos: dict[Any, int] = {}
+        n = 0
+        for op in self.ops:
+            if op[0] == "label":
+                pos[op[1]] = n
+            else:
+                n += 1
+
+        def arg(a: tuple) -> Any:
+            k = a[0]
+            if k == "r":
+                return eb.r(a[1])
+            if k == "i":
+                return eb.imm(a[1])
+            if k == "vm":
+                return eb.vm_state()
+            if k == "dt":
+                return tvm.DataType(a[1])
+            if k == "f":
+                return eb.f(a[1])
+            key = a[1]
+            got = consts.get(key[:2])
+            if got is None:
+                got = consts[key[:2]] = eb.convert_constant(self.b.constant_value(key))
+            return got
+
+        names = list(self.cf.params) + [f"captured{i}" for i in range(self.cf.ncap)]
+        with eb.function(name, self.nfix, names):
+            i = 0
+            for op in self.ops:
+                tag = op[0]
+                if tag == "label":
+                    continue
+                if tag == "call":
+                    eb.emit_call(op[1], [arg(a) for a in op[2]],
+                                 eb.r(op[3]) if op[3] is not None else None)
+                elif tag == "if":
+                    eb.emit_if(eb.r(op[1]), pos[op[2]] - i)
+                elif tag == "goto":
+                    eb.emit_goto(pos[op[1]] - i)
+                else:
+                    eb.emit_ret(eb.r(op[1]))
+                i += 1
+
+
+class RelaxBackend:
+    """Compiles a :class:`~relay_ir.runtime.compiler.CompiledProgram` to one Relax VM
+    executable (see the module docstring)."""
+
+    def __init__(self, exe: Any):
+        from relay_ir.runtime.compiler import CompiledProgram
+        from relay_ir.runtime.lower_tvm import is_cuda
+        if is_cuda(exe.target):
+            raise _unsupported("target cuda")
+        self.exe = exe
+        self.cp = CompiledProgram(exe.module, kernels=True).compile_all()
+        # every constructor of the module gets its tag (its index in the table) up front, so
+        # that values built outside the program (arguments) have one too
+        self.single_cons: set[int] = set()
+        for td in exe.module.type_definitions.values():
+            for c in td.constructors:
+                k = self.cp.con_index(c)
+                if len(td.constructors) == 1:
+                    self.single_cons.add(k)
+        self.selfs: dict[int, set[int]] = {}
+        self.con_fns: dict[int, str] = {}
+        self.kernels: dict[int, _Kernel] = {}
+        self.names: dict[int, str] = {}
+        self.todo: list[int] = []
+
+    def name_of(self, fidx: int) -> str:
+        name = self.names.get(fidx)
+        if name is None:
+            cf = self.cp.functions[fidx]
+            name = self.names[fidx] = cf.name or f"__fn{fidx}"
+            self.todo.append(fidx)
+        return name
+
+    def constructor_fn(self, con: int) -> str:
+        """The name of the VM function ``(fields...) -> (tag, fields...)`` of constructor
+        ``con`` (a constructor used as a function value)."""
+        name = f"__con{con}"
+        self.con_fns[con] = name
+        return name
+
+    def function_of_global(self, name: str, span: Any) -> int:
+        return self.cp.compile_global(name, span)
+
+    def kernel(self, k: int, span: Any) -> _Kernel:
+        got = self.kernels.get(k)
+        if got is not None:
+            return got
+        fn = self.cp.kernels[k]
+        types = [p.type_annotation or p.checked_type_ for p in fn.params]
+        label = "+".join(sorted({getattr(c, "name", "?") for c in _ops(fn)})) or f"group{k}"
+        if not all(_is_static(t) for t in types):
+            raise _unsupported(f"a fused group ({label}) with '?' or symbolic dimensions",
+                               fn.span)
+        try:
+            lowered = self.exe._lower(fn, types)
+        except LoweringError as e:
+            raise _unsupported(f"the fused group {label}: {e.message}", fn.span) from None
+        from relay_ir.runtime.executor import kernel_request
+        req = kernel_request(lowered, self.exe.target)
+        self.exe.cache.get([req], self.exe.target)
+        key = req.key
+        module = self.exe.cache.modules.get(key)
+        got = self.kernels[k] = _Kernel(
+            "k_" + key, module, [np.array(c, order="C") for c in lowered.constants],
+            [(tuple(int(d) for d in t.concrete_shape), t.dtype) for t in lowered.out_types],
+            _result_struct(lowered.result_type), types, "+".join(lowered.ops) or label)
+        return got
+
+    def alloc_error(self) -> DiagnosticError:
+        """The diagnostic of a failed output allocation (the VM does not say which: the
+        largest output of the program is named)."""
+        from relay_ir.runtime.executor import alloc_failed
+        best = None
+        for k, kern in self.kernels.items():
+            for shape, dtype in kern.outs:
+                n = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+                if best is None or n > best[0]:
+                    best = (n, kern.label, shape, dtype, self.cp.kernels[k].span)
+        if best is None:
+            return DiagnosticError("executor='relax': out of memory")
+        return alloc_failed(best[1], best[2], best[3], best[4])
+
+    def constant_value(self, key: tuple) -> Any:
+        import tvm
+        kind = key[0]
+        if kind == "const":
+            return tvm.runtime.tensor(np.array(self.cp.consts[key[1]], order="C"))
+        if kind == "kconst":
+            return tvm.runtime.tensor(key[2])
+        if kind == "shape":
+            return tvm.runtime.ShapeTuple(list(key[1]))
+        if kind == "str":
+            return key[1]
+        if kind == "onehot":
+            import tvm_ffi
+            return tvm_ffi.Array([i == key[1] for i in range(len(self.cp.cons))])
+        if kind == "depth":
+            # NOTE: the executable keeps its own copy of a constant: the entry wrappers reset
+            # this copy (rly_depth_reset) at the start of every run. The link step merges
+            # constants of equal content, so the counter starts out as a value no program
+            # holds (a zeros constant of the program would otherwise be the counter)
+            return tvm.runtime.tensor(np.array(_COUNTER_INIT, np.int64))
+        raise AssertionError(kind)
+
+    def build(self) -> Any:
+        """Emit every global (and the inner functions they call); link; return the VM."""
+        import tvm
+        from tvm import relax
+        from tvm.relax import vm_build
+        for name in self.cp.mod:
+            self.name_of(self.cp.compile_global(name))
+        for cf in self.cp.functions:
+            for ins in cf.code:
+                if ins[0] == "closure" and ins[4]:
+                    self.selfs.setdefault(ins[2], set()).update(ins[4])
+        emitters = []
+        while self.todo:
+            fidx = self.todo.pop()
+            em = _Emitter(self, fidx)
+            em.run()
+            emitters.append(em)
+        eb = relax.ExecBuilder()
+        vm_func = relax.exec_builder.VMFuncKind.VM_FUNC
+        for em in emitters:
+            eb.declare_function(self.names[em.index], vm_func)
+        for name in self.con_fns.values():
+            eb.declare_function(name, vm_func)
+        consts: dict = {}
+        for em in emitters:
+            em.write(eb, self.names[em.index], consts)
+        for con, name in self.con_fns.items():
+            n = len(self.cp.cons[con].inputs)
+            with eb.function(name, n):
+                eb.emit_call("vm.builtin.make_tuple", [eb.imm(con)] + [eb.r(i) for i in range(n)],
+                             eb.r(n))
+                eb.emit_ret(eb.r(n))
+        depth = consts.get(("depth",))
+        if depth is None:
+            depth = consts[("depth",)] = eb.convert_constant(self.constant_value(("depth",)))
+        for name in self.cp.mod:
+            # the entry wrapper: (limits, args...) -> reset the depth counter, call the global
+            fidx = self.cp.compile_global(name)
+            n = self.cp.functions[fidx].nparams
+            eb.declare_function(_ENTRY + name, relax.exec_builder.VMFuncKind.VM_FUNC)
+            with eb.function(_ENTRY + name, n + 1):
+                eb.emit_call(_RESET, [depth, eb.r(0)])
+                eb.emit_call(self.names[fidx], [eb.r(i + 1) for i in range(n)], eb.r(n + 1))
+                eb.emit_ret(eb.r(n + 1))
+        for n in range(_INVOKE_ARITY + 1):
+            # (limits, closure, args...) -> reset the depth counter, invoke the closure: how
+            # Python calls a function value the program returned
+            name = f"{_INVOKE}{n}"
+            eb.declare_function(name, relax.exec_builder.VMFuncKind.VM_FUNC)
+            with eb.function(name, n + 2):
+                eb.emit_call(_RESET, [depth, eb.r(0)])
+                eb.emit_call("vm.builtin.invoke_closure",
+                             [eb.vm_state(), eb.r(1), *[eb.r(i + 2) for i in range(n)]],
+                             eb.r(n + 2))
+                eb.emit_ret(eb.r(n + 2))
+        if not _DEPTH_LIB:
+            _DEPTH_LIB.append(_depth_module())
+        libs = [_DEPTH_LIB[0]]
+        seen = {id(_DEPTH_LIB[0])}
+        for kern in self.kernels.values():
+            if kern.module is None:
+                raise DiagnosticError(f"executor='relax': the kernel {kern.symbol} has no "
+                                      f"loaded module")
+            if id(kern.module) not in seen:
+                seen.add(id(kern.module))
+                libs.append(kern.module)
+        # NOTE: _vmlink is TVM's private link step (what relax.build does); used only here
+        executable = vm_build._vmlink(eb, tvm.target.Target("llvm"), None, ext_libs=libs)
+        # NOTE: the link step adds an empty "c" module, which would make VirtualMachine
+        # export and reload the whole executable (impossible for kernels loaded from the
+        # cache's libraries); every function the bytecode names is already runnable
+        return relax.VirtualMachine(executable.mod, tvm.cpu())
+
+
+def _ops(fn: Any) -> list:
+    from relay_ir.expr import Call, Op
+    from relay_ir.traversal import post_order
+    return [n.op for n in post_order(fn.body) if type(n) is Call and type(n.op) is Op]
+
+
+# ============================================================================ running
+class RelaxExecutable:
+    """A module built with ``runtime.build(..., executor="relax")``: ``exe(*args,
+    entry="main")`` runs an entry on TVM's Relax VM; numpy arrays and tuples in and out."""
+
+    def __init__(self, exe: Any):
+        self.module = exe.module
+        self.entry = exe.entry
+        self.target = exe.target
+        self._backend = RelaxBackend(exe)
+        self.vm = self._backend.build()
+        self._funcs: dict[str, Any] = {}
+        self._static: dict[str, tuple] = {}     # entry -> (function, shapes, dtypes)
+        self._con_ids = {c.name_hint: k for k, c in enumerate(self._backend.cp.cons)}
+        self._ref_args: list[tuple[RefValue, Any]] = []   # (argument, its cell) of a call
+        self._deep: set[Any] = set()     # entries that ran past MAIN_DEPTH once
+        import tvm_ffi
+        self._from_dlpack = tvm_ffi.from_dlpack
+        self._limits: dict[int, Any] = {}
+
+    def _func(self, entry: str) -> Any:
+        f = self._funcs.get(entry)
+        if f is None:
+            if entry not in self.module:
+                raise DiagnosticError(f"there is no global function @{entry} (globals: "
+                                      f"{', '.join('@' + n for n in self.module)})")
+            f = self._funcs[entry] = self.vm[_ENTRY + entry]
+        return f
+
+    def _arg(self, v: Any) -> Any:
+        """A checked argument as the VM takes it: tensors zero-copy, tuples, ADT values as
+        ``(tag, fields...)``, references as one-element ``ffi.List`` (iterative)."""
+        import tvm_ffi
+        con_ids = self._con_ids
+        wrap = self._from_dlpack
+        results: list[Any] = []
+        stack: list[tuple[Any, bool]] = [(v, False)]
+        while stack:
+            x, done = stack.pop()
+            t = type(x)
+            if t is np.ndarray or isinstance(x, np.generic):
+                if t is not np.ndarray or not x.flags.c_contiguous or not x.flags.writeable:
+                    x = np.array(x, order="C")
+                results.append(wrap(x, require_alignment=0, require_contiguous=True))
+                continue
+            kids = _in_kids(x)
+            if not done and kids:
+                stack.append((x, True))
+                stack.extend((c, False) for c in reversed(kids))
+                continue
+            n = len(kids)
+            vals = results[len(results) - n:]
+            del results[len(results) - n:]
+            if t is tuple:
+                results.append(tuple(vals))
+            elif isinstance(x, ADTValue):
+                results.append((con_ids[x.constructor.name_hint], *vals))
+            elif isinstance(x, RefValue):
+                cell = tvm_ffi.List(vals)
+                self._ref_args.append((x, cell))
+                results.append(cell)
+            else:
+                raise DiagnosticError(f"executor='relax' does not take a {type(x).__name__} "
+                                      f"argument yet")
+        return results[0]
+
+    def _result(self, v: Any) -> Any:
+        """A VM value as the interpreter's (numpy arrays, tuples, ADTValue, RefValue)."""
+        import tvm
+        import tvm_ffi
+        cons = self._backend.cp.cons
+        results: list[Any] = []
+        stack: list[tuple[Any, bool]] = [(v, False)]
+        while stack:
+            x, done = stack.pop()
+            if isinstance(x, tvm.runtime.Tensor):
+                # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive
+                results.append(np.from_dlpack(x))
+                continue
+            if isinstance(x, tvm_ffi.List):
+                kids: list = [x[0]]
+            elif isinstance(x, tvm_ffi.Array):
+                kids = list(x)
+                if kids and type(kids[0]) is int:
+                    kids = kids[1:]
+            else:
+                results.append(x if x is None or isinstance(x, (bool, int, float)) else
+                               _VMClosure(self, x))
+                continue
+            if not done and kids:
+                stack.append((x, True))
+                stack.extend((c, False) for c in reversed(kids))
+                continue
+            n = len(kids)
+            vals = results[len(results) - n:]
+            del results[len(results) - n:]
+            if isinstance(x, tvm_ffi.List):
+                results.append(RefValue(vals[0]))
+            elif len(x) and type(x[0]) is int:
+                results.append(ADTValue(cons[x[0]], vals))
+            else:
+                results.append(tuple(vals))
+        return results[0]
+
+    def __call__(self, *args: Any, entry: str | None = None) -> Any:
+        entry = entry or self.entry
+        fast = self._static.get(entry)
+        if fast is not None and len(args) == len(fast[1]):
+            # NOTE: arrays of exactly the static parameter types pass check_arguments as they
+            # are: the check is skipped (as on the dataflow fast path)
+            f, shapes, dtypes = fast
+            vals = []
+            wrap = self._from_dlpack
+            for a, sh, dt in zip(args, shapes, dtypes):
+                if isinstance(a, np.generic):
+                    a = np.array(a)             # NOTE: a numpy scalar of the exact dtype
+                if type(a) is not np.ndarray or a.shape != sh or a.dtype != dt:
+                    break
+                fl = a.flags
+                if not (fl.c_contiguous and fl.writeable):
+                    break
+                vals.append(wrap(a, require_alignment=0, require_contiguous=True))
+            else:
+                return self._call(f, vals)
+        f = self._func(entry)
+        fn = self.module[entry]
+        ptypes = [p.checked_type_ or p.type_annotation for p in fn.params]
+        checked = check_arguments(fn, ptypes, args)
+        self._ref_args = []
+        vals = [self._arg(v) for v in checked]
+        if all(isinstance(t, TensorType) and t.is_static for t in ptypes):
+            self._static[entry] = (f, [tuple(t.shape) for t in ptypes],  # type: ignore
+                                   [np.dtype(t.dtype) for t in ptypes])  # type: ignore
+        if not self._ref_args:
+            return self._call(f, vals)
+        # NOTE: references passed in: the run writes to cells of its own, and a retry on the
+        # large-stack thread starts from fresh cells; the final contents are written back
+        try:
+            if f in self._deep:
+                raise _DepthLimit()
+            out = self._run(f, vals, MAIN_DEPTH)
+        except _DepthLimit:
+            self._deep.add(f)
+            self._ref_args = []
+            vals = [self._arg(v) for v in checked]
+            out = self._run_deep(f, vals)
+        for ref, cell in self._ref_args:
+            ref.value = self._result(cell[0])
+        self._ref_args = []
+        return self._result(out)
+
+    def _call(self, f: Any, vals: list) -> Any:
+        if f in self._deep:
+            return self._result(self._run_deep(f, vals))
+        try:
+            out = self._run(f, vals, MAIN_DEPTH)
+        except _DepthLimit:
+            # NOTE: this entry goes to the large-stack thread from now on (a handoff costs
+            # tens of microseconds; running to the limit and unwinding costs more)
+            self._deep.add(f)
+            out = self._run_deep(f, vals)
+        return self._result(out)
+
+    def _run(self, f: Any, vals: list, limit: int) -> Any:
+        lim = self._limits.get(limit)
+        if lim is None:
+            lim = self._limits[limit] = self._from_dlpack(np.array([0, limit], np.int64))
+        try:
+            return f(lim, *vals)
+        except Exception as e:   # NOTE: the depth assertion arrives as a TVM error
+            if _DEPTH_MSG in str(e):
+                raise _DepthLimit() from None
+            if _MATCH_MSG in str(e):
+                raise DiagnosticError("executor='relax': match failed: no clause matched the "
+                                      "value") from None
+            if "bad_alloc" in str(e) or isinstance(e, MemoryError):
+                raise self._backend.alloc_error() from None
+            raise DiagnosticError(f"executor='relax': the program failed in the VM: "
+                                  f"{type(e).__name__}: {e}") from None
+
+    def _run_deep(self, f: Any, vals: list) -> Any:
+        limit = DEEP_DEPTH
+        ok, v = _deep_worker().run(lambda: self._run(f, vals, limit))
+        if ok:
+            return v
+        if isinstance(v, _DepthLimit):
+            raise DiagnosticError(
+                f"executor='relax': the program recursed deeper than {limit:,} non-tail "
+                f"calls (the relax executor's depth limit; tail calls of a function to itself "
+                f"do not count)") from None
+        raise v
+
+
+class _DeepWorker:
+    """One long-lived thread with a large stack that runs deep programs for every caller.
+
+    Long-lived because TVM's per-thread state (its memory pools) starts cold on a new thread:
+    a fresh thread per call doubled the time of a 100-step gradient loop. A handoff costs tens
+    of microseconds.
+    """
+
+    def __init__(self) -> None:
+        import queue
+        self.jobs: Any = queue.SimpleQueue()
+        self.lock = threading.Lock()          # one job at a time (the VM is not reentrant)
+        old = threading.stack_size()
+        threading.stack_size(max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES))
+        try:
+            self.thread = threading.Thread(target=self._loop, name="relay_ir-relax-deep",
+                                           daemon=True)
+            self.thread.start()
+        finally:
+            threading.stack_size(old)
+
+    def _loop(self) -> None:
+        while True:
+            job, box, done = self.jobs.get()
+            try:
+                box.append((True, job()))
+            except BaseException as e:      # NOTE: handed back to the calling thread
+                box.append((False, e))
+            done.set()
+
+    def run(self, job: Any) -> tuple[bool, Any]:
+        """``(True, job())`` or ``(False, the exception)``, run on the worker thread."""
+        box: list[Any] = []
+        done = threading.Event()
+        with self.lock:
+            self.jobs.put((job, box, done))
+            done.wait()
+        return box[0]
+
+
+_WORKER: list[_DeepWorker] = []
+_WORKER_LOCK = threading.Lock()
+
+
+def _deep_worker() -> _DeepWorker:
+    with _WORKER_LOCK:
+        if not _WORKER or _WORKER[0].stack != max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES):
+            w = _DeepWorker()
+            w.stack = max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES)
+            _WORKER[:] = [w]
+        return _WORKER[0]
+
+
+class _DepthLimit(Exception):
+    pass
+
+
+def _in_kids(x: Any) -> Any:
+    if type(x) is tuple:
+        return x
+    if isinstance(x, ADTValue):
+        return x.fields
+    if isinstance(x, RefValue):
+        return (x.value,)
+    return ()
+
+
+class _VMClosure:
+    """A function value returned by the VM: calling it runs it on the VM (numpy in and out)."""
+
+    def __init__(self, exe: RelaxExecutable, obj: Any):
+        self.exe = exe
+        self.obj = obj
+
+    def __call__(self, *args: Any) -> Any:
+        exe = self.exe
+        if len(args) > _INVOKE_ARITY:
+            raise DiagnosticError(f"executor='relax': a function value returned by the program "
+                                  f"takes at most {_INVOKE_ARITY} arguments from Python")
+        exe._ref_args = []
+        vals = [exe._arg(np.asarray(a) if not isinstance(a, (tuple, ADTValue, RefValue))
+                         else a) for a in args]
+        if exe._ref_args:
+            raise DiagnosticError("executor='relax': a function value returned by the program "
+                                  "does not take references from Python")
+        return exe._call(exe.vm[f"{_INVOKE}{len(args)}"], [self.obj, *vals])
+
+
+__all__ = ["RelaxExecutable", "RelaxUnsupportedError", "MAIN_DEPTH", "DEEP_DEPTH"]
