@@ -91,6 +91,7 @@ _COUNTER_INIT = [0x7265_6C61_795F_6972, -0x6465_7074_685F_6374, 0x5F5F_6465_7074
 _MATCH_MSG = "relay_ir: no clause of the match matched the value"
 _ENTRY = "__rly_entry_"       # prefix of the entry wrappers (reset the depth, call the global)
 _INVOKE = "__rly_invoke"      # + arity: the wrappers that invoke a closure from Python
+_CONSTANTS = "__rly_constants"  # () -> the program's constants (results aliasing one are copied)
 _INVOKE_ARITY = 8
 
 
@@ -662,6 +663,14 @@ class RelaxBackend:
                 eb.emit_call("vm.builtin.make_tuple", [eb.imm(con)] + [eb.r(i) for i in range(n)],
                              eb.r(n))
                 eb.emit_ret(eb.r(n))
+        # the program's own constants, returned together: the runner copies a result that is
+        # one of them (the VM hands out the constant itself; a caller writing into it would
+        # change later runs)
+        eb.declare_function(_CONSTANTS, vm_func)
+        with eb.function(_CONSTANTS, 0):
+            held = [c for k, c in consts.items() if k[0] == "const"]
+            eb.emit_call("vm.builtin.make_tuple", held, eb.r(0))
+            eb.emit_ret(eb.r(0))
         depth = consts.get(("depth",))
         if depth is None:
             depth = consts[("depth",)] = eb.convert_constant(self.constant_value(("depth",)))
@@ -721,6 +730,8 @@ class RelaxExecutable:
         self.target = exe.target
         self._backend = RelaxBackend(exe)
         self.vm = self._backend.build()
+        self._const_ptrs: frozenset | None = None
+        self._const_keep: Any = None
         self._funcs: dict[str, Any] = {}
         self._static: dict[str, tuple] = {}     # entry -> (function, shapes, dtypes)
         self._con_ids = {c.name_hint: k for k, c in enumerate(self._backend.cp.cons)}
@@ -776,6 +787,14 @@ class RelaxExecutable:
                                       f"argument yet")
         return results[0]
 
+    def _constant_ptrs(self) -> frozenset:
+        """Data addresses of the executable's program constants (read once)."""
+        if self._const_ptrs is None:
+            held = self.vm[_CONSTANTS]()
+            self._const_keep = held      # NOTE: the addresses stay valid while held
+            self._const_ptrs = frozenset(np.from_dlpack(c).ctypes.data for c in held)
+        return self._const_ptrs
+
     def _result(self, v: Any) -> Any:
         """A VM value as the interpreter's (numpy arrays, tuples, ADTValue, RefValue)."""
         import tvm
@@ -786,8 +805,10 @@ class RelaxExecutable:
         while stack:
             x, done = stack.pop()
             if isinstance(x, tvm.runtime.Tensor):
-                # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive
-                results.append(np.from_dlpack(x))
+                # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive;
+                # a program constant is copied
+                a = np.from_dlpack(x)
+                results.append(a.copy() if a.ctypes.data in self._constant_ptrs() else a)
                 continue
             if isinstance(x, tvm_ffi.List):
                 kids: list = [x[0]]

@@ -317,3 +317,16 @@ def test_cuda_is_refused_by_name() -> None:
 def test_unknown_executor_is_a_diagnostic() -> None:
     with pytest.raises(DiagnosticError, match="executor must be None"):
         runtime.build(parse("def @main(%x: float32) { %x }"), executor="relay")
+
+
+def test_a_constant_result_is_the_callers_own_array() -> None:
+    # the VM hands out the executable's constant itself; writing into a result must not
+    # change the next run's (or the kernels' view of the constant)
+    mod = parse('def @main(%x: Tensor[(3), float32]) {'
+                ' (add(%x, ones(shape=[3])), ones(shape=[3])) }')
+    exe = runtime.build(mod, target="llvm", executor="relax")
+    first = exe(np.zeros(3, "float32"))
+    first[1][:] = 42
+    again = exe(np.zeros(3, "float32"))
+    np.testing.assert_array_equal(again[1], np.ones(3, "float32"))
+    np.testing.assert_array_equal(again[0], np.ones(3, "float32"))
