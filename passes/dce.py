@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generator
 
 from relay_ir.expr import Expr, Function, If, Let, Match, Var
 from relay_ir.functor import ExprMutator
@@ -43,7 +43,7 @@ class _DCE(ExprMutator):
         # NOTE: inlined values were rewritten at their binding: no recursion through chains.
         return self.inlined.get(v, v)
 
-    def visit_let(self, let: Let) -> Expr:
+    def visit_let(self, let: Let) -> Generator[Expr, Any, Expr]:
         lets = [let]
         body = let.body
         # NOTE: a let shared with another position (a DAG node) ends the spine: rewritten once
@@ -54,20 +54,20 @@ class _DCE(ExprMutator):
         # everything below it is rewritten (so a binding used only by dead ones is dead too).
         # Inline-once needs uses visited after their binding, so that mode walks forwards.
         if self.inline_once:
-            return self._forward(lets, body)
-        out = self.visit(body)
+            return (yield from self._forward(lets, body))
+        out = yield body
         for node in reversed(lets):
             if self.is_dead(node.var, node.value):
                 self.release(node.value)
                 continue
-            value = self.visit(node.value)
+            value = yield node.value
             if value is node.value and out is node.body:
                 out = node
             else:
                 out = Let(node.var, value, out, span=node.span)
         return out
 
-    def _forward(self, lets: list[Let], body: Expr) -> Expr:
+    def _forward(self, lets: list[Let], body: Expr) -> Generator[Expr, Any, Expr]:
         kept: list[tuple[Let, Expr]] = []
         for node in lets:
             var, value = node.var, node.value
@@ -76,10 +76,10 @@ class _DCE(ExprMutator):
                 continue
             if (self.counts.get(var, 0) == 1 and type(value) is not Function
                     and self.depth_ok.get(var, False) and self.effects.is_pure(value)):
-                self.inlined[var] = self.visit(value)
+                self.inlined[var] = yield value
                 continue
-            kept.append((node, self.visit(value)))
-        out = self.visit(body)
+            kept.append((node, (yield value)))
+        out = yield body
         for node, value in reversed(kept):
             if value is node.value and out is node.body:
                 out = node

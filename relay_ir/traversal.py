@@ -5,13 +5,15 @@ is walked with an explicit stack.
 """
 from __future__ import annotations
 
-from typing import Container, Iterable, Iterator
+from typing import Any, Container, Generator, Iterable, Iterator, TypeVar as _TV
 
 from relay_ir.expr import (Call, Expr, Function, If, Let, Match, Pattern, PatternConstructor,
                            PatternTuple, PatternVar, RefCreate, RefRead, RefWrite, Tuple,
                            TupleGetItem, Var)
 from relay_ir.ty import (FuncType, IncompleteType, RefType, ShapeVar, TensorType, TupleType,
                          Type, TypeCall, TypeVar, dim_vars, type_children)
+
+R = _TV("R")
 
 
 def flatten_lets(e: Expr) -> tuple[list[Let], Expr]:
@@ -218,3 +220,39 @@ def has_incomplete(t: Type) -> bool:
             return True
         stack.extend(type_children(ty))
     return False
+
+
+def run_generators(gen: Generator[Any, Any, R]) -> R:
+    """Run a recursive computation written as generators, without Python recursion.
+
+    A recursive function becomes a generator that, where it used to call itself, yields the
+    generator of the sub-call and receives its result: ``r = yield self.walk(child)``. One
+    loop drives the stack of suspended generators, so nesting depth costs list entries, not
+    Python frames. Exceptions raised in a sub-call propagate into the yielding generator
+    (``try``/``finally`` around a ``yield`` works as it would around a call).
+    """
+    stack: list[Generator[Any, Any, Any]] = [gen]
+    send: Any = None
+    exc: BaseException | None = None
+    while True:
+        top = stack[-1]
+        try:
+            if exc is None:
+                sub = top.send(send)
+            else:
+                e, exc = exc, None
+                sub = top.throw(e)
+        except StopIteration as stop:
+            stack.pop()
+            if not stack:
+                return stop.value
+            send = stop.value
+            continue
+        except BaseException as e:  # noqa: B902 - re-raised into the caller generator
+            stack.pop()
+            if not stack:
+                raise
+            exc = e
+            continue
+        stack.append(sub)
+        send = None
