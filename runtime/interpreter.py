@@ -139,7 +139,21 @@ class Program:
         """The :class:`Code` of compiled function ``k`` (translated once)."""
         code = self._codes.get(k)
         if code is None:
-            code = self._codes[k] = _translate(self, self.compiled.functions[k])
+            # NOTE: the inner functions a function creates are translated first, innermost
+            # first, with an explicit stack (nesting depth costs no recursion)
+            codes, functions = self._codes, self.compiled.functions
+            stack: list[tuple[int, bool]] = [(k, False)]
+            while stack:
+                j, ready = stack.pop()
+                if j in codes:
+                    continue
+                if ready:
+                    codes[j] = _translate(self, functions[j])
+                    continue
+                stack.append((j, True))
+                stack.extend((i, False) for i in _inner_functions(functions[j])
+                             if i not in codes)
+            code = codes[k]
         return code
 
     def typed_module(self) -> IRModule:
@@ -525,6 +539,13 @@ def _pattern_matcher(flat: tuple) -> Callable | None:
 
 
 # ============================================================================ instructions -> steps
+def _inner_functions(cf: CompiledFunction) -> list[int]:
+    """The function-table indices of the closures that ``cf`` creates."""
+    out = [init[1] for init in cf.init if init is not None and init[0] == "fn"]
+    out.extend(ins[2] for ins in cf.code if ins is not None and ins[0] == "closure")
+    return out
+
+
 def _translate(prog: Program, cf: CompiledFunction) -> Code:
     """Turn one compiled function's instructions into step closures."""
     cp = prog.compiled
