@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Generator, Iterator
 
 import numpy as np
 
@@ -60,10 +60,12 @@ from relay_ir.op._jvp import linearity
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
+                                run_generators,
                                 free_type_vars, free_vars, post_order)
 from relay_ir.passes._analysis import substitute_type
 from relay_ir.ty import TensorType, Type
 
+Gen = Generator[Any, Any, Any]
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
 _LEAF = (Var, Constant, GlobalVar, Op, Constructor)
 
@@ -384,6 +386,11 @@ class _PE:
     # -- evaluation --------------------------------------------------------------------
     def eval(self, e: Expr, env: Env, hint: Var | None = None, tail: bool = False) -> Any:
         """The partial value of ``e``; with ``tail``, possibly a :class:`_TailCall` instead."""
+        return run_generators(self._ev(e, env, hint, tail))
+
+    # NOTE: the evaluation methods below are generators: a sub-evaluation is yielded
+    # (`pv = yield self._ev(c, env)`), so nesting costs no Python recursion.
+    def _ev(self, e: Expr, env: Env, hint: Var | None = None, tail: bool = False) -> Gen:
         t = type(e)
         if t is Var:
             pv = env.lookup(e)
@@ -402,22 +409,22 @@ class _PE:
         if memo is not None:
             return memo
         if t in _DATAFLOW:
-            return self._eval_dataflow(e, env, hint, tail)
+            return (yield self._eval_dataflow(e, env, hint, tail))
         if t is Let:
-            out = self._eval_spine(e, env, hint, tail)
+            out = yield self._eval_spine(e, env, hint, tail)
         elif t is Function:
             out = PValue(None, e, None) if e.is_primitive else PValue(SClosure(e, env))
         elif t is If:
-            out = self._eval_if(e, env, hint, tail)
+            out = yield self._eval_if(e, env, hint, tail)
         elif t is Match:
-            out = self._eval_match(e, env, hint, tail)
+            out = yield self._eval_match(e, env, hint, tail)
         else:
             raise InternalError(f"partial evaluation: unexpected node {t.__name__}")
         if type(out) is not _TailCall:
             env.memo[e] = out
         return out
 
-    def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Any:
+    def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Gen:
         lets, body = flatten_lets(let)
         if tail and lets and body is lets[-1].var and type(lets[-1].value) is Call \
                 and type(lets[-1].value.op) is Var:
@@ -425,29 +432,29 @@ class _PE:
             # writes it: an AD backpropagator chain) is a tail call too, unrolled by the
             # trampoline in _inline without recursion. Calls of globals keep the depth bound.
             for node in lets[:-1]:
-                env.vars[node.var] = self.eval(node.value, env, node.var)
+                env.vars[node.var] = yield self._ev(node.value, env, node.var)
             last = lets[-1]
-            out = self.eval(last.value, env, last.var, True)
+            out = yield self._ev(last.value, env, last.var, True)
             if type(out) is not _TailCall:
                 env.vars[last.var] = out
             return out
         for node in lets:
-            env.vars[node.var] = self.eval(node.value, env, node.var)
-        return self.eval(body, env, hint, tail)
+            env.vars[node.var] = yield self._ev(node.value, env, node.var)
+        return (yield self._ev(body, env, hint, tail))
 
-    def _eval_dataflow(self, root: Expr, env: Env, hint: Var | None, tail: bool) -> Any:
+    def _eval_dataflow(self, root: Expr, env: Env, hint: Var | None, tail: bool) -> Gen:
         memo = env.memo
         stack: list[tuple[Expr, bool]] = [(root, False)]
         while stack:
             node, ready = stack.pop()
             if ready:
                 if node is root:
-                    r = self._eval_node(node, env, hint, tail)
+                    r = yield self._eval_node(node, env, hint, tail)
                     if type(r) is _TailCall:
                         return r
                     memo[node] = r
                 else:
-                    memo[node] = self._eval_node(node, env, None, False)
+                    memo[node] = yield self._eval_node(node, env, None, False)
                 continue
             if env.memo_get(node) is not None:
                 continue
@@ -457,29 +464,35 @@ class _PE:
                     stack.append((c, False))
         return memo[root]
 
-    def _eval_node(self, e: Expr, env: Env, hint: Var | None, tail: bool) -> Any:
+    def _evs(self, es: tuple[Expr, ...], env: Env) -> Gen:
+        out = []
+        for x in es:
+            out.append((yield self._ev(x, env)))
+        return out
+
+    def _eval_node(self, e: Expr, env: Env, hint: Var | None, tail: bool) -> Gen:
         t = type(e)
         if t is Call:
-            callee = self.eval(e.op, env)
-            args = [self.eval(a, env) for a in e.args]
-            return self._apply(callee, args, e, hint, tail)
+            callee = yield self._ev(e.op, env)
+            args = yield self._evs(e.args, env)
+            return (yield self._apply(callee, args, e, hint, tail))
         if t is Tuple:
-            return PValue(STuple([self.eval(f, env) for f in e.fields]))
+            return PValue(STuple((yield self._evs(e.fields, env))))
         if t is TupleGetItem:
-            tv = self.eval(e.tuple_value, env)
+            tv = yield self._ev(e.tuple_value, env)
             if isinstance(tv.static, STuple) and e.index < len(tv.static.fields):
                 return tv.static.fields[e.index]
             return self.emit(TupleGetItem(self.reify(tv), e.index, span=e.span), hint, e.span,
                              e.checked_type_)
         if t is RefCreate:
-            v = self.eval(e.value, env)
+            v = yield self._ev(e.value, env)
             r = self.emit(RefCreate(self.reify(v), span=e.span), hint, e.span, e.checked_type_)
             key = self.next_key
             self.next_key += 1
             self.store[key] = v
             return PValue(SRef(key), r.dyn, r.scope)
         if t is RefRead:
-            r = self.eval(e.ref, env)
+            r = yield self._ev(e.ref, env)
             if isinstance(r.static, SRef) and r.static.key in self.store:
                 return self.store[r.static.key]
             out = self.emit(RefRead(self.reify(r), span=e.span), hint, e.span, e.checked_type_)
@@ -487,8 +500,8 @@ class _PE:
                 self.store[r.static.key] = out
             return out
         if t is RefWrite:
-            r = self.eval(e.ref, env)
-            v = self.eval(e.value, env)
+            r = yield self._ev(e.ref, env)
+            v = yield self._ev(e.value, env)
             self.emit(RefWrite(self.reify(r), self.reify(v), span=e.span), hint, e.span,
                       e.checked_type_)
             if isinstance(r.static, SRef):
@@ -500,7 +513,7 @@ class _PE:
 
     # -- calls -------------------------------------------------------------------------
     def _apply(self, callee: PValue, args: list[PValue], call: Call, hint: Var | None,
-               tail: bool = False) -> Any:
+               tail: bool = False) -> Gen:
         s = callee.static
         if isinstance(s, SOp):
             zero = _absorb(s.op, args, call)
@@ -534,7 +547,7 @@ class _PE:
                 and self._should_inline(callee, func, args, recursive):
             if tail:
                 return _TailCall(func, env, args)
-            return self._inline(func, env, args)
+            return (yield self._inline(func, env, args))
         targs = self._closed_type_args(call.type_args) if isinstance(s, SGlobal) else ()
         out = self.emit(Call(self.reify(callee), tuple(self.reify(a) for a in args),
                              call.attrs, targs, span=call.span), hint, call.span,
@@ -542,7 +555,7 @@ class _PE:
         self.store = {}  # NOTE: unknown code may read or write any reference
         return out
 
-    def _inline(self, func: Function, env: Env, args: list[PValue]) -> PValue:
+    def _inline(self, func: Function, env: Env, args: list[PValue]) -> Gen:
         """Evaluate ``func``'s body on ``args``; calls in tail position loop here (trampoline).
 
         NOTE: a chain of closures each ending in a call of the next (an AD backpropagator) is
@@ -558,7 +571,7 @@ class _PE:
                 body_env = Env(env)
                 for p, a in zip(func.params, args):
                     body_env.vars[p] = a
-                r = self.eval(func.body, body_env, None, True)
+                r = yield self._ev(func.body, body_env, None, True)
                 if type(r) is not _TailCall:
                     return r
                 func, env, args = r.func, r.env, r.args
@@ -631,13 +644,13 @@ class _PE:
 
     # -- control flow ------------------------------------------------------------------
     def _branch(self, e: Expr, env: Env, store: dict[int, PValue],
-                bind: dict[Var, PValue] | None = None) -> tuple[Expr, dict[int, PValue]]:
+                bind: dict[Var, PValue] | None = None) -> Gen:
         self.store = dict(store)
         benv = Env(env)
         if bind:
             benv.vars.update(bind)
         with self._nested():
-            body = self.sb.build(self.reify(self.eval(e, benv)))
+            body = self.sb.build(self.reify((yield self._ev(e, benv))))
         return body, self.store
 
     @staticmethod
@@ -645,20 +658,20 @@ class _PE:
         first = stores[0]
         return {k: v for k, v in first.items() if all(s.get(k) is v for s in stores[1:])}
 
-    def _eval_if(self, e: If, env: Env, hint: Var | None, tail: bool) -> Any:
-        c = self.eval(e.cond, env)
+    def _eval_if(self, e: If, env: Env, hint: Var | None, tail: bool) -> Gen:
+        c = yield self._ev(e.cond, env)
         if isinstance(c.static, STensor) and c.static.data.size == 1:
             taken = e.true_branch if bool(c.static.data.reshape(()).item()) else e.false_branch
-            return self.eval(taken, env, hint, tail)
+            return (yield self._ev(taken, env, hint, tail))
         cond = self.reify(c)
         saved = self.store
-        tb, ts = self._branch(e.true_branch, env, saved)
-        fb, fs = self._branch(e.false_branch, env, saved)
+        tb, ts = yield self._branch(e.true_branch, env, saved)
+        fb, fs = yield self._branch(e.false_branch, env, saved)
         self.store = self._merge([ts, fs])
         return self.emit(If(cond, tb, fb, span=e.span), hint, e.span, e.checked_type_)
 
-    def _eval_match(self, m: Match, env: Env, hint: Var | None, tail: bool) -> Any:
-        d = self.eval(m.data, env)
+    def _eval_match(self, m: Match, env: Env, hint: Var | None, tail: bool) -> Gen:
+        d = yield self._ev(m.data, env)
         first_unknown = len(m.clauses)
         for i, clause in enumerate(m.clauses):
             r = self._static_match(clause.lhs, d)
@@ -669,7 +682,7 @@ class _PE:
                 break
             benv = Env(env)
             benv.vars.update(r)  # type: ignore[arg-type]
-            return self.eval(clause.rhs, benv, hint, tail)
+            return (yield self._ev(clause.rhs, benv, hint, tail))
         clauses = m.clauses[first_unknown:] if first_unknown < len(m.clauses) else m.clauses
         data = self.reify(d)
         saved = self.store
@@ -678,7 +691,7 @@ class _PE:
         for clause in clauses:
             bind: dict[Var, PValue] = {}
             lhs = _fresh_pattern(clause.lhs, bind, self._closed_type)
-            rhs, st = self._branch(clause.rhs, env, saved, bind)
+            rhs, st = yield self._branch(clause.rhs, env, saved, bind)
             stores.append(st)
             new_clauses.append(Clause(lhs, rhs, span=clause.span))
         self.store = self._merge(stores) if stores else saved
