@@ -123,14 +123,14 @@ class _Inliner(ExprMutator):
             return None
         return ((yield var), (yield value))
 
-    def visit_call(self, c: Call) -> Expr:
+    def visit_call(self, c: Call) -> Generator[Expr, Any, Expr]:
         new = super().visit_call(c)
         if type(new) is not Call:
             return new
         op = new.op
         if type(op) is Var and op in self.pending:  # called off the spine: visit, then reduce
-            return beta_reduce(self.visit(self.pending.pop(op)), new,  # type: ignore[arg-type]
-                               copy=False)
+            fn = yield self.pending.pop(op)
+            return beta_reduce(fn, new, copy=False)  # type: ignore[arg-type]
         if type(op) is Var and op in self.local:
             return beta_reduce(self.local[op], new)
         if type(op) is GlobalVar and op.name_hint in self.globals:

@@ -313,6 +313,18 @@ class _PE:
         """An atom (or ``()``) of the residual program computing ``pv``, emitting as needed."""
         if self._valid(pv):
             return pv.dyn  # type: ignore[return-value]
+        return run_generators(self._reify(pv))
+
+    def _reify_all(self, pvs: list[PValue]) -> Gen:
+        out = []
+        for p in pvs:
+            out.append(p.dyn if self._valid(p) else (yield self._reify(p)))
+        return tuple(out)
+
+    def _reify(self, pv: PValue) -> Gen:
+        """:meth:`reify` as a generator (a closure's body is evaluated as a sub-step)."""
+        if self._valid(pv):
+            return pv.dyn  # type: ignore[return-value]
         stack: list[tuple[PValue, bool]] = [(pv, False)]
         while stack:
             p, ready = stack.pop()
@@ -325,7 +337,10 @@ class _PE:
                     if not self._valid(f):
                         stack.append((f, False))
                 continue
-            self._reify_one(p)
+            if isinstance(s, SClosure):
+                yield self._reify_closure(p, s)
+            else:
+                self._reify_one(p)
         return pv.dyn  # type: ignore[return-value]
 
     def _reify_one(self, p: PValue) -> None:
@@ -341,8 +356,6 @@ class _PE:
         elif isinstance(s, SCon):
             r = self.emit(Call(s.con, tuple(f.dyn for f in s.fields)))  # type: ignore[misc]
             p.dyn, p.scope = r.dyn, r.scope
-        elif isinstance(s, SClosure):
-            self._reify_closure(p, s)
         elif isinstance(s, SGlobal):
             p.dyn, p.scope = s.gv, None
         elif isinstance(s, SOp):
@@ -352,7 +365,7 @@ class _PE:
         else:
             raise InternalError("partial evaluation: a residual value is used out of its scope")
 
-    def _reify_closure(self, p: PValue, clo: SClosure) -> None:
+    def _reify_closure(self, p: PValue, clo: SClosure) -> Gen:
         f = clo.func
         saved_tsub = self.tsub
         self.tsub = clo.env.tsub
@@ -374,7 +387,7 @@ class _PE:
         self.reifying += 1
         try:
             with self._nested():
-                body = self.sb.build(self.reify(self.eval(f.body, env)))
+                body = self.sb.build((yield self._reify((yield self._ev(f.body, env)))))
         finally:
             self.bound_tvars, self.tsub = saved_tvars, saved_tsub
             self.reifying -= 1
@@ -482,11 +495,12 @@ class _PE:
             tv = yield self._ev(e.tuple_value, env)
             if isinstance(tv.static, STuple) and e.index < len(tv.static.fields):
                 return tv.static.fields[e.index]
-            return self.emit(TupleGetItem(self.reify(tv), e.index, span=e.span), hint, e.span,
+            return self.emit(TupleGetItem((yield self._reify(tv)), e.index, span=e.span), hint, e.span,
                              e.checked_type_)
         if t is RefCreate:
             v = yield self._ev(e.value, env)
-            r = self.emit(RefCreate(self.reify(v), span=e.span), hint, e.span, e.checked_type_)
+            r = self.emit(RefCreate((yield self._reify(v)), span=e.span), hint, e.span,
+                          e.checked_type_)
             key = self.next_key
             self.next_key += 1
             self.store[key] = v
@@ -495,14 +509,16 @@ class _PE:
             r = yield self._ev(e.ref, env)
             if isinstance(r.static, SRef) and r.static.key in self.store:
                 return self.store[r.static.key]
-            out = self.emit(RefRead(self.reify(r), span=e.span), hint, e.span, e.checked_type_)
+            out = self.emit(RefRead((yield self._reify(r)), span=e.span), hint, e.span,
+                            e.checked_type_)
             if isinstance(r.static, SRef):
                 self.store[r.static.key] = out
             return out
         if t is RefWrite:
             r = yield self._ev(e.ref, env)
             v = yield self._ev(e.value, env)
-            self.emit(RefWrite(self.reify(r), self.reify(v), span=e.span), hint, e.span,
+            rr, rv = yield self._reify_all([r, v])
+            self.emit(RefWrite(rr, rv, span=e.span), hint, e.span,
                       e.checked_type_)
             if isinstance(r.static, SRef):
                 self.store[r.static.key] = v
@@ -525,7 +541,7 @@ class _PE:
             same = _identity(s.op, args, call, hint)
             if same is not None:
                 return same
-            return self.emit(Call(s.op, tuple(self.reify(a) for a in args), call.attrs,
+            return self.emit(Call(s.op, (yield self._reify_all(args)), call.attrs,
                                   self._closed_type_args(call.type_args), span=call.span),
                              hint, call.span, call.checked_type_)
         if isinstance(s, SConFn):
@@ -549,7 +565,8 @@ class _PE:
                 return _TailCall(func, env, args)
             return (yield self._inline(func, env, args))
         targs = self._closed_type_args(call.type_args) if isinstance(s, SGlobal) else ()
-        out = self.emit(Call(self.reify(callee), tuple(self.reify(a) for a in args),
+        rc = yield self._reify(callee)
+        out = self.emit(Call(rc, (yield self._reify_all(args)),
                              call.attrs, targs, span=call.span), hint, call.span,
                         call.checked_type_)
         self.store = {}  # NOTE: unknown code may read or write any reference
@@ -650,7 +667,7 @@ class _PE:
         if bind:
             benv.vars.update(bind)
         with self._nested():
-            body = self.sb.build(self.reify((yield self._ev(e, benv))))
+            body = self.sb.build((yield self._reify((yield self._ev(e, benv)))))
         return body, self.store
 
     @staticmethod
@@ -663,7 +680,7 @@ class _PE:
         if isinstance(c.static, STensor) and c.static.data.size == 1:
             taken = e.true_branch if bool(c.static.data.reshape(()).item()) else e.false_branch
             return (yield self._ev(taken, env, hint, tail))
-        cond = self.reify(c)
+        cond = yield self._reify(c)
         saved = self.store
         tb, ts = yield self._branch(e.true_branch, env, saved)
         fb, fs = yield self._branch(e.false_branch, env, saved)
@@ -684,7 +701,7 @@ class _PE:
             benv.vars.update(r)  # type: ignore[arg-type]
             return (yield self._ev(clause.rhs, benv, hint, tail))
         clauses = m.clauses[first_unknown:] if first_unknown < len(m.clauses) else m.clauses
-        data = self.reify(d)
+        data = yield self._reify(d)
         saved = self.store
         new_clauses = []
         stores = []

@@ -79,7 +79,8 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
                            Var)
 from relay_ir.module import IRModule
 from relay_ir.span import Span
-from relay_ir.traversal import free_vars, run_generators, same_scope_children
+from relay_ir.traversal import (free_vars, function_free_vars, run_generators,
+                                same_scope_children)
 
 Gen = Generator[Any, Any, Any]
 
@@ -125,6 +126,7 @@ class CompiledProgram:
     def __init__(self, mod: IRModule, kernels: bool = False):
         self.mod = mod
         self.use_kernels = kernels             # calls of primitive functions -> "kernel"
+        self.free_vars: dict[Function, list[Var]] = {}  # function -> its free variables
         self.kernels: list[Function] = []      # fused groups (with use_kernels)
         self.kernel_fns: list[int] = []        # their bodies as closed functions (host code)
         self._kernel_ids: dict[int, int] = {}
@@ -460,7 +462,7 @@ class FunctionCompiler:
 
     def closure(self, fn: Function, dst: int | None = None) -> Gen:
         """Emit the creation of a closure for ``fn`` (into ``dst`` if given)."""
-        fvs = free_vars(fn)
+        fvs = function_free_vars(fn, self.prog.free_vars)
         cap = []
         for v in fvs:
             s = self.slots.get(v)
