@@ -7,7 +7,8 @@ from typing import Any, ClassVar, Generator
 from relay_ir.expr import Expr, Function, If, Let, Match, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes._analysis import Effects, count_occurrences, ref_counts, to_fixpoint
+from relay_ir.passes._analysis import (Effects, occurrences_in_function, ref_counts,
+                                       to_fixpoint)
 from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.traversal import children, use_children
 
@@ -16,6 +17,7 @@ class _DCE(ExprMutator):
     def __init__(self, root: Expr, effects: Effects, inline_once: bool) -> None:
         super().__init__()
         self.counts = ref_counts(root, effects.local_fns)
+        self.fv_cache: dict[Function, list[Var]] = {}
         self.effects = effects
         self.inline_once = inline_once
         self.inlined: dict[Var, Expr] = {}
@@ -36,7 +38,8 @@ class _DCE(ExprMutator):
     def is_dead(self, var: Var, value: Expr) -> bool:
         n = self.counts.get(var, 0)
         if n and type(value) is Function:
-            n -= count_occurrences(var, value)  # NOTE: a recursive closure's own calls
+            # NOTE: a recursive closure's own calls
+            n -= occurrences_in_function(var, value, self.fv_cache)
         return n <= 0 and self.effects.is_pure(value)
 
     def visit_var(self, v: Var) -> Expr:

@@ -34,7 +34,8 @@ from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, T
 from relay_ir.module import IRModule
 from relay_ir.op import OpPattern
 from relay_ir.passes.pass_manager import Pass, PassContext
-from relay_ir.traversal import flatten_lets, post_order, run_generators
+from relay_ir.traversal import (children, flatten_lets, function_free_vars,
+                                run_generators)
 from relay_ir.ty import FuncType, TensorType, Type
 
 _PRIMITIVE = Attrs({"Primitive": 1})
@@ -100,6 +101,29 @@ class _SpineFuser:
     def __init__(self, max_depth: int):
         self.max_depth = max_depth
         self.epoch: list[int] = []
+        self.fv_cache: dict[Function, list[Var]] = {}
+
+    def _vars_used(self, e: Expr) -> list[Var]:
+        """Variables occurring in ``e``; a nested function contributes its free variables
+        (cached per function, so deeply nested closures cost linear time)."""
+        if type(e) is Function:
+            return function_free_vars(e, self.fv_cache)
+        out: list[Var] = []
+        seen: set[int] = set()
+        stack = [e]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            t = type(node)
+            if t is Var:
+                out.append(node)
+            elif t is Function:
+                out.extend(function_free_vars(node, self.fv_cache))
+            else:
+                stack.extend(children(node))
+        return out
 
     def fuse(self, bindings: list[tuple[Var, Expr]], body: Expr) -> list[tuple[Var, Expr]]:
         n = len(bindings)
@@ -115,16 +139,14 @@ class _SpineFuser:
                     if i is not None:
                         users[i].add(j)
             else:
-                for node in post_order(val):
-                    if isinstance(node, Var):
-                        i = index.get(id(node))
-                        if i is not None:
-                            users[i].add(-1)
-        for node in post_order(body):
-            if isinstance(node, Var):
-                i = index.get(id(node))
-                if i is not None:
-                    users[i].add(-1)
+                for v in self._vars_used(val):
+                    i = index.get(id(v))
+                    if i is not None:
+                        users[i].add(-1)
+        for v in self._vars_used(body):
+            i = index.get(id(v))
+            if i is not None:
+                users[i].add(-1)
 
         # NOTE: effects are barriers: an effectful binding (reference ops, calls of functions
         # or closures, if/match, effectful operators) starts a new epoch, and no group spans

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Generator
 from relay_ir.expr import Call, Expr, Function, GlobalVar, Let, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes._analysis import (call_graph, count_occurrences, fresh_copy,
+from relay_ir.passes._analysis import (call_graph, fresh_copy, occurrences_in_function,
                                        recursive_globals, ref_counts, sccs)
 from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.traversal import flatten_lets, post_order, use_children
@@ -82,13 +82,14 @@ def _local_candidates(fn: Expr) -> set[Var]:
                 if type(e) is Call and e.op is c:
                     callee[c] = callee.get(c, 0) + 1
     out: set[Var] = set()
+    fv_cache: dict[Function, list[Var]] = {}
     for var, f in bound.items():
         n, k = total.get(var, 0), callee.get(var, 0)
         if n == 0 or n != k or never_inline(f):
             continue
         if not (n == 1 or marked_inline(f)):
             continue
-        if count_occurrences(var, f):
+        if occurrences_in_function(var, f, fv_cache):
             continue  # recursive closure
         out.add(var)
     return out
