@@ -18,8 +18,12 @@ Layout (RELAY_TEXT_FORMAT.md section 8):
   bodies, if branches, match arms and parenthesised lets are blocks), so graph bindings are
   always in scope where they are used.
 
-Nothing recurses in proportion to program size: let spines are loops, dataflow is hoisted
-with an explicit stack, and the only recursion follows function/if/match nesting.
+* Blocks are indented two spaces per level, up to 32 levels; deeper blocks keep that
+  indentation, so the text of deeply nested code grows linearly with its size.
+
+Nothing recurses in proportion to program size or depth: let spines are loops, dataflow is
+hoisted with an explicit stack, and function/if/match nesting and nested types are walked as
+generators driven by :func:`relay_ir.traversal.run_generators`.
 """
 from __future__ import annotations
 
