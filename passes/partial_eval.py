@@ -495,7 +495,8 @@ class _PE:
             tv = yield self._ev(e.tuple_value, env)
             if isinstance(tv.static, STuple) and e.index < len(tv.static.fields):
                 return tv.static.fields[e.index]
-            return self.emit(TupleGetItem((yield self._reify(tv)), e.index, span=e.span), hint, e.span,
+            base = yield self._reify(tv)
+            return self.emit(TupleGetItem(base, e.index, span=e.span), hint, e.span,
                              e.checked_type_)
         if t is RefCreate:
             v = yield self._ev(e.value, env)
