@@ -352,15 +352,29 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
     def gen_constructor(self, e: Constructor) -> Type:
         return self.ctor_type(e)
 
-    def gen_tuple(self, e: Tuple) -> Gen:
+    def gen_tuple(self, e: Tuple) -> Any:
+        types = self.types
+        if all(f in types for f in e.fields):  # NOTE: the common case: no generator needed
+            return TupleType(tuple(types[f] for f in e.fields))
+        return self._gen_tuple(e)
+
+    def _gen_tuple(self, e: Tuple) -> Gen:
         types = self.types
         fields = []
         for f in e.fields:
             fields.append(types[f] if f in types else (yield self._gen(f)))
         return TupleType(tuple(fields))
 
-    def gen_tuple_get_item(self, e: TupleGetItem) -> Gen:
-        tt = yield self._gen(e.tuple_value)
+    def gen_tuple_get_item(self, e: TupleGetItem) -> Any:
+        tt = self.types.get(e.tuple_value)
+        if tt is not None:  # NOTE: the common case: no generator needed
+            return self._tuple_get_item(e, tt)
+        return self._gen_tuple_get_item(e)
+
+    def _gen_tuple_get_item(self, e: TupleGetItem) -> Gen:
+        return self._tuple_get_item(e, (yield self._gen(e.tuple_value)))
+
+    def _tuple_get_item(self, e: TupleGetItem, tt: Type) -> Type:
         out = IncompleteType(span=e.span)
         index = e.index
 
@@ -506,7 +520,13 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                     "`ref_write` stores a value of another type than the reference holds")
         return UNIT_T
 
-    def gen_call(self, e: Call) -> Gen:
+    def gen_call(self, e: Call) -> Any:
+        types = self.types
+        if type(e.op) is Op and all(a in types for a in e.args):  # NOTE: no generator needed
+            return self.gen_op_call(e, [types[a] for a in e.args])
+        return self._gen_call(e)
+
+    def _gen_call(self, e: Call) -> Gen:
         op = e.op
         types = self.types
         arg_types = []
