@@ -70,6 +70,7 @@ from relay_ir.op import get_op, get_opdef
 from relay_ir.runtime.compiler import CompiledFunction, CompiledProgram
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, check_arguments, format_value
 from relay_ir.span import Span
+from relay_ir.traversal import run_generators
 from relay_ir.ty import Type
 
 CALL = 0
@@ -798,11 +799,22 @@ def run_compiled(compiled: CompiledProgram, *args: Any, entry: str = "main",
 
 
 def _normalize_output(v: Any) -> Any:
+    if type(v) is tuple:
+        return run_generators(_normalize_tuple(v))  # NOTE: nested tuples without recursion
     if isinstance(v, np.generic):
         return np.asarray(v)
-    if type(v) is tuple:
-        return tuple(_normalize_output(x) for x in v)
     return v
+
+
+def _normalize_tuple(v: tuple) -> Any:
+    out = []
+    for x in v:
+        if type(x) is tuple:
+            x = yield _normalize_tuple(x)
+        elif isinstance(x, np.generic):
+            x = np.asarray(x)
+        out.append(x)
+    return tuple(out)
 
 
 __all__ = ["evaluate", "apply", "run_compiled", "check_arguments", "program_for", "Program",

@@ -209,3 +209,20 @@ def test_ten_thousand_levels_build(kind: str) -> None:
     text, args, want = program(kind, depth(kind, stress=True))
     exe = runtime.build(passes.InferType()(rly.parse(text)), target="llvm")
     assert _value(exe(*args)) == want
+
+
+def test_nested_tuple_result() -> None:
+    # a result that is itself a tuple nested TYPE_NEST deep comes back as nested Python tuples
+    n = TYPE_NEST
+    value, ty = "%x", "float32"
+    for _ in range(n):
+        value, ty = f"({value}, %x)", f"({ty}, float32)"
+    text = f'#[version = "0.0.5"]\ndef @main(%x: float32) -> {ty} {{ {value} }}'
+    mod = _low(passes.InferType(), rly.parse(text))
+    for m in (mod, _low(passes.optimize, mod)):
+        out = _low(runtime.evaluate, m, np.array(1.5, "float32"))
+        levels = 0
+        while type(out) is tuple:
+            assert len(out) == 2 and _value(out[1]) == 1.5
+            out, levels = out[0], levels + 1
+        assert (levels, _value(out)) == (n, 1.5)
