@@ -154,23 +154,48 @@ class Env:
     known, so annotations that mention it are dropped). It is inherited from ``parent``.
     """
 
-    __slots__ = ("vars", "memo", "parent", "tsub")
+    __slots__ = ("vars", "memo", "parent", "tsub", "memoized")
 
     def __init__(self, parent: Env | None = None, tsub: dict[Any, Any] | None = None):
         self.vars: dict[Var, PValue] = {}
         self.memo: dict[Expr, PValue] = {}
         self.parent = parent
+        # NOTE: every node memoized anywhere in this chain's tree: a node never evaluated
+        # misses at once instead of walking the whole chain (deep nesting stays linear)
+        self.memoized: set[Expr] = parent.memoized if parent is not None else set()
         if tsub is None:
             tsub = parent.tsub if parent is not None else {}
         self.tsub = tsub
 
     def lookup(self, v: Var) -> PValue | None:
         """The value bound to ``v`` here or in an enclosing environment."""
-        return self._find("vars", v)
+        pv = self.vars.get(v)
+        if pv is not None:
+            return pv
+        path = []
+        e = self.parent
+        while e is not None:
+            pv = e.vars.get(v)
+            if pv is not None:
+                # NOTE: remembered on the way (binders are unique, so nothing between can
+                # shadow it): lookups from deeply nested environments stay O(1)
+                for p in path:
+                    p.vars[v] = pv
+                self.vars[v] = pv
+                return pv
+            path.append(e)
+            e = e.parent
+        return None
 
     def memo_get(self, node: Expr) -> PValue | None:
         """The value memoized for the shared node ``node`` here or in an enclosing one."""
+        if node not in self.memoized:
+            return None
         return self._find("memo", node)
+
+    def memo_set(self, node: Expr, pv: PValue) -> None:
+        self.memo[node] = pv
+        self.memoized.add(node)
 
     def _find(self, table: str, key: Any) -> PValue | None:
         e: Env | None = self
@@ -211,6 +236,7 @@ class _PE:
         # lists of its open scopes (outermost first), which identify where an atom is bound.
         self.sb = ScopeBuilder()
         self.open: list[list] = [self.sb.bindings]
+        self.open_ids: set[int] = {id(self.sb.bindings)}  # NOTE: O(1) `_valid`
         self._recursive: dict[Function, bool] = {}
         self._recursive_globals: set[str] | None = None
 
@@ -294,20 +320,21 @@ class _PE:
         if pv.dyn is None:
             return False
         scope = pv.scope
-        return scope is None or any(s is scope for s in self.open)
+        return scope is None or id(scope) in self.open_ids
 
     @contextmanager
     def _nested(self) -> Iterator[None]:
         """A residual scope nested in the current one (close it with ``self.sb.build``)."""
         with self.sb.scope():
             self.open.append(self.sb.bindings)
+            self.open_ids.add(id(self.sb.bindings))
             try:
                 yield
             except BaseException:
                 self.sb.bindings.clear()  # NOTE: drop the unfinished scope, keep the error
                 raise
             finally:
-                self.open.pop()
+                self.open_ids.discard(id(self.open.pop()))
 
     def reify(self, pv: PValue) -> Expr:
         """An atom (or ``()``) of the residual program computing ``pv``, emitting as needed."""
@@ -434,7 +461,7 @@ class _PE:
         else:
             raise InternalError(f"partial evaluation: unexpected node {t.__name__}")
         if type(out) is not _TailCall:
-            env.memo[e] = out
+            env.memo_set(e, out)
         return out
 
     def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Gen:
@@ -465,9 +492,9 @@ class _PE:
                     r = yield self._eval_node(node, env, hint, tail)
                     if type(r) is _TailCall:
                         return r
-                    memo[node] = r
+                    env.memo_set(node, r)
                 else:
-                    memo[node] = yield self._eval_node(node, env, None, False)
+                    env.memo_set(node, (yield self._eval_node(node, env, None, False)))
                 continue
             if env.memo_get(node) is not None:
                 continue
