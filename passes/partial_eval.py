@@ -36,9 +36,9 @@ Rules:
   (recursive calls inside it stay calls).
 
 Let spines and dataflow chains are walked iteratively (100,000 bindings under the default
-recursion limit); Python recursion follows function, if and match nesting and unrolling depth
-(bounded by ``max_depth``). The input is never mutated; emitted nodes keep the spans of the
-nodes they came from.
+recursion limit); function, if and match nesting and unrolling (bounded by ``max_depth``) are
+evaluated as generators, without Python recursion. The input is never mutated; emitted nodes
+keep the spans of the nodes they came from.
 """
 from __future__ import annotations
 
