@@ -7,8 +7,10 @@ primal part) and the assembly of the output module.
 """
 from __future__ import annotations
 
+import functools
+import sys
 from abc import ABC, abstractmethod
-from typing import Any, Generator, Iterable, Sequence
+from typing import Any, Callable, Generator, Iterable, Sequence, TypeVar as _TV
 
 from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError, PassError
@@ -24,6 +26,8 @@ from relay_ir.ty import (FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType,
 
 
 # ----------------------------------------------------------------------------- type helpers
+F = _TV("F", bound=Callable[..., Any])
+
 def is_float(t: Type | None) -> bool:
     """True for a float tensor type (the values that carry an adjoint)."""
     return isinstance(t, TensorType) and t.dtype.startswith(("float", "bfloat"))
@@ -527,3 +531,23 @@ def _kept_functions(mod: IRModule, entry: str) -> set[str]:
                 bad.add(name)
                 grew = True
     return set(mod.functions) - bad
+
+
+def depth_limited(error: Callable[[str], Exception]) -> Callable[[F], F]:
+    """Turn a RecursionError left in a transform into a one-line ``error`` naming the limit.
+
+    Nesting of code (functions, branches, arms) and of the program's types is walked without
+    recursion; what remains recursive is the per-type helpers of the entry's parameters and
+    result (seeding, projection), bounded by Python's recursion limit.
+    """
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except RecursionError:
+                raise error(
+                    f"the entry's parameter or result types nest deeper than this transform "
+                    f"supports (Python's recursion limit, {sys.getrecursionlimit()})") from None
+        return run  # type: ignore[return-value]
+    return wrap

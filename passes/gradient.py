@@ -77,6 +77,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
+from relay_ir.passes._ad_common import depth_limited
 from relay_ir.passes._ad_common import (_Missing, _tensor_tree, _Twin, _Types, _call,
                                         _check_signature, _kept_functions, _missing_error,
                                         _type_of, _typed_const, emit, has_float_leaf, is_float)
@@ -800,6 +801,7 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
 
 
 # ----------------------------------------------------------------------------- public entry
+@depth_limited(lambda msg: GradientError(msg))
 def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
              wrt: Sequence[str] | None = None) -> IRModule:
     """``def @entry(p..) -> R`` => ``def @entry(p..) -> (R, (grad p..))`` by reverse-mode AD.

@@ -47,6 +47,7 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
+from relay_ir.passes._ad_common import depth_limited
 from relay_ir.passes._ad_common import (_check_signature, _is_adt, _Missing, _Twin, _Types, _call,
                                         _type_of, _typed_const, emit, has_float_leaf, is_float)
 from relay_ir.passes.gradient import _check_entry
@@ -333,6 +334,7 @@ def _wrapper(jv: _JVP, fn: Function, twin: GlobalVar, arg_types: list[Type], ret
     return Function(params + tparams, body, TupleType((ret, ret)), span=fn.span)
 
 
+@depth_limited(lambda msg: JVPError(msg))
 def jvp(mod: IRModule, entry: str = "main") -> IRModule:
     """``def @entry(p..) -> R`` => ``def @entry(p.., t..) -> (R, R)`` by forward-mode AD.
 

@@ -226,3 +226,18 @@ def test_nested_tuple_result() -> None:
             assert len(out) == 2 and _value(out[1]) == 1.5
             out, levels = out[0], levels + 1
         assert (levels, _value(out)) == (n, 1.5)
+
+
+def test_deeply_nested_entry_types_stop_ad_with_a_diagnostic() -> None:
+    # the AD transforms' per-type helpers for the entry's result are bounded: a one-line
+    # diagnostic naming the limit, never a RecursionError
+    value, ty = "%x", "float32"
+    for _ in range(TYPE_NEST):
+        value, ty = f"({value}, %x)", f"({ty}, float32)"
+    text = f'#[version = "0.0.5"]\ndef @main(%x: float32) -> {ty} {{ {value} }}'
+    mod = passes.InferType()(rly.parse(text))
+    for transform in (passes.gradient, passes.jvp):
+        with pytest.raises(rly.DiagnosticError) as info:
+            _low(transform, mod)
+        assert "recursion limit" in str(info.value)
+        assert len(str(info.value).strip().splitlines()) == 1
