@@ -26,7 +26,7 @@ LIMIT_MARGIN = 250  # frames allowed above the caller's depth
 STRESS = 10_000
 # NOTE: a nested tuple *type* N deep makes every one of its N tuple nodes carry a type of size
 # up to N, so type checking it is quadratic however it is walked: smaller sizes there.
-TYPE_NEST, TYPE_STRESS = 300, 2_000
+TYPE_NEST, TYPE_STRESS = 300, 1_000
 
 
 def depth(kind: str, stress: bool = False) -> int:
