@@ -7,8 +7,10 @@ primal part) and the assembly of the output module.
 """
 from __future__ import annotations
 
+import functools
+import sys
 from abc import ABC, abstractmethod
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Generator, Iterable, Sequence, TypeVar as _TV
 
 from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError, PassError
@@ -19,11 +21,14 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
 from relay_ir.span import Span
+from relay_ir.traversal import run_generators
 from relay_ir.ty import (FuncType, GlobalTypeVar, RefType, ShapeVar, TensorType, TupleType, Type,
                          TypeCall, TypeData, TypeVar, tuple_leaves)
 
 
 # ----------------------------------------------------------------------------- type helpers
+F = _TV("F", bound=Callable[..., Any])
+
 def is_float(t: Type | None) -> bool:
     """True for a float tensor type (the values that carry an adjoint)."""
     return isinstance(t, TensorType) and t.dtype.startswith(("float", "bfloat"))
@@ -131,15 +136,28 @@ class _Types(ABC):
     def _map(self, t: Type) -> Type:
         if isinstance(t, TensorType):
             return self.float_type(t) if is_float(t) else t
+        return run_generators(self._map_g(t))  # NOTE: nested types without recursion
+
+    def _map_all(self, ts: tuple[Type, ...]) -> Generator[Any, Any, tuple[Type, ...]]:
+        out = []
+        for x in ts:
+            out.append((yield self._map_g(x)))
+        return tuple(out)
+
+    def _map_g(self, t: Type) -> Generator[Any, Any, Type]:
+        if isinstance(t, TensorType):
+            return self.float_type(t) if is_float(t) else t
         if isinstance(t, TupleType):
-            return TupleType(tuple(self._map(f) for f in t.fields))
+            return TupleType((yield self._map_all(t.fields)))
         if isinstance(t, FuncType):
-            return FuncType(tuple(self._map(a) for a in t.arg_types) + self.EXTRA_ARGS,
-                            self._map(t.ret_type), t.type_params, t.type_constraints)
+            args = yield self._map_all(t.arg_types)
+            return FuncType(args + self.EXTRA_ARGS, (yield self._map_g(t.ret_type)),
+                            t.type_params, t.type_constraints)
         if isinstance(t, RefType):
-            return RefType(self._map(t.value))
+            return RefType((yield self._map_g(t.value)))
         if isinstance(t, TypeCall):
-            return TypeCall(self._map(t.func), tuple(self._map(a) for a in t.args))
+            func = yield self._map_g(t.func)
+            return TypeCall(func, (yield self._map_all(t.args)))
         if isinstance(t, GlobalTypeVar):
             return self.adt_map.get(t.name_hint, t)
         return t
@@ -540,3 +558,23 @@ def _keep_originals(mod: IRModule, entry: str, reserved: Iterable[str] = ()) -> 
     renamed[name] = Rename().visit(mod[entry])
     return mod.with_functions({**{mod.get_global_var(c): f for c, f in renamed.items()
                                   if c != name}, copy: renamed[name]})
+
+
+def depth_limited(error: Callable[[str], Exception]) -> Callable[[F], F]:
+    """Turn a RecursionError left in a transform into a one-line ``error`` naming the limit.
+
+    Nesting of code (functions, branches, arms) and of the program's types is walked without
+    recursion; what remains recursive is the per-type helpers of the entry's parameters and
+    result (seeding, projection), bounded by Python's recursion limit.
+    """
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except RecursionError:
+                raise error(
+                    f"the entry's parameter or result types nest deeper than this transform "
+                    f"supports (Python's recursion limit, {sys.getrecursionlimit()})") from None
+        return run  # type: ignore[return-value]
+    return wrap

@@ -276,6 +276,15 @@ def ref_counts(e: Expr, functions: dict[Var, Function] | None = None) -> dict[Ex
     return counts
 
 
+def occurrences_in_function(var: Var, f: Function, cache: dict) -> int:
+    """:func:`count_occurrences` of ``var`` in function ``f``; 0 at once when ``var`` is not
+    free in ``f`` (free variables cached per function: nested functions cost linear time)."""
+    from relay_ir.traversal import function_free_vars
+    if var not in function_free_vars(f, cache):
+        return 0
+    return count_occurrences(var, f)
+
+
 def count_occurrences(var: Var, e: Expr) -> int:
     """Number of uses of ``var`` in the DAG ``e`` (each shared node counted once)."""
     n = 1 if e is var else 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Generator, Iterator
 
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let,
                            Match, Op, Tuple, TupleGetItem, Var, with_fields)
@@ -133,47 +133,48 @@ class _CSE(ExprMutator):
     def visit_tuple_get_item(self, t: TupleGetItem) -> Expr:
         return self.canonical(super().visit_tuple_get_item(t))
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+    def visit_binding(self, var: Var, value: Expr
+                      ) -> Generator[Expr, Any, tuple[Var, Expr] | None]:
         if var in self.bound:
             # NOTE: a let of a node shared between sibling scopes, rewritten a second time:
             # bind a fresh variable so the output binds each variable once
             self.memo[var] = Var(var.name_hint, var.type_annotation, span=var.span)
         else:
             self.bound.add(var)
-        new = self.visit(value)
+        new = yield value
         if type(new) is Var and new is not value and self.key(value) is not None:
             self.memo[var] = new  # NOTE: `let y = e` after `let x = e`: y := x
             return None
         k = self.key(new)
         if k is not None and self.table.get(k) is new:
             self.remember(k, var)  # later copies of the value become the var
-        return self.visit(var), new  # type: ignore[return-value]
+        return (yield var), new
 
-    def visit_let(self, let: Let) -> Expr:
+    def visit_let(self, let: Let) -> Generator[Expr, Any, Expr]:
         # NOTE: a let nested in a value or argument is a scope of its own: its bindings are not
         # available after it (for a function body or branch this changes nothing)
         with self.scope():
-            return super().visit_let(let)
+            return (yield from super().visit_let(let))
 
-    def visit_function(self, f: Function) -> Expr:
+    def visit_function(self, f: Function) -> Generator[Expr, Any, Expr]:
         with self.scope():
-            new = super().visit_function(f)
+            new = yield from super().visit_function(f)
         return self.once_bound(f, new)
 
-    def visit_if(self, i: If) -> Expr:
-        cond = self.visit(i.cond)
+    def visit_if(self, i: If) -> Generator[Expr, Any, Expr]:
+        cond = yield i.cond
         with self.scope():
-            tb = self.visit(i.true_branch)
+            tb = yield i.true_branch
         with self.scope():
-            fb = self.visit(i.false_branch)
+            fb = yield i.false_branch
         return with_fields(i, cond=cond, true_branch=tb, false_branch=fb)
 
-    def visit_clause(self, c: Clause) -> Clause:
+    def visit_clause(self, c: Clause) -> Generator[Expr, Any, Clause]:
         with self.scope():
-            return super().visit_clause(c)
+            return (yield from super().visit_clause(c))
 
-    def visit_match(self, m: Match) -> Expr:
-        return self.once_bound(m, super().visit_match(m))
+    def visit_match(self, m: Match) -> Generator[Expr, Any, Expr]:
+        return self.once_bound(m, (yield from super().visit_match(m)))
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generator
 
 from relay_ir.expr import Expr, Function, If, Let, Match, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes._analysis import Effects, count_occurrences, ref_counts, to_fixpoint
+from relay_ir.passes._analysis import (Effects, occurrences_in_function, ref_counts,
+                                       to_fixpoint)
 from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.traversal import children, use_children
 
@@ -16,6 +17,7 @@ class _DCE(ExprMutator):
     def __init__(self, root: Expr, effects: Effects, inline_once: bool) -> None:
         super().__init__()
         self.counts = ref_counts(root, effects.local_fns)
+        self.fv_cache: dict[Function, list[Var]] = {}
         self.effects = effects
         self.inline_once = inline_once
         self.inlined: dict[Var, Expr] = {}
@@ -36,14 +38,15 @@ class _DCE(ExprMutator):
     def is_dead(self, var: Var, value: Expr) -> bool:
         n = self.counts.get(var, 0)
         if n and type(value) is Function:
-            n -= count_occurrences(var, value)  # NOTE: a recursive closure's own calls
+            # NOTE: a recursive closure's own calls
+            n -= occurrences_in_function(var, value, self.fv_cache)
         return n <= 0 and self.effects.is_pure(value)
 
     def visit_var(self, v: Var) -> Expr:
         # NOTE: inlined values were rewritten at their binding: no recursion through chains.
         return self.inlined.get(v, v)
 
-    def visit_let(self, let: Let) -> Expr:
+    def visit_let(self, let: Let) -> Generator[Expr, Any, Expr]:
         lets = [let]
         body = let.body
         # NOTE: a let shared with another position (a DAG node) ends the spine: rewritten once
@@ -54,20 +57,20 @@ class _DCE(ExprMutator):
         # everything below it is rewritten (so a binding used only by dead ones is dead too).
         # Inline-once needs uses visited after their binding, so that mode walks forwards.
         if self.inline_once:
-            return self._forward(lets, body)
-        out = self.visit(body)
+            return (yield from self._forward(lets, body))
+        out = yield body
         for node in reversed(lets):
             if self.is_dead(node.var, node.value):
                 self.release(node.value)
                 continue
-            value = self.visit(node.value)
+            value = yield node.value
             if value is node.value and out is node.body:
                 out = node
             else:
                 out = Let(node.var, value, out, span=node.span)
         return out
 
-    def _forward(self, lets: list[Let], body: Expr) -> Expr:
+    def _forward(self, lets: list[Let], body: Expr) -> Generator[Expr, Any, Expr]:
         kept: list[tuple[Let, Expr]] = []
         for node in lets:
             var, value = node.var, node.value
@@ -76,10 +79,10 @@ class _DCE(ExprMutator):
                 continue
             if (self.counts.get(var, 0) == 1 and type(value) is not Function
                     and self.depth_ok.get(var, False) and self.effects.is_pure(value)):
-                self.inlined[var] = self.visit(value)
+                self.inlined[var] = yield value
                 continue
-            kept.append((node, self.visit(value)))
-        out = self.visit(body)
+            kept.append((node, (yield value)))
+        out = yield body
         for node, value in reversed(kept):
             if value is node.value and out is node.body:
                 out = node

@@ -30,7 +30,7 @@ untouched. The pass is idempotent and never mutates its input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generator
 
 from relay_ir.expr import (Expr, Function, Let, RefCreate, RefRead, RefWrite, Tuple, Var,
                            is_atom, with_fields)
@@ -189,8 +189,8 @@ def drop_dead_literals(spine: Let) -> Expr:
 
 
 class _DeadRef(ExprMutator):
-    def visit_let(self, let: Let) -> Expr:
-        new = super().visit_let(let)
+    def visit_let(self, let: Let) -> Generator[Expr, Any, Expr]:
+        new = yield from super().visit_let(let)
         for _ in range(8):  # NOTE: each round can only remove bindings; a few reach a fixpoint
             if not isinstance(new, Let):
                 break

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Generator
 
 import numpy as np
 
@@ -70,14 +70,15 @@ class _Fold(ExprMutator):
         self.growth_limit = growth_limit
         self.tuples: dict[Var, Tuple] = {}   # let var -> tuple literal it is bound to
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
-        new = self.visit(value)
+    def visit_binding(self, var: Var, value: Expr
+                      ) -> Generator[Expr, Any, tuple[Var, Expr] | None]:
+        new = yield value
         if type(new) is Constant:
             self.memo[var] = new  # NOTE: `let x = c; b => b[x := c]`
             return None
         if type(new) is Tuple:
             self.tuples[var] = new
-        return self.visit(var), new  # type: ignore[return-value]
+        return (yield var), new
 
     def visit_call(self, c: Call) -> Expr:
         new = super().visit_call(c)
@@ -125,12 +126,13 @@ class _Fold(ExprMutator):
                 return tup.fields[new.index]
         return new
 
-    def visit_if(self, i: If) -> Expr:
-        cond = self.visit(i.cond)
+    def visit_if(self, i: If) -> Generator[Expr, Any, Expr]:
+        cond = yield i.cond
         if type(cond) is Constant and cond.data.size == 1:
-            return self.visit(i.true_branch if bool(cond.data.reshape(())) else i.false_branch)
-        return with_fields(i, cond=cond, true_branch=self.visit(i.true_branch),
-                           false_branch=self.visit(i.false_branch))
+            return (yield i.true_branch if bool(cond.data.reshape(())) else i.false_branch)
+        tb = yield i.true_branch
+        fb = yield i.false_branch
+        return with_fields(i, cond=cond, true_branch=tb, false_branch=fb)
 
 
 def _size(v: Any) -> int:

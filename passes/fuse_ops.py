@@ -26,7 +26,7 @@ Every operator call ends up inside a primitive function, so the lowering sees on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Generator
 
 from relay_ir.attrs import Attrs
 from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, Tuple,
@@ -34,7 +34,8 @@ from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, T
 from relay_ir.module import IRModule
 from relay_ir.op import OpPattern
 from relay_ir.passes.pass_manager import Pass, PassContext
-from relay_ir.traversal import flatten_lets, post_order
+from relay_ir.traversal import (children, flatten_lets, function_free_vars,
+                                run_generators)
 from relay_ir.ty import FuncType, TensorType, Type
 
 _PRIMITIVE = Attrs({"Primitive": 1})
@@ -100,6 +101,29 @@ class _SpineFuser:
     def __init__(self, max_depth: int):
         self.max_depth = max_depth
         self.epoch: list[int] = []
+        self.fv_cache: dict[Function, list[Var]] = {}
+
+    def _vars_used(self, e: Expr) -> list[Var]:
+        """Variables occurring in ``e``; a nested function contributes its free variables
+        (cached per function, so deeply nested closures cost linear time)."""
+        if type(e) is Function:
+            return function_free_vars(e, self.fv_cache)
+        out: list[Var] = []
+        seen: set[int] = set()
+        stack = [e]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            t = type(node)
+            if t is Var:
+                out.append(node)
+            elif t is Function:
+                out.extend(function_free_vars(node, self.fv_cache))
+            else:
+                stack.extend(children(node))
+        return out
 
     def fuse(self, bindings: list[tuple[Var, Expr]], body: Expr) -> list[tuple[Var, Expr]]:
         n = len(bindings)
@@ -115,16 +139,14 @@ class _SpineFuser:
                     if i is not None:
                         users[i].add(j)
             else:
-                for node in post_order(val):
-                    if isinstance(node, Var):
-                        i = index.get(id(node))
-                        if i is not None:
-                            users[i].add(-1)
-        for node in post_order(body):
-            if isinstance(node, Var):
-                i = index.get(id(node))
-                if i is not None:
-                    users[i].add(-1)
+                for v in self._vars_used(val):
+                    i = index.get(id(v))
+                    if i is not None:
+                        users[i].add(-1)
+        for v in self._vars_used(body):
+            i = index.get(id(v))
+            if i is not None:
+                users[i].add(-1)
 
         # NOTE: effects are barriers: an effectful binding (reference ops, calls of functions
         # or closures, if/match, effectful operators) starts a new epoch, and no group spans
@@ -329,29 +351,39 @@ class FuseOps(Pass):
 def _fuse_function(fn: Function, fuser: _SpineFuser) -> Function:
     if fn.is_primitive:
         return fn
-    return with_fields(fn, body=_fuse_scope(fn.body, fuser))
+    return with_fields(fn, body=run_generators(_fuse_scope(fn.body, fuser)))
 
 
-def _fuse_nested(value: Expr, fuser: _SpineFuser) -> Expr:
+# NOTE: _fuse_nested and _fuse_scope are generators: a nested scope is yielded, so function,
+# if and match nesting costs no Python recursion.
+def _fuse_nested(value: Expr, fuser: _SpineFuser) -> Generator[Any, Any, Expr]:
     """Fuse the scopes nested in a binding's value (functions, branches, arms)."""
     if isinstance(value, Function):
-        return _fuse_function(value, fuser)
+        if value.is_primitive:
+            return value
+        return with_fields(value, body=(yield _fuse_scope(value.body, fuser)))
     if isinstance(value, If):
-        return with_fields(value, true_branch=_fuse_scope(value.true_branch, fuser),
-                           false_branch=_fuse_scope(value.false_branch, fuser))
+        tb = yield _fuse_scope(value.true_branch, fuser)
+        fb = yield _fuse_scope(value.false_branch, fuser)
+        return with_fields(value, true_branch=tb, false_branch=fb)
     if isinstance(value, Match):
-        clauses = tuple(with_fields(c, rhs=_fuse_scope(c.rhs, fuser)) for c in value.clauses)
+        arms = []
+        for c in value.clauses:
+            arms.append(with_fields(c, rhs=(yield _fuse_scope(c.rhs, fuser))))
+        clauses = tuple(arms)
         if all(a is b for a, b in zip(clauses, value.clauses)):
             return value
         return with_fields(value, clauses=clauses)
     return value
 
 
-def _fuse_scope(e: Expr, fuser: _SpineFuser) -> Expr:
-    """Fuse one let spine (the scope starting at ``e``); nested scopes recursively."""
+def _fuse_scope(e: Expr, fuser: _SpineFuser) -> Generator[Any, Any, Expr]:
+    """Fuse one let spine (the scope starting at ``e``) and the scopes nested in it."""
     lets, body = flatten_lets(e)
-    bindings = [(let.var, _fuse_nested(let.value, fuser)) for let in lets]
-    body = _fuse_nested(body, fuser)
+    bindings = []
+    for let in lets:
+        bindings.append((let.var, (yield _fuse_nested(let.value, fuser))))
+    body = yield _fuse_nested(body, fuser)
     tail: Var | None = None
     if _pattern_of(body) is not None and not isinstance(body, Tuple):
         # NOTE: an operator call in tail position is bound so that it becomes a kernel call.

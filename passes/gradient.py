@@ -68,7 +68,7 @@ closure, constructor, ADT parameter) is a ``GradientError`` naming it, with its 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Generator, Sequence
 
 from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError, PassError
@@ -77,12 +77,16 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
+from relay_ir.passes._ad_common import depth_limited
 from relay_ir.passes._ad_common import (_Missing, _tensor_tree, _Twin, _Types, _call,
                                         _check_signature, _keep_originals, _missing_error,
                                         _type_of, _typed_const, emit, has_float_leaf, is_float)
 from relay_ir.span import Span
+from relay_ir.traversal import run_generators
 from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type,
                          TypeCall)
+
+Gen = Generator[Any, Any, Any]
 
 __all__ = ["gradient", "GradientError"]
 
@@ -133,15 +137,21 @@ class _AD(_Twin):
 
     # ---------------------------------------------------------------- scopes
     def function(self, fn: Function, type_params: tuple | None = None) -> Function:
+        """See :meth:`_function`."""
+        return run_generators(self._function(fn, type_params))
+
+    # NOTE: _function, scope and value are generators: a nested function, branch or arm is
+    # yielded (`body = yield self.scope(...)`), so nesting costs no Python recursion.
+    def _function(self, fn: Function, type_params: tuple | None = None) -> Gen:
         """``fn (x: T) -> R { e }`` => ``fn (x: T', bp: ref(fn () -> ())) -> R' { e' }``."""
         params = tuple(self.map_var(p, annotate=True) for p in fn.params)
         bp = Var("bp", BP_TYPE, checked_type_=BP_TYPE)
         ret = self.mapped_ret(fn)
-        body = self.scope(fn.body, bp)
+        body = yield self.scope(fn.body, bp)
         tps = fn.type_params if type_params is None else type_params
         return Function(params + (bp,), body, ret, tps, fn.attrs, span=fn.span)
 
-    def scope(self, e: Expr, bp: Var) -> Expr:
+    def scope(self, e: Expr, bp: Var) -> Gen:
         """Transform a let spine (a function body, branch or arm) in a fresh scope."""
         sb = self.sb
         marked = _checkpointed(e)
@@ -152,7 +162,7 @@ class _AD(_Twin):
                         and self.can_checkpoint(e.value):
                     value = self.checkpoint_call(e.value, bp)  # type: ignore[arg-type]
                 else:
-                    value = self.value(e.value, bp)
+                    value = yield self.value(e.value, bp)
                 if isinstance(value, (Var, GlobalVar, Constant, Constructor)):
                     self.vmap[e.var] = value  # type: ignore[assignment]  # NOTE: alias atoms
                 else:
@@ -219,7 +229,7 @@ class _AD(_Twin):
         leaf = self.leaf_atom(e)
         if leaf is not None:
             return leaf
-        return self.sb.let_(self.value(e, bp), "v")
+        return self.sb.let_(run_generators(self.value(e, bp)), "v")
 
     def pair(self, y: Expr, t: Type) -> Var:
         """``(y, ref(zeros_like(y)))`` for a float tensor ``y`` of type ``t``."""
@@ -260,7 +270,7 @@ class _AD(_Twin):
             return cell
         return self.sb.let_(TupleGetItem(v, 1), "cell", RefType(t))
 
-    def value(self, e: Expr, bp: Var) -> Expr:
+    def value(self, e: Expr, bp: Var) -> Gen:
         """The transformed value of a let binding (not necessarily an atom)."""
         if isinstance(e, (Var, GlobalVar, Constructor, Constant, Op)):
             return self.atom(e, bp)
@@ -274,15 +284,19 @@ class _AD(_Twin):
             if e.is_primitive:
                 raise GradientError("primitive (fused) functions cannot be differentiated; "
                                     "differentiate before fusion", e.span)
-            return self.function(e)
+            return (yield self._function(e))
         if isinstance(e, If):
             cond = self.atom(e.cond, bp)
-            return If(cond, self.scope(e.true_branch, bp), self.scope(e.false_branch, bp),
-                      span=e.span)
+            tb = yield self.scope(e.true_branch, bp)
+            fb = yield self.scope(e.false_branch, bp)
+            return If(cond, tb, fb, span=e.span)
         if isinstance(e, Match):
             data = self.atom(e.data, bp)
-            clauses = tuple(Clause(self.pattern(c.lhs), self.scope(c.rhs, bp), span=c.span)
-                            for c in e.clauses)
+            arms = []
+            for c in e.clauses:
+                arms.append(Clause(self.pattern(c.lhs), (yield self.scope(c.rhs, bp)),
+                                   span=c.span))
+            clauses = tuple(arms)
             return Match(data, clauses, e.complete, span=e.span)
         if isinstance(e, RefCreate):
             return RefCreate(self.atom(e.value, bp), span=e.span)
@@ -291,7 +305,7 @@ class _AD(_Twin):
         if isinstance(e, RefWrite):
             return RefWrite(self.atom(e.ref, bp), self.atom(e.value, bp), span=e.span)
         if isinstance(e, Let):
-            return self.scope(e, bp)
+            return (yield self.scope(e, bp))
         raise InternalError(f"gradient: unexpected node {type(e).__name__}")
 
     # ---------------------------------------------------------------- calls
@@ -787,6 +801,7 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
 
 
 # ----------------------------------------------------------------------------- public entry
+@depth_limited(lambda msg: GradientError(msg))
 def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
              wrt: Sequence[str] | None = None) -> IRModule:
     """``def @entry(p..) -> R`` => ``def @entry(p..) -> (R, (grad p..))`` by reverse-mode AD.

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generator
 
 from relay_ir.expr import Call, Expr, Function, GlobalVar, Let, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes._analysis import (call_graph, count_occurrences, fresh_copy,
+from relay_ir.passes._analysis import (call_graph, fresh_copy, occurrences_in_function,
                                        recursive_globals, ref_counts, sccs)
 from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.traversal import flatten_lets, post_order, use_children
@@ -82,13 +82,14 @@ def _local_candidates(fn: Expr) -> set[Var]:
                 if type(e) is Call and e.op is c:
                     callee[c] = callee.get(c, 0) + 1
     out: set[Var] = set()
+    fv_cache: dict[Function, list[Var]] = {}
     for var, f in bound.items():
         n, k = total.get(var, 0), callee.get(var, 0)
         if n == 0 or n != k or never_inline(f):
             continue
         if not (n == 1 or marked_inline(f)):
             continue
-        if count_occurrences(var, f):
+        if occurrences_in_function(var, f, fv_cache):
             continue  # recursive closure
         out.add(var)
     return out
@@ -111,25 +112,26 @@ class _Inliner(ExprMutator):
         self.pending: dict[Var, Function] = {}  # single-use candidates, expanded where called
         self.counts = ref_counts(fn)
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+    def visit_binding(self, var: Var, value: Expr
+                      ) -> Generator[Expr, Any, tuple[Var, Expr] | None]:
         if var in self.candidates:
             assert isinstance(value, Function)
             if self.counts.get(value, 1) <= 1 and not marked_inline(value) and \
                     not value.type_params:
                 self.pending[var] = value
             else:
-                self.local[var] = self.visit(value)  # type: ignore[assignment]
+                self.local[var] = yield value
             return None
-        return super().visit_binding(var, value)
+        return ((yield var), (yield value))
 
-    def visit_call(self, c: Call) -> Expr:
+    def visit_call(self, c: Call) -> Generator[Expr, Any, Expr]:
         new = super().visit_call(c)
         if type(new) is not Call:
             return new
         op = new.op
         if type(op) is Var and op in self.pending:  # called off the spine: visit, then reduce
-            return beta_reduce(self.visit(self.pending.pop(op)), new,  # type: ignore[arg-type]
-                               copy=False)
+            fn = yield self.pending.pop(op)
+            return beta_reduce(fn, new, copy=False)  # type: ignore[arg-type]
         if type(op) is Var and op in self.local:
             return beta_reduce(self.local[op], new)
         if type(op) is GlobalVar and op.name_hint in self.globals:
@@ -138,7 +140,7 @@ class _Inliner(ExprMutator):
                 return beta_reduce(fn, new)
         return new
 
-    def visit_let(self, let: Let) -> Expr:
+    def visit_let(self, let: Let) -> Generator[Expr, Any, Expr]:
         # NOTE: like ExprMutator.visit_let, but inlined bodies are spliced into the spine:
         # `let r = (let p = a; b); e  =>  let p = a; let r = b; e`. Work items: (chain, var the
         # chain's result is bound to (None: the spine's own result), the binding's source).
@@ -150,20 +152,22 @@ class _Inliner(ExprMutator):
             # NOTE: a let already visited elsewhere (a shared node) ends its chain here
             if type(node) is not Let or node in self.memo:
                 if target is None:
-                    result = self.visit(node)
+                    result = yield node
                 else:
-                    out_bindings.append((target, self.visit(node), src))
+                    out_bindings.append((target, (yield node), src))
                 continue
             work.append((node.body, target, src))
             value = node.value
             if type(value) is Call and type(value.op) is Var and value.op in self.pending \
                     and node.var not in self.candidates:
                 fn = self.pending.pop(value.op)
-                args = [self.visit(a) for a in value.args]
+                args = []
+                for a in value.args:
+                    args.append((yield a))
                 out_bindings.extend((p, a, node.span) for p, a in zip(fn.params, args))
                 work.append((fn.body, node.var, node))
                 continue
-            b = self.visit_binding(node.var, value)
+            b = yield from self.visit_binding(node.var, value)
             if b is None:
                 continue
             var, new = b

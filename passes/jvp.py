@@ -39,7 +39,7 @@ the nesting of functions, branches and match arms.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Generator, Sequence
 
 from relay_ir.errors import DiagnosticError, InternalError, PassError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
@@ -47,11 +47,15 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import get_opdef
+from relay_ir.passes._ad_common import depth_limited
 from relay_ir.passes._ad_common import (_check_signature, _is_adt, _Missing, _Twin, _Types, _call,
                                         _type_of, _typed_const, emit, has_float_leaf, is_float)
 from relay_ir.passes.gradient import _check_entry
 from relay_ir.span import Span
+from relay_ir.traversal import run_generators
 from relay_ir.ty import TensorType, TupleType, Type
+
+Gen = Generator[Any, Any, Any]
 
 __all__ = ["jvp", "JVPError"]
 
@@ -92,20 +96,26 @@ class _JVP(_Twin):
 
     # ---------------------------------------------------------------- scopes
     def function(self, fn: Function, type_params: tuple | None = None) -> Function:
+        """See :meth:`_function`."""
+        return run_generators(self._function(fn, type_params))
+
+    # NOTE: _function, scope and value are generators: a nested function, branch or arm is
+    # yielded (`body = yield self.scope(...)`), so nesting costs no Python recursion.
+    def _function(self, fn: Function, type_params: tuple | None = None) -> Gen:
         """``fn (x: T) -> R { e }`` => ``fn (x: T') -> R' { e' }``."""
         params = tuple(self.map_var(p, annotate=True) for p in fn.params)
         ret = self.mapped_ret(fn)
-        body = self.scope(fn.body)
+        body = yield self.scope(fn.body)
         tps = fn.type_params if type_params is None else type_params
         return Function(params, body, ret, tps, fn.attrs, span=fn.span)
 
-    def scope(self, e: Expr) -> Expr:
+    def scope(self, e: Expr) -> Gen:
         """Transform a let spine (a function body, branch or arm) in a fresh scope."""
         sb = self.sb
         with sb.scope():
             while isinstance(e, Let):
                 nv = self.map_var(e.var, annotate=e.var.type_annotation is not None)
-                value = self.value(e.value)
+                value = yield self.value(e.value)
                 if isinstance(value, (Var, GlobalVar, Constant, Constructor)):
                     self.vmap[e.var] = value  # NOTE: alias atoms
                 else:
@@ -126,7 +136,7 @@ class _JVP(_Twin):
         leaf = self.leaf_atom(e)
         if leaf is not None:
             return leaf
-        return self.sb.let_(self.value(e), "v")
+        return self.sb.let_(run_generators(self.value(e)), "v")
 
     def pair(self, y: Expr, dy: Expr, t: Type) -> Var:
         """The dual ``(y, dy)`` of a float tensor of type ``t``."""
@@ -135,7 +145,7 @@ class _JVP(_Twin):
         self.tans[d] = dy
         return d
 
-    def value(self, e: Expr) -> Expr:
+    def value(self, e: Expr) -> Gen:
         """The transformed value of a let binding (not necessarily an atom)."""
         if isinstance(e, (Var, GlobalVar, Constructor, Constant, Op)):
             return self.atom(e)
@@ -155,14 +165,19 @@ class _JVP(_Twin):
             if e.is_primitive:
                 raise JVPError("primitive (fused) functions cannot be differentiated; "
                                "differentiate before fusion", e.span)
-            return self.function(e)
+            return (yield self._function(e))
         if isinstance(e, If):
-            return If(self.atom(e.cond), self.scope(e.true_branch), self.scope(e.false_branch),
-                      span=e.span)
+            cond = self.atom(e.cond)
+            tb = yield self.scope(e.true_branch)
+            fb = yield self.scope(e.false_branch)
+            return If(cond, tb, fb, span=e.span)
         if isinstance(e, Match):
             data = self.atom(e.data)
-            clauses = tuple(Clause(self.pattern(c.lhs), self.scope(c.rhs), span=c.span)
-                            for c in e.clauses)
+            arms = []
+            for c in e.clauses:
+                arms.append(Clause(self.pattern(c.lhs), (yield self.scope(c.rhs)),
+                                   span=c.span))
+            clauses = tuple(arms)
             return Match(data, clauses, e.complete, span=e.span)
         if isinstance(e, RefCreate):
             return RefCreate(self.atom(e.value), span=e.span)
@@ -171,7 +186,7 @@ class _JVP(_Twin):
         if isinstance(e, RefWrite):
             return RefWrite(self.atom(e.ref), self.atom(e.value), span=e.span)
         if isinstance(e, Let):
-            return self.scope(e)
+            return (yield self.scope(e))
         raise InternalError(f"jvp: unexpected node {type(e).__name__}")
 
     def op_call(self, e: Call) -> Expr:
@@ -319,6 +334,7 @@ def _wrapper(jv: _JVP, fn: Function, twin: GlobalVar, arg_types: list[Type], ret
     return Function(params + tparams, body, TupleType((ret, ret)), span=fn.span)
 
 
+@depth_limited(lambda msg: JVPError(msg))
 def jvp(mod: IRModule, entry: str = "main") -> IRModule:
     """``def @entry(p..) -> R`` => ``def @entry(p.., t..) -> (R, R)`` by forward-mode AD.
 

@@ -33,7 +33,7 @@ idempotent and never mutates its input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generator
 
 from relay_ir.attrs import Attrs
 from relay_ir.expr import Call, Expr, Function, GlobalVar, Var, type_of, with_fields
@@ -64,20 +64,20 @@ class _Lifter(ExprMutator):
         self.taken.add(name)
         return GlobalVar(name)
 
-    def visit_function(self, f: Function) -> Expr:
+    def visit_function(self, f: Function) -> Any:
         if f.is_primitive:
             return f
         return self._lift(f, None)
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+    def visit_binding(self, var: Var, value: Expr) -> Generator[Expr, Any, tuple[Var, Expr]]:
         if type(value) is Function and not value.is_primitive and var in free_vars(value):
-            new = self._lift(value, var)
+            new = yield from self._lift(value, var)
             self.memo[value] = new
             return var, new
-        return super().visit_binding(var, value)
+        return ((yield var), (yield value))
 
-    def _lift(self, f: Function, self_var: Var | None) -> Expr:
-        body = self.visit(f.body)  # NOTE: recursion across function nesting only
+    def _lift(self, f: Function, self_var: Var | None) -> Generator[Expr, Any, Expr]:
+        body = yield f.body
         f2 = with_fields(f, body=body)
         fvs = [v for v in free_vars(f2) if v is not self_var]
         gv = self._fresh_global()

@@ -36,15 +36,15 @@ Rules:
   (recursive calls inside it stay calls).
 
 Let spines and dataflow chains are walked iteratively (100,000 bindings under the default
-recursion limit); Python recursion follows function, if and match nesting and unrolling depth
-(bounded by ``max_depth``). The input is never mutated; emitted nodes keep the spans of the
-nodes they came from.
+recursion limit); function, if and match nesting and unrolling (bounded by ``max_depth``) are
+evaluated as generators, without Python recursion. The input is never mutated; emitted nodes
+keep the spans of the nodes they came from.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Generator, Iterator
 
 import numpy as np
 
@@ -62,10 +62,12 @@ from relay_ir.passes.fold_constant import may_fold
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
 from relay_ir.span import Span
 from relay_ir.traversal import (dataflow_children as _dataflow_children, flatten_lets,
+                                run_generators,
                                 free_type_vars, free_vars, post_order)
 from relay_ir.passes._analysis import substitute_type
 from relay_ir.ty import TensorType, Type
 
+Gen = Generator[Any, Any, Any]
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
 _LEAF = (Var, Constant, GlobalVar, Op, Constructor)
 
@@ -156,23 +158,48 @@ class Env:
     known, so annotations that mention it are dropped). It is inherited from ``parent``.
     """
 
-    __slots__ = ("vars", "memo", "parent", "tsub")
+    __slots__ = ("vars", "memo", "parent", "tsub", "memoized")
 
     def __init__(self, parent: Env | None = None, tsub: dict[Any, Any] | None = None):
         self.vars: dict[Var, PValue] = {}
         self.memo: dict[Expr, PValue] = {}
         self.parent = parent
+        # NOTE: every node memoized anywhere in this chain's tree: a node never evaluated
+        # misses at once instead of walking the whole chain (deep nesting stays linear)
+        self.memoized: set[Expr] = parent.memoized if parent is not None else set()
         if tsub is None:
             tsub = parent.tsub if parent is not None else {}
         self.tsub = tsub
 
     def lookup(self, v: Var) -> PValue | None:
         """The value bound to ``v`` here or in an enclosing environment."""
-        return self._find("vars", v)
+        pv = self.vars.get(v)
+        if pv is not None:
+            return pv
+        path = []
+        e = self.parent
+        while e is not None:
+            pv = e.vars.get(v)
+            if pv is not None:
+                # NOTE: remembered on the way (binders are unique, so nothing between can
+                # shadow it): lookups from deeply nested environments stay O(1)
+                for p in path:
+                    p.vars[v] = pv
+                self.vars[v] = pv
+                return pv
+            path.append(e)
+            e = e.parent
+        return None
 
     def memo_get(self, node: Expr) -> PValue | None:
         """The value memoized for the shared node ``node`` here or in an enclosing one."""
+        if node not in self.memoized:
+            return None
         return self._find("memo", node)
+
+    def memo_set(self, node: Expr, pv: PValue) -> None:
+        self.memo[node] = pv
+        self.memoized.add(node)
 
     def _find(self, table: str, key: Any) -> PValue | None:
         e: Env | None = self
@@ -214,6 +241,7 @@ class _PE:
         # lists of its open scopes (outermost first), which identify where an atom is bound.
         self.sb = ScopeBuilder()
         self.open: list[list] = [self.sb.bindings]
+        self.open_ids: set[int] = {id(self.sb.bindings)}  # NOTE: O(1) `_valid`
         self._recursive: dict[Function, bool] = {}
         self._recursive_globals: set[str] | None = None
 
@@ -297,23 +325,36 @@ class _PE:
         if pv.dyn is None:
             return False
         scope = pv.scope
-        return scope is None or any(s is scope for s in self.open)
+        return scope is None or id(scope) in self.open_ids
 
     @contextmanager
     def _nested(self) -> Iterator[None]:
         """A residual scope nested in the current one (close it with ``self.sb.build``)."""
         with self.sb.scope():
             self.open.append(self.sb.bindings)
+            self.open_ids.add(id(self.sb.bindings))
             try:
                 yield
             except BaseException:
                 self.sb.bindings.clear()  # NOTE: drop the unfinished scope, keep the error
                 raise
             finally:
-                self.open.pop()
+                self.open_ids.discard(id(self.open.pop()))
 
     def reify(self, pv: PValue) -> Expr:
         """An atom (or ``()``) of the residual program computing ``pv``, emitting as needed."""
+        if self._valid(pv):
+            return pv.dyn  # type: ignore[return-value]
+        return run_generators(self._reify(pv))
+
+    def _reify_all(self, pvs: list[PValue]) -> Gen:
+        out = []
+        for p in pvs:
+            out.append(p.dyn if self._valid(p) else (yield self._reify(p)))
+        return tuple(out)
+
+    def _reify(self, pv: PValue) -> Gen:
+        """:meth:`reify` as a generator (a closure's body is evaluated as a sub-step)."""
         if self._valid(pv):
             return pv.dyn  # type: ignore[return-value]
         stack: list[tuple[PValue, bool]] = [(pv, False)]
@@ -328,7 +369,10 @@ class _PE:
                     if not self._valid(f):
                         stack.append((f, False))
                 continue
-            self._reify_one(p)
+            if isinstance(s, SClosure):
+                yield self._reify_closure(p, s)
+            else:
+                self._reify_one(p)
         return pv.dyn  # type: ignore[return-value]
 
     def _reify_one(self, p: PValue) -> None:
@@ -353,8 +397,6 @@ class _PE:
         elif isinstance(s, SCon):
             r = self.emit(Call(s.con, tuple(f.dyn for f in s.fields)))  # type: ignore[misc]
             p.dyn, p.scope = r.dyn, r.scope
-        elif isinstance(s, SClosure):
-            self._reify_closure(p, s)
         elif isinstance(s, SGlobal):
             p.dyn, p.scope = s.gv, None
         elif isinstance(s, SOp):
@@ -364,7 +406,7 @@ class _PE:
         else:
             raise InternalError("partial evaluation: a residual value is used out of its scope")
 
-    def _reify_closure(self, p: PValue, clo: SClosure) -> None:
+    def _reify_closure(self, p: PValue, clo: SClosure) -> Gen:
         f = clo.func
         saved_tsub = self.tsub
         self.tsub = clo.env.tsub
@@ -386,7 +428,7 @@ class _PE:
         self.reifying += 1
         try:
             with self._nested():
-                body = self.sb.build(self.reify(self.eval(f.body, env)))
+                body = self.sb.build((yield self._reify((yield self._ev(f.body, env)))))
         finally:
             self.bound_tvars, self.tsub = saved_tvars, saved_tsub
             self.reifying -= 1
@@ -398,6 +440,11 @@ class _PE:
     # -- evaluation --------------------------------------------------------------------
     def eval(self, e: Expr, env: Env, hint: Var | None = None, tail: bool = False) -> Any:
         """The partial value of ``e``; with ``tail``, possibly a :class:`_TailCall` instead."""
+        return run_generators(self._ev(e, env, hint, tail))
+
+    # NOTE: the evaluation methods below are generators: a sub-evaluation is yielded
+    # (`pv = yield self._ev(c, env)`), so nesting costs no Python recursion.
+    def _ev(self, e: Expr, env: Env, hint: Var | None = None, tail: bool = False) -> Gen:
         t = type(e)
         if t is Var:
             pv = env.lookup(e)
@@ -416,22 +463,22 @@ class _PE:
         if memo is not None:
             return memo
         if t in _DATAFLOW:
-            return self._eval_dataflow(e, env, hint, tail)
+            return (yield self._eval_dataflow(e, env, hint, tail))
         if t is Let:
-            out = self._eval_spine(e, env, hint, tail)
+            out = yield self._eval_spine(e, env, hint, tail)
         elif t is Function:
             out = PValue(None, e, None) if e.is_primitive else PValue(SClosure(e, env))
         elif t is If:
-            out = self._eval_if(e, env, hint, tail)
+            out = yield self._eval_if(e, env, hint, tail)
         elif t is Match:
-            out = self._eval_match(e, env, hint, tail)
+            out = yield self._eval_match(e, env, hint, tail)
         else:
             raise InternalError(f"partial evaluation: unexpected node {t.__name__}")
         if type(out) is not _TailCall:
-            env.memo[e] = out
+            env.memo_set(e, out)
         return out
 
-    def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Any:
+    def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Gen:
         lets, body = flatten_lets(let)
         if tail and lets and body is lets[-1].var and type(lets[-1].value) is Call \
                 and type(lets[-1].value.op) is Var:
@@ -439,29 +486,29 @@ class _PE:
             # writes it: an AD backpropagator chain) is a tail call too, unrolled by the
             # trampoline in _inline without recursion. Calls of globals keep the depth bound.
             for node in lets[:-1]:
-                env.vars[node.var] = self.eval(node.value, env, node.var)
+                env.vars[node.var] = yield self._ev(node.value, env, node.var)
             last = lets[-1]
-            out = self.eval(last.value, env, last.var, True)
+            out = yield self._ev(last.value, env, last.var, True)
             if type(out) is not _TailCall:
                 env.vars[last.var] = out
             return out
         for node in lets:
-            env.vars[node.var] = self.eval(node.value, env, node.var)
-        return self.eval(body, env, hint, tail)
+            env.vars[node.var] = yield self._ev(node.value, env, node.var)
+        return (yield self._ev(body, env, hint, tail))
 
-    def _eval_dataflow(self, root: Expr, env: Env, hint: Var | None, tail: bool) -> Any:
+    def _eval_dataflow(self, root: Expr, env: Env, hint: Var | None, tail: bool) -> Gen:
         memo = env.memo
         stack: list[tuple[Expr, bool]] = [(root, False)]
         while stack:
             node, ready = stack.pop()
             if ready:
                 if node is root:
-                    r = self._eval_node(node, env, hint, tail)
+                    r = yield self._eval_node(node, env, hint, tail)
                     if type(r) is _TailCall:
                         return r
-                    memo[node] = r
+                    env.memo_set(node, r)
                 else:
-                    memo[node] = self._eval_node(node, env, None, False)
+                    env.memo_set(node, (yield self._eval_node(node, env, None, False)))
                 continue
             if env.memo_get(node) is not None:
                 continue
@@ -471,39 +518,49 @@ class _PE:
                     stack.append((c, False))
         return memo[root]
 
-    def _eval_node(self, e: Expr, env: Env, hint: Var | None, tail: bool) -> Any:
+    def _evs(self, es: tuple[Expr, ...], env: Env) -> Gen:
+        out = []
+        for x in es:
+            out.append((yield self._ev(x, env)))
+        return out
+
+    def _eval_node(self, e: Expr, env: Env, hint: Var | None, tail: bool) -> Gen:
         t = type(e)
         if t is Call:
-            callee = self.eval(e.op, env)
-            args = [self.eval(a, env) for a in e.args]
-            return self._apply(callee, args, e, hint, tail)
+            callee = yield self._ev(e.op, env)
+            args = yield self._evs(e.args, env)
+            return (yield self._apply(callee, args, e, hint, tail))
         if t is Tuple:
-            return PValue(STuple([self.eval(f, env) for f in e.fields]))
+            return PValue(STuple((yield self._evs(e.fields, env))))
         if t is TupleGetItem:
-            tv = self.eval(e.tuple_value, env)
+            tv = yield self._ev(e.tuple_value, env)
             if isinstance(tv.static, STuple) and e.index < len(tv.static.fields):
                 return tv.static.fields[e.index]
-            return self.emit(TupleGetItem(self.reify(tv), e.index, span=e.span), hint, e.span,
+            base = yield self._reify(tv)
+            return self.emit(TupleGetItem(base, e.index, span=e.span), hint, e.span,
                              e.checked_type_)
         if t is RefCreate:
-            v = self.eval(e.value, env)
-            r = self.emit(RefCreate(self.reify(v), span=e.span), hint, e.span, e.checked_type_)
+            v = yield self._ev(e.value, env)
+            r = self.emit(RefCreate((yield self._reify(v)), span=e.span), hint, e.span,
+                          e.checked_type_)
             key = self.next_key
             self.next_key += 1
             self.store[key] = v
             return PValue(SRef(key), r.dyn, r.scope)
         if t is RefRead:
-            r = self.eval(e.ref, env)
+            r = yield self._ev(e.ref, env)
             if isinstance(r.static, SRef) and r.static.key in self.store:
                 return self.store[r.static.key]
-            out = self.emit(RefRead(self.reify(r), span=e.span), hint, e.span, e.checked_type_)
+            out = self.emit(RefRead((yield self._reify(r)), span=e.span), hint, e.span,
+                            e.checked_type_)
             if isinstance(r.static, SRef):
                 self.store[r.static.key] = out
             return out
         if t is RefWrite:
-            r = self.eval(e.ref, env)
-            v = self.eval(e.value, env)
-            self.emit(RefWrite(self.reify(r), self.reify(v), span=e.span), hint, e.span,
+            r = yield self._ev(e.ref, env)
+            v = yield self._ev(e.value, env)
+            rr, rv = yield self._reify_all([r, v])
+            self.emit(RefWrite(rr, rv, span=e.span), hint, e.span,
                       e.checked_type_)
             if isinstance(r.static, SRef):
                 self.store[r.static.key] = v
@@ -514,7 +571,7 @@ class _PE:
 
     # -- calls -------------------------------------------------------------------------
     def _apply(self, callee: PValue, args: list[PValue], call: Call, hint: Var | None,
-               tail: bool = False) -> Any:
+               tail: bool = False) -> Gen:
         s = callee.static
         if isinstance(s, SOp):
             zero = _absorb(s.op, args, call, self.unsafe)
@@ -526,7 +583,7 @@ class _PE:
             same = _identity(s.op, args, call, hint, self.unsafe)
             if same is not None:
                 return same
-            return self.emit(Call(s.op, tuple(self.reify(a) for a in args), call.attrs,
+            return self.emit(Call(s.op, (yield self._reify_all(args)), call.attrs,
                                   self._closed_type_args(call.type_args), span=call.span),
                              hint, call.span, call.checked_type_)
         if isinstance(s, SConFn):
@@ -548,15 +605,16 @@ class _PE:
                 and self._should_inline(callee, func, args, recursive):
             if tail:
                 return _TailCall(func, env, args)
-            return self._inline(func, env, args)
+            return (yield self._inline(func, env, args))
         targs = self._closed_type_args(call.type_args) if isinstance(s, SGlobal) else ()
-        out = self.emit(Call(self.reify(callee), tuple(self.reify(a) for a in args),
+        rc = yield self._reify(callee)
+        out = self.emit(Call(rc, (yield self._reify_all(args)),
                              call.attrs, targs, span=call.span), hint, call.span,
                         call.checked_type_)
         self.store = {}  # NOTE: unknown code may read or write any reference
         return out
 
-    def _inline(self, func: Function, env: Env, args: list[PValue]) -> PValue:
+    def _inline(self, func: Function, env: Env, args: list[PValue]) -> Gen:
         """Evaluate ``func``'s body on ``args``; calls in tail position loop here (trampoline).
 
         NOTE: a chain of closures each ending in a call of the next (an AD backpropagator) is
@@ -572,7 +630,7 @@ class _PE:
                 body_env = Env(env)
                 for p, a in zip(func.params, args):
                     body_env.vars[p] = a
-                r = self.eval(func.body, body_env, None, True)
+                r = yield self._ev(func.body, body_env, None, True)
                 if type(r) is not _TailCall:
                     return r
                 func, env, args = r.func, r.env, r.args
@@ -668,13 +726,13 @@ class _PE:
 
     # -- control flow ------------------------------------------------------------------
     def _branch(self, e: Expr, env: Env, store: dict[int, PValue],
-                bind: dict[Var, PValue] | None = None) -> tuple[Expr, dict[int, PValue]]:
+                bind: dict[Var, PValue] | None = None) -> Gen:
         self.store = dict(store)
         benv = Env(env)
         if bind:
             benv.vars.update(bind)
         with self._nested():
-            body = self.sb.build(self.reify(self.eval(e, benv)))
+            body = self.sb.build((yield self._reify((yield self._ev(e, benv)))))
         return body, self.store
 
     @staticmethod
@@ -682,20 +740,20 @@ class _PE:
         first = stores[0]
         return {k: v for k, v in first.items() if all(s.get(k) is v for s in stores[1:])}
 
-    def _eval_if(self, e: If, env: Env, hint: Var | None, tail: bool) -> Any:
-        c = self.eval(e.cond, env)
+    def _eval_if(self, e: If, env: Env, hint: Var | None, tail: bool) -> Gen:
+        c = yield self._ev(e.cond, env)
         if isinstance(c.static, STensor) and c.static.data.size == 1:
             taken = e.true_branch if bool(c.static.data.reshape(()).item()) else e.false_branch
-            return self.eval(taken, env, hint, tail)
-        cond = self.reify(c)
+            return (yield self._ev(taken, env, hint, tail))
+        cond = yield self._reify(c)
         saved = self.store
-        tb, ts = self._branch(e.true_branch, env, saved)
-        fb, fs = self._branch(e.false_branch, env, saved)
+        tb, ts = yield self._branch(e.true_branch, env, saved)
+        fb, fs = yield self._branch(e.false_branch, env, saved)
         self.store = self._merge([ts, fs])
         return self.emit(If(cond, tb, fb, span=e.span), hint, e.span, e.checked_type_)
 
-    def _eval_match(self, m: Match, env: Env, hint: Var | None, tail: bool) -> Any:
-        d = self.eval(m.data, env)
+    def _eval_match(self, m: Match, env: Env, hint: Var | None, tail: bool) -> Gen:
+        d = yield self._ev(m.data, env)
         first_unknown = len(m.clauses)
         for i, clause in enumerate(m.clauses):
             r = self._static_match(clause.lhs, d)
@@ -706,16 +764,16 @@ class _PE:
                 break
             benv = Env(env)
             benv.vars.update(r)  # type: ignore[arg-type]
-            return self.eval(clause.rhs, benv, hint, tail)
+            return (yield self._ev(clause.rhs, benv, hint, tail))
         clauses = m.clauses[first_unknown:] if first_unknown < len(m.clauses) else m.clauses
-        data = self.reify(d)
+        data = yield self._reify(d)
         saved = self.store
         new_clauses = []
         stores = []
         for clause in clauses:
             bind: dict[Var, PValue] = {}
             lhs = _fresh_pattern(clause.lhs, bind, self._closed_type)
-            rhs, st = self._branch(clause.rhs, env, saved, bind)
+            rhs, st = yield self._branch(clause.rhs, env, saved, bind)
             stores.append(st)
             new_clauses.append(Clause(lhs, rhs, span=clause.span))
         self.store = self._merge(stores) if stores else saved

@@ -48,7 +48,8 @@ that matched) and the bindings; returning ``None`` or ``post`` means "no change"
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from types import GeneratorType
+from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -447,9 +448,9 @@ class _Rewriter(ExprMutator):
         self.max_local = max_local
         self.changed = False
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
-        new_var = self.visit(var)
-        new_value = self.visit(value)
+    def visit_binding(self, var: Var, value: Expr) -> Generator[Expr, Any, tuple[Var, Expr]]:
+        new_var = yield var
+        new_value = yield value
         self.env[new_var] = new_value  # type: ignore[index]
         return new_var, new_value  # type: ignore[return-value]
 
@@ -458,10 +459,20 @@ class _Rewriter(ExprMutator):
             return f
         return super().visit_function(f)
 
-    def _handle(self, expr: Expr) -> Expr:
+    def _handle(self, expr: Expr) -> Any:
         post = super()._handle(expr)
         if isinstance(expr, (Let, Var)):
             return post
+        if type(post) is GeneratorType:
+            return self._rewrite_after(expr, post)
+        return self._rewrite(expr, post)
+
+    def _rewrite_after(self, expr: Expr, gen: Generator[Expr, Any, Expr]
+                       ) -> Generator[Expr, Any, Expr]:
+        post = yield from gen
+        return self._rewrite(expr, post)
+
+    def _rewrite(self, expr: Expr, post: Expr) -> Expr:
         for _ in range(self.max_local):
             for pat, fn in self.rules:
                 b = _match(pat, post, Bindings(), self.env)

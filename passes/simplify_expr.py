@@ -10,7 +10,7 @@ rules would either miss every ANF program or need an environment-aware matcher; 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Generator, Optional
 
 import numpy as np
 
@@ -221,13 +221,14 @@ class _Simplify(ExprMutator):
         self.env: dict[Var, Expr] = {}
         self.fired = 0
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
-        new = self.visit(value)
+    def visit_binding(self, var: Var, value: Expr
+                      ) -> Generator[Expr, Any, tuple[Var, Expr] | None]:
+        new = yield value
         if type(new) is Var and new is not value:
             self.memo[var] = new  # NOTE: a rule left an alias: `let y = x; b => b[y := x]`
             return None
         self.env[var] = new
-        return self.visit(var), new  # type: ignore[return-value]
+        return (yield var), new
 
     def visit_call(self, c: Call) -> Expr:
         new = super().visit_call(c)

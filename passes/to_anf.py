@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar, Generator
 
 from relay_ir.errors import InternalError
 from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If,
@@ -11,7 +11,9 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
 from relay_ir.module import IRModule
 from relay_ir.passes._analysis import fresh_copy
 from relay_ir.passes.pass_manager import FunctionPass, PassContext
-from relay_ir.traversal import bound_vars, children, same_scope_children
+from relay_ir.traversal import bound_vars, children, run_generators, same_scope_children
+
+Gen = Generator[Any, Any, Any]
 
 
 _ATOMS = frozenset({Var, GlobalVar, Constant, Op, Constructor})
@@ -154,10 +156,15 @@ class _ANF:
                     ready.append(child)
 
     # -- filling ------------------------------------------------------------
-    def fill_scope(self, e: Expr, s: _Scope) -> Expr:
+    def fill(self, e: Expr, s: _Scope) -> Expr:
         """The let chain that computes ``e`` inside scope ``s``, ending in an atom."""
+        return run_generators(self.fill_scope(e, s))
+
+    # NOTE: fill_scope, atom, fill_let and rebuild are generators: where one needs another's
+    # result it yields the sub-call (`r = yield self.atom(c)`), so nesting costs no recursion.
+    def fill_scope(self, e: Expr, s: _Scope) -> Gen:
         self.open[s] = []
-        result = self.atom(e)
+        result = yield self.atom(e)
         bindings = self.open.pop(s)
         for var, value, src in reversed(bindings):
             # NOTE: an original let that is already in normal form is reused (same node)
@@ -180,7 +187,7 @@ class _ANF:
         self._emit(node, var, value, node)
         return var
 
-    def atom(self, e: Expr) -> Expr:
+    def atom(self, e: Expr) -> Gen:
         """An atom holding the value of ``e`` (binding ``e`` and its parts where needed)."""
         if _is_atom(e):
             return e
@@ -193,7 +200,7 @@ class _ANF:
             if _is_atom(n) or n in memo:
                 continue
             if type(n) is Let:
-                memo[n] = self.fill_let(n)
+                memo[n] = yield self.fill_let(n)
                 continue
             if not ready:
                 stack.append((n, True))
@@ -201,10 +208,10 @@ class _ANF:
                     if not _is_atom(c) and c not in memo:
                         stack.append((c, False))
                 continue
-            memo[n] = self.bind(n, self.rebuild(n))
+            memo[n] = self.bind(n, (yield self.rebuild(n)))
         return memo[e]
 
-    def fill_let(self, let: Let) -> Expr:
+    def fill_let(self, let: Let) -> Gen:
         lets = [let]
         body = let.body
         # NOTE: a let shared with another position (a DAG node) ends the spine: it is bound once
@@ -223,20 +230,20 @@ class _ANF:
                 # NOTE: bind the let's own variable to the value; a shared value whose uses all
                 # lie in this scope is first met here, so every other use is in the let body
                 for c in same_scope_children(value):
-                    self.atom(c)
-                new = self.rebuild(value)
+                    yield self.atom(c)
+                new = yield self.rebuild(value)
                 if self.uses.get(value, 1) > 1:
                     self.memo[value] = lt.var
                 value = new
             else:
-                value = self.atom(value)
+                value = yield self.atom(value)
             self._emit(let, lt.var, value, lt)
-        return self.atom(body)
+        return (yield self.atom(body))
 
     def _a(self, c: Expr) -> Expr:
         return c if _is_atom(c) else self.memo[c]
 
-    def rebuild(self, n: Expr) -> Expr:
+    def rebuild(self, n: Expr) -> Gen:
         """``n`` with atomic children (same-scope children must already be in the memo)."""
         t = type(n)
         a = self._a
@@ -259,20 +266,22 @@ class _ANF:
         if t is RefWrite:
             return with_same_type(n, ref=a(n.ref), value=a(n.value))
         if t is If:
-            return with_same_type(
-                n, cond=a(n.cond),
-                true_branch=self.fill_scope(n.true_branch, self._nested(n, 1)),
-                false_branch=self.fill_scope(n.false_branch, self._nested(n, 2)))
+            tb = yield self.fill_scope(n.true_branch, self._nested(n, 1))
+            fb = yield self.fill_scope(n.false_branch, self._nested(n, 2))
+            return with_same_type(n, cond=a(n.cond), true_branch=tb, false_branch=fb)
         if t is Match:
-            clauses = tuple(with_fields(c, rhs=self.fill_scope(c.rhs, self._nested(n, i + 1)))
-                            for i, c in enumerate(n.clauses))
+            arms = []
+            for i, c in enumerate(n.clauses):
+                arms.append(with_fields(c, rhs=(yield self.fill_scope(c.rhs,
+                                                                      self._nested(n, i + 1)))))
+            clauses = tuple(arms)
             if all(a is b for a, b in zip(clauses, n.clauses)):
                 clauses = n.clauses
             return with_same_type(n, data=a(n.data), clauses=clauses)
         if t is Function:
             if n.is_primitive:  # NOTE: fused (Primitive=1) functions stay dataflow, as in TVM
                 return fresh_copy(n) if n in self.copy_prims else n
-            return with_same_type(n, body=self.fill_scope(n.body, self._nested(n, 0)))
+            return with_same_type(n, body=(yield self.fill_scope(n.body, self._nested(n, 0))))
         raise InternalError(f"to-anf: unexpected {t.__name__}")
 
     def _nested(self, n: Expr, slot: int) -> _Scope:
@@ -301,14 +310,14 @@ def to_anf_function(fn: Function) -> Function:
 
 def _to_anf_function(fn: Function, fresh: Callable[[], str]) -> Function:
     anf = _ANF(fn.body, fresh)
-    body = anf.fill_scope(fn.body, anf.root)
+    body = anf.fill(fn.body, anf.root)
     return with_same_type(fn, body=body)
 
 
 def to_anf_expr(e: Expr) -> Expr:
     """A-normal form of an expression (a let chain ending in an atom)."""
     anf = _ANF(e, _namer())
-    return anf.fill_scope(e, anf.root)
+    return anf.fill(e, anf.root)
 
 
 @dataclass(frozen=True)

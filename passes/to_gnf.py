@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Generator
 
 from relay_ir.expr import Expr, Function, Var
 from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
-from relay_ir.passes._analysis import Effects, count_occurrences, to_fixpoint
+from relay_ir.passes._analysis import Effects, occurrences_in_function, to_fixpoint
 from relay_ir.passes.pass_manager import Pass, PassContext
 
 
@@ -15,17 +15,19 @@ class _GNF(ExprMutator):
     def __init__(self, effects: Effects) -> None:
         super().__init__()
         self.effects = effects
+        self.fv_cache: dict[Function, list[Var]] = {}
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+    def visit_binding(self, var: Var, value: Expr
+                      ) -> Generator[Expr, Any, tuple[Var, Expr] | None]:
         if type(value) is Function:
             self.effects.add_local_function(var, value)
-        new = self.visit(value)
+        new = yield value
         # NOTE: recursion is judged on the rewritten closure (its body may have lost the call)
         if self.effects.is_pure(value) and not (
-                type(new) is Function and count_occurrences(var, new) > 0):
+                type(new) is Function and occurrences_in_function(var, new, self.fv_cache) > 0):
             self.memo[var] = new
             return None
-        return self.visit(var), new  # type: ignore[return-value]
+        return (yield var), new
 
 
 @dataclass(frozen=True)

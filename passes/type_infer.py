@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Sequence
+from types import GeneratorType
+from typing import Any, Callable, ClassVar, Generator, Sequence
 
 from relay_ir.errors import DiagnosticError, TypeInferenceError, UnboundVarError, UnificationError
 from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match,
@@ -58,7 +59,8 @@ from relay_ir.passes.pass_manager import Pass, PassContext
 from relay_ir.passes.type_rebuild import TypedRebuild
 from relay_ir.passes.type_unify import Fail, Unifier, callee_name, fmt_type
 from relay_ir.span import Span
-from relay_ir.traversal import dataflow_post_order, flatten_lets, has_incomplete, post_order
+from relay_ir.traversal import (dataflow_post_order, flatten_lets, has_incomplete, post_order,
+                                run_generators)
 from relay_ir.ty import (AnyDim, Dim, FuncType, GlobalTypeVar, IncompleteType, RefType, ShapeVar,
                          TensorType, TupleType, Type, TypeCall, TypeData, TypeVar, type_children)
 
@@ -222,8 +224,8 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
             for name in sorted(scc, key=order.__getitem__):
                 f = functions[name]
                 sig = self.global_types[name]
-                self.gen_function(f, sig if not full[name] else
-                                  dataclasses.replace(sig, type_params=()))  # type: ignore
+                run_generators(self.gen_function(f, sig if not full[name] else
+                                                  dataclasses.replace(sig, type_params=())))
             self.solve()
             self.report_pending()
             self.check_matches()
@@ -279,19 +281,31 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
         t = self.types.get(e)
         if t is not None:
             return t
+        return run_generators(self._gen(e))
+
+    def _gen(self, e: Expr) -> Gen:
+        """:meth:`gen` as a generator: nested sub-expressions are ``yield``-ed, not recursed."""
+        t = self.types.get(e)
+        if t is not None:
+            return t
         te = type(e)
         if te in _DATAFLOW:
             types = self.types
             for node in dataflow_post_order(e, types):
-                types[node] = self.gen_node(node)
+                r = self.gen_node(node)
+                if type(r) is GeneratorType:
+                    r = yield r
+                types[node] = r
             return types[e]
         if te is Let:
-            return self.gen_let(e)
+            return (yield self.gen_let(e))
         if te is GlobalVar:
             # NOTE: not memoized: one GlobalVar node may be shared by several functions, and
             # its type changes from the in-progress signature to the generalized one.
             return self.gen_global_var(e)
         t = self.gen_node(e)
+        if type(t) is GeneratorType:
+            t = yield t
         self.types[e] = t
         return t
 
@@ -338,12 +352,29 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
     def gen_constructor(self, e: Constructor) -> Type:
         return self.ctor_type(e)
 
-    def gen_tuple(self, e: Tuple) -> Type:
+    def gen_tuple(self, e: Tuple) -> Any:
         types = self.types
-        return TupleType(tuple(types[f] if f in types else self.gen(f) for f in e.fields))
+        if all(f in types for f in e.fields):  # NOTE: the common case: no generator needed
+            return TupleType(tuple(types[f] for f in e.fields))
+        return self._gen_tuple(e)
 
-    def gen_tuple_get_item(self, e: TupleGetItem) -> Type:
-        tt = self.gen(e.tuple_value)
+    def _gen_tuple(self, e: Tuple) -> Gen:
+        types = self.types
+        fields = []
+        for f in e.fields:
+            fields.append(types[f] if f in types else (yield self._gen(f)))
+        return TupleType(tuple(fields))
+
+    def gen_tuple_get_item(self, e: TupleGetItem) -> Any:
+        tt = self.types.get(e.tuple_value)
+        if tt is not None:  # NOTE: the common case: no generator needed
+            return self._tuple_get_item(e, tt)
+        return self._gen_tuple_get_item(e)
+
+    def _gen_tuple_get_item(self, e: TupleGetItem) -> Gen:
+        return self._tuple_get_item(e, (yield self._gen(e.tuple_value)))
+
+    def _tuple_get_item(self, e: TupleGetItem, tt: Type) -> Type:
         out = IncompleteType(span=e.span)
         index = e.index
 
@@ -363,7 +394,7 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
         self.add_relation(_Relation(rel, [tt], None, out, e.span, f".{index}"))
         return out
 
-    def gen_let(self, e: Let) -> Type:
+    def gen_let(self, e: Let) -> Gen:
         lets, body = flatten_lets(e)
         types = self.types
         for let in lets:
@@ -379,7 +410,7 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                 vt = IncompleteType(span=var.span)
             types[var] = vt
             try:
-                t = self.gen(value)
+                t = yield self._gen(value)
             except DiagnosticError as err:
                 raise err.with_span(_at(value, let.span)) from None
             try:
@@ -387,7 +418,7 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
             except Fail as err:
                 raise self.fail(err, f"the value of `%{var.name_hint}` does not match its "
                                      f"annotation", vt, t, _at(value, let.span)) from None
-        bt = self.gen(body)
+        bt = yield self._gen(body)
         for let in lets:
             types[let] = bt
         return bt
@@ -411,7 +442,7 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                     f"type variable `{name}` is not bound by an enclosing type parameter list",
                     span)
 
-    def gen_function(self, f: Function, sig: FuncType | None = None) -> Type:
+    def gen_function(self, f: Function, sig: FuncType | None = None) -> Gen:
         """Type a function (a global's body when ``sig`` is given)."""
         added = [p for p in f.type_params if p not in self.tv_scope]
         self.tv_scope.update(added)
@@ -436,7 +467,7 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                 ret = f.ret_type if f.ret_type is not None else IncompleteType(span=f.span)
             self.fn_ret[f] = ret
             try:
-                bt = self.gen(f.body)
+                bt = yield self._gen(f.body)
             except DiagnosticError as err:
                 raise err.with_span(_at(f.body, f.span)) from None
             try:
@@ -453,16 +484,16 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                 self.tv_scope.discard(p)
         return FuncType(tuple(ptypes), ret, f.type_params)
 
-    def gen_if(self, e: If) -> Type:
-        ct = self.gen(e.cond)
+    def gen_if(self, e: If) -> Gen:
+        ct = yield self._gen(e.cond)
         try:
             self.unify(BOOL_T, ct)
         except Fail:
             raise UnificationError(
                 f"the condition of `if` must have type `bool` (Tensor[(), bool]), found "
                 f"`{fmt_type(self.resolve(ct))}`", _at(e.cond, e.span)) from None
-        tt = self.gen(e.true_branch)
-        ft = self.gen(e.false_branch)
+        tt = yield self._gen(e.true_branch)
+        ft = yield self._gen(e.false_branch)
         try:
             self.unify(tt, ft)
         except Fail as err:
@@ -471,31 +502,39 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                             _at(e.false_branch, e.span)) from None
         return ft if _has_type_params(self.find(tt)) else tt
 
-    def gen_ref_create(self, e: RefCreate) -> Type:
-        return RefType(self.gen(e.value))
+    def gen_ref_create(self, e: RefCreate) -> Gen:
+        return RefType((yield self._gen(e.value)))
 
-    def gen_ref_read(self, e: RefRead) -> Type:
-        rt = self.gen(e.ref)
+    def gen_ref_read(self, e: RefRead) -> Gen:
+        rt = yield self._gen(e.ref)
         v = IncompleteType(span=e.span)
         self.expect(RefType(v), rt, _at(e.ref, e.span), "`ref_read` needs a reference")
         return v
 
-    def gen_ref_write(self, e: RefWrite) -> Type:
-        rt = self.gen(e.ref)
-        vt = self.gen(e.value)
+    def gen_ref_write(self, e: RefWrite) -> Gen:
+        rt = yield self._gen(e.ref)
+        vt = yield self._gen(e.value)
         cell = IncompleteType(span=e.span)
         self.expect(RefType(cell), rt, _at(e.ref, e.span), "`ref_write` needs a reference")
         self.expect(cell, vt, _at(e.value, e.span),
                     "`ref_write` stores a value of another type than the reference holds")
         return UNIT_T
 
-    def gen_call(self, e: Call) -> Type:
+    def gen_call(self, e: Call) -> Any:
+        types = self.types
+        if type(e.op) is Op and all(a in types for a in e.args):  # NOTE: no generator needed
+            return self.gen_op_call(e, [types[a] for a in e.args])
+        return self._gen_call(e)
+
+    def _gen_call(self, e: Call) -> Gen:
         op = e.op
         types = self.types
-        arg_types = [types[a] if a in types else self.gen(a) for a in e.args]
+        arg_types = []
+        for a in e.args:
+            arg_types.append(types[a] if a in types else (yield self._gen(a)))
         if type(op) is Op:
             return self.gen_op_call(e, arg_types)
-        ft = self.find(self.gen(op))
+        ft = self.find((yield self._gen(op)))
         callee = "the constructor" if type(op) is Constructor else "the function"
         if type(ft) is FuncType:
             fresh: list = []
@@ -576,12 +615,12 @@ class Inferencer(Unifier, MatchCoverage, TypedRebuild):
                                     [a.span for a in e.args]))
         return out
 
-    def gen_match(self, e: Match) -> Type:
-        dt = self.gen(e.data)
+    def gen_match(self, e: Match) -> Gen:
+        dt = yield self._gen(e.data)
         out: Type | None = None
         for clause in e.clauses:
             self.gen_pattern(clause.lhs, dt)
-            rt = self.gen(clause.rhs)
+            rt = yield self._gen(clause.rhs)
             if out is None:
                 out = rt
             elif _has_type_params(self.find(out)) and not _has_type_params(self.find(rt)):
@@ -661,6 +700,7 @@ def _at(node: Expr, fallback: Span | None) -> Span | None:
     return node.span
 
 
+Gen = Generator[Any, Any, Type]
 _GEN = {Var: "gen_var", GlobalVar: "gen_global_var", Constant: "gen_constant", Op: "gen_op",
         Constructor: "gen_constructor", Tuple: "gen_tuple",
         TupleGetItem: "gen_tuple_get_item", Let: "gen_let", Function: "gen_function",

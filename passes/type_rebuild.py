@@ -9,13 +9,14 @@ infer a type") at the expression.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Generator
 
 from relay_ir.errors import IncompleteTypeError, TypeInferenceError, UnboundVarError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let,
                            Match, Op, Pattern, PatternConstructor, PatternTuple, PatternVar,
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var)
-from relay_ir.traversal import dataflow_children, dataflow_post_order, flatten_lets
+from relay_ir.traversal import (dataflow_children, dataflow_post_order, flatten_lets,
+                                run_generators)
 from relay_ir.ty import FuncType, IncompleteType, ShapeVar, TensorType, Type, dim_vars
 
 from relay_ir.passes.type_unify import describe_node, fmt_type
@@ -62,15 +63,15 @@ class TypedRebuild:
         return nv
 
     def rebuild(self, f: Function, memo: dict) -> Function:
-        """The typed copy of function ``f`` (sharing kept; no recursion per binding)."""
-        self._walk(f, memo)
+        """The typed copy of function ``f`` (sharing kept; no Python recursion)."""
+        run_generators(self._walk(f, memo))
         return memo[f]
 
-    def _walk(self, e: Expr, memo: dict) -> None:
+    def _walk(self, e: Expr, memo: dict) -> Generator[Any, Any, None]:
         """Rebuild ``e`` and everything below it into ``memo`` (children first).
 
-        Let spines are walked as lists and dataflow with an explicit stack; Python recursion
-        happens only across function / if / match nesting.
+        Let spines are walked as lists and dataflow with an explicit stack; nesting (function,
+        if, match) is a generator sub-walk driven by :func:`run_generators`.
         """
         if e in memo:
             return
@@ -80,8 +81,10 @@ class TypedRebuild:
             for let in lets:
                 if let.var not in memo:
                     memo[let.var] = self.new_var(let.var)
-                self._walk(let.value, memo)
-            self._walk(body, memo)
+                if let.value not in memo:
+                    yield self._walk(let.value, memo)
+            if body not in memo:
+                yield self._walk(body, memo)
             for let in reversed(lets):
                 if let not in memo:
                     memo[let] = self.build(let, memo)
@@ -90,22 +93,22 @@ class TypedRebuild:
             for node in dataflow_post_order(e, memo):
                 for c in dataflow_children(node):
                     if c not in memo and type(c) not in _DATAFLOW:
-                        self._walk(c, memo)  # NOTE: recursion across nesting only
+                        yield self._walk(c, memo)
                 memo[node] = self.build(node, memo)
             return
         if te is Function:
             for p in e.params:
                 if p not in memo:
                     memo[p] = self.new_var(p)
-            self._walk(e.body, memo)
+            yield self._walk(e.body, memo)
         elif te is If:
-            self._walk(e.cond, memo)
-            self._walk(e.true_branch, memo)
-            self._walk(e.false_branch, memo)
+            yield self._walk(e.cond, memo)
+            yield self._walk(e.true_branch, memo)
+            yield self._walk(e.false_branch, memo)
         elif te is Match:
-            self._walk(e.data, memo)
+            yield self._walk(e.data, memo)
             for c in e.clauses:
-                self._walk(c.rhs, memo)
+                yield self._walk(c.rhs, memo)
         memo[e] = self.build(e, memo)
 
     def build(self, node: Expr, memo: dict) -> Expr:

@@ -10,10 +10,11 @@ naming the expression. :func:`~relay_ir.ty.fmt_type` (re-exported here) is the t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Generator
 
 from relay_ir.expr import Call, Constructor, Expr, Function, GlobalVar, If, Op, Var
 from relay_ir.span import Span
+from relay_ir.traversal import run_generators
 from relay_ir.ty import (AnyDim, Dim, DimExpr, FuncType, GlobalTypeVar, IncompleteType,
                          RefType, ShapeVar, TensorType, TupleType, Type, TypeCall,
                          TypeVar, dim_add, dim_mul, dim_sub, dim_vars, fmt_type, format_dim,
@@ -129,30 +130,50 @@ class Unifier:
         t = self.find(t)
         tt = type(t)
         if tt is TensorType:
-            if not self.dim_subst:
-                return t
-            shape = t.shape
-            new = tuple(self.rdim(d) for d in shape)
-            for a, b in zip(shape, new):
-                if a is not b:
-                    return TensorType(new, t.dtype)
+            return self._resolve_tensor(t)
+        if tt is TupleType or tt is FuncType or tt is RefType or tt is TypeCall:
+            return run_generators(self._resolve(t))  # NOTE: nested types without recursion
+        return t
+
+    def _resolve_tensor(self, t: TensorType) -> Type:
+        if not self.dim_subst:
             return t
+        shape = t.shape
+        new = tuple(self.rdim(d) for d in shape)
+        for a, b in zip(shape, new):
+            if a is not b:
+                return TensorType(new, t.dtype)
+        return t
+
+    def _resolve_all(self, ts: tuple[Type, ...]) -> Generator[Any, Any, tuple[Type, ...]]:
+        out = []
+        for x in ts:
+            x = self.find(x)
+            out.append(self._resolve_tensor(x) if type(x) is TensorType
+                       else (yield self._resolve(x)))
+        return tuple(out)
+
+    def _resolve(self, t: Type) -> Generator[Any, Any, Type]:
+        t = self.find(t)
+        tt = type(t)
+        if tt is TensorType:
+            return self._resolve_tensor(t)
         if tt is TupleType:
-            fs = tuple(self.resolve(f) for f in t.fields)
+            fs = yield self._resolve_all(t.fields)
             return t if all(a is b for a, b in zip(fs, t.fields)) else TupleType(fs)
         if tt is FuncType:
-            args = tuple(self.resolve(a) for a in t.arg_types)
-            ret = self.resolve(t.ret_type)
+            args = yield self._resolve_all(t.arg_types)
+            ret = yield self._resolve(t.ret_type)
             if ret is t.ret_type and all(a is b for a, b in zip(args, t.arg_types)):
                 return t
             return FuncType(args, ret, t.type_params, t.type_constraints)
         if tt is RefType:
-            v = self.resolve(t.value)
+            v = yield self._resolve(t.value)
             return t if v is t.value else RefType(v)
         if tt is TypeCall:
             if not t.args:
                 return t
-            args = tuple(self.resolve(a) for a in t.args)
+            args = yield self._resolve_all(t.args)
             return t if all(a is b for a, b in zip(args, t.args)) else TypeCall(t.func, args)
         return t
 
@@ -359,7 +380,13 @@ class Unifier:
                 return out
             return d
 
-        def go(x: Type) -> Type:
+        def go_all(xs: tuple[Type, ...]) -> Generator[Any, Any, tuple[Type, ...]]:
+            out = []
+            for x in xs:
+                out.append((yield go(x)))
+            return tuple(out)
+
+        def go(x: Type) -> Generator[Any, Any, Type]:
             x = self.find(x)
             tx = type(x)
             if tx is TypeVar:
@@ -369,17 +396,18 @@ class Unifier:
                     return x
                 return TensorType(tuple(dim(d) for d in x.shape), x.dtype)
             if tx is TupleType:
-                return TupleType(tuple(go(f) for f in x.fields))
+                return TupleType((yield go_all(x.fields)))
             if tx is FuncType:
-                return FuncType(tuple(go(a) for a in x.arg_types), go(x.ret_type),
-                                x.type_params, x.type_constraints)
+                args = yield go_all(x.arg_types)
+                return FuncType(args, (yield go(x.ret_type)), x.type_params, x.type_constraints)
             if tx is RefType:
-                return RefType(go(x.value))
+                return RefType((yield go(x.value)))
             if tx is TypeCall:
-                return TypeCall(go(x.func), tuple(go(a) for a in x.args))
+                func = yield go(x.func)
+                return TypeCall(func, (yield go_all(x.args)))
             return x
 
-        out = go(t)
+        out = run_generators(go(t))
         if drop_params and type(out) is FuncType:
             out = dataclasses.replace(out, type_params=())
         return out

@@ -10,22 +10,27 @@ Guarantees:
 * **Memoized by identity**: each node is visited once; shared sub-expressions stay shared.
 * **Unchanged means same node**: a mutator returns the very node it was given when nothing
   below it changed, and rebuilt nodes keep their span.
-* **No recursion proportional to program size**: before a dataflow node (call, tuple,
-  projection, ref ops) is handled, its dataflow descendants are handled in post-order with an
-  explicit stack, so ``self.visit(arg)`` inside ``visit_call`` is a memo hit. Let spines are
-  walked as lists (override :meth:`ExprMutator.visit_binding` to rewrite or drop bindings).
-  Python recursion happens only across function, if and match nesting.
+* **No recursion proportional to program size or depth**: one loop drives the walk with an
+  explicit stack. A dataflow node's (call, tuple, projection, ref ops) children are visited
+  before its handler runs, so ``self.visit(arg)`` inside ``visit_call`` is a memo hit. The
+  handlers of the nesting nodes (let, function, if, match, clause) are generators: where a
+  handler needs a child's result it writes ``r = yield child`` (and ``yield from
+  super().visit_if(i)`` to extend the base), and the loop visits the child and sends back its
+  result. A plain handler still works (it may call ``self.visit``), but each plain handler
+  met across nesting costs Python frames. Let spines are walked as lists (override
+  :meth:`ExprMutator.visit_binding` to rewrite or drop bindings; it may be a generator too).
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, Mapping, TypeVar as TV
+from types import GeneratorType
+from typing import Any, ClassVar, Generator, Generic, Mapping, TypeVar as TV
 
 from relay_ir.expr import (EXPR_TYPES, Call, Clause, Constant, Constructor, Expr, Function,
                            GlobalVar, If, Let, Match, Op, Pattern, PatternConstructor,
                            PatternTuple, PatternVar, RefCreate, RefRead, RefWrite,
                            Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.ty import (FuncType, RefType, TensorType, TupleType, Type, TypeCall)
-from relay_ir.traversal import dataflow_post_order
+from relay_ir.traversal import dataflow_children
 
 R = TV("R")
 
@@ -57,18 +62,12 @@ class ExprFunctor(Generic[R]):
 
     def visit(self, expr: Expr) -> R:
         """Visit ``expr`` (once; later calls return the memoized result)."""
-        memo = self.memo
-        r = memo.get(expr, _MISSING)
+        r = self.memo.get(expr, _MISSING)
         if r is not _MISSING:
             return r  # type: ignore[return-value]
-        if type(expr) in DATAFLOW_TYPES:
-            self._visit_dataflow(expr)
-            return memo[expr]
-        r = self._handle(expr)
-        memo[expr] = r
-        return r
+        return self._drive(expr)
 
-    def _handle(self, expr: Expr) -> R:
+    def _handle(self, expr: Expr) -> Any:
         try:
             method = self._dispatch[type(expr)]
         except KeyError:
@@ -76,10 +75,64 @@ class ExprFunctor(Generic[R]):
             raise InternalError(f"{type(self).__name__}: not an expression: {expr!r}") from None
         return getattr(self, method)(expr)
 
-    def _visit_dataflow(self, root: Expr) -> None:
+    def _after_children(self, node: Expr, kids: list[Expr]) -> Generator[Expr, Any, Any]:
         memo = self.memo
-        for node in dataflow_post_order(root, memo):
-            memo[node] = self._handle(node)
+        for c in kids:
+            if c not in memo:
+                yield c
+        r = self._handle(node)
+        if type(r) is GeneratorType:
+            r = yield from r
+        return r
+
+    def _start(self, node: Expr) -> Any:
+        """The handler's result for ``node``, or a generator still to be driven."""
+        if type(node) in DATAFLOW_TYPES:
+            memo = self.memo
+            kids = [c for c in dataflow_children(node) if c not in memo]
+            if kids:
+                return self._after_children(node, kids)
+        return self._handle(node)
+
+    def _drive(self, root: Expr) -> R:
+        """Visit ``root`` with one loop over a stack of suspended generator handlers."""
+        memo = self.memo
+        r = self._start(root)
+        if type(r) is not GeneratorType:
+            memo[root] = r
+            return r  # type: ignore[no-any-return]
+        stack: list[tuple[Expr, Generator[Expr, Any, Any]]] = [(root, r)]
+        send: Any = None
+        exc: BaseException | None = None
+        while True:
+            node, gen = stack[-1]
+            try:
+                if exc is None:
+                    child = gen.send(send)
+                else:
+                    e, exc = exc, None
+                    child = gen.throw(e)
+            except StopIteration as stop:
+                stack.pop()
+                send = memo[node] = stop.value
+                if not stack:
+                    return send  # type: ignore[no-any-return]
+                continue
+            except BaseException as e:  # noqa: B902 - re-raised into the yielding handler
+                stack.pop()
+                if not stack:
+                    raise
+                exc = e
+                continue
+            send = memo.get(child, _MISSING)
+            if send is not _MISSING:
+                continue
+            r = self._start(child)
+            if type(r) is GeneratorType:
+                stack.append((child, r))
+                send = None
+            else:
+                send = memo[child] = r
 
     def visit_pattern(self, p: Pattern) -> Any:
         """Visit a match pattern (not memoized)."""
@@ -122,34 +175,34 @@ class ExprVisitor(ExprFunctor[None]):
     def visit_tuple_get_item(self, t: TupleGetItem) -> None:
         self.visit(t.tuple_value)
 
-    def visit_let(self, let: Let) -> None:
+    def visit_let(self, let: Let) -> Generator[Expr, Any, None]:
         node = let
         while True:
             self.memo[node] = None
-            self.visit(node.var)
-            self.visit(node.value)
+            yield node.var
+            yield node.value
             body = node.body
             # NOTE: a let already visited elsewhere (a shared node) ends the spine here
             if type(body) is not Let or body in self.memo:
                 break
             node = body
-        self.visit(body)
+        yield body
 
-    def visit_function(self, f: Function) -> None:
+    def visit_function(self, f: Function) -> Generator[Expr, Any, None]:
         for p in f.params:
-            self.visit(p)
+            yield p
         self.visit_type(f.ret_type)
-        self.visit(f.body)
+        yield f.body
 
     def visit_call(self, c: Call) -> None:
         self.visit(c.op)
         for a in c.args:
             self.visit(a)
 
-    def visit_if(self, i: If) -> None:
-        self.visit(i.cond)
-        self.visit(i.true_branch)
-        self.visit(i.false_branch)
+    def visit_if(self, i: If) -> Generator[Expr, Any, None]:
+        yield i.cond
+        yield i.true_branch
+        yield i.false_branch
 
     def visit_ref_create(self, r: RefCreate) -> None:
         self.visit(r.value)
@@ -161,14 +214,16 @@ class ExprVisitor(ExprFunctor[None]):
         self.visit(r.ref)
         self.visit(r.value)
 
-    def visit_match(self, m: Match) -> None:
-        self.visit(m.data)
+    def visit_match(self, m: Match) -> Generator[Expr, Any, None]:
+        yield m.data
         for c in m.clauses:
-            self.visit_clause(c)
+            r = self.visit_clause(c)
+            if type(r) is GeneratorType:
+                yield from r
 
-    def visit_clause(self, c: Clause) -> None:
+    def visit_clause(self, c: Clause) -> Generator[Expr, Any, None]:
         self.visit_pattern(c.lhs)
-        self.visit(c.rhs)
+        yield c.rhs
 
     def visit_pattern(self, p: Pattern) -> None:
         if isinstance(p, PatternVar):
@@ -215,18 +270,25 @@ class ExprMutator(ExprFunctor[Expr]):
         new_var = self.visit(var)
         return new_var, self.visit(value)  # type: ignore[return-value]
 
-    def visit_let(self, let: Let) -> Expr:
+    def visit_let(self, let: Let) -> Generator[Expr, Any, Expr]:
         new: list[tuple[Let, tuple[Var, Expr] | None]] = []
         node = let
+        default = type(self).visit_binding is ExprMutator.visit_binding
         while True:
-            new.append((node, self.visit_binding(node.var, node.value)))
+            if default:
+                binding: Any = ((yield node.var), (yield node.value))
+            else:
+                binding = self.visit_binding(node.var, node.value)
+                if type(binding) is GeneratorType:
+                    binding = yield from binding
+            new.append((node, binding))
             body = node.body
             # NOTE: a let already visited elsewhere (a shared node) ends the spine here, so its
             # bindings are not rewritten (and bound) twice
             if type(body) is not Let or body in self.memo:
                 break
             node = body
-        out = self.visit(body)
+        out = yield body
         for node, binding in reversed(new):
             if binding is None:
                 continue
@@ -238,10 +300,11 @@ class ExprMutator(ExprFunctor[Expr]):
             self.memo[node] = out
         return out
 
-    def visit_function(self, f: Function) -> Expr:
+    def visit_function(self, f: Function) -> Generator[Expr, Any, Expr]:
         params = self._visit_all(f.params)
         ret = self.visit_type(f.ret_type) if f.ret_type is not None else None
-        return with_fields(f, params=params, ret_type=ret, body=self.visit(f.body))
+        body = yield f.body
+        return with_fields(f, params=params, ret_type=ret, body=body)
 
     def visit_call(self, c: Call) -> Expr:
         type_args = c.type_args
@@ -253,9 +316,11 @@ class ExprMutator(ExprFunctor[Expr]):
         return with_fields(c, op=self.visit(c.op), args=self._visit_all(c.args),
                            type_args=type_args)
 
-    def visit_if(self, i: If) -> Expr:
-        return with_fields(i, cond=self.visit(i.cond), true_branch=self.visit(i.true_branch),
-                           false_branch=self.visit(i.false_branch))
+    def visit_if(self, i: If) -> Generator[Expr, Any, Expr]:
+        cond = yield i.cond
+        tb = yield i.true_branch
+        fb = yield i.false_branch
+        return with_fields(i, cond=cond, true_branch=tb, false_branch=fb)
 
     def visit_ref_create(self, r: RefCreate) -> Expr:
         return with_fields(r, value=self.visit(r.value))
@@ -266,15 +331,23 @@ class ExprMutator(ExprFunctor[Expr]):
     def visit_ref_write(self, r: RefWrite) -> Expr:
         return with_fields(r, ref=self.visit(r.ref), value=self.visit(r.value))
 
-    def visit_match(self, m: Match) -> Expr:
-        data = self.visit(m.data)
-        clauses = tuple(self.visit_clause(c) for c in m.clauses)
+    def visit_match(self, m: Match) -> Generator[Expr, Any, Expr]:
+        data = yield m.data
+        out = []
+        for c in m.clauses:
+            r = self.visit_clause(c)
+            if type(r) is GeneratorType:
+                r = yield from r
+            out.append(r)
+        clauses = tuple(out)
         if all(a is b for a, b in zip(clauses, m.clauses)):
             clauses = m.clauses
         return with_fields(m, data=data, clauses=clauses)
 
-    def visit_clause(self, c: Clause) -> Clause:
-        return with_fields(c, lhs=self.visit_pattern(c.lhs), rhs=self.visit(c.rhs))
+    def visit_clause(self, c: Clause) -> Generator[Expr, Any, Clause]:
+        lhs = self.visit_pattern(c.lhs)
+        rhs = yield c.rhs
+        return with_fields(c, lhs=lhs, rhs=rhs)
 
     def visit_pattern(self, p: Pattern) -> Pattern:
         if isinstance(p, PatternVar):

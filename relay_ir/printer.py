@@ -18,15 +18,19 @@ Layout (RELAY_TEXT_FORMAT.md section 8):
   bodies, if branches, match arms and parenthesised lets are blocks), so graph bindings are
   always in scope where they are used.
 
-Nothing recurses in proportion to program size: let spines are loops, dataflow is hoisted
-with an explicit stack, and the only recursion follows function/if/match nesting.
+* Blocks are indented two spaces per level, up to 32 levels; deeper blocks keep that
+  indentation, so the text of deeply nested code grows linearly with its size.
+
+Nothing recurses in proportion to program size or depth: let spines are loops, dataflow is
+hoisted with an explicit stack, and function/if/match nesting and nested types are walked as
+generators driven by :func:`relay_ir.traversal.run_generators`.
 """
 from __future__ import annotations
 
 import base64
 import json
 import re
-from typing import Any
+from typing import Any, Generator
 
 import numpy as np
 
@@ -38,7 +42,8 @@ from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, 
                            TupleGetItem, Var)
 from relay_ir.module import IRModule
 from relay_ir.op import lookup_opdef
-from relay_ir.traversal import pattern_vars, same_scope_children, use_children
+from relay_ir.traversal import (pattern_vars, run_generators, same_scope_children,
+                                use_children)
 from relay_ir.tvm_metadata import MetaRef
 from relay_ir.ty import (DimExpr, FuncType, GlobalTypeVar, IncompleteType, RefType,
                          ShapeVar, TensorType, TupleType, Type, TypeCall, TypeData, TypeVar,
@@ -228,35 +233,51 @@ class _TypePrinter:
 
     def text(self, t: Type) -> str:
         """The text of type ``t``."""
+        if type(t) is TensorType:
+            return self._tensor(t)
+        return run_generators(self._text(t))  # NOTE: nested types are walked without recursion
+
+    def _tensor(self, t: TensorType) -> str:
+        if not t.shape and is_dtype_name(t.dtype):
+            return t.dtype
+        if len(t.shape) == 1:
+            return f"Tensor[({self.dim(t.shape[0])}), {t.dtype}]"
+        return f"Tensor[({', '.join(self.dim(d) for d in t.shape)}), {t.dtype}]"
+
+    def _all(self, ts: Any) -> Generator[Any, Any, list[str]]:
+        out = []
+        for x in ts:
+            out.append(self._tensor(x) if type(x) is TensorType else (yield self._text(x)))
+        return out
+
+    def _text(self, t: Type) -> Generator[Any, Any, str]:
         tt = type(t)
         if tt is TensorType:
-            if not t.shape and is_dtype_name(t.dtype):
-                return t.dtype
-            if len(t.shape) == 1:
-                return f"Tensor[({self.dim(t.shape[0])}), {t.dtype}]"
-            return f"Tensor[({', '.join(self.dim(d) for d in t.shape)}), {t.dtype}]"
+            return self._tensor(t)
         if tt is TupleType:
-            if len(t.fields) == 1:
-                return f"({self.text(t.fields[0])},)"
-            return "(" + ", ".join(self.text(f) for f in t.fields) + ")"
+            fields = yield self._all(t.fields)
+            if len(fields) == 1:
+                return f"({fields[0]},)"
+            return "(" + ", ".join(fields) + ")"
         if tt is FuncType:
             names = self.bind(t.type_params)
             try:
                 tp = f"[{', '.join(names)}]" if names else ""
-                args = ", ".join(self.text(a) for a in t.arg_types)
-                return f"fn {tp}({args}) -> {self.text(t.ret_type)}"
+                args = ", ".join((yield self._all(t.arg_types)))
+                return f"fn {tp}({args}) -> {(yield self._text(t.ret_type))}"
             finally:
                 self.unbind(t.type_params)
         if tt is RefType:
-            return f"ref({self.text(t.value)})"
+            return f"ref({(yield self._text(t.value))})"
         if tt is TypeVar:
             return self.tv(t)
         if tt is GlobalTypeVar:
             return t.name_hint
         if tt is TypeCall:
+            func = yield self._text(t.func)
             if not t.args:
-                return self.text(t.func)
-            return f"{self.text(t.func)}[{', '.join(self.text(a) for a in t.args)}]"
+                return func
+            return f"{func}[{', '.join((yield self._all(t.args)))}]"
         if tt is IncompleteType:
             return "_"
         if tt is TypeData:
@@ -405,6 +426,27 @@ class _Unit:
                     use(c, s)
 
 
+Gen = Generator[Any, Any, Any]
+_MAX_INDENT = 32  # levels; deeper blocks stay at this indentation, so text grows linearly
+
+
+def _indent(depth: int) -> str:
+    return "  " * min(depth, _MAX_INDENT)
+
+
+def _flatten(rope: Any) -> str:
+    """The string of a rope: a str or a list of ropes (built without copying per level)."""
+    out: list[str] = []
+    stack = [rope]
+    while stack:
+        x = stack.pop()
+        if type(x) is str:
+            out.append(x)
+        else:
+            stack.extend(reversed(x))
+    return "".join(out)
+
+
 class _Block:
     __slots__ = ("depth", "lines")
 
@@ -497,8 +539,8 @@ class _Printer:
         self.memo = {}
         self.blocks = {}
 
-    def block(self, e: Expr, sid: int, depth: int) -> str:
-        """The lines of a block (absolutely indented) whose result is ``e``."""
+    def block(self, e: Expr, sid: int, depth: int) -> Gen:
+        """The lines of a block (absolutely indented) whose result is ``e`` (a rope)."""
         blk = _Block(depth)
         self.blocks[sid] = blk
         unit = self.unit
@@ -508,20 +550,27 @@ class _Printer:
         while type(cur) is Let and cur in unit.chained and cur not in self.memo:
             var = cur.var
             if var.name_hint == "" and var.type_annotation is None and var not in unit.uses:
-                lines.append(self.inline(cur.value, blk, _LETVAL) + ";")
+                lines.append([(yield self.inline(cur.value, blk, _LETVAL)), ";"])
             else:
                 name = self.bind_var(var)
                 if var.type_annotation is not None \
                         and type(var.type_annotation) is not IncompleteType:
                     name += ": " + self.types.text(var.type_annotation)
-                lines.append(f"let {name} = {self.inline(cur.value, blk, _LETVAL)};")
+                lines.append([f"let {name} = ", (yield self.inline(cur.value, blk, _LETVAL)),
+                              ";"])
             cur = cur.body
-        lines.append(self.inline(cur, blk, _TAIL))
+        lines.append((yield self.inline(cur, blk, _TAIL)))
         del self.blocks[sid]
-        ind = "  " * depth
-        return "\n".join(ind + line for line in lines)
+        ind = _indent(depth)
+        out: list[Any] = []
+        for line in lines:
+            if out:
+                out.append("\n")
+            out.append(ind)
+            out.append(line)
+        return out
 
-    def inline(self, e: Expr, blk: _Block, pos: str) -> str:
+    def inline(self, e: Expr, blk: _Block, pos: str) -> Gen:
         """Text of ``e`` in an inline position of ``blk`` (hoisting it if it is shared)."""
         if type(e) in _ATOMS:
             return self.atom(e)
@@ -529,20 +578,20 @@ class _Printer:
         if ref is not None:
             return ref
         if self.unit.uses[e] > 1:  # type: ignore[union-attr]
-            self.hoist(e)
+            yield self.hoist(e)
             return self.memo[e]
-        self.hoist_children(e)
-        text = self.define(e, blk.depth)
+        yield self.hoist_children(e)
+        text = yield self.define(e, blk.depth)
         if pos == _LETVAL and type(e) in (Let, Match):
-            return f"({text})"
+            return ["(", text, ")"]
         return text
 
-    def hoist_children(self, e: Expr) -> None:
+    def hoist_children(self, e: Expr) -> Gen:
         for c in _nic(e):
             if type(c) not in _ATOMS and c not in self.memo:
-                self.hoist(c)
+                yield self.hoist(c)
 
-    def hoist(self, root: Expr) -> None:
+    def hoist(self, root: Expr) -> Gen:
         """Emit ``%N = ...;`` lines for ``root`` and its unprinted non-inline descendants."""
         memo = self.memo
         unit = self.unit
@@ -561,12 +610,12 @@ class _Printer:
                 blk = self.blocks.get(unit.scope[n])
                 if blk is None:
                     raise InternalError("printer: a shared node escapes its block")
-                text = self.define(n, blk.depth)
+                text = yield self.define(n, blk.depth)
                 if type(n) in (Let, Match):
-                    text = f"({text})"
+                    text = ["(", text, ")"]
                 num = self.counter
                 self.counter += 1
-                blk.lines.append(f"%{num} = {text};")
+                blk.lines.append([f"%{num} = ", text, ";"])
                 memo[n] = f"%{num}"
                 continue
             if n in expanded:
@@ -589,12 +638,12 @@ class _Printer:
         return self.memo[e]
 
     # -- definitions --------------------------------------------------------
-    def define(self, e: Expr, depth: int) -> str:
-        """The full text of compound node ``e`` placed on a line at indentation ``depth``."""
+    def define(self, e: Expr, depth: int) -> Gen:
+        """The full text (a rope) of compound node ``e`` placed on a line at ``depth``."""
         t = type(e)
         ref = self.ref
         if t is Call:
-            text = self.call(e)
+            text: Any = self.call(e)
         elif t is Tuple:
             if len(e.fields) == 1:
                 text = f"({ref(e.fields[0])},)"
@@ -613,25 +662,26 @@ class _Printer:
         elif t is RefWrite:
             text = f"ref_write({ref(e.ref)}, {ref(e.value)})"
         elif t is Function:
-            text = self.function(e, depth)
-            return text + self.ty_comment(e)
+            text = yield self.function(e, depth)
+            return [text, self.ty_comment(e)]
         elif t is If:
             unit = self.unit
             st, sf = unit.opened[e]  # type: ignore[union-attr]
-            ind = "  " * depth
-            text = (f"if ({ref(e.cond)}) {{\n{self.block(e.true_branch, st, depth + 1)}\n"
-                    f"{ind}}} else {{\n{self.block(e.false_branch, sf, depth + 1)}\n{ind}}}")
+            ind = _indent(depth)
+            tb = yield self.block(e.true_branch, st, depth + 1)
+            fb = yield self.block(e.false_branch, sf, depth + 1)
+            text = [f"if ({ref(e.cond)}) {{\n", tb, f"\n{ind}}} else {{\n", fb, f"\n{ind}}}"]
         elif t is Match:
-            text = self.match(e, depth)
+            text = yield self.match(e, depth)
         elif t is Let:
             sid = self.unit.opened[e]  # type: ignore[union-attr]
             self.unit.chained.add(e)  # type: ignore[union-attr]
-            body = self.block(e, sid, depth + 1)
+            body = yield self.block(e, sid, depth + 1)
             self.unit.chained.discard(e)  # type: ignore[union-attr]
-            return f"\n{body}\n{'  ' * depth}"
+            return ["\n", body, f"\n{_indent(depth)}"]
         else:
             raise InternalError(f"printer: unknown expression {t.__name__}")
-        return text + self.ty_comment(e)
+        return [text, self.ty_comment(e)]
 
     def call(self, e: Call) -> str:
         op = e.op
@@ -661,26 +711,27 @@ class _Printer:
         ret = f" -> {self.types.text(f.ret_type)}" if f.ret_type is not None else ""
         return f"{tp}({', '.join(params)}){ret}"
 
-    def function(self, f: Function, depth: int) -> str:
+    def function(self, f: Function, depth: int) -> Gen:
         sid = self.unit.opened[f]  # type: ignore[union-attr]
         try:
             sig = self.signature(f)
-            body = self.block(f.body, sid, depth + 1)
+            body = yield self.block(f.body, sid, depth + 1)
         finally:
             self.types.unbind(f.type_params)
-        return f"fn {sig} {{\n{body}\n{'  ' * depth}}}"
+        return [f"fn {sig} {{\n", body, f"\n{_indent(depth)}}}"]
 
-    def match(self, m: Match, depth: int) -> str:
+    def match(self, m: Match, depth: int) -> Gen:
         arms = self.unit.opened[m]  # type: ignore[union-attr]
-        ind = "  " * depth
+        ind = _indent(depth)
+        arm_ind = ind + "  "
         kw = "match" if m.complete else "match?"
-        lines = [f"{kw} ({self.ref(m.data)}) {{"]
+        out: list[Any] = [f"{kw} ({self.ref(m.data)}) {{"]
         for c, sid in zip(m.clauses, arms):
             pat = self.pattern(c.lhs)
-            body = self.block(c.rhs, sid, depth + 2)
-            lines.append(f"{ind}  {pat} => {{\n{body}\n{ind}  }},")
-        lines.append(ind + "}")
-        return "\n".join(lines)
+            body = yield self.block(c.rhs, sid, depth + 2)
+            out.extend((f"\n{arm_ind}{pat} => {{\n", body, f"\n{arm_ind}}},"))
+        out.append("\n" + ind + "}")
+        return out
 
     def pattern(self, p: Pattern) -> str:
         t = type(p)
@@ -703,7 +754,7 @@ class _Printer:
     def expr_unit(self, e: Expr) -> str:
         self.start_unit(e)
         out = [f"free_var {self.binder(v)};" for v in self.unit.free_vars]  # type: ignore
-        out.append(self.block(e, 0, 0))
+        out.append(_flatten(run_generators(self.block(e, 0, 0))))
         return "\n".join(out)
 
     def def_unit(self, name: str, f: Function) -> str:
@@ -716,7 +767,7 @@ class _Printer:
         sid = self.unit.opened[f]  # type: ignore[union-attr]
         try:
             sig = self.signature(f)
-            body = self.block(f.body, sid, 1)
+            body = _flatten(run_generators(self.block(f.body, sid, 1)))
         finally:
             self.types.unbind(f.type_params)
         return f"def @{name}{sig} {{\n{body}\n}}"
@@ -794,7 +845,7 @@ def astext(node: Any, show_meta_data: bool = True, show_types: bool = False) -> 
         p = _Printer(show_meta_data, show_types)
         pat = p.pattern(node.lhs)
         p.start_unit(node.rhs)
-        return f"{pat} => {{\n{p.block(node.rhs, 0, 1)}\n}}"
+        return f"{pat} => {{\n{_flatten(run_generators(p.block(node.rhs, 0, 1)))}\n}}"
     if isinstance(node, Attrs):
         return ", ".join(f"{k}={_attr_value(v)}" for k, v in node.items())
     raise TypeError(f"astext: cannot print a {type(node).__name__}")

@@ -401,7 +401,7 @@ def _text(x: Any) -> str:
 # ----------------------------------------------------------------------------- hashing
 def structural_hash(x: Any, map_free_vars: bool = False) -> int:
     """A hash consistent with :func:`structural_equal`: equal values hash equally."""
-    from relay_ir.traversal import children, post_order
+    from relay_ir.traversal import children, post_order, run_generators
     numbering: dict[int, int] = {}
     keep: list[Any] = []
 
@@ -416,25 +416,40 @@ def structural_hash(x: Any, map_free_vars: bool = False) -> int:
             return 0
         if isinstance(t, TensorType):
             return hash(("T", t.dtype, tuple(dhash(d) for d in t.shape)))
+        return run_generators(thash_g(t))  # NOTE: nested types without recursion
+
+    def thashes(ts: Any) -> Any:
+        out = []
+        for x in ts:
+            out.append((yield thash_g(x)))
+        return tuple(out)
+
+    def thash_g(t: Any) -> Any:
+        if t is None:
+            return 0
+        if isinstance(t, TensorType):
+            return hash(("T", t.dtype, tuple(dhash(d) for d in t.shape)))
         if isinstance(t, (TypeVar, IncompleteType, ShapeVar)):
             return hash(("tv", num(t)))
         if isinstance(t, FuncType):
             for p in t.type_params:
                 num(p)
-            return hash(("fn", tuple(thash(a) for a in t.arg_types), thash(t.ret_type)))
+            return hash(("fn", (yield thashes(t.arg_types)), (yield thash_g(t.ret_type))))
         if isinstance(t, TupleType):
-            return hash(("tup", tuple(thash(f) for f in t.fields)))
+            return hash(("tup", (yield thashes(t.fields))))
         if isinstance(t, RefType):
-            return hash(("ref", thash(t.value)))
+            return hash(("ref", (yield thash_g(t.value))))
         if isinstance(t, TypeCall):
-            return hash(("call", thash(t.func), tuple(thash(a) for a in t.args)))
+            return hash(("call", (yield thash_g(t.func)), (yield thashes(t.args))))
         if isinstance(t, GlobalTypeVar):
             return hash(("gtv", t.name_hint))
         if isinstance(t, TypeData):
             for p in t.type_params:
                 num(p)
-            return hash(("data", t.header.name_hint, tuple(
-                (c.name_hint, tuple(thash(i) for i in c.inputs)) for c in t.constructors)))
+            ctors = []
+            for c in t.constructors:
+                ctors.append((c.name_hint, (yield thashes(c.inputs))))
+            return hash(("data", t.header.name_hint, tuple(ctors)))
         return hash(repr(t))
 
     def dhash(d: Any) -> int:

@@ -5,13 +5,15 @@ is walked with an explicit stack.
 """
 from __future__ import annotations
 
-from typing import Container, Iterable, Iterator
+from typing import Any, Container, Generator, Iterable, Iterator, TypeVar as _TV
 
 from relay_ir.expr import (Call, Expr, Function, If, Let, Match, Pattern, PatternConstructor,
                            PatternTuple, PatternVar, RefCreate, RefRead, RefWrite, Tuple,
                            TupleGetItem, Var)
 from relay_ir.ty import (FuncType, IncompleteType, RefType, ShapeVar, TensorType, TupleType,
                          Type, TypeCall, TypeVar, dim_vars, type_children)
+
+R = _TV("R")
 
 
 def flatten_lets(e: Expr) -> tuple[list[Let], Expr]:
@@ -218,3 +220,98 @@ def has_incomplete(t: Type) -> bool:
             return True
         stack.extend(type_children(ty))
     return False
+
+
+def run_generators(gen: Generator[Any, Any, R]) -> R:
+    """Run a recursive computation written as generators, without Python recursion.
+
+    A recursive function becomes a generator that, where it used to call itself, yields the
+    generator of the sub-call and receives its result: ``r = yield self.walk(child)``. One
+    loop drives the stack of suspended generators, so nesting depth costs list entries, not
+    Python frames. Exceptions raised in a sub-call propagate into the yielding generator
+    (``try``/``finally`` around a ``yield`` works as it would around a call).
+    """
+    stack: list[Generator[Any, Any, Any]] = [gen]
+    send: Any = None
+    exc: BaseException | None = None
+    while True:
+        top = stack[-1]
+        try:
+            if exc is None:
+                sub = top.send(send)
+            else:
+                e, exc = exc, None
+                sub = top.throw(e)
+        except StopIteration as stop:
+            stack.pop()
+            if not stack:
+                return stop.value
+            send = stop.value
+            continue
+        except BaseException as e:  # noqa: B902 - re-raised into the caller generator
+            stack.pop()
+            if not stack:
+                raise
+            exc = e
+            continue
+        stack.append(sub)
+        send = None
+
+
+def function_free_vars(root: Function, cache: dict[Function, list[Var]]) -> list[Var]:
+    """:func:`free_vars` of ``root``, computing (and caching) that of every nested function.
+
+    Each function's own scope is walked once; a nested function contributes its cached free
+    variables instead of being walked again, so a program of N nested functions costs O(N)
+    rather than O(N^2). The order is that of :func:`free_vars` (first use, pre-order).
+    """
+    if root in cache:
+        return cache[root]
+    order: list[Function] = []
+    stack: list[tuple[Function, bool]] = [(root, False)]
+    while stack:
+        f, ready = stack.pop()
+        if ready:
+            order.append(f)
+        elif f not in cache:
+            stack.append((f, True))
+            stack.extend((g, False) for g in _scope_walk(f, cache)[1] if g not in cache)
+    for f in order:
+        if f not in cache:
+            cache[f] = _scope_walk(f, cache)[0]
+    return cache[root]
+
+
+def _scope_walk(f: Function, cache: dict[Function, list[Var]]
+                ) -> tuple[list[Var], list[Function]]:
+    """The free variables of ``f`` (nested functions read from ``cache``) and the nested
+    functions missing from ``cache``, walking ``f``'s own scope once in pre-order."""
+    seen_vars: dict[Var, None] = {}
+    bound: set[Var] = set(f.params)
+    missing: list[Function] = []
+    seen: set[int] = {id(f)}
+    stack: list[Expr] = [f.body]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        t = type(node)
+        if t is Var:
+            seen_vars[node] = None
+            continue
+        if t is Function:
+            inner = cache.get(node)
+            if inner is None:
+                missing.append(node)
+            else:
+                for v in inner:
+                    seen_vars[v] = None
+            continue
+        if t is Let:
+            bound.add(node.var)
+        elif t is Match:
+            for c in node.clauses:
+                bound.update(pattern_vars(c.lhs))
+        stack.extend(reversed(children(node)))
+    return [v for v in seen_vars if v not in bound], missing

@@ -372,6 +372,13 @@ def fmt_type(t: Any) -> str:
 
     Generic function types print as ``fn [A, n](A) -> A``; an unknown type prints as ``_``.
     """
+    if type(t) in (TupleType, FuncType, RefType, TypeCall):
+        from relay_ir.traversal import run_generators
+        return run_generators(_fmt(t))  # NOTE: nested types without recursion
+    return _fmt_leaf(t)
+
+
+def _fmt_leaf(t: Any) -> str:
     if t is None:
         return "_"
     tt = type(t)
@@ -379,25 +386,6 @@ def fmt_type(t: Any) -> str:
         if not t.shape and is_dtype_name(t.dtype):
             return t.dtype
         return f"Tensor[({', '.join(format_dim(d) for d in t.shape)}), {t.dtype}]"
-    if tt is TupleType:
-        if len(t.fields) == 1:
-            return f"({fmt_type(t.fields[0])},)"
-        return "(" + ", ".join(fmt_type(f) for f in t.fields) + ")"
-    if tt is FuncType:
-        tps = ""
-        if t.type_params:
-            tps = "[" + ", ".join(p.name if isinstance(p, ShapeVar) else p.name_hint
-                                  for p in t.type_params) + "]"
-        args = ", ".join(fmt_type(a) for a in t.arg_types)
-        return f"fn {tps}({args}) -> {fmt_type(t.ret_type)}" if tps else \
-            f"fn ({args}) -> {fmt_type(t.ret_type)}"
-    if tt is RefType:
-        return f"ref({fmt_type(t.value)})"
-    if tt is TypeCall:
-        head = fmt_type(t.func)
-        if not t.args:
-            return head
-        return f"{head}[{', '.join(fmt_type(a) for a in t.args)}]"
     if tt is GlobalTypeVar or tt is TypeVar:
         return t.name_hint
     if tt is IncompleteType:
@@ -407,3 +395,35 @@ def fmt_type(t: Any) -> str:
     if isinstance(t, (int, AnyDim, ShapeVar, DimExpr)):
         return format_dim(t)
     return repr(t)
+
+
+def _fmts(ts: Any) -> Any:
+    out = []
+    for x in ts:
+        out.append((yield _fmt(x)))
+    return out
+
+
+def _fmt(t: Any) -> Any:
+    tt = type(t)
+    if tt is TupleType:
+        fields = yield _fmts(t.fields)
+        if len(fields) == 1:
+            return f"({fields[0]},)"
+        return "(" + ", ".join(fields) + ")"
+    if tt is FuncType:
+        tps = ""
+        if t.type_params:
+            tps = "[" + ", ".join(p.name if isinstance(p, ShapeVar) else p.name_hint
+                                  for p in t.type_params) + "]"
+        args = ", ".join((yield _fmts(t.arg_types)))
+        ret = yield _fmt(t.ret_type)
+        return f"fn {tps}({args}) -> {ret}" if tps else f"fn ({args}) -> {ret}"
+    if tt is RefType:
+        return f"ref({(yield _fmt(t.value))})"
+    if tt is TypeCall:
+        head = yield _fmt(t.func)
+        if not t.args:
+            return head
+        return f"{head}[{', '.join((yield _fmts(t.args)))}]"
+    return _fmt_leaf(t)

@@ -68,7 +68,7 @@ from __future__ import annotations
 import gc
 import json
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Generator, Sequence
 
 import numpy as np
 
@@ -80,7 +80,10 @@ from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVa
                            Var)
 from relay_ir.module import IRModule
 from relay_ir.span import Span
-from relay_ir.traversal import free_vars, same_scope_children
+from relay_ir.traversal import (free_vars, function_free_vars, run_generators,
+                                same_scope_children)
+
+Gen = Generator[Any, Any, Any]
 
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
 _ATOMS = (Var, Constant, GlobalVar, Op, Constructor)
@@ -124,6 +127,7 @@ class CompiledProgram:
     def __init__(self, mod: IRModule, kernels: bool = False):
         self.mod = mod
         self.use_kernels = kernels             # calls of primitive functions -> "kernel"
+        self.free_vars: dict[Function, list[Var]] = {}  # function -> its free variables
         self.kernels: list[Function] = []      # fused groups (with use_kernels)
         self.kernel_fns: list[int] = []        # their bodies as closed functions (host code)
         self._kernel_ids: dict[int, int] = {}
@@ -265,7 +269,7 @@ class FunctionCompiler:
     """
 
     def __init__(self, prog: CompiledProgram, func: Function, captured: Sequence[Var],
-                 name: str):
+                 name: str, _drive: bool = True):
         self.prog = prog
         self.slots: dict[Var, int] = {}
         self.template: list[Any] = []
@@ -279,8 +283,19 @@ class FunctionCompiler:
             self.slots[p] = self._reg()
         for v in captured:
             self.slots[v] = self._reg()
+        self._args = (func, captured, name)
+        if _drive:
+            run_generators(self.compile())
+
+    def compile(self) -> Gen:
+        """Compile the function (a generator: nested functions are compiled as sub-steps).
+
+        Every emitting method below is a generator: where one needs another's result it
+        yields the sub-call, so function, if and match nesting costs no Python recursion.
+        """
+        func, captured, name = self._args
         nfix = len(func.params) + len(captured)
-        self.tail(func.body)
+        yield self.tail(func.body)
         self.result = CompiledFunction(name, len(func.params), len(captured),
                                        self.template[nfix:], self.code,
                                        [p.name_hint for p in func.params], self.spans, func)
@@ -339,7 +354,7 @@ class FunctionCompiler:
         return self.memo.get(id(e))
 
     # ------------------------------------------------------------- values
-    def value(self, e: Expr) -> int:
+    def value(self, e: Expr) -> Gen:
         """Emit code computing ``e`` (not in tail position); return its register."""
         r = self._known(e)
         if r is not None:
@@ -369,20 +384,20 @@ class FunctionCompiler:
                         if type(c) not in _ATOMS and id(c) not in self.memo:
                             stack.append((c, False))
             elif t is Let:
-                body = self.bind_lets(node)
-                self._memo_set(node, self.value(body))
+                body = yield self.bind_lets(node)
+                self._memo_set(node, (yield self.value(body)))
             elif t is Function:
-                self._memo_set(node, self.closure(node))
+                self._memo_set(node, (yield self.closure(node)))
             elif t is If:
-                self._memo_set(node, self._if_value(node))
+                self._memo_set(node, (yield self._if_value(node)))
             elif t is Match:
-                self._memo_set(node, self._match_value(node))
+                self._memo_set(node, (yield self._match_value(node)))
             else:
                 raise InterpreterError(f"cannot evaluate a {t.__name__} node",
                                        getattr(node, "span", None))
         return self._known(e)  # type: ignore[return-value]
 
-    def bind_lets(self, e: Expr, tail: bool = False) -> Expr:
+    def bind_lets(self, e: Expr, tail: bool = False) -> Gen:
         """Emit the bindings of a let spine; return its body.
 
         With ``tail``, a last binding returned as it is (``let %v = e; %v``, the shape A-normal
@@ -397,11 +412,11 @@ class FunctionCompiler:
             if type(val) is Function:
                 r = self._reg()
                 self.slots[var] = r
-                self.closure(val, r)
+                yield self.closure(val, r)
                 if self.prog.use_kernels and val.is_primitive and not free_vars(val):
                     self.prims[var] = self.prog.kernel_index(val, self.template[r][1])
             else:
-                self.slots[var] = self.value(val)
+                self.slots[var] = yield self.value(val)
             e = e.body
         return e
 
@@ -441,21 +456,23 @@ class FunctionCompiler:
         if t is Var:
             return self.prims.get(op)
         if t is Function and op.is_primitive and not free_vars(op):
-            r = self.value(op)
+            r = run_generators(self.value(op))  # NOTE: a closed primitive function: shallow
             init = self.template[r]
             return self.prog.kernel_index(op, init[1])
         return None
 
-    def closure(self, fn: Function, dst: int | None = None) -> int:
+    def closure(self, fn: Function, dst: int | None = None) -> Gen:
         """Emit the creation of a closure for ``fn`` (into ``dst`` if given)."""
-        fvs = free_vars(fn)
+        fvs = function_free_vars(fn, self.prog.free_vars)
         cap = []
         for v in fvs:
             s = self.slots.get(v)
             if s is None:
                 raise InterpreterError(f"unbound variable %{v.name_hint}", v.span)
             cap.append(s)
-        k = self.prog.add_function(FunctionCompiler(self.prog, fn, fvs, "").result)
+        sub = FunctionCompiler(self.prog, fn, fvs, "", _drive=False)
+        yield sub.compile()
+        k = self.prog.add_function(sub.result)
         if not fvs:
             # NOTE: a closed function is a constant closure, built once (primitive functions)
             if dst is None:
@@ -468,7 +485,7 @@ class FunctionCompiler:
         self._emit(("closure", dst, k, cap, selfs), fn.span)
         return dst
 
-    def _branch(self, node: If) -> int:
+    def _branch(self, node: If) -> Gen:
         """Emit the condition and a placeholder branch; return the branch's pc.
 
         ``if (op(args))`` becomes one ``op_br`` (the comparison and the branch in one step;
@@ -476,35 +493,41 @@ class FunctionCompiler:
         """
         cond = node.cond
         if type(cond) is Call and type(cond.op) is Op and id(cond) not in self.memo:
-            a = [self.value(x) for x in cond.args]
+            a = yield self._values(cond.args)
             dst = self._reg()
             self._memo_set(cond, dst)
             return self._emit(("op_br", dst, cond.op.name,
                                self.prog.attrs_index(cond.op, cond.attrs), a, -1, -1),
                               cond.span)
-        return self._emit(("br", self.value(cond), -1, -1), node.span)
+        return self._emit(("br", (yield self.value(cond)), -1, -1), node.span)
+
+    def _values(self, es: Sequence[Expr]) -> Gen:
+        out = []
+        for x in es:
+            out.append((yield self.value(x)))
+        return out
 
     def _patch_branch(self, br: int, t_pc: int, f_pc: int) -> None:
         self.code[br] = (*self.code[br][:-2], t_pc, f_pc)
 
-    def _if_value(self, node: If) -> int:
-        br = self._branch(node)
+    def _if_value(self, node: If) -> Gen:
+        br = yield self._branch(node)
         dst = self._reg()
         mark = self._scope()
-        rt = self.value(node.true_branch)
+        rt = yield self.value(node.true_branch)
         self._emit(("move", dst, rt), node.true_branch.span)
         jmp = self._emit(None, node.span)
         self._unscope(mark)
         f_pc = self._pc
-        rf = self.value(node.false_branch)
+        rf = yield self.value(node.false_branch)
         self._emit(("move", dst, rf), node.false_branch.span)
         self._unscope(mark)
         self._patch_branch(br, br + 1, f_pc)
         self.code[jmp] = ("jmp", self._pc)
         return dst
 
-    def _match_value(self, node: Match) -> int:
-        d = self.value(node.data)
+    def _match_value(self, node: Match) -> Gen:
+        d = yield self.value(node.data)
         dst = self._reg()
         mpc = self._emit(None, _match_span(node))
         table: list[list] = []
@@ -512,7 +535,7 @@ class FunctionCompiler:
         for clause in node.clauses:
             mark = self._scope()
             table.append([self.pattern(clause.lhs), self._pc])
-            r = self.value(clause.rhs)
+            r = yield self.value(clause.rhs)
             self._emit(("move", dst, r), clause.rhs.span)
             jumps.append(self._emit(None, clause.span))
             self._unscope(mark)
@@ -539,47 +562,47 @@ class FunctionCompiler:
         raise InterpreterError(f"unknown pattern {t.__name__}", p.span)
 
     # ------------------------------------------------------------- tail position
-    def tail(self, e: Expr) -> None:
+    def tail(self, e: Expr) -> Gen:
         """Emit code that returns the value of ``e`` from the function."""
         while True:
-            e = self.bind_lets(e, tail=True)
+            e = yield self.bind_lets(e, tail=True)
             t = type(e)
             if t is If:
-                br = self._branch(e)
+                br = yield self._branch(e)
                 mark = self._scope()
-                self.tail(e.true_branch)
+                yield self.tail(e.true_branch)
                 self._unscope(mark)
                 self._patch_branch(br, br + 1, self._pc)
                 e = e.false_branch
                 continue
             if t is Match:
-                d = self.value(e.data)
+                d = yield self.value(e.data)
                 mpc = self._emit(None, _match_span(e))
                 table: list[list] = []
                 for clause in e.clauses:
                     mark = self._scope()
                     table.append([self.pattern(clause.lhs), self._pc])
-                    self.tail(clause.rhs)
+                    yield self.tail(clause.rhs)
                     self._unscope(mark)
                 self.code[mpc] = ("match", d, table, e.complete)
                 return
             if t is Call and id(e) not in self.memo:
                 top = type(e.op)
                 if top is Op:
-                    a = [self.value(x) for x in e.args]
+                    a = yield self._values(e.args)
                     self._emit(("op_ret", e.op.name, self.prog.attrs_index(e.op, e.attrs), a),
                                e.span)
                     return
                 if top is not Constructor:
-                    a = [self.value(x) for x in e.args]
+                    a = yield self._values(e.args)
                     g = self._kernel_of(e.op) if self.prog.use_kernels else None
                     if g is not None:
                         self._emit(("kernel_ret", g, a), e.span)
                         return
-                    f = self.value(e.op)
+                    f = yield self.value(e.op)
                     self._emit(("tailcall", f, a), e.span)
                     return
-            self._emit(("ret", self.value(e)), e.span)
+            self._emit(("ret", (yield self.value(e))), e.span)
             return
 
 

@@ -70,6 +70,7 @@ from relay_ir.op import get_op, get_opdef
 from relay_ir.runtime.compiler import CompiledFunction, CompiledProgram
 from relay_ir.runtime.values import ADTValue, Closure, RefValue, check_arguments, format_value
 from relay_ir.span import Span
+from relay_ir.traversal import run_generators
 from relay_ir.ty import Type
 
 CALL = 0
@@ -139,7 +140,21 @@ class Program:
         """The :class:`Code` of compiled function ``k`` (translated once)."""
         code = self._codes.get(k)
         if code is None:
-            code = self._codes[k] = _translate(self, self.compiled.functions[k])
+            # NOTE: the inner functions a function creates are translated first, innermost
+            # first, with an explicit stack (nesting depth costs no recursion)
+            codes, functions = self._codes, self.compiled.functions
+            stack: list[tuple[int, bool]] = [(k, False)]
+            while stack:
+                j, ready = stack.pop()
+                if j in codes:
+                    continue
+                if ready:
+                    codes[j] = _translate(self, functions[j])
+                    continue
+                stack.append((j, True))
+                stack.extend((i, False) for i in _inner_functions(functions[j])
+                             if i not in codes)
+            code = codes[k]
         return code
 
     def typed_module(self) -> IRModule:
@@ -525,6 +540,13 @@ def _pattern_matcher(flat: tuple) -> Callable | None:
 
 
 # ============================================================================ instructions -> steps
+def _inner_functions(cf: CompiledFunction) -> list[int]:
+    """The function-table indices of the closures that ``cf`` creates."""
+    out = [init[1] for init in cf.init if init is not None and init[0] == "fn"]
+    out.extend(ins[2] for ins in cf.code if ins is not None and ins[0] == "closure")
+    return out
+
+
 def _translate(prog: Program, cf: CompiledFunction) -> Code:
     """Turn one compiled function's instructions into step closures."""
     cp = prog.compiled
@@ -777,11 +799,22 @@ def run_compiled(compiled: CompiledProgram, *args: Any, entry: str = "main",
 
 
 def _normalize_output(v: Any) -> Any:
+    if type(v) is tuple:
+        return run_generators(_normalize_tuple(v))  # NOTE: nested tuples without recursion
     if isinstance(v, np.generic):
         return np.asarray(v)
-    if type(v) is tuple:
-        return tuple(_normalize_output(x) for x in v)
     return v
+
+
+def _normalize_tuple(v: tuple) -> Any:
+    out = []
+    for x in v:
+        if type(x) is tuple:
+            x = yield _normalize_tuple(x)
+        elif isinstance(x, np.generic):
+            x = np.asarray(x)
+        out.append(x)
+    return tuple(out)
 
 
 __all__ = ["evaluate", "apply", "run_compiled", "check_arguments", "program_for", "Program",
