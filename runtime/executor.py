@@ -898,8 +898,8 @@ def refine_types(mod: IRModule) -> IRModule:
     class _Loosen(ExprMutator):
         changed = False
 
-        def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
-            new_value = self.visit(value)
+        def visit_binding(self, var: Var, value: Expr) -> Any:
+            new_value = yield value     # NOTE: a generator: nesting costs no Python recursion
             ann = var.type_annotation
             if ann is not None and not _is_static_type(ann) and \
                     isinstance(value, (Call, Tuple, TupleGetItem, Var, Constant)):
@@ -907,7 +907,7 @@ def refine_types(mod: IRModule) -> IRModule:
                 self.memo[var] = nv
                 _Loosen.changed = True
                 return nv, new_value
-            return self.visit(var), new_value  # type: ignore[return-value]
+            return (yield var), new_value
 
     funcs = {}
     for name in mod:
