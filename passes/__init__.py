@@ -28,6 +28,7 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "share-weight-transpose": ("relay_ir.passes.linear_rewrites", "ShareWeightTranspose"),
     "remove-unused-functions": ("relay_ir.passes.remove_unused", "RemoveUnusedFunctions"),
     "fuse-ops": ("relay_ir.passes.fuse_ops", "FuseOps"),
+    "simplify-inference": ("relay_ir.passes.simplify_inference", "SimplifyInference"),
 }
 
 # Names re-exported lazily from their modules: `from relay_ir.passes import InferType`. Every

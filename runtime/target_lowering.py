@@ -11,6 +11,13 @@ here, in ``runtime.build``'s lowering, for that target only:
   DCE over what they leave. Measured on W4 and W7 (benchmarks/run_workloads.py).
 * every other target (``cuda``): nothing; these costs were not measured there.
 
+Before them, on every target: ``simplify-inference`` (batch norm with constant statistics to a
+per-channel scale and shift, the scale folded into the preceding conv2d's or dense's constant
+weights; dropout to the identity). It changes results by float rounding only (checked at
+compile time for inf, nan and the sign of zero: passes/simplify_inference.py), which
+``passes.optimize`` does not allow itself; its benefit (51 fewer kernels in ResNet-50) holds
+on every target.
+
 Both passes stay available by name (``rly opt --passes combine-sums``, ``get_pass``).
 """
 from __future__ import annotations
@@ -23,6 +30,8 @@ from relay_ir.module import IRModule
 TARGET_PASSES: dict[str, tuple[str, ...]] = {
     "llvm": ("combine-sums", "share-weight-transpose"),
 }
+# passes applied for every target, before TARGET_PASSES
+INFERENCE_PASSES: tuple[str, ...] = ("simplify-inference",)
 # NOTE: what the rewrites leave: the joined terms' own bindings (dead), duplicated joins
 CLEANUP: tuple[str, ...] = ("cse", "dce", "to-anf")
 
@@ -38,7 +47,7 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2) -> IRModule:
     ``mod`` itself for targets without any, or below ``opt_level`` 2 (the passes' level)."""
     from relay_ir.passes import get_pass
     from relay_ir.passes.pass_manager import PassContext, Sequential, run_pass
-    names = TARGET_PASSES.get(target_kind(target), ())
+    names = INFERENCE_PASSES + TARGET_PASSES.get(target_kind(target), ())
     if not names or opt_level < 2:
         return mod
     outer = PassContext.current()
