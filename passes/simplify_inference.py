@@ -220,9 +220,15 @@ class _Rewrite(ExprMutator):
 
 @dataclass(frozen=True)
 class SimplifyInference(FunctionPass):
-    """Batch norm with constant statistics to a scale and shift (folded into a preceding
-    conv2d's or dense's constant weights), dropout to the identity (the module docstring has
-    the rules and the value checks). Reads let-bound (A-normal form), typed programs."""
+    """Batch norm with constant statistics to a scale and shift, dropout to the identity.
+
+    Rules (the module docstring has all of them and the value checks)::
+
+        batch_norm(x, gamma, beta, mean, var).0  =>  add(multiply(x, S), T)
+        batch_norm(conv2d(y, W), ...).0          =>  add(conv2d(y, W * s), T)
+        dropout(x).0                             =>  x
+
+    Reads let-bound (A-normal form), typed programs."""
 
     name: ClassVar[str] = "simplify-inference"
     opt_level: ClassVar[int] = 2
