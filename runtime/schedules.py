@@ -333,6 +333,13 @@ def schedule_reduce_generic(sch: Any, blk: Any) -> None:
         sch.decompose_reduction(blk, red[0])
 
 
+# Register tile widths of the convolution schedule, by preference. NOTE: 8 comes after 7, 6
+# and 5: with a tile of 8 contiguous unpadded input columns (a 1x1 convolution of a 56-wide
+# map) LLVM turns the 8 broadcast loads into one vector load and lane shuffles, 10-18x slower
+# (measured 5 GFLOP/s against 64-95 with a tile of 7; benchmarks/RESULTS.md).
+CONV_TILES = (7, 6, 5, 8, 4, 3, 2, 1)
+
+
 def _conv_nchw(sch: Any, blk: Any) -> bool:
     """Whether ``blk`` is ``out[n, co, y, x] += data[..] * w[co, rc, ry, rx]``: four spatial
     iterators written in order, three reduction ones, the weight (second read) indexed first
@@ -352,7 +359,7 @@ def _conv_nchw(sch: Any, blk: Any) -> bool:
 def schedule_conv_channels(sch: Any, blk: Any) -> None:
     """NCHW conv2d vectorized over output channels, so that any output width runs vector code.
 
-    ``co`` is split by 16 (8, 4) lanes and ``x`` by a register tile of up to 8 columns; the
+    ``co`` is split by 16 (8, 4) lanes and ``x`` by a register tile (:data:`CONV_TILES`); the
     order is ``(n, co/16, y) parallel, x/tile, rc, ry, rx, x-tile unrolled, co-lanes
     vectorized``: each data element is loaded once and broadcast to 16 channels, each weight
     vector is read contiguously from a copy packed ``[O/16, I, kh, kw, 16]`` at the start of
@@ -367,7 +374,7 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
     ow = _extent(sch, x)
     if lanes is None or ow is None:
         raise ValueError("output channels not a multiple of 4")
-    tile = next(d for d in (8, 7, 6, 5, 4, 3, 2, 1) if ow % d == 0)
+    tile = next(d for d in CONV_TILES if ow % d == 0)
     co_o, co_i = sch.split(co, [None, lanes])
     x_o, x_i = sch.split(x, [None, tile])
     sch.reorder(n_, co_o, y, x_o, rc, ry, rx, x_i, co_i)
