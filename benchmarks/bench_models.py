@@ -140,7 +140,7 @@ def gemm_peak(rounds: int) -> dict[str, float]:
     exe = runtime.build(rly.parse(DENSE_SRC), "llvm", params={"w": w})
     wt = np.ascontiguousarray(w.T)
     times = _race({"relay_ir dense": lambda: exe(a), "numpy matmul": lambda: a @ wt},
-                  max(rounds, 5))
+                  max(rounds, 20))
     return {k: 2 * 1024 ** 3 / min(v) / 1e9 for k, v in times.items()}
 
 
