@@ -81,7 +81,7 @@ def _peers(net: M.Net, exe: Any, x: np.ndarray) -> tuple[dict[str, Callable[[], 
                 return f(xt)
         fs["torch eager"] = run_torch
     except ImportError:
-        print(f"  (torch not installed: `make bench-peers`)")
+        print("  (torch not installed: `make bench-peers`)")
     try:
         import onnxruntime as ort
         so = ort.SessionOptions()
@@ -91,7 +91,7 @@ def _peers(net: M.Net, exe: Any, x: np.ndarray) -> tuple[dict[str, Callable[[], 
                                     providers=["CPUExecutionProvider"])
         fs["onnxruntime"] = lambda: sess.run(None, {"data": x})[0]
     except ImportError:
-        print(f"  (onnx / onnxruntime not installed)")
+        print("  (onnx / onnxruntime not installed)")
     outs = {k: np.asarray(f()) for k, f in fs.items()}
     return fs, outs
 
@@ -127,7 +127,8 @@ CONV_SRC = M.HDR + """def @main(%x: Tensor[({n}, {c}, {h}, {w}), float32],
   nn.relu(add(nn.conv2d(%x, %k, strides=[{s}, {s}], padding=[{p}, {p}], groups={g}), %b))
 }}"""
 
-DENSE_SRC = M.HDR + """def @main(%x: Tensor[(1024, 1024), float32], %w: Tensor[(1024, 1024), float32]) {
+DENSE_SRC = M.HDR + """def @main(%x: Tensor[(1024, 1024), float32],
+          %w: Tensor[(1024, 1024), float32]) {
   nn.dense(%x, %w)
 }"""
 

@@ -114,7 +114,8 @@ def test_layouts_it_does_not_cover_fall_back_with_the_same_values() -> None:
     got = runtime.build(rly.parse(src6), "llvm")(x, wt, b, r)
     np.testing.assert_allclose(got, np.maximum(conv_np(x, wt, 1, 1, 1, 1) + b, 0),
                                rtol=1e-4, atol=1e-4)
-    nhwc = HEADER + """def @main(%x: Tensor[(1, 7, 7, 8), float32], %w: Tensor[(3, 3, 8, 16), float32]) {
+    nhwc = HEADER + """def @main(%x: Tensor[(1, 7, 7, 8), float32],
+          %w: Tensor[(3, 3, 8, 16), float32]) {
   nn.conv2d(%x, %w, padding=[1, 1], data_layout="NHWC", kernel_layout="HWIO")
 }"""
     assert _strategy(nhwc) != "conv-channels"

@@ -45,7 +45,8 @@ def _ops(mod: rly.IRModule) -> list[str]:
 # name -> (source, params, input shape, op names left after the pass)
 NETS = {
     "conv-bn-relu": (f"""
-def @main(%x: Tensor[(1, 3, 9, 9), float32], %w: Tensor[(8, 3, 3, 3), float32], {_bn_sig("a", 8)}) {{
+def @main(%x: Tensor[(1, 3, 9, 9), float32],
+          %w: Tensor[(8, 3, 3, 3), float32], {_bn_sig("a", 8)}) {{
   %0 = nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1]);
   %1 = {_bn("%0", "a")};
   nn.relu(%1.0)
@@ -64,7 +65,8 @@ def @main(%x: Tensor[(2, 4, 7, 7), float32], %w1: Tensor[(4, 4, 3, 3), float32],
         **_bn_params("b", 4)}, (2, 4, 7, 7),
         ["add", "add", "add", "nn.conv2d", "nn.conv2d", "nn.relu", "nn.relu"]),
     "depthwise-bn": (f"""
-def @main(%x: Tensor[(1, 6, 14, 14), float32], %w: Tensor[(6, 1, 3, 3), float32], {_bn_sig("a", 6)}) {{
+def @main(%x: Tensor[(1, 6, 14, 14), float32],
+          %w: Tensor[(6, 1, 3, 3), float32], {_bn_sig("a", 6)}) {{
   %0 = nn.conv2d(%x, %w, padding=[1, 1], groups=6);
   %1 = {_bn("%0", "a")};
   clip(%1.0, a_min=0f, a_max=6f)
@@ -83,7 +85,8 @@ def @main(%x: Tensor[(2, 3, 4), float32], {_bn_sig("a", 3)}) {{
   (%1.0, %1.1, %1.2)
 }}""", _bn_params("a", 3), (2, 3, 4), ["multiply", "subtract"]),
     "bn shared by two users of the conv": (f"""
-def @main(%x: Tensor[(1, 2, 5, 5), float32], %w: Tensor[(3, 2, 3, 3), float32], {_bn_sig("a", 3)}) {{
+def @main(%x: Tensor[(1, 2, 5, 5), float32],
+          %w: Tensor[(3, 2, 3, 3), float32], {_bn_sig("a", 3)}) {{
   %0 = nn.conv2d(%x, %w);
   %1 = {_bn("%0", "a")};
   add(%1.0, %0)
@@ -112,15 +115,17 @@ def test_text_before_after_and_folded_constants() -> None:
                                                             params)))
     text = rly.astext(out)
     body = text.split("#[metadata]")[0]
+    conv = ("nn.conv2d(%x, meta[relay.Constant][0], strides=[2, 2], "
+            "padding=[1, 1])")
     assert body == HEADER + """\
 def @main(%x: Tensor[(1, 3, 9, 9), float32]) -> Tensor[(1, 8, 5, 5), float32] {
-  let %x0: Tensor[(1, 8, 5, 5), float32] = nn.conv2d(%x, meta[relay.Constant][0], strides=[2, 2], padding=[1, 1]);
+  let %x0: Tensor[(1, 8, 5, 5), float32] = CONV;
   let %x1: Tensor[(1, 8, 5, 5), float32] = add(%x0, meta[relay.Constant][1]);
   let %x3: Tensor[(1, 8, 5, 5), float32] = nn.relu(%x1);
   %x3
 }
 
-"""
+""".replace("CONV", conv)
     from relay_ir.expr import Constant
     consts = [n.data for n in post_order(out["main"]) if type(n) is Constant]
     g, b, m, v = (params["a" + k].astype(np.float64) for k in "gbmv")
@@ -189,7 +194,8 @@ def test_negative_zero_shift_keeps_the_scale_out_of_the_weights() -> None:
     # NOTE: conv(0, w) sums +0 and -0 terms to +0; times a negative scale that is -0, and
     # -0 + -0 stays -0. Scaled weights would give +0: the multiply stays.
     src = HEADER + f"""
-def @main(%x: Tensor[(1, 1, 3, 3), float32], %w: Tensor[(2, 1, 2, 2), float32], {_bn_sig("a", 2)}) {{
+def @main(%x: Tensor[(1, 1, 3, 3), float32],
+          %w: Tensor[(2, 1, 2, 2), float32], {_bn_sig("a", 2)}) {{
   %0 = nn.conv2d(%x, %w);
   %1 = {_bn("%0", "a")};
   %1.0
