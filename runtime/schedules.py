@@ -340,6 +340,15 @@ def schedule_reduce_generic(sch: Any, blk: Any) -> None:
 CONV_TILES = (7, 6, 5, 8, 4, 3, 2, 1)
 
 
+def _try_vectorize(sch: Any, loop: Any) -> None:
+    """``sch.vectorize(loop)``, or nothing where TVM refuses it."""
+    from tvm import s_tir
+    try:
+        sch.vectorize(loop)
+    except s_tir.ScheduleError:
+        pass
+
+
 def _conv_nchw(sch: Any, blk: Any) -> bool:
     """Whether ``blk`` is ``out[n, co, y, x] += data[..] * w[co, rc, ry, rx]``: four spatial
     iterators written in order, three reduction ones, the weight (second read) indexed first
@@ -364,7 +373,7 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
     vectorized``: each data element is loaded once and broadcast to 16 channels, each weight
     vector is read contiguously from a copy packed ``[O/16, I, kh, kw, 16]`` at the start of
     the call (in parallel), and the 16 x tile accumulators stay in registers (a local cache
-    written back per tile, where the fused epilogue runs). Raises ``ValueError`` when ``blk``
+    written back per tile, where the fused epilogue runs, vectorized along the columns). Raises ``ValueError`` when ``blk``
     is not such a convolution or the output channels are not a multiple of 4.
     """
     if not _conv_nchw(sch, blk):
@@ -388,6 +397,10 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
     sch.reverse_compute_at(acc, x_o)
     for c in consumers:
         sch.reverse_compute_at(c, x_o)
+        # NOTE: the epilogue vectorized along the tile's columns: scalar, the NaN-keeping
+        # selects of relu / clip become branches that mispredict on mixed signs (a clip
+        # epilogue took 6x the convolution; tests/test_conv_schedules.py, RESULTS.md)
+        _try_vectorize(sch, sch.get_loops(c)[-1])
     par = sch.fuse(n_, co_o, y)
     sch.unroll(x_i)
     sch.vectorize(co_i)

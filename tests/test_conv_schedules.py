@@ -1,7 +1,7 @@
 """The CPU convolution schedule against numpy over a table of shapes.
 
 Odd widths (7, 14, 28, 56), strides, padding, dilation, groups, depthwise, batch > 1, with
-the fused epilogues (bias + relu, residual add); compiled through ``runtime.build`` (the
+the fused epilogues (bias + relu, residual add, clip); compiled through ``runtime.build`` (the
 kernel cache makes reruns fast). Each NCHW case must get the channel-vectorized schedule
 (``conv-channels``), not a silent fallback; the layouts it does not cover fall back and
 still compute the same values.
@@ -64,7 +64,8 @@ def _src(case: tuple, epilogue: str) -> str:
     conv = (f"nn.conv2d(%x, %w, strides=[{s}, {s}], padding=[{p}, {p}], dilation=[{d}, {d}], "
             f"groups={g})")
     body = {"none": conv, "bias-relu": f"nn.relu(add({conv}, %b))",
-            "residual": f"nn.relu(add(add({conv}, %b), %r))"}[epilogue]
+            "residual": f"nn.relu(add(add({conv}, %b), %r))",
+            "clip": f"clip(add({conv}, %b), a_min=0f, a_max=6f)"}[epilogue]
     oh = (h + 2 * p - d * (k - 1) - 1) // s + 1
     ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
     return HEADER + (f"def @main(%x: Tensor[({n}, {c}, {h}, {w}), float32], "
@@ -87,7 +88,7 @@ def _strategy(src: str) -> str:
 @pytest.mark.parametrize("case", CASES, ids=["x".join(map(str, c)) for c in CASES])
 def test_conv_matches_numpy(case: tuple) -> None:
     n, c, h, w, o, k, s, p, d, g = case
-    epilogue = ("none", "bias-relu", "residual")[sum(case) % 3]
+    epilogue = ("none", "bias-relu", "residual", "clip")[sum(case) % 4]
     src = _src(case, epilogue)
     assert _strategy(src) == "conv-channels"
     rng = np.random.default_rng(sum(case))
@@ -96,7 +97,9 @@ def test_conv_matches_numpy(case: tuple) -> None:
     b = rng.standard_normal((o, 1, 1)).astype(np.float32)
     want = conv_np(x, wt, s, p, d, g)
     r = rng.standard_normal(want.shape).astype(np.float32)
-    if epilogue != "none":
+    if epilogue == "clip":
+        want = np.clip(want + b, 0, 6)
+    elif epilogue != "none":
         want = np.maximum(want + b + (r if epilogue == "residual" else 0), 0)
     got = runtime.build(rly.parse(src), "llvm", params={"w": wt})(x, b, r)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
