@@ -87,6 +87,9 @@ def _peers(net: M.Net, exe: Any, x: np.ndarray) -> tuple[dict[str, Callable[[], 
         so = ort.SessionOptions()
         so.intra_op_num_threads = THREADS
         so.inter_op_num_threads = 1
+        # NOTE: ORT's pool threads spin after each run by default, taking the cores from the
+        # next peer of the interleaved loop (relay_ir ran 4x slower beside it on 2 cores)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(net.onnx_model().SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
         fs["onnxruntime"] = lambda: sess.run(None, {"data": x})[0]
