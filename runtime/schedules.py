@@ -11,8 +11,8 @@ of what is left:
 * a reduction over the contiguous (innermost) axes: rfactor into 16 lanes, vectorized,
   parallel over rows, the epilogue computed at the row loop (section 4c);
 * a conv2d with NCHW output (``kind="conv"``, :func:`schedule_conv_channels`): vectorized
-  over a block of 16 (8, 4) output channels with the weight packed ``[O/16, I, kh, kw, 16]``
-  per call, a register tile of up to 8 output columns, kernel loops inside, parallel over
+  over a block of 16 (8, 4) output channels, the weight read in place (``IHWO``) or packed
+  ``[O/16, I, kh, kw, 16]`` per call (``OIHW``), a register tile of up to 8 output columns, kernel loops inside, parallel over
   (batch, channel block, row), the epilogue computed per tile; any width, stride, padding,
   dilation and groups;
 * any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
@@ -349,20 +349,24 @@ def _try_vectorize(sch: Any, loop: Any) -> None:
         pass
 
 
-def _conv_nchw(sch: Any, blk: Any) -> bool:
-    """Whether ``blk`` is ``out[n, co, y, x] += data[..] * w[co, rc, ry, rx]``: four spatial
-    iterators written in order, three reduction ones, the weight (second read) indexed first
-    by the output channel."""
+def _conv_nchw(sch: Any, blk: Any) -> str | None:
+    """The weight layout (``"OIHW"`` or ``"IHWO"``) when ``blk`` is
+    ``out[n, co, y, x] += data[..] * w[..]``: four spatial iterators written in order, three
+    reduction ones, the weight (second read) indexed by ``co, rc, ry, rx`` or
+    ``rc, ry, rx, co``; else None."""
     stmt = sch.get(blk)
     ivs = [iv.var for iv in stmt.iter_vars]
     if _iter_types(sch, blk) != [0, 0, 0, 0, 2, 2, 2] or len(stmt.reads) < 2 or \
             len(stmt.writes) != 1 or len(sch.get_loops(blk)) != 7:
-        return False
+        return None
     out = stmt.writes[0].region
-    w = stmt.reads[1]
-    return (len(out) == 4 and all(r.min.same_as(v) for r, v in zip(out, ivs))
-            and len(w.region) == 4 and w.region[0].min.same_as(ivs[1])
-            and all(w.region[i].min.same_as(ivs[3 + i]) for i in (1, 2, 3)))
+    if len(out) != 4 or not all(r.min.same_as(v) for r, v in zip(out, ivs)):
+        return None
+    w = [r.min for r in stmt.reads[1].region]
+    for layout, order in (("OIHW", (1, 4, 5, 6)), ("IHWO", (4, 5, 6, 1))):
+        if len(w) == 4 and all(m.same_as(ivs[i]) for m, i in zip(w, order)):
+            return layout
+    return None
 
 
 def schedule_conv_channels(sch: Any, blk: Any) -> None:
@@ -371,12 +375,14 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
     ``co`` is split by 16 (8, 4) lanes and ``x`` by a register tile (:data:`CONV_TILES`); the
     order is ``(n, co/16, y) parallel, x/tile, rc, ry, rx, x-tile unrolled, co-lanes
     vectorized``: each data element is loaded once and broadcast to 16 channels, each weight
-    vector is read contiguously from a copy packed ``[O/16, I, kh, kw, 16]`` at the start of
-    the call (in parallel), and the 16 x tile accumulators stay in registers (a local cache
+    vector is read contiguously: in place from an ``IHWO`` weight (constant weights get that
+    layout at compile time, ``conv-weight-layout``), else from a copy of the ``OIHW`` weight
+    packed ``[O/16, I, kh, kw, 16]`` at the start of the call (in parallel), and the 16 x tile accumulators stay in registers (a local cache
     written back per tile, where the fused epilogue runs, vectorized along the columns). Raises ``ValueError`` when ``blk``
     is not such a convolution or the output channels are not a multiple of 4.
     """
-    if not _conv_nchw(sch, blk):
+    layout = _conv_nchw(sch, blk)
+    if layout is None:
         raise ValueError("not an NCHW conv2d block")
     n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
     lanes = _largest_divisor(_extent(sch, co), (LANES, 8, 4))
@@ -387,11 +393,14 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
     co_o, co_i = sch.split(co, [None, lanes])
     x_o, x_i = sch.split(x, [None, tile])
     sch.reorder(n_, co_o, y, x_o, rc, ry, rx, x_i, co_i)
-    packed = sch.cache_read(blk, 1, "global")
-    sch.transform_layout(packed, ("write", 0),
-                         lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
-    pl = sch.get_loops(packed)
-    _parallel(sch, sch.fuse(pl[0], pl[1]))
+    if layout == "OIHW":
+        # NOTE: IHWO weights (conv-weight-layout, runtime/target_lowering.py) are read in
+        # place; OIHW ones are packed per call
+        packed = sch.cache_read(blk, 1, "global")
+        sch.transform_layout(packed, ("write", 0),
+                             lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
+        pl = sch.get_loops(packed)
+        _parallel(sch, sch.fuse(pl[0], pl[1]))
     acc = sch.cache_write(blk, 0, "local")
     consumers = sch.get_consumers(acc)
     sch.reverse_compute_at(acc, x_o)

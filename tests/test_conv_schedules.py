@@ -127,3 +127,27 @@ def test_layouts_it_does_not_cover_fall_back_with_the_same_values() -> None:
     want = conv_np(xh.transpose(0, 3, 1, 2), wh.transpose(3, 2, 0, 1), 1, 1, 1, 1)
     np.testing.assert_allclose(runtime.build(rly.parse(nhwc), "llvm")(xh, wh),
                                want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_constant_weights_take_the_ihwo_layout_and_keep_values() -> None:
+    case = (1, 8, 14, 14, 16, 3, 2, 1, 1, 2)
+    src = _src(case, "bias-relu")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 8, 14, 14)).astype(np.float32)
+    wt = rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((16, 1, 1)).astype(np.float32)
+    r = np.zeros((1, 16, 7, 7), np.float32)
+    exe = runtime.build(rly.parse(src), "llvm", params={"w": wt})
+    convs = [n for n in post_order(exe.module["main"])
+             if type(n).__name__ == "Call" and getattr(n.op, "name", "") == "nn.conv2d"]
+    assert [c.attrs.kernel_layout for c in convs] == ["IHWO"]
+    np.testing.assert_array_equal(convs[0].args[1].data, wt.transpose(1, 2, 3, 0))
+    want = np.maximum(conv_np(x, wt, 2, 1, 1, 2) + b, 0)
+    np.testing.assert_allclose(exe(x, b, r), want, rtol=1e-4, atol=1e-4)
+    # the layout the pass gives is scheduled in place (no per-call packing)
+    ihwo = src.replace("%w: Tensor[(16, 4, 3, 3), float32]",
+                       "%w: Tensor[(4, 3, 3, 16), float32]").replace(
+        "groups=2)", "groups=2, kernel_layout=\"IHWO\")")
+    assert _strategy(ihwo) == "conv-channels"
+    got = runtime.build(rly.parse(ihwo), "llvm")(x, wt.transpose(1, 2, 3, 0).copy(), b, r)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
