@@ -28,6 +28,8 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "share-weight-transpose": ("relay_ir.passes.linear_rewrites", "ShareWeightTranspose"),
     "remove-unused-functions": ("relay_ir.passes.remove_unused", "RemoveUnusedFunctions"),
     "fuse-ops": ("relay_ir.passes.fuse_ops", "FuseOps"),
+    "simplify-inference": ("relay_ir.passes.simplify_inference", "SimplifyInference"),
+    "conv-weight-layout": ("relay_ir.runtime.target_lowering", "ConvWeightLayout"),
 }
 
 # Names re-exported lazily from their modules: `from relay_ir.passes import InferType`. Every

@@ -10,7 +10,12 @@ of what is left:
   parallel over tiles (TVM_NOTES section 4b);
 * a reduction over the contiguous (innermost) axes: rfactor into 16 lanes, vectorized,
   parallel over rows, the epilogue computed at the row loop (section 4c);
-* any other reduction (column sums, conv2d NCHW / NHWC, pooling): the innermost spatial axis
+* a conv2d with NCHW output (``kind="conv"``, :func:`schedule_conv_channels`): vectorized
+  over a block of 16 (8, 4) output channels, the weight read in place (``IHWO``) or packed
+  ``[O/16, I, kh, kw, 16]`` per call (``OIHW``), a register tile of up to 8 output columns, kernel loops inside, parallel over
+  (batch, channel block, row), the epilogue computed per tile; any width, stride, padding,
+  dilation and groups;
+* any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
   tiled and vectorized inside the reduction loops, the next spatial axis unrolled by 4 for
   register reuse, the outer spatial loops fused and parallel;
 * several reductions in a row-wise group (softmax, log_softmax, layer_norm): each rfactored,
@@ -328,6 +333,90 @@ def schedule_reduce_generic(sch: Any, blk: Any) -> None:
         sch.decompose_reduction(blk, red[0])
 
 
+# Register tile widths of the convolution schedule, by preference. NOTE: 8 comes after 7, 6
+# and 5: with a tile of 8 contiguous unpadded input columns (a 1x1 convolution of a 56-wide
+# map) LLVM turns the 8 broadcast loads into one vector load and lane shuffles, 10-18x slower
+# (measured 5 GFLOP/s against 64-95 with a tile of 7; benchmarks/RESULTS.md).
+CONV_TILES = (7, 6, 5, 8, 4, 3, 2, 1)
+
+
+def _try_vectorize(sch: Any, loop: Any) -> None:
+    """``sch.vectorize(loop)``, or nothing where TVM refuses it."""
+    from tvm import s_tir
+    try:
+        sch.vectorize(loop)
+    except s_tir.ScheduleError:
+        pass
+
+
+def _conv_nchw(sch: Any, blk: Any) -> str | None:
+    """The weight layout (``"OIHW"`` or ``"IHWO"``) when ``blk`` is
+    ``out[n, co, y, x] += data[..] * w[..]``: four spatial iterators written in order, three
+    reduction ones, the weight (second read) indexed by ``co, rc, ry, rx`` or
+    ``rc, ry, rx, co``; else None."""
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    if _iter_types(sch, blk) != [0, 0, 0, 0, 2, 2, 2] or len(stmt.reads) < 2 or \
+            len(stmt.writes) != 1 or len(sch.get_loops(blk)) != 7:
+        return None
+    out = stmt.writes[0].region
+    if len(out) != 4 or not all(r.min.same_as(v) for r, v in zip(out, ivs)):
+        return None
+    w = [r.min for r in stmt.reads[1].region]
+    for layout, order in (("OIHW", (1, 4, 5, 6)), ("IHWO", (4, 5, 6, 1))):
+        if len(w) == 4 and all(m.same_as(ivs[i]) for m, i in zip(w, order)):
+            return layout
+    return None
+
+
+def schedule_conv_channels(sch: Any, blk: Any) -> None:
+    """NCHW conv2d vectorized over output channels, so that any output width runs vector code.
+
+    ``co`` is split by 16 (8, 4) lanes and ``x`` by a register tile (:data:`CONV_TILES`); the
+    order is ``(n, co/16, y) parallel, x/tile, rc, ry, rx, x-tile unrolled, co-lanes
+    vectorized``: each data element is loaded once and broadcast to 16 channels, each weight
+    vector is read contiguously: in place from an ``IHWO`` weight (constant weights get that
+    layout at compile time, ``conv-weight-layout``), else from a copy of the ``OIHW`` weight
+    packed ``[O/16, I, kh, kw, 16]`` at the start of the call (in parallel), and the 16 x tile accumulators stay in registers (a local cache
+    written back per tile, where the fused epilogue runs, vectorized along the columns). Raises ``ValueError`` when ``blk``
+    is not such a convolution or the output channels are not a multiple of 4.
+    """
+    layout = _conv_nchw(sch, blk)
+    if layout is None:
+        raise ValueError("not an NCHW conv2d block")
+    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    lanes = _largest_divisor(_extent(sch, co), (LANES, 8, 4))
+    ow = _extent(sch, x)
+    if lanes is None or ow is None:
+        raise ValueError("output channels not a multiple of 4")
+    tile = next(d for d in CONV_TILES if ow % d == 0)
+    co_o, co_i = sch.split(co, [None, lanes])
+    x_o, x_i = sch.split(x, [None, tile])
+    sch.reorder(n_, co_o, y, x_o, rc, ry, rx, x_i, co_i)
+    if layout == "OIHW":
+        # NOTE: IHWO weights (conv-weight-layout, runtime/target_lowering.py) are read in
+        # place; OIHW ones are packed per call
+        packed = sch.cache_read(blk, 1, "global")
+        sch.transform_layout(packed, ("write", 0),
+                             lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
+        pl = sch.get_loops(packed)
+        _parallel(sch, sch.fuse(pl[0], pl[1]))
+    acc = sch.cache_write(blk, 0, "local")
+    consumers = sch.get_consumers(acc)
+    sch.reverse_compute_at(acc, x_o)
+    for c in consumers:
+        sch.reverse_compute_at(c, x_o)
+        # NOTE: the epilogue vectorized along the tile's columns: scalar, the NaN-keeping
+        # selects of relu / clip become branches that mispredict on mixed signs (a clip
+        # epilogue took 6x the convolution; tests/test_conv_schedules.py, RESULTS.md)
+        _try_vectorize(sch, sch.get_loops(c)[-1])
+    par = sch.fuse(n_, co_o, y)
+    sch.unroll(x_i)
+    sch.vectorize(co_i)
+    _parallel(sch, par)
+    sch.decompose_reduction(blk, rc)
+
+
 def schedule_rowwise(sch: Any) -> None:
     """Softmax-like groups: rfactor reductions, compute all under the output row loop."""
     bs = blocks(sch)
@@ -420,7 +509,8 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
     """An IRModule holding ``func`` scheduled for the CPU (see the module docstring).
 
     ``kind`` is a hint from the lowering: ``"matmul"``, ``"conv"``, ``"pool"`` or ``""``.
-    ``report``, when given, receives the name of the strategy that applied (``"planned"``,
+    ``report``, when given, receives the name of the strategy that applied (``"conv-channels"``,
+    ``"planned"``,
     ``"per-block"``, ``"parallel"``, ``"inline+parallel"`` or ``"none"``).
     ``serial_below``: a kernel with a smaller iteration space gets no parallel loops.
     """
@@ -433,9 +523,19 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
         _SERIAL[0] = False
 
 
+def _conv_plan(sch: Any) -> None:
+    inline_all(sch)
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    schedule_conv_channels(sch, reds[0])
+
+
 def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
+        ("conv-channels", _conv_plan)] if kind == "conv" else []
+    strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),
         ("per-block", lambda s: (inline_all(s), _per_block(s))),
         ("inline+parallel", lambda s: (inline_all(s), schedule_generic(s))),

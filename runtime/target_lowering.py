@@ -9,20 +9,40 @@ here, in ``runtime.build``'s lowering, for that target only:
   and ``share-weight-transpose`` (a weight read ``transpose_b`` by two or more products of at
   most 32 rows is transposed once: TVM's CPU dense schedule repacks it per call), then CSE and
   DCE over what they leave. Measured on W4 and W7 (benchmarks/run_workloads.py).
+  Then ``conv-weight-layout``: a convolution's constant OIHW weight stored IHWO (transposed
+  at compile time), so that the CPU schedule, vectorized over output channels, reads each
+  weight vector contiguously without packing it on every call
+  (``schedules.schedule_conv_channels``).
 * every other target (``cuda``): nothing; these costs were not measured there.
+
+Before them, on every target: ``simplify-inference`` (batch norm with constant statistics to a
+per-channel scale and shift, the scale folded into the preceding conv2d's or dense's constant
+weights; dropout to the identity). It changes results by float rounding only (checked at
+compile time for inf, nan and the sign of zero: passes/simplify_inference.py), which
+``passes.optimize`` does not allow itself; its benefit (51 fewer kernels in ResNet-50) holds
+on every target.
 
 Both passes stay available by name (``rly opt --passes combine-sums``, ``get_pass``).
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
+import numpy as np
+
+from relay_ir.expr import Call, Constant, Expr, Function, Op
+from relay_ir.functor import ExprMutator
 from relay_ir.module import IRModule
+from relay_ir.passes.pass_manager import FunctionPass
+from relay_ir.ty import TensorType
 
 # target kind -> the passes applied for it, in order (names from relay_ir.passes)
 TARGET_PASSES: dict[str, tuple[str, ...]] = {
-    "llvm": ("combine-sums", "share-weight-transpose"),
+    "llvm": ("combine-sums", "share-weight-transpose", "conv-weight-layout"),
 }
+# passes applied for every target, before TARGET_PASSES
+INFERENCE_PASSES: tuple[str, ...] = ("simplify-inference",)
 # NOTE: what the rewrites leave: the joined terms' own bindings (dead), duplicated joins
 CLEANUP: tuple[str, ...] = ("cse", "dce", "to-anf")
 
@@ -38,7 +58,7 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2) -> IRModule:
     ``mod`` itself for targets without any, or below ``opt_level`` 2 (the passes' level)."""
     from relay_ir.passes import get_pass
     from relay_ir.passes.pass_manager import PassContext, Sequential, run_pass
-    names = TARGET_PASSES.get(target_kind(target), ())
+    names = INFERENCE_PASSES + TARGET_PASSES.get(target_kind(target), ())
     if not names or opt_level < 2:
         return mod
     outer = PassContext.current()
@@ -62,3 +82,39 @@ def _same(a: IRModule, b: IRModule) -> bool:
         return True
     return a.functions.keys() == b.functions.keys() and all(
         a.functions[k] is b.functions[k] for k in a.functions)
+
+
+@dataclass(frozen=True)
+class ConvWeightLayout(FunctionPass):
+    """A convolution's constant weight transposed at compile time to the layout the CPU
+    convolution schedule reads contiguously (output channels innermost)::
+
+        nn.conv2d(x, W)  =>  nn.conv2d(x, W', kernel_layout="IHWO")   W' = transpose(W, 1, 2, 3, 0)
+
+    for ``W`` a constant in ``OIHW`` and NCHW data and output. Values are unchanged (the same
+    products summed in the same order). A layout for llvm only: ``runtime.build`` applies it
+    in its CPU lowering (:data:`TARGET_PASSES`).
+    """
+
+    name: ClassVar[str] = "conv-weight-layout"
+    opt_level: ClassVar[int] = 2
+
+    def function_transformer(self, mod: IRModule, ctx: Any) -> Callable[[Function], Function]:
+        return lambda fn: _ConvLayout().visit(fn)  # type: ignore[return-value]
+
+
+class _ConvLayout(ExprMutator):
+    def visit_call(self, c: Call) -> Expr:
+        new = super().visit_call(c)
+        if type(new) is not Call or type(new.op) is not Op or new.op.name != "nn.conv2d":
+            return new
+        at = new.attrs
+        w = new.args[1]
+        if (type(w) is not Constant or w.data.ndim != 4 or at.kernel_layout != "OIHW"
+                or at.data_layout != "NCHW" or at.out_layout not in ("", "NCHW")):
+            return new
+        data = np.ascontiguousarray(w.data.transpose(1, 2, 3, 0))
+        wt = Constant(data, span=w.span,
+                      checked_type_=TensorType(tuple(data.shape), str(data.dtype)))
+        return Call(new.op, (new.args[0], wt), at.with_changes(kernel_layout="IHWO"),
+                    new.type_args, span=new.span, checked_type_=new.checked_type_)

@@ -109,7 +109,8 @@ def test_bad_opt_level_and_print_after_are_refused(capsys: pytest.CaptureFixture
     for argv, needle in ((["--opt-level", "42"], "invalid level '42' (choose from 0, 1, 2, 3)"),
                          (["--opt-level", "two"], "invalid level 'two'"),
                          (["--print-after", "no-such-pass"],
-                          "unknown pass 'no-such-pass' (choose from all, combine-sums, cse, dce")):
+                          "unknown pass 'no-such-pass' (choose from all, combine-sums, "
+                          "conv-weight-layout, cse, dce")):
         with pytest.raises(SystemExit) as info:
             main(["opt", prog, *argv])
         assert info.value.code == 2

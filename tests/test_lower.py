@@ -156,7 +156,8 @@ def test_conv2d_nchw_and_nhwc_get_a_real_schedule() -> None:
     w = te.placeholder((8, 4, 3, 3), "float32", name="w")
     y = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
     mod, how, script = _sched([x, w], [y], "conv")
-    assert how == "planned" and "T.vectorized" in script and "T.unroll" in script
+    # NOTE: NCHW: vectorized over output channels (schedules.schedule_conv_channels)
+    assert how == "conv-channels" and "T.vectorized" in script and "T.unroll" in script
     xv, wv = _rand(1, 4, 10, 16), _rand(8, 4, 3, 3)
     ref = np.maximum(_conv_ref(xv, wv, 1), 0)
     np.testing.assert_allclose(_run(mod, [xv, wv], [(1, 8, 10, 16)])[0], ref, rtol=1e-4,

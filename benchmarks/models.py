@@ -1,0 +1,300 @@
+"""Convolutional models for the benchmarks, written as ``.rly`` text by Python.
+
+A model is a list of layers (:class:`Net`), from which come: the ``.rly`` program (weights as
+parameters of ``@main``, bound with ``runtime.build(params=...)``), random weights (fixed
+seed), a numpy-free PyTorch forward (``torch.nn.functional`` with the same weights) and an
+ONNX graph (for ONNX Runtime), so every peer computes the same function.
+
+* ResNet-50 v1 (He et al. 2015, as the ONNX model zoo's resnet50-v1: the stride of a
+  down-sampling bottleneck is in its first 1x1 convolution), batch 1, 224x224, NCHW.
+* MobileNet v2 (Sandler et al. 2018, width 1.0): inverted residuals with depthwise 3x3
+  convolutions and ReLU6.
+
+Every convolution has no bias and is followed by a batch norm, as in the published models.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+HDR = '#[version = "0.0.5"]\n'
+
+
+@dataclass
+class Conv:
+    """One convolution: the shapes the per-layer benchmark needs."""
+
+    name: str
+    in_shape: tuple[int, int, int, int]    # N, C, H, W
+    out_channels: int
+    kernel: int
+    stride: int
+    padding: int
+    groups: int
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        h, w = self.in_shape[2:]
+        k, s, p = self.kernel, self.stride, self.padding
+        return (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+
+    @property
+    def flops(self) -> int:
+        n, c = self.in_shape[:2]
+        oh, ow = self.out_hw
+        return 2 * n * self.out_channels * (c // self.groups) * self.kernel ** 2 * oh * ow
+
+    def key(self) -> tuple:
+        return (self.in_shape, self.out_channels, self.kernel, self.stride, self.padding,
+                self.groups)
+
+
+@dataclass
+class Net:
+    """A network under construction: layers as (op, output, inputs, attrs, weights)."""
+
+    name: str
+    input_shape: tuple[int, int, int, int]
+    seed: int = 0
+    layers: list[tuple[str, str, tuple[str, ...], dict[str, Any], tuple[str, ...]]] = \
+        field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    convs: list[Conv] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        self.shapes["data"] = self.input_shape
+        self.count = 0
+
+    # ------------------------------------------------------------------ construction
+    def _out(self) -> str:
+        self.count += 1
+        return f"t{self.count}"
+
+    def _weight(self, name: str, a: np.ndarray) -> str:
+        self.weights[name] = a.astype(np.float32)
+        return name
+
+    def conv_bn(self, x: str, name: str, out_c: int, k: int, stride: int = 1,
+                groups: int = 1, act: str | None = "relu") -> str:
+        """conv2d (no bias) -> batch_norm -> relu / relu6 / nothing."""
+        n, c, h, w = self.shapes[x]
+        pad = k // 2
+        fan_in = c // groups * k * k
+        wt = self._weight(f"{name}_w", self.rng.standard_normal((out_c, c // groups, k, k))
+                          * np.sqrt(2.0 / fan_in))
+        conv = Conv(name, (n, c, h, w), out_c, k, stride, pad, groups)
+        self.convs.append(conv)
+        y = self._out()
+        self.layers.append(("conv", y, (x,), {"stride": stride, "pad": pad, "groups": groups},
+                            (wt,)))
+        self.shapes[y] = (n, out_c, *conv.out_hw)
+        bn = tuple(self._weight(f"{name}_bn_{k_}", v) for k_, v in (
+            ("gamma", self.rng.uniform(0.5, 1.5, out_c)),
+            ("beta", self.rng.uniform(-0.2, 0.2, out_c)),
+            ("mean", self.rng.uniform(-0.2, 0.2, out_c)),
+            ("var", self.rng.uniform(0.5, 1.5, out_c))))
+        z = self._out()
+        self.layers.append(("bn", z, (y,), {}, bn))
+        self.shapes[z] = self.shapes[y]
+        return self.act(z, act) if act else z
+
+    def act(self, x: str, kind: str) -> str:
+        y = self._out()
+        self.layers.append((kind, y, (x,), {}, ()))
+        self.shapes[y] = self.shapes[x]
+        return y
+
+    def add(self, a: str, b: str) -> str:
+        y = self._out()
+        self.layers.append(("add", y, (a, b), {}, ()))
+        self.shapes[y] = self.shapes[a]
+        return y
+
+    def max_pool(self, x: str) -> str:
+        n, c, h, w = self.shapes[x]
+        y = self._out()
+        self.layers.append(("maxpool", y, (x,), {}, ()))
+        self.shapes[y] = (n, c, (h + 2 - 3) // 2 + 1, (w + 2 - 3) // 2 + 1)
+        return y
+
+    def head(self, x: str, classes: int = 1000) -> str:
+        """global average pool -> flatten -> dense + bias."""
+        n, c = self.shapes[x][:2]
+        y = self._out()
+        self.layers.append(("gap", y, (x,), {}, ()))
+        self.shapes[y] = (n, c)
+        w = self._weight("fc_w", self.rng.standard_normal((classes, c)) / np.sqrt(c))
+        b = self._weight("fc_b", self.rng.uniform(-0.1, 0.1, classes))
+        z = self._out()
+        self.layers.append(("dense", z, (y,), {}, (w, b)))
+        self.shapes[z] = (n, classes)
+        return z
+
+    # ------------------------------------------------------------------ outputs
+    def rly(self) -> str:
+        """The ``.rly`` program: ``@main(%data, weights...)``."""
+        def ty(shape: tuple[int, ...]) -> str:
+            return f"Tensor[({', '.join(map(str, shape))}), float32]"
+        params = [f"%data: {ty(self.input_shape)}"] + [
+            f"%{k}: {ty(v.shape)}" for k, v in self.weights.items()]
+        lines = [HDR + "def @main(" + ",\n          ".join(params) + ") {"]
+        ref: dict[str, str] = {"data": "%data"}
+        i = 0
+        for op, out, ins, at, ws in self.layers:
+            a = [ref[x] for x in ins]
+            w = [f"%{x}" for x in ws]
+            if op == "conv":
+                e = (f"nn.conv2d({a[0]}, {w[0]}, strides=[{at['stride']}, {at['stride']}], "
+                     f"padding=[{at['pad']}, {at['pad']}], groups={at['groups']})")
+            elif op == "bn":
+                lines.append(f"  %{i} = nn.batch_norm({a[0]}, {', '.join(w)});")
+                ref[out] = f"%{i}.0"
+                i += 1
+                continue
+            elif op == "relu":
+                e = f"nn.relu({a[0]})"
+            elif op == "relu6":
+                e = f"clip({a[0]}, a_min=0f, a_max=6f)"
+            elif op == "add":
+                e = f"add({a[0]}, {a[1]})"
+            elif op == "maxpool":
+                e = f"nn.max_pool2d({a[0]}, pool_size=[3, 3], strides=[2, 2], padding=[1, 1])"
+            elif op == "gap":
+                e = f"nn.batch_flatten(nn.global_avg_pool2d({a[0]}))"
+            elif op == "dense":
+                e = f"nn.bias_add(nn.dense({a[0]}, {w[0]}), {w[1]})"
+            else:
+                raise ValueError(op)
+            lines.append(f"  %{i} = {e};")
+            ref[out] = f"%{i}"
+            i += 1
+        last = lines.pop()
+        lines.append("  " + last.split(" = ", 1)[1].rstrip(";"))
+        return "\n".join(lines) + "\n}\n"
+
+    def input(self) -> np.ndarray:
+        return np.random.default_rng(self.seed + 1).standard_normal(
+            self.input_shape).astype(np.float32)
+
+    def numpy_params(self) -> dict[str, np.ndarray]:
+        return dict(self.weights)
+
+    def torch_forward(self) -> Any:
+        """``f(x: torch.Tensor) -> torch.Tensor`` with ``torch.nn.functional`` (eager)."""
+        import torch
+        import torch.nn.functional as F
+        w = {k: torch.from_numpy(v.copy()) for k, v in self.weights.items()}
+
+        def f(x: Any) -> Any:
+            env = {"data": x}
+            for op, out, ins, at, ws in self.layers:
+                a = [env[i] for i in ins]
+                if op == "conv":
+                    y = F.conv2d(a[0], w[ws[0]], stride=at["stride"], padding=at["pad"],
+                                 groups=at["groups"])
+                elif op == "bn":
+                    g, b, m, v = (w[k] for k in ws)
+                    y = F.batch_norm(a[0], m, v, g, b, training=False, eps=1e-5)
+                elif op == "relu":
+                    y = F.relu(a[0])
+                elif op == "relu6":
+                    y = F.relu6(a[0])
+                elif op == "add":
+                    y = a[0] + a[1]
+                elif op == "maxpool":
+                    y = F.max_pool2d(a[0], 3, 2, 1)
+                elif op == "gap":
+                    y = torch.flatten(F.adaptive_avg_pool2d(a[0], 1), 1)
+                else:
+                    y = F.linear(a[0], w[ws[0]], w[ws[1]])
+                env[out] = y
+            return y
+        return f
+
+    def onnx_model(self) -> Any:
+        """The same network as an ONNX ModelProto (opset 13)."""
+        from onnx import TensorProto, helper, numpy_helper
+        nodes = []
+        inits = [numpy_helper.from_array(v, k) for k, v in self.weights.items()]
+        last = "data"
+        for op, out, ins, at, ws in self.layers:
+            if op == "conv":
+                p = at["pad"]
+                nodes.append(helper.make_node("Conv", [ins[0], ws[0]], [out],
+                                              strides=[at["stride"]] * 2, pads=[p] * 4,
+                                              group=at["groups"]))
+            elif op == "bn":
+                nodes.append(helper.make_node("BatchNormalization", [ins[0], *ws], [out],
+                                              epsilon=1e-5))
+            elif op == "relu":
+                nodes.append(helper.make_node("Relu", [ins[0]], [out]))
+            elif op == "relu6":
+                lo, hi = out + "_lo", out + "_hi"
+                inits += [numpy_helper.from_array(np.array(0, np.float32), lo),
+                          numpy_helper.from_array(np.array(6, np.float32), hi)]
+                nodes.append(helper.make_node("Clip", [ins[0], lo, hi], [out]))
+            elif op == "add":
+                nodes.append(helper.make_node("Add", list(ins), [out]))
+            elif op == "maxpool":
+                nodes.append(helper.make_node("MaxPool", [ins[0]], [out], kernel_shape=[3, 3],
+                                              strides=[2, 2], pads=[1, 1, 1, 1]))
+            elif op == "gap":
+                nodes.append(helper.make_node("GlobalAveragePool", [ins[0]], [out + "_p"]))
+                nodes.append(helper.make_node("Flatten", [out + "_p"], [out], axis=1))
+            else:
+                nodes.append(helper.make_node("Gemm", [ins[0], ws[0], ws[1]], [out], transB=1))
+            last = out
+        graph = helper.make_graph(
+            nodes, self.name,
+            [helper.make_tensor_value_info("data", TensorProto.FLOAT, list(self.input_shape))],
+            [helper.make_tensor_value_info(last, TensorProto.FLOAT, list(self.shapes[last]))],
+            inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def resnet50_v1(batch: int = 1, size: int = 224, seed: int = 0) -> Net:
+    """ResNet-50 v1: 53 convolutions, 53 batch norms, 16 residual adds."""
+    net = Net("resnet50_v1", (batch, 3, size, size), seed)
+    x = net.conv_bn("data", "conv0", 64, 7, stride=2)
+    x = net.max_pool(x)
+    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+        for b in range(blocks):
+            stride = 2 if stage > 0 and b == 0 else 1
+            name = f"s{stage + 1}b{b + 1}"
+            y = net.conv_bn(x, name + "_c1", width, 1, stride=stride)
+            y = net.conv_bn(y, name + "_c2", width, 3)
+            y = net.conv_bn(y, name + "_c3", 4 * width, 1, act=None)
+            short = x if b > 0 else net.conv_bn(x, name + "_sc", 4 * width, 1, stride=stride,
+                                                act=None)
+            x = net.act(net.add(y, short), "relu")
+    net.head(x)
+    return net
+
+
+def mobilenet_v2(batch: int = 1, size: int = 224, seed: int = 0) -> Net:
+    """MobileNet v2 (width 1.0): 52 convolutions (17 depthwise), ReLU6."""
+    net = Net("mobilenet_v2", (batch, 3, size, size), seed)
+    x = net.conv_bn("data", "conv0", 32, 3, stride=2, act="relu6")
+    c = 32
+    setting = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+               (6, 160, 3, 2), (6, 320, 1, 1)]
+    for i, (t, out_c, n, s) in enumerate(setting):
+        for j in range(n):
+            stride = s if j == 0 else 1
+            name = f"b{i + 1}_{j + 1}"
+            hid = c * t
+            y = x if t == 1 else net.conv_bn(x, name + "_exp", hid, 1, act="relu6")
+            y = net.conv_bn(y, name + "_dw", hid, 3, stride=stride, groups=hid, act="relu6")
+            y = net.conv_bn(y, name + "_proj", out_c, 1, act=None)
+            x = net.add(y, x) if stride == 1 and c == out_c else y
+            c = out_c
+    x = net.conv_bn(x, "conv_last", 1280, 1, act="relu6")
+    net.head(x)
+    return net
+
+
+MODELS = {"resnet50_v1": resnet50_v1, "mobilenet_v2": mobilenet_v2}

@@ -1,0 +1,153 @@
+"""The CPU convolution schedule against numpy over a table of shapes.
+
+Odd widths (7, 14, 28, 56), strides, padding, dilation, groups, depthwise, batch > 1, with
+the fused epilogues (bias + relu, residual add, clip); compiled through ``runtime.build`` (the
+kernel cache makes reruns fast). Each NCHW case must get the channel-vectorized schedule
+(``conv-channels``), not a silent fallback; the layouts it does not cover fall back and
+still compute the same values.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import relay_ir as rly
+from relay_ir import runtime
+from relay_ir.expr import Function
+from relay_ir.passes import InferType
+from relay_ir.passes.fuse_ops import fuse_ops
+from relay_ir.traversal import post_order
+
+pytestmark = pytest.mark.tvm
+
+HEADER = '#[version = "0.0.5"]\n'
+
+
+def conv_np(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int,
+            groups: int) -> np.ndarray:
+    """NCHW / OIHW convolution in float64 with numpy (windows, then one einsum per group)."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dil * (kw - 1) - 1) // stride + 1
+    win = np.empty((n, c, kh, kw, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            win[:, :, i, j] = xp[:, :, i * dil: i * dil + stride * (oh - 1) + 1: stride,
+                                 j * dil: j * dil + stride * (ow - 1) + 1: stride]
+    og = o // groups
+    out = [np.einsum("ncijyx,ocij->noyx", win[:, g * cg:(g + 1) * cg],
+                     w[g * og:(g + 1) * og].astype(np.float64)) for g in range(groups)]
+    return np.concatenate(out, axis=1)
+
+
+# (batch, in channels, height, width, out channels, kernel, stride, padding, dilation, groups)
+CASES = [
+    (1, 8, 7, 7, 16, 3, 1, 1, 1, 1),
+    (1, 16, 14, 14, 32, 3, 1, 1, 1, 1),
+    (1, 8, 28, 28, 16, 1, 1, 0, 1, 1),
+    (1, 4, 56, 56, 16, 3, 1, 1, 1, 1),
+    (2, 8, 14, 14, 8, 3, 2, 1, 1, 1),
+    (1, 3, 29, 29, 16, 7, 2, 3, 1, 1),
+    (1, 16, 28, 28, 32, 1, 2, 0, 1, 1),
+    (1, 8, 13, 11, 12, 3, 1, 2, 2, 1),
+    (1, 16, 14, 14, 16, 3, 1, 1, 1, 16),
+    (1, 32, 7, 7, 32, 3, 2, 1, 1, 32),
+    (3, 16, 10, 10, 24, 3, 1, 1, 1, 4),
+    (1, 8, 5, 9, 4, 5, 1, 0, 1, 1),
+]
+
+
+def _src(case: tuple, epilogue: str) -> str:
+    n, c, h, w, o, k, s, p, d, g = case
+    conv = (f"nn.conv2d(%x, %w, strides=[{s}, {s}], padding=[{p}, {p}], dilation=[{d}, {d}], "
+            f"groups={g})")
+    body = {"none": conv, "bias-relu": f"nn.relu(add({conv}, %b))",
+            "residual": f"nn.relu(add(add({conv}, %b), %r))",
+            "clip": f"clip(add({conv}, %b), a_min=0f, a_max=6f)"}[epilogue]
+    oh = (h + 2 * p - d * (k - 1) - 1) // s + 1
+    ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
+    return HEADER + (f"def @main(%x: Tensor[({n}, {c}, {h}, {w}), float32], "
+                     f"%w: Tensor[({o}, {c // g}, {k}, {k}), float32], "
+                     f"%b: Tensor[({o}, 1, 1), float32], "
+                     f"%r: Tensor[({n}, {o}, {oh}, {ow}), float32]) {{\n  {body}\n}}")
+
+
+def _strategy(src: str) -> str:
+    from relay_ir.runtime import lower_tvm, schedules
+    mod = fuse_ops(InferType()(rly.parse(src)))
+    fn = next(f for f in post_order(mod["main"])
+              if type(f) is Function and f is not mod["main"])
+    group = lower_tvm.lower_group(fn, [p.checked_type_ for p in fn.params])
+    report: list[str] = []
+    schedules.schedule_cpu(group.prim_func, group.kind, report=report)
+    return report[0]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["x".join(map(str, c)) for c in CASES])
+def test_conv_matches_numpy(case: tuple) -> None:
+    n, c, h, w, o, k, s, p, d, g = case
+    epilogue = ("none", "bias-relu", "residual", "clip")[sum(case) % 4]
+    src = _src(case, epilogue)
+    assert _strategy(src) == "conv-channels"
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
+    b = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    want = conv_np(x, wt, s, p, d, g)
+    r = rng.standard_normal(want.shape).astype(np.float32)
+    if epilogue == "clip":
+        want = np.clip(want + b, 0, 6)
+    elif epilogue != "none":
+        want = np.maximum(want + b + (r if epilogue == "residual" else 0), 0)
+    got = runtime.build(rly.parse(src), "llvm", params={"w": wt})(x, b, r)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_layouts_it_does_not_cover_fall_back_with_the_same_values() -> None:
+    # NOTE: 6 output channels (not a multiple of 4) and an NHWC convolution
+    rng = np.random.default_rng(3)
+    src6 = _src((1, 4, 9, 9, 6, 3, 1, 1, 1, 1), "bias-relu")
+    assert _strategy(src6) != "conv-channels"
+    x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    wt = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((6, 1, 1)).astype(np.float32)
+    r = np.zeros((1, 6, 9, 9), np.float32)
+    got = runtime.build(rly.parse(src6), "llvm")(x, wt, b, r)
+    np.testing.assert_allclose(got, np.maximum(conv_np(x, wt, 1, 1, 1, 1) + b, 0),
+                               rtol=1e-4, atol=1e-4)
+    nhwc = HEADER + """def @main(%x: Tensor[(1, 7, 7, 8), float32],
+          %w: Tensor[(3, 3, 8, 16), float32]) {
+  nn.conv2d(%x, %w, padding=[1, 1], data_layout="NHWC", kernel_layout="HWIO")
+}"""
+    assert _strategy(nhwc) != "conv-channels"
+    xh = rng.standard_normal((1, 7, 7, 8)).astype(np.float32)
+    wh = rng.standard_normal((3, 3, 8, 16)).astype(np.float32)
+    want = conv_np(xh.transpose(0, 3, 1, 2), wh.transpose(3, 2, 0, 1), 1, 1, 1, 1)
+    np.testing.assert_allclose(runtime.build(rly.parse(nhwc), "llvm")(xh, wh),
+                               want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_constant_weights_take_the_ihwo_layout_and_keep_values() -> None:
+    case = (1, 8, 14, 14, 16, 3, 2, 1, 1, 2)
+    src = _src(case, "bias-relu")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 8, 14, 14)).astype(np.float32)
+    wt = rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((16, 1, 1)).astype(np.float32)
+    r = np.zeros((1, 16, 7, 7), np.float32)
+    exe = runtime.build(rly.parse(src), "llvm", params={"w": wt})
+    convs = [n for n in post_order(exe.module["main"])
+             if type(n).__name__ == "Call" and getattr(n.op, "name", "") == "nn.conv2d"]
+    assert [c.attrs.kernel_layout for c in convs] == ["IHWO"]
+    np.testing.assert_array_equal(convs[0].args[1].data, wt.transpose(1, 2, 3, 0))
+    want = np.maximum(conv_np(x, wt, 2, 1, 1, 2) + b, 0)
+    np.testing.assert_allclose(exe(x, b, r), want, rtol=1e-4, atol=1e-4)
+    # the layout the pass gives is scheduled in place (no per-call packing)
+    ihwo = src.replace("%w: Tensor[(16, 4, 3, 3), float32]",
+                       "%w: Tensor[(4, 3, 3, 16), float32]").replace(
+        "groups=2)", "groups=2, kernel_layout=\"IHWO\")")
+    assert _strategy(ihwo) == "conv-channels"
+    got = runtime.build(rly.parse(ihwo), "llvm")(x, wt.transpose(1, 2, 3, 0).copy(), b, r)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
