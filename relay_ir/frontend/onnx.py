@@ -181,7 +181,19 @@ class Graph:
                                          out_ty, out)
             out = np.asarray(out, dtype=out_ty.dtype)
             return Value(Constant(out), out_ty, out)
-        return self.bind(call, out_ty)
+        out_v = self.bind(call, out_ty)
+        # NOTE: small values computed from initializers (shape arithmetic on bound integer
+        # inputs) stay calls on the parameters, but their values are known to converters
+        if od.impl is not None and not od.effectful and isinstance(out_ty, TensorType):
+            known = [a.value if isinstance(a, Value) else None for a in args]
+            if all(isinstance(a, Value) for a in args) and all(
+                    k is not None and np.size(k) <= _KNOWN_LIMIT for k in known):
+                try:
+                    with np.errstate(all="ignore"):
+                        out_v.value = np.asarray(od.impl(known, call.attrs), dtype=out_ty.dtype)
+                except Exception:  # NOTE: left unknown; a converter needing it says so
+                    pass
+        return out_v
 
     def _tuple_value(self, expr: Expr, ty: Type, arrays: Any) -> Value:
         return Value(expr, ty, arrays)
@@ -202,6 +214,8 @@ class Graph:
             return Value(f, ty)
         return self.bind(TupleGetItem(tup.expr, k), tup.ty.fields[k])
 
+
+_KNOWN_LIMIT = 1024  # elements: the largest initializer-derived value tracked
 
 Converter = Callable[[Graph, Node], "Value | list[Value]"]
 _CONVERTERS: dict[str, Converter] = {}

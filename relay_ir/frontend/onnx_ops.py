@@ -433,41 +433,66 @@ def _channel_shape(x: Value) -> list[int]:
 
 
 @converter("BatchNormalization")
-def _batch_norm(g: Graph, n: Node) -> Value:
-    if n.num_outputs > 1 or n.attr("training_mode", 0):
-        raise n.error("only the inference form (one output, training_mode=0) is supported")
+def _batch_norm(g: Graph, n: Node) -> Value | list[Value]:
     x, scale, bias, mean, var = n.inputs[:5]
-    y = g.call("nn.batch_norm", x, scale, bias, mean, var, axis=1,
-               epsilon=float(n.attr("epsilon", 1e-5)))
+    eps = float(n.attr("epsilon", 1e-5))
+    if n.attr("training_mode", 0):
+        return _batch_norm_training(g, n, eps)
+    if n.num_outputs > 1:
+        raise n.error("the running statistics outputs need training_mode=1")
+    y = g.call("nn.batch_norm", x, scale, bias, mean, var, axis=1, epsilon=eps)
     return g.item(y, 0)
 
 
-def _normalize(g: Graph, x: Value, axes: list[int], eps: float) -> Value:
+def _batch_norm_training(g: Graph, n: Node, eps: float) -> list[Value]:
+    """Training form: normalize with the batch statistics; the running ones are updated."""
+    x, scale, bias, mean, var = n.inputs[:5]
+    axes = [0] + list(range(2, x.ndim))
+    cs = _channel_shape(x)
+    bmean = g.call("mean", x, axis=axes, keepdims=True)
+    bvar = g.call("variance", x, bmean, axis=axes, keepdims=True)
+    denom = g.call("sqrt", g.call("add", bvar, _scalar(g, eps, x)))
+    y = g.call("divide", g.call("subtract", x, bmean), denom)
+    y = g.call("add", g.call("multiply", y, g.call("reshape", scale, newshape=cs)),
+               g.call("reshape", bias, newshape=cs))
+    mom = float(n.attr("momentum", 0.9))
+    outs = [y]
+    for run, cur in ((mean, bmean), (var, bvar)):
+        cur = g.call("reshape", cur, newshape=[-1])
+        outs.append(g.call("add", g.call("multiply", run, _scalar(g, mom, run)),
+                           g.call("multiply", cur, _scalar(g, 1 - mom, run))))
+    return outs[:n.num_outputs]
+
+
+def _normalize(g: Graph, x: Value, axes: list[int], eps: float) -> tuple[Value, Value, Value]:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes``; also the mean and ``1/sqrt(var+eps)``."""
     mean = g.call("mean", x, axis=axes, keepdims=True)
     var = g.call("variance", x, mean, axis=axes, keepdims=True)
     denom = g.call("sqrt", g.call("add", var, _scalar(g, eps, x)))
-    return g.call("divide", g.call("subtract", x, mean), denom)
+    y = g.call("divide", g.call("subtract", x, mean), denom)
+    return y, mean, denom
 
 
 @converter("InstanceNormalization")
 def _instance_norm(g: Graph, n: Node) -> Value:
     x, scale, bias = n.inputs[:3]
-    y = _normalize(g, x, list(range(2, x.ndim)), float(n.attr("epsilon", 1e-5)))
+    y, _, _ = _normalize(g, x, list(range(2, x.ndim)), float(n.attr("epsilon", 1e-5)))
     cs = _channel_shape(x)
     y = g.call("multiply", y, g.call("reshape", scale, newshape=cs))
     return g.call("add", y, g.call("reshape", bias, newshape=cs))
 
 
 @converter("LayerNormalization")
-def _layer_norm(g: Graph, n: Node) -> Value:
-    if n.num_outputs > 1:
-        raise n.error("the Mean and InvStdDev outputs are not supported")
+def _layer_norm(g: Graph, n: Node) -> list[Value]:
     x, scale = n.inputs[:2]
     bias = n.input(2)
     axis = _axis(n.attr("axis", -1), x.ndim, n)
-    y = _normalize(g, x, list(range(axis, x.ndim)), float(n.attr("epsilon", 1e-5)))
+    y, mean, denom = _normalize(g, x, list(range(axis, x.ndim)), float(n.attr("epsilon", 1e-5)))
     y = g.call("multiply", y, scale)
-    return y if bias is None else g.call("add", y, bias)
+    if bias is not None:
+        y = g.call("add", y, bias)
+    inv = g.call("divide", _scalar(g, 1, denom), denom)
+    return [y, mean, inv][:n.num_outputs]
 
 
 # ---------------------------------------------------------------------------- reductions
