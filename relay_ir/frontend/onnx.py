@@ -95,6 +95,11 @@ class Value:
         return isinstance(self.expr, Constant)
 
 
+# the element types relay_ir tensors have
+RLY_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                        "uint64", "float16", "float32", "float64"})
+
+
 def _np_to_rly_dtype(dt: Any) -> str:
     dt = np.dtype(dt)
     return "bool" if dt == np.bool_ else dt.name
@@ -275,7 +280,7 @@ def _dtype_of_elem(elem_type: int, where: str) -> str:
         dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except Exception:
         raise OnnxImportError(f"{where}: unsupported element type {elem_type}") from None
-    if dt.kind not in "biuf":
+    if _np_to_rly_dtype(dt) not in RLY_DTYPES:
         raise OnnxImportError(f"{where}: unsupported element type {dt}")
     return _np_to_rly_dtype(dt)
 
@@ -367,7 +372,7 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, Sequence[Any]] | None = No
         except Exception as e:
             raise OnnxImportError(f"initializer {t.name!r}: cannot read it ({e})") from None
         dt = _np_to_rly_dtype(arr.dtype)
-        if arr.dtype.kind not in "biuf":
+        if dt not in RLY_DTYPES:
             raise OnnxImportError(f"initializer {t.name!r}: unsupported element type {dt}")
         ty = TensorType(arr.shape, dt)
         v = Var(names.make(t.name), ty)

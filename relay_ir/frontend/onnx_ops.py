@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from relay_ir.frontend.onnx import Graph, Node, Value, converter
+from relay_ir.frontend.onnx import RLY_DTYPES, Graph, Node, Value, converter
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -54,7 +54,7 @@ for _onnx, _rly in {
     "Atan": "atan", "Atanh": "atanh", "Ceil": "ceil", "Cos": "cos", "Cosh": "cosh",
     "Exp": "exp", "Floor": "floor", "Log": "log", "Neg": "negative", "Sigmoid": "sigmoid",
     "Sign": "sign", "Sin": "sin", "Sinh": "sinh", "Sqrt": "sqrt", "Tan": "tan", "Tanh": "tanh",
-    "Relu": "nn.relu", "Not": "logical_not", "IsNaN": "isnan", "Round": "round",
+    "Relu": "nn.relu", "Not": "logical_not", "IsNaN": "isnan",
     "BitwiseNot": "bitwise_not",
 }.items():
     converter(_onnx)(_unary(_rly))
@@ -88,6 +88,18 @@ def _pow(g: Graph, n: Node) -> Value:
 def _mod(g: Graph, n: Node) -> Value:
     op = "mod" if n.attr("fmod", 0) else "floor_mod"
     return g.call(op, n.inputs[0], n.inputs[1])
+
+
+@converter("Round")
+def _round(g: Graph, n: Node) -> Value:
+    """ONNX rounds halves to even; relay_ir's ``round`` rounds them away from zero."""
+    x = n.inputs[0]
+    r = g.call("round", x)
+    half = g.call("equal", g.call("abs", g.call("subtract", x, g.call("trunc", x))),
+                  _scalar(g, 0.5, x))
+    two = _scalar(g, 2, x)
+    even = g.call("multiply", two, g.call("round", g.call("divide", x, two)))
+    return g.call("where", half, even, r)
 
 
 @converter("Reciprocal")
@@ -573,9 +585,10 @@ def _onnx_dtype(code: int, n: Node) -> str:
         dt = np.dtype(helper.tensor_dtype_to_np_dtype(int(code)))
     except Exception:
         raise n.error(f"unsupported element type {code}") from None
-    if dt.kind not in "biuf":
-        raise n.error(f"unsupported element type {dt}")
-    return "bool" if dt == np.bool_ else dt.name
+    name = "bool" if dt == np.bool_ else dt.name
+    if name not in RLY_DTYPES:
+        raise n.error(f"unsupported element type {name}")
+    return name
 
 
 @converter("Cast")
@@ -664,9 +677,12 @@ def _flatten(g: Graph, n: Node) -> Value:
     x = n.inputs[0]
     axis = n.attr("axis", 1)
     axis = axis + x.ndim if axis < 0 else axis
-    shp = _static_shape(x, n)
-    lead = int(np.prod(shp[:axis]))
-    return g.call("reshape", x, newshape=[lead, int(np.prod(shp[axis:]))])
+    before, after = x.shape[:axis], x.shape[axis:]
+    if all(isinstance(d, int) for d in after) and (axis > 0 or not before):
+        return g.call("reshape", x, newshape=[-1 if axis else 1, int(np.prod(after))])
+    if all(isinstance(d, int) for d in before):
+        return g.call("reshape", x, newshape=[int(np.prod(before)), -1])
+    raise n.error(f"Flatten at axis {axis} needs static dims on one side, found {x.ty}")
 
 
 @converter("Transpose")
