@@ -28,25 +28,18 @@ NODE_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data
 KNOWN_FAILURES = {
     "test_identity_opt": "an optional-typed graph input",
     "test_identity_sequence": "a sequence-typed graph input",
-    "test_averagepool_2d_ceil_last_window_starts_on_pad": "relay_ir's ceil_mode keeps a "
-    "window that starts in the padding",
-    "test_maxpool_2d_ceil_output_size_reduce_by_one": "relay_ir's ceil_mode keeps a window "
-    "that starts in the padding",
     "test_reduce_max_empty_set": "max/min of an empty set (ONNX: -inf/inf)",
     "test_reduce_min_empty_set": "max/min of an empty set (ONNX: -inf/inf)",
     "test_wrap_pad": "Pad mode 'wrap'",
     "test_range_float_type_positive_delta": "Range of non-constant (float) inputs",
     "test_range_float16_type_positive_delta": "Range of non-constant (float) inputs",
-    "test_equal_string": "string tensors",
-    "test_equal_string_broadcast": "string tensors",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
 }
 _KNOWN_PREFIXES = {
-    "test_averagepool_3d": "3-D pooling (relay_ir has 2-D pools)",
-    "test_maxpool_3d": "3-D pooling (relay_ir has 2-D pools)",
     "test_center_crop_pad_": "Pad with pads computed from a float input",
     "test_training_dropout": "Dropout in training mode (random)",
+    "test_onehot_": "OneHot's depth is a float graph input (not bound)",
 }
 
 

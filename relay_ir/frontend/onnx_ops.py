@@ -410,19 +410,60 @@ def _pool(kind: str):  # type: ignore[no-untyped-def]
         strides = list(n.attr("strides", [1] * k))
         dil = list(n.attr("dilations", [1] * k))
         pads = _spatial(x, n, kernel, strides, dil)
+        if x.ndim == 5:
+            return _pool3d(g, n, kind, x, kernel, strides, dil, pads)
         x4, one_d = _as_2d(g, x, n)
         if one_d:
             strides, dil, kernel = [1] + strides, [1] + dil, [1] + kernel
             pads = [0, pads[0], 0, pads[1]]
-        attrs: dict[str, Any] = dict(pool_size=kernel, strides=strides, dilation=dil,
-                                     padding=pads, ceil_mode=bool(n.attr("ceil_mode", 0)))
-        if kind == "avg":
-            attrs["count_include_pad"] = bool(n.attr("count_include_pad", 0))
-        y = g.call(f"nn.{kind}_pool2d", x4, **attrs)
+        y = _pool2d(g, n, kind, x4, kernel, strides, dil, pads)
         if one_d:
             y = g.call("squeeze", y, axis=[2])
         return y
     return conv
+
+
+def _pool2d(g: Graph, n: Node, kind: str, x: Value, kernel: list[int], strides: list[int],
+            dil: list[int], pads: list[int]) -> Value:
+    attrs: dict[str, Any] = dict(pool_size=kernel, strides=strides, dilation=dil,
+                                 padding=pads, ceil_mode=bool(n.attr("ceil_mode", 0)))
+    if kind == "avg":
+        attrs["count_include_pad"] = bool(n.attr("count_include_pad", 0))
+    y = g.call(f"nn.{kind}_pool2d", x, **attrs)
+    if attrs["ceil_mode"]:
+        y = _drop_pad_windows(g, x, y, kernel, strides, dil, pads)
+    return y
+
+
+def _pool3d(g: Graph, n: Node, kind: str, x: Value, kernel: list[int], strides: list[int],
+            dil: list[int], pads: list[int]) -> Value:
+    """A 3-D pool as two 2-D ones: over (H, W), then over D. Max and box averages are
+    separable (a window's count of valid elements is the product of its per-axis counts)."""
+    b, c, d, h, w = _static_shape(x, n)
+    y = g.call("reshape", x, newshape=[b, c * d, h, w])
+    y = _pool2d(g, n, kind, y, kernel[1:], strides[1:], dil[1:],
+                [pads[1], pads[2], pads[4], pads[5]])
+    h2, w2 = y.shape[2], y.shape[3]
+    y = g.call("reshape", y, newshape=[b, c, d, h2 * w2])
+    y = _pool2d(g, n, kind, y, [kernel[0], 1], [strides[0], 1], [dil[0], 1],
+                [pads[0], 0, pads[3], 0])
+    return g.call("reshape", y, newshape=[b, c, y.shape[2], h2, w2])
+
+
+def _drop_pad_windows(g: Graph, x: Value, y: Value, kernel: Sequence[int],
+                      strides: Sequence[int], dil: Sequence[int], pads: Sequence[int]) -> Value:
+    """ONNX's ceil_mode drops a last window that would start inside the end padding."""
+    end = []
+    for i in range(2):
+        d, o = x.shape[2 + i], y.shape[2 + i]
+        if not isinstance(d, int) or not isinstance(o, int):
+            return y
+        if (o - 1) * strides[i] >= d + pads[i]:
+            o -= 1
+        end.append(o)
+    if list(y.shape[2:]) == end:
+        return y
+    return g.call("strided_slice", y, begin=[0, 0], end=end, axes=[2, 3])
 
 
 converter("MaxPool")(_pool("max"))
@@ -884,3 +925,211 @@ def _depth_space(g: Graph, n: Node) -> Value:
     return g.call("reshape", y, newshape=[b, c // (bs * bs), h * bs, w * bs])
 
 
+
+
+# ---------------------------------------------------------------------------- composites
+
+def _iota(n: int, axis: int, rank: int, dtype: str) -> np.ndarray:
+    """``0 .. n-1`` laid along ``axis`` of a rank-``rank`` array of ones elsewhere."""
+    shape = [1] * rank
+    shape[axis] = n
+    return np.arange(n, dtype=dtype).reshape(shape)
+
+
+def _nll(g: Graph, n: Node, logp: Value, target: Value, weight: Value | None) -> Value:
+    """``-logp[n, target[n, ...], ...] * weight[target]`` with ONNX's reductions."""
+    c = logp.shape[1]
+    if not isinstance(c, int):
+        raise n.error(f"the class dim must be static, found {logp.ty}")
+    t = g.call("expand_dims", target, axis=1)
+    mask = g.call("equal", t, g.const(_iota(c, 1, logp.ndim, target.dtype)))
+    picked = g.call("sum", g.call("where", mask, logp, _scalar(g, 0, logp)), axis=[1])
+    ignore = n.attr("ignore_index")
+    if weight is not None:
+        if ignore is not None:
+            safe = g.call("where", g.call("equal", target, _scalar(g, ignore, target)),
+                          _scalar(g, 0, target), target)
+        else:
+            safe = target
+        w = g.call("take", weight, safe, axis=0)
+    else:
+        w = g.call("ones_like", picked)
+    if ignore is not None:
+        valid = g.call("not_equal", target, _scalar(g, ignore, target))
+        w = g.call("where", valid, w, _scalar(g, 0, w))
+    loss = g.call("multiply", g.call("negative", picked), w)
+    red = n.attr("reduction", "mean")
+    if red == "none":
+        return loss
+    total = g.call("sum", loss)
+    if red == "sum":
+        return total
+    if red != "mean":
+        raise n.error(f"unknown reduction {red!r}")
+    return g.call("divide", total, g.call("sum", w))
+
+
+@converter("NegativeLogLikelihoodLoss")
+def _nll_loss(g: Graph, n: Node) -> Value:
+    return _nll(g, n, n.inputs[0], n.inputs[1], n.input(2))
+
+
+@converter("SoftmaxCrossEntropyLoss")
+def _softmax_ce(g: Graph, n: Node) -> list[Value]:
+    x = n.inputs[0]
+    logp = g.call("nn.log_softmax", x, axis=1)
+    return [_nll(g, n, logp, n.inputs[1], n.input(2)), logp][:n.num_outputs]
+
+
+@converter("Hardmax")
+def _hardmax(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    if n.opset < 13:
+        axis = _axis(n.attr("axis", 1), x.ndim, n)
+        shp = _static_shape(x, n)
+        flat = g.call("reshape", x, newshape=[int(np.prod(shp[:axis])), -1])
+        y = _hardmax_axis(g, n, flat, 1)
+        return g.call("reshape", y, newshape=list(shp))
+    return _hardmax_axis(g, n, x, _axis(n.attr("axis", -1), x.ndim, n))
+
+
+def _hardmax_axis(g: Graph, n: Node, x: Value, axis: int) -> Value:
+    d = x.shape[axis]
+    if not isinstance(d, int):
+        raise n.error(f"Hardmax needs a static size along the axis, found {x.ty}")
+    am = g.call("argmax", x, axis=[axis], keepdims=True)
+    hit = g.call("equal", am, g.const(_iota(d, axis, x.ndim, am.dtype)))
+    return g.call("cast", hit, dtype=x.dtype)
+
+
+@converter("OneHot")
+def _one_hot(g: Graph, n: Node) -> Value:
+    idx, values = n.inputs[0], n.inputs[2]
+    depth = int(np.asarray(n.static(1, "depth")).reshape(-1)[0])
+    rank = idx.ndim + 1
+    axis = _axis(n.attr("axis", -1), rank, n)
+    if idx.dtype != "int64":
+        idx = g.call("cast", idx, dtype="int64")
+    idx = g.call("where", g.call("less", idx, _scalar(g, 0, idx)),
+                 g.call("add", idx, _scalar(g, depth, idx)), idx)
+    hit = g.call("equal", g.call("expand_dims", idx, axis=axis),
+                 g.const(_iota(depth, axis, rank, "int64")))
+    off = g.call("take", values, g.const(np.int64(0)), axis=0)
+    on = g.call("take", values, g.const(np.int64(1)), axis=0)
+    return g.call("where", hit, on, off)
+
+
+def _window(kind: str):  # type: ignore[no-untyped-def]
+    def conv(g: Graph, n: Node) -> Value:
+        size = int(np.asarray(n.static(0, "size")).reshape(-1)[0])
+        dt = _onnx_dtype(n.attr("output_datatype", 1), n)
+        big_n = size if n.attr("periodic", 1) else size - 1
+        k = np.arange(size, dtype=np.float64) * (2 * np.pi) / big_n
+        if kind == "hann":
+            w = 0.5 - 0.5 * np.cos(k)
+        elif kind == "hamming":
+            w = 25 / 46 - (21 / 46) * np.cos(k)
+        else:
+            w = 0.42 - 0.5 * np.cos(k) + 0.08 * np.cos(2 * k)
+        return g.const(w.astype(dt))
+    return conv
+
+
+converter("HannWindow")(_window("hann"))
+converter("HammingWindow")(_window("hamming"))
+converter("BlackmanWindow")(_window("blackman"))
+
+
+@converter("BitShift")
+def _bit_shift(g: Graph, n: Node) -> Value:
+    x, s = n.inputs[0], n.inputs[1]
+    p = g.call("power", _scalar(g, 2, s), s)
+    if n.attr("direction") == "LEFT":
+        return g.call("multiply", x, p)
+    return g.call("divide", x, p)
+
+
+@converter("MeanVarianceNormalization")
+def _mvn(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    axes = sorted(_axis(a, x.ndim, n) for a in n.attr("axes", [0, 2, 3]))
+    mean = g.call("mean", x, axis=axes, keepdims=True)
+    var = g.call("subtract", g.call("mean", g.call("multiply", x, x), axis=axes, keepdims=True),
+                 g.call("multiply", mean, mean))
+    std = g.call("add", g.call("sqrt", var), _scalar(g, 1e-9, x))
+    return g.call("divide", g.call("subtract", x, mean), std)
+
+
+@converter("LRN")
+def _lrn(g: Graph, n: Node) -> Value:
+    """``x / (bias + alpha/size * sum of squares over a channel window) ** beta``; the window
+    sum is an average pool over (channels, 1) counting the padding, times ``size``."""
+    x = n.inputs[0]
+    shp = _static_shape(x, n)
+    size = int(n.attr("size"))
+    sq = g.call("multiply", x, x)
+    sq = g.call("reshape", sq, newshape=[shp[0], 1, shp[1], int(np.prod(shp[2:]))])
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    s = g.call("nn.avg_pool2d", sq, pool_size=[size, 1], padding=[lo, 0, hi, 0],
+               count_include_pad=True)
+    s = g.call("reshape", s, newshape=list(shp))
+    alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
+    base = g.call("add", _scalar(g, bias, x), g.call("multiply", s, _scalar(g, alpha, x)))
+    return g.call("divide", x, g.call("power", base, _scalar(g, beta, x)))
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    out = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        out[i] = out[i + 1] * shape[i + 1]
+    return out
+
+
+def _wrap_negative(g: Graph, idx: Value, dim: Any) -> Value:
+    if idx.dtype != "int64":
+        idx = g.call("cast", idx, dtype="int64")
+    return g.call("where", g.call("less", idx, _scalar(g, 0, idx)),
+                  g.call("add", idx, _scalar(g, dim, idx)), idx)
+
+
+@converter("GatherElements")
+def _gather_elements(g: Graph, n: Node) -> Value:
+    """``out[i, j, k] = data[i, idx[i, j, k], k]`` (axis 1) as one ``take`` of the flattened
+    data at ``sum(coordinate * stride)``, the coordinates along other axes constants."""
+    x, idx = n.inputs[0], n.inputs[1]
+    xs = _static_shape(x, n)
+    ishape = _static_shape(idx, n, "indices")
+    axis = _axis(n.attr("axis", 0), x.ndim, n)
+    idx = _wrap_negative(g, idx, xs[axis])
+    st = _strides(xs)
+    flat = g.call("multiply", idx, g.const(np.int64(st[axis])))
+    grid = np.indices(ishape, dtype=np.int64)
+    rest = sum(grid[i] * st[i] for i in range(x.ndim) if i != axis)
+    flat = g.call("add", flat, g.const(np.asarray(rest, dtype=np.int64).reshape(ishape)))
+    return g.call("take", g.call("reshape", x, newshape=[-1]), flat, axis=0)
+
+
+@converter("GatherND")
+def _gather_nd(g: Graph, n: Node) -> Value:
+    """``out[b..., i...] = data[b..., idx[b..., i..., :], ...]``: the indexed dims flattened
+    into one and read with ``take``; batch dims become constant offsets."""
+    x, idx = n.inputs[0], n.inputs[1]
+    xs = _static_shape(x, n)
+    ishape = _static_shape(idx, n, "indices")
+    b = int(n.attr("batch_dims", 0))
+    k = ishape[-1]
+    lead = xs[:b + k]
+    st = _strides(lead)
+    if idx.dtype != "int64":
+        idx = g.call("cast", idx, dtype="int64")
+    # NOTE: negative indices count from the end of their own dim
+    dims = g.const(np.asarray(xs[b:b + k], dtype=np.int64))
+    idx = g.call("where", g.call("less", idx, _scalar(g, 0, idx)), g.call("add", idx, dims), idx)
+    flat = g.call("sum", g.call("multiply", idx,
+                                g.const(np.asarray(st[b:], dtype=np.int64))), axis=[-1])
+    if b:
+        grid = np.indices(ishape[:-1], dtype=np.int64)
+        off = sum(grid[i] * st[i] for i in range(b))
+        flat = g.call("add", flat, g.const(np.asarray(off, dtype=np.int64)))
+    data = g.call("reshape", x, newshape=[int(np.prod(lead)), *xs[b + k:]])
+    return g.call("take", data, flat, axis=0)
