@@ -1133,3 +1133,93 @@ def _gather_nd(g: Graph, n: Node) -> Value:
         flat = g.call("add", flat, g.const(np.asarray(off, dtype=np.int64)))
     data = g.call("reshape", x, newshape=[int(np.prod(lead)), *xs[b + k:]])
     return g.call("take", data, flat, axis=0)
+
+
+@converter("CumSum")
+def _cumsum(g: Graph, n: Node) -> Value:
+    """``cumsum`` as a masked sum: ``out[j] = sum_i where(mask[i, j], x[i], 0)`` with a
+    triangular constant mask (strict for ``exclusive``, flipped for ``reverse``)."""
+    x = n.inputs[0]
+    axis = _axis(int(np.asarray(n.static(1, "axis")).reshape(-1)[0]), x.ndim, n)
+    d = x.shape[axis]
+    if not isinstance(d, int):
+        raise n.error(f"CumSum needs a static size along the axis, found {x.ty}")
+    i = np.arange(d)[:, None]
+    j = np.arange(d)[None, :]
+    excl, rev = n.attr("exclusive", 0), n.attr("reverse", 0)
+    mask = (i > j if excl else i >= j) if rev else (i < j if excl else i <= j)
+    shape = [1] * (x.ndim + 1)
+    shape[axis], shape[axis + 1] = d, d
+    xe = g.call("expand_dims", x, axis=axis + 1)
+    picked = g.call("where", g.const(mask.reshape(shape)), xe, _scalar(g, 0, x))
+    return g.call("sum", picked, axis=[axis])
+
+
+def _take_flat(g: Graph, x: Value, index: np.ndarray) -> Value:
+    """``x.reshape(-1)[index]`` with a constant index array."""
+    return g.call("take", g.call("reshape", x, newshape=[-1]),
+                  g.const(np.asarray(index, dtype=np.int64)), axis=0)
+
+
+@converter("Einsum")
+def _einsum(g: Graph, n: Node) -> Value:
+    """Einsum as broadcast products and sums: each operand's repeated labels are read as a
+    diagonal (a constant-index take), its axes are put in one global label order with
+    ``transpose``/``expand_dims``, the operands multiplied, and the labels absent from the
+    output summed."""
+    eq = n.attr("equation").replace(" ", "")
+    xs = [v for v in n.inputs if v is not None]
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(xs):
+        raise n.error(f"equation {eq!r} has {len(terms)} operands, the node {len(xs)}")
+    ell = max((x.ndim - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t),
+              default=0)
+    ell_labels = [chr(0x2460 + k) for k in range(ell)]  # NOTE: labels no equation uses
+    ops: list[tuple[Value, list[str]]] = []
+    for t, x in zip(terms, xs):
+        pre, dots, post = t.partition("...")
+        e = x.ndim - len(pre) - len(post) if dots else 0
+        labels = list(pre) + ell_labels[ell - e:] + list(post)
+        if len(labels) != x.ndim:
+            raise n.error(f"operand {t!r} does not match rank {x.ndim}")
+        ops.append(_einsum_diagonal(g, n, x, labels))
+    counts: dict[str, int] = {}
+    for _x, labels in ops:
+        for lab in labels:
+            counts[lab] = counts.get(lab, 0) + 1
+    if arrow:
+        pre, dots, post = rhs.partition("...")
+        out = list(pre) + (ell_labels if dots else []) + list(post)
+    else:
+        out = ell_labels + sorted(lab for lab, c in counts.items()
+                                  if c == 1 and lab not in ell_labels)
+    order = out + [lab for lab in counts if lab not in out]
+    prod: Value | None = None
+    for x, labels in ops:
+        mine = [lab for lab in order if lab in labels]
+        perm = [labels.index(lab) for lab in mine]
+        if perm != list(range(len(perm))):
+            x = g.call("transpose", x, axes=perm)
+        for pos, lab in enumerate(order):
+            if lab not in labels:
+                x = g.call("expand_dims", x, axis=pos)
+        prod = x if prod is None else g.call("multiply", prod, x)
+    assert prod is not None
+    summed = list(range(len(out), len(order)))
+    if summed:
+        return g.call("sum", prod, axis=summed)
+    return prod if len(ops) > 1 else g.call("copy", prod)
+
+
+def _einsum_diagonal(g: Graph, n: Node, x: Value, labels: list[str]
+                     ) -> tuple[Value, list[str]]:
+    uniq = list(dict.fromkeys(labels))
+    if len(uniq) == len(labels):
+        return x, labels
+    shp = _static_shape(x, n)
+    sizes = {lab: shp[k] for k, lab in enumerate(labels)}
+    st = _strides(shp)
+    grid = np.indices([sizes[lab] for lab in uniq], dtype=np.int64)
+    flat = sum(grid[uniq.index(lab)] * st[k] for k, lab in enumerate(labels))
+    return _take_flat(g, x, flat), uniq
