@@ -290,9 +290,9 @@ def test_unsupported_operators_are_one_diagnostic() -> None:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="relu0"),
-        helper.make_node("Erf", ["a"], ["b"], name="erf_1"),
+        helper.make_node("TfIdfVectorizer", ["a"], ["b"], name="tfidf_1"),
         helper.make_node("Abs", ["b"], ["c"], name="abs2"),
-        helper.make_node("CumSum", ["c", "axis"], ["d"], name="cumsum_3"),
+        helper.make_node("SequenceEmpty", ["c", "axis"], ["d"], name="seq_3"),
         helper.make_node("Foo", ["d"], ["y"], name="custom", domain="com.example"),
     ]
     axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
@@ -303,8 +303,8 @@ def test_unsupported_operators_are_one_diagnostic() -> None:
         from_onnx(model)
     msg = str(info.value)
     assert "3 unsupported operator node(s)" in msg
-    assert "node 1 (Erf 'erf_1'): no converter for Erf" in msg
-    assert "node 3 (CumSum 'cumsum_3'): no converter for CumSum" in msg
+    assert "node 1 (TfIdfVectorizer 'tfidf_1'): no converter for TfIdfVectorizer" in msg
+    assert "node 3 (SequenceEmpty 'seq_3'): no converter for SequenceEmpty" in msg
     assert "node 4 (com.example.Foo 'custom')" in msg
     assert "Relu" not in msg and "Abs" not in msg
 
