@@ -328,3 +328,46 @@ def test_bad_files_are_diagnostics(tmp_path) -> None:  # type: ignore[no-untyped
     bad.write_bytes(b"\x00\x01 not a protobuf \xff" * 3)
     with pytest.raises(rly.DiagnosticError, match="not an ONNX model"):
         from_onnx(bad)
+
+
+# ---------------------------------------------------------------------------- rly import
+
+def test_rly_import_writes_text_and_weights(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from relay_ir.cli import main
+    model = _cnn_model()
+    onnx.save(model, str(tmp_path / "cnn.onnx"))
+    out = tmp_path / "cnn.rly"
+    assert main(["import", str(tmp_path / "cnn.onnx"), "-o", str(out),
+                 "--shape", "input.1=2,3,8,8"]) == 0
+    mod = rly.parse(out.read_text())
+    names = [p.name_hint for p in mod["main"].params]
+    with np.load(tmp_path / "cnn.npz") as z:
+        weights = {k: z[k] for k in z.files}
+    assert sorted(weights) == sorted(names[1:])
+    x = np.random.default_rng(4).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    got = runtime.evaluate(mod, x, *(weights[n] for n in names[1:]))
+    import onnxruntime as ort
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = np.concatenate([sess.run(None, {"input.1": x[i:i + 1]})[0] for i in range(2)])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    # --embed-weights: the weights are constants in the metadata section; @main takes x only
+    emb = tmp_path / "emb.rly"
+    assert main(["import", str(tmp_path / "cnn.onnx"), "-o", str(emb), "--embed-weights"]) == 0
+    mod2 = rly.parse(emb.read_text())
+    assert [p.name_hint for p in mod2["main"].params] == ["input_1"]
+    np.testing.assert_allclose(runtime.evaluate(mod2, x[:1]), want[:1], rtol=1e-4, atol=1e-4)
+
+
+def test_rly_import_errors(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from relay_ir.cli import main
+    assert main(["import", str(tmp_path / "none.onnx")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    onnx.save(_cnn_model(), str(tmp_path / "cnn.onnx"))
+    assert main(["import", str(tmp_path / "cnn.onnx"), "--shape", "input.1"]) == 2
+    assert "expected NAME=D0,D1" in capsys.readouterr().err
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage\xff\x00")
+    assert main(["import", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "not an ONNX model" in err and "Traceback" not in err
