@@ -22,7 +22,7 @@ from relay_ir import runtime
 from relay_ir.frontend import from_onnx
 from relay_ir.frontend.onnx import RLY_DTYPES, SUPPORTED_OPS, OnnxImportError, rly_name
 
-NODE_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+DATA_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
 # Supported-operator cases that fail, and why (docs/frontend_onnx.md lists them too).
 KNOWN_FAILURES = {
@@ -35,6 +35,7 @@ KNOWN_FAILURES = {
     "test_range_float16_type_positive_delta": "Range of non-constant (float) inputs",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
+    "test_convtranspose_3d": "3-D ConvTranspose",
 }
 _KNOWN_PREFIXES = {
     "test_center_crop_pad_": "Pad with pads computed from a float input",
@@ -61,26 +62,28 @@ def _opset(m: onnx.ModelProto) -> int:
     return max((i.version for i in m.opset_import if i.domain in ("", "ai.onnx")), default=0)
 
 
-def _node_cases() -> list[tuple[str, int]]:
+def _node_cases(kind: str = "node") -> list[tuple[str, int]]:
     out = []
-    for d in sorted(glob.glob(os.path.join(NODE_DIR, "test_*"))):
+    for d in sorted(glob.glob(os.path.join(DATA_DIR, kind, "test_*"))):
         m = onnx.load(os.path.join(d, "model.onnx"), load_external_data=False)
         if all(n.op_type in SUPPORTED_OPS and n.domain in ("", "ai.onnx")
                for n in m.graph.node):
-            out.append((os.path.basename(d), _opset(m)))
+            out.append((os.path.join(kind, os.path.basename(d)), _opset(m)))
     return out
 
 
 _CASES = _node_cases()
+_TORCH_CASES = _node_cases("pytorch-converted") + _node_cases("pytorch-operator")
 
 
 def _known_failure(name: str) -> str | None:
+    kind, name = name.split("/")
     if name in KNOWN_FAILURES:
         return KNOWN_FAILURES[name]
     for p, why in _KNOWN_PREFIXES.items():
         if name.startswith(p):
             return why
-    m = onnx.load(os.path.join(NODE_DIR, name, "model.onnx"), load_external_data=False)
+    m = onnx.load(os.path.join(DATA_DIR, kind, name, "model.onnx"), load_external_data=False)
     if _has_exotic_type(m):
         return "an element type relay_ir lacks (bfloat16, float8, float4, int4, int2, string)"
     return None
@@ -91,8 +94,9 @@ def _load_tensor(path: str) -> np.ndarray:
 
 
 def run_node_case(name: str) -> None:
-    """Import node test ``name``, run it with the interpreter, compare with its outputs."""
-    d = os.path.join(NODE_DIR, name)
+    """Import test ``name`` (``node/test_abs``), run it with the interpreter, compare with
+    its outputs."""
+    d = os.path.join(DATA_DIR, name)
     m = onnx.load(os.path.join(d, "model.onnx"))
     ds = os.path.join(d, "test_data_set_0")
 
@@ -126,7 +130,7 @@ def _params(cases: list[tuple[str, int]]) -> list:
     for name, _ in cases:
         why = _known_failure(name)
         marks = [pytest.mark.xfail(reason=why, strict=True, raises=Exception)] if why else []
-        out.append(pytest.param(name, marks=marks, id=name))
+        out.append(pytest.param(name, marks=marks, id=name.split("/")[1]))
     return out
 
 
@@ -144,18 +148,30 @@ def test_node_suite_all(name: str) -> None:
     run_node_case(name)
 
 
+@pytest.mark.parametrize("name", _params(_TORCH_CASES[::3]))
+def test_pytorch_model_suites_slice(name: str) -> None:
+    run_node_case(name)
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("name", _params(_TORCH_CASES))
+def test_pytorch_model_suites_all(name: str) -> None:
+    run_node_case(name)
+
+
 def test_node_suite_covers_the_common_operators() -> None:
     # the supported cases hold the operators CNNs and transformers use
     ops = set()
     for name, _ in _CASES:
-        m = onnx.load(os.path.join(NODE_DIR, name, "model.onnx"), load_external_data=False)
+        m = onnx.load(os.path.join(DATA_DIR, name, "model.onnx"), load_external_data=False)
         ops |= {n.op_type for n in m.graph.node}
     for op in ("Conv", "Gemm", "MatMul", "BatchNormalization", "MaxPool", "AveragePool",
                "Relu", "Softmax", "Reshape", "Transpose", "Slice", "Gather", "Concat",
                "Split", "Squeeze", "Unsqueeze", "Expand", "Pad", "Where", "Cast",
-               "LayerNormalization", "ReduceMean"):
+               "LayerNormalization", "ReduceMean", "ConvTranspose", "Einsum"):
         assert op in ops, op
-    assert len(_LOW) >= 400
+    assert len(_LOW) >= 500
+    assert len(_TORCH_CASES) == 117
 
 
 # ---------------------------------------------------------------------------- models

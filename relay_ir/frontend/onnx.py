@@ -178,7 +178,10 @@ class Graph:
         out_ty = od.type_rel(types, call.attrs)
         if out_ty is None:
             raise TypeInferenceError(f"{op}: could not infer the result type")
-        if od.impl is not None and not od.effectful and all(c is not None for c in consts):
+        # NOTE: a call without arguments (zeros(shape=...)) stays a call: it is cheap and
+        # its constant would be as big as its result
+        if od.impl is not None and not od.effectful and consts and all(
+                c is not None for c in consts):
             with np.errstate(all="ignore"):
                 out = od.impl(consts, call.attrs)
             if isinstance(out, tuple):

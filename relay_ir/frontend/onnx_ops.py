@@ -218,6 +218,9 @@ def _thresholded_relu(g: Graph, n: Node) -> Value:
 @converter("PRelu")
 def _prelu(g: Graph, n: Node) -> Value:
     x, slope = n.inputs[0], n.inputs[1]
+    if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1] != x.shape[-1]:
+        # NOTE: a per-channel slope as older exporters write it (channel axis 1)
+        slope = g.call("reshape", slope, newshape=_channel_shape(x))
     cond = g.call("less", x, _scalar(g, 0, x))
     return g.call("where", cond, g.call("multiply", x, slope), x)
 
@@ -384,6 +387,9 @@ def _conv(g: Graph, n: Node) -> Value:
     strides = list(n.attr("strides", [1] * k))
     dil = list(n.attr("dilations", [1] * k))
     pads = _spatial(x, n, kernel, strides, dil)
+    if x.ndim == 5:
+        y = _conv3d(g, n, x, w, kernel, strides, dil, pads)
+        return y if b is None else g.call("nn.bias_add", y, b, axis=1)
     x4, one_d = _as_2d(g, x, n)
     if one_d:
         w = g.call("expand_dims", w, axis=2)
@@ -398,6 +404,101 @@ def _conv(g: Graph, n: Node) -> Value:
     if one_d:
         y = g.call("squeeze", y, axis=[2])
     return y
+
+
+@converter("ConvTranspose")
+def _conv_transpose(g: Graph, n: Node) -> Value:
+    """The adjoint of a convolution: ``nn.conv2d_backward_data`` with the output's shape
+    given by a ``zeros`` of that shape (ONNX's W is (C_in, C_out / group, kH, kW), the
+    forward convolution's OIHW weight)."""
+    x, w = n.inputs[0], n.inputs[1]
+    b = n.input(2)
+    wshape = _static_shape(w, n, "weight")
+    kernel = list(n.attr("kernel_shape", wshape[2:]))
+    k = len(kernel)
+    if k not in (1, 2) or x.ndim != k + 2:
+        raise n.error(f"only 1-D and 2-D ConvTranspose is supported (input rank {x.ndim})")
+    xs = _static_shape(x, n)
+    strides = list(n.attr("strides", [1] * k))
+    dil = list(n.attr("dilations", [1] * k))
+    outpad = list(n.attr("output_padding", [0] * k))
+    group = int(n.attr("group", 1))
+    natural = [strides[i] * (xs[2 + i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1
+               for i in range(k)]
+    auto = n.attr("auto_pad", "NOTSET")
+    out_shape = n.attr("output_shape")
+    extra = [0] * k
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = list(out_shape)[-k:] if out_shape is not None else \
+            [xs[2 + i] * strides[i] for i in range(k)]
+        begin, end = [], []
+        for i in range(k):
+            total = natural[i] - want[i]
+            if total < 0:  # NOTE: rows past the last tap: zeros (plus the bias)
+                extra[i] = -total
+                total = 0
+            small, big = total // 2, total - total // 2
+            if auto == "SAME_UPPER":
+                begin.append(small)
+                end.append(big)
+            else:
+                begin.append(big)
+                end.append(small)
+        pads = begin + end
+    elif auto == "VALID":
+        pads = [0] * (2 * k)
+    else:
+        pads = list(n.attr("pads", [0] * (2 * k)))
+    spatial = [natural[i] - pads[i] - pads[i + k] for i in range(k)]
+    out = [xs[0], wshape[1] * group, *spatial]
+    if k == 1:
+        x = g.call("expand_dims", x, axis=2)
+        w = g.call("expand_dims", w, axis=2)
+        strides, dil, kernel = [1] + strides, [1] + dil, [1] + kernel
+        pads = [0, pads[0], 0, pads[1]]
+        out = [out[0], out[1], 1, out[2]]
+    like = g.call("zeros", shape=out, dtype=x.dtype)
+    y = g.call("nn.conv2d_backward_data", x, w, like, strides=strides, padding=pads,
+               dilation=dil, groups=group, kernel_size=kernel)
+    if any(extra):
+        width = [[0, 0], [0, 0]] + ([[0, 0]] if k == 1 else []) + [[0, e] for e in extra]
+        y = g.call("nn.pad", y, _scalar(g, 0, y), pad_width=width)
+    if b is not None:
+        y = g.call("nn.bias_add", y, b, axis=1)
+    if k == 1:
+        y = g.call("squeeze", y, axis=[2])
+    return y
+
+
+def _conv3d(g: Graph, n: Node, x: Value, w: Value, kernel: list[int], strides: list[int],
+            dil: list[int], pads: list[int]) -> Value:
+    """A 3-D convolution as a sum over the kernel's depth of 2-D ones: tap ``kd`` convolves
+    the depth slices ``od * stride + kd * dilation`` (of the depth-padded input), batched
+    with the output depth folded into the batch."""
+    b, c, d, h, wd = _static_shape(x, n)
+    o = _static_shape(w, n, "weight")[0]
+    groups = int(n.attr("group", 1))
+    if pads[0] or pads[3]:
+        x = g.call("nn.pad", x, _scalar(g, 0, x),
+                   pad_width=[[0, 0], [0, 0], [pads[0], pads[3]], [0, 0], [0, 0]])
+    dp = d + pads[0] + pads[3]
+    do = (dp - (kernel[0] - 1) * dil[0] - 1) // strides[0] + 1
+    acc: Value | None = None
+    for kd in range(kernel[0]):
+        start = kd * dil[0]
+        xs = g.call("strided_slice", x, begin=[start], end=[start + (do - 1) * strides[0] + 1],
+                    strides=[strides[0]], axes=[2])
+        xs = g.call("transpose", xs, axes=[0, 2, 1, 3, 4])
+        xs = g.call("reshape", xs, newshape=[b * do, c, h, wd])
+        wk = g.call("take", w, g.const(np.int64(kd)), axis=2)
+        y = g.call("nn.conv2d", xs, wk, strides=strides[1:], dilation=dil[1:],
+                   padding=[pads[1], pads[2], pads[4], pads[5]], groups=groups,
+                   kernel_size=kernel[1:])
+        acc = y if acc is None else g.call("add", acc, y)
+    assert acc is not None
+    ho, wo = acc.shape[2], acc.shape[3]
+    y = g.call("reshape", acc, newshape=[b, do, o, ho, wo])
+    return g.call("transpose", y, axes=[0, 2, 1, 3, 4])
 
 
 def _pool(kind: str):  # type: ignore[no-untyped-def]
