@@ -92,8 +92,11 @@ def _mod(g: Graph, n: Node) -> Value:
 
 @converter("Round")
 def _round(g: Graph, n: Node) -> Value:
+    return _round_even(g, n.inputs[0])
+
+
+def _round_even(g: Graph, x: Value) -> Value:
     """ONNX rounds halves to even; relay_ir's ``round`` rounds them away from zero."""
-    x = n.inputs[0]
     r = g.call("round", x)
     half = g.call("equal", g.call("abs", g.call("subtract", x, g.call("trunc", x))),
                   _scalar(g, 0.5, x))
@@ -298,7 +301,10 @@ def _gemm(g: Graph, n: Node) -> Value:
 
 @converter("MatMul")
 def _matmul(g: Graph, n: Node) -> Value:
-    a, b = n.inputs[0], n.inputs[1]
+    return _matmul_values(g, n, n.inputs[0], n.inputs[1])
+
+
+def _matmul_values(g: Graph, n: Node, a: Value, b: Value) -> Value:
     a1, b1 = a.ndim == 1, b.ndim == 1
     if a1:
         a = g.call("expand_dims", a, axis=0)
@@ -380,8 +386,10 @@ def _as_2d(g: Graph, x: Value, n: Node) -> tuple[Value, bool]:
 
 @converter("Conv")
 def _conv(g: Graph, n: Node) -> Value:
-    x, w = n.inputs[0], n.inputs[1]
-    b = n.input(2)
+    return _conv_values(g, n, n.inputs[0], n.inputs[1], n.input(2))
+
+
+def _conv_values(g: Graph, n: Node, x: Value, w: Value, b: Value | None) -> Value:
     kernel = list(n.attr("kernel_shape", _static_shape(w, n, "weight")[2:]))
     k = len(kernel)
     strides = list(n.attr("strides", [1] * k))
@@ -1324,3 +1332,225 @@ def _einsum_diagonal(g: Graph, n: Node, x: Value, labels: list[str]
     grid = np.indices([sizes[lab] for lab in uniq], dtype=np.int64)
     flat = sum(grid[uniq.index(lab)] * st[k] for k, lab in enumerate(labels))
     return _take_flat(g, x, flat), uniq
+
+
+# ---------------------------------------------------------------------------- quantization
+
+_INT_RANGE = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
+              "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _per_axis(g: Graph, v: Value, x: Value, axis: int, n: Node) -> Value:
+    """A 1-D per-axis scale or zero point shaped to broadcast along ``axis`` of ``x``."""
+    if v.ndim == 1 and x.ndim > 1:
+        shape = [1] * x.ndim
+        shape[_axis(axis, x.ndim, n)] = -1
+        return g.call("reshape", v, newshape=shape)
+    return v
+
+
+def _saturate(g: Graph, y: Value, dtype: str, n: Node) -> Value:
+    if dtype not in _INT_RANGE:
+        raise n.error(f"quantizing to {dtype} is not supported")
+    lo, hi = _INT_RANGE[dtype]
+    y = g.call("maximum", y, _scalar(g, lo, y))
+    y = g.call("minimum", y, _scalar(g, hi, y))
+    return g.call("cast", y, dtype=dtype)
+
+
+def _quantize(g: Graph, n: Node, x: Value, scale: Value, zp: Value | None, dtype: str
+              ) -> Value:
+    """``saturate(round_half_even(x / scale) + zero_point)`` as ``dtype``."""
+    if x.dtype != "float32":
+        x = g.call("cast", x, dtype="float32")
+    if scale.dtype != "float32":
+        scale = g.call("cast", scale, dtype="float32")
+    y = _round_even(g, g.call("divide", x, scale))
+    if zp is not None:
+        y = g.call("add", y, g.call("cast", zp, dtype="float32"))
+    return _saturate(g, y, dtype, n)
+
+
+@converter("QuantizeLinear")
+def _quantize_linear(g: Graph, n: Node) -> Value:
+    x, scale = n.inputs[0], n.inputs[1]
+    zp = n.input(2)
+    if n.attr("block_size", 0):
+        raise n.error("blocked quantization is not supported")
+    axis = n.attr("axis", 1)
+    dtype = zp.dtype if zp is not None else (
+        _onnx_dtype(n.attr("output_dtype"), n) if n.attr("output_dtype") else "uint8")
+    scale = _per_axis(g, scale, x, axis, n)
+    zp = None if zp is None else _per_axis(g, zp, x, axis, n)
+    return _quantize(g, n, x, scale, zp, dtype)
+
+
+@converter("DequantizeLinear")
+def _dequantize_linear(g: Graph, n: Node) -> Value:
+    x, scale = n.inputs[0], n.inputs[1]
+    zp = n.input(2)
+    if n.attr("block_size", 0):
+        raise n.error("blocked quantization is not supported")
+    axis = n.attr("axis", 1)
+    scale = _per_axis(g, scale, x, axis, n)
+    y = g.call("cast", x, dtype=scale.dtype)
+    if zp is not None:
+        zp = _per_axis(g, zp, x, axis, n)
+        y = g.call("subtract", y, g.call("cast", zp, dtype=scale.dtype))
+    return g.call("multiply", y, scale)
+
+
+@converter("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(g: Graph, n: Node) -> list[Value]:
+    x = n.inputs[0]
+    zero = _scalar(g, 0, x)
+    lo = g.call("minimum", g.call("min", x), zero)
+    hi = g.call("maximum", g.call("max", x), zero)
+    scale = g.call("divide", g.call("subtract", hi, lo), _scalar(g, 255, x))
+    zp = _saturate(g, _round_even(g, g.call("subtract", zero, g.call("divide", lo, scale))),
+                   "uint8", n)
+    y = _quantize(g, n, x, scale, zp, "uint8")
+    return [y, scale, zp]
+
+
+def _shifted(g: Graph, x: Value, zp: Value | None, x_axis: int | None, n: Node) -> Value:
+    """``int32(x) - int32(zero_point)``; a 1-D zero point runs along ``x_axis``."""
+    y = g.call("cast", x, dtype="int32")
+    if zp is None:
+        return y
+    z = g.call("cast", zp, dtype="int32")
+    if z.ndim == 1 and x_axis is not None and x.ndim > 1:
+        z = _per_axis(g, z, x, x_axis, n)
+    return g.call("subtract", y, z)
+
+
+@converter("MatMulInteger")
+def _matmul_integer(g: Graph, n: Node) -> Value:
+    a = _shifted(g, n.inputs[0], n.input(2), -2, n)
+    b = _shifted(g, n.inputs[1], n.input(3), -1, n)
+    return _matmul_values(g, n, a, b)
+
+
+@converter("ConvInteger")
+def _conv_integer(g: Graph, n: Node) -> Value:
+    x = _shifted(g, n.inputs[0], n.input(2), None, n)
+    w = _shifted(g, n.inputs[1], n.input(3), 0, n)
+    return _conv_values(g, n, x, w, None)
+
+
+def _f32(g: Graph, *vs: Value) -> list[Value]:
+    return [v if v.dtype == "float32" else g.call("cast", v, dtype="float32") for v in vs]
+
+
+def _requantize(g: Graph, n: Node, acc: Value, scale: Value, zp: Value) -> Value:
+    y = g.call("multiply", g.call("cast", acc, dtype="float32"), scale)
+    return _quantize(g, n, y, _scalar(g, 1, y), zp, zp.dtype)
+
+
+@converter("QLinearConv")
+def _qlinear_conv(g: Graph, n: Node) -> Value:
+    x, xs, xz, w, ws, wz, ys, yz = n.inputs[:8]
+    b = n.input(8)
+    acc = _conv_values(g, n, _shifted(g, x, xz, None, n), _shifted(g, w, wz, 0, n),
+                       None if b is None else g.call("cast", b, dtype="int32"))
+    xs, ws, ys = _f32(g, xs, _per_axis(g, ws, acc, 1, n), ys)
+    scale = g.call("divide", g.call("multiply", xs, ws), ys)
+    return _requantize(g, n, acc, scale, yz)
+
+
+@converter("QLinearMatMul")
+def _qlinear_matmul(g: Graph, n: Node) -> Value:
+    a, as_, az, b, bs, bz, ys, yz = n.inputs[:8]
+    acc = _matmul_values(g, n, _shifted(g, a, az, -2, n), _shifted(g, b, bz, -1, n))
+    as_, bs, ys = _f32(g, as_, _per_axis(g, bs, acc, -1, n), ys)
+    scale = g.call("divide", g.call("multiply", as_, bs), ys)
+    return _requantize(g, n, acc, scale, yz)
+
+
+# ---------------------------------------------------------------------------- known indices
+
+def _scatter_flat(g: Graph, n: Node, data: Value, updates: Value, target: np.ndarray
+                  ) -> Value:
+    """``data`` with ``updates.flat[k]`` written at flat position ``target[k]`` (last write
+    wins; ``reduction="add"``/``"mul"``/``"max"``/``"min"`` combine), ``target`` constant."""
+    dshape = _static_shape(data, n)
+    size = int(np.prod(dshape))
+    target = np.asarray(target, dtype=np.int64).reshape(-1)
+    red = n.attr("reduction", "none")
+    flat_d = g.call("reshape", data, newshape=[-1])
+    flat_u = g.call("reshape", updates, newshape=[-1])
+    if red == "none":
+        src = np.full(size, -1, dtype=np.int64)
+        src[target] = np.arange(target.size)
+        hit = g.const(src >= 0)
+        picked = g.call("take", flat_u, g.const(np.maximum(src, 0)), axis=0)
+        out = g.call("where", hit, picked, flat_d)
+    else:
+        out = flat_d
+        # NOTE: one pass per write "round": the k-th write to each position
+        order = np.argsort(target, kind="stable")
+        rank = np.empty_like(order)
+        sorted_t = target[order]
+        first = np.r_[0, np.flatnonzero(np.diff(sorted_t)) + 1]
+        starts = np.repeat(first, np.diff(np.r_[first, sorted_t.size]))
+        rank[order] = np.arange(sorted_t.size) - starts
+        combine = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
+        if red not in combine:
+            raise n.error(f"reduction {red!r} is not supported")
+        for r in range(int(rank.max()) + 1 if rank.size else 0):
+            src = np.full(size, -1, dtype=np.int64)
+            sel = rank == r
+            src[target[sel]] = np.flatnonzero(sel)
+            picked = g.call("take", flat_u, g.const(np.maximum(src, 0)), axis=0)
+            out = g.call("where", g.const(src >= 0), g.call(combine[red], out, picked), out)
+    return g.call("reshape", out, newshape=list(dshape))
+
+
+@converter("ScatterElements", "Scatter")
+def _scatter_elements(g: Graph, n: Node) -> Value:
+    data, updates = n.inputs[0], n.inputs[2]
+    idx = np.asarray(n.static(1, "indices")).astype(np.int64)
+    dshape = _static_shape(data, n)
+    axis = _axis(n.attr("axis", 0), data.ndim, n)
+    idx = np.where(idx < 0, idx + dshape[axis], idx)
+    coords = list(np.indices(idx.shape, dtype=np.int64))
+    coords[axis] = idx
+    return _scatter_flat(g, n, data, updates, np.ravel_multi_index(coords, dshape))
+
+
+@converter("ScatterND")
+def _scatter_nd(g: Graph, n: Node) -> Value:
+    data, updates = n.inputs[0], n.inputs[2]
+    idx = np.asarray(n.static(1, "indices")).astype(np.int64)
+    dshape = _static_shape(data, n)
+    k = idx.shape[-1]
+    idx = np.where(idx < 0, idx + np.asarray(dshape[:k]), idx)
+    inner = int(np.prod(dshape[k:]))
+    base = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), dshape[:k]) * inner
+    target = base[..., None] + np.arange(inner)
+    return _scatter_flat(g, n, data, updates, target)
+
+
+@converter("ReverseSequence")
+def _reverse_sequence(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    lens = np.asarray(n.static(1, "sequence_lens")).astype(np.int64)
+    shape = _static_shape(x, n)
+    bax, tax = n.attr("batch_axis", 1), n.attr("time_axis", 0)
+    coords = list(np.indices(shape, dtype=np.int64))
+    t, b = coords[tax], coords[bax]
+    ln = lens[b]
+    coords[tax] = np.where(t < ln, ln - 1 - t, t)
+    return _take_flat(g, x, np.ravel_multi_index(coords, shape))
+
+
+@converter("Compress")
+def _compress(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    cond = np.asarray(n.static(1, "condition")).astype(bool)
+    keep = np.flatnonzero(cond)
+    axis = n.attr("axis")
+    if axis is None:
+        return g.call("take", g.call("reshape", x, newshape=[-1]), g.const(keep), axis=0)
+    axis = _axis(axis, x.ndim, n)
+    return g.call("take", x, g.const(keep), axis=axis)
