@@ -352,7 +352,7 @@ def test_bad_files_are_diagnostics(tmp_path) -> None:  # type: ignore[no-untyped
 
 # ---------------------------------------------------------------------------- rly import
 
-def test_rly_import_writes_text_and_weights(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_rly_import_writes_text_and_weights(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from relay_ir.cli import main
     model = _cnn_model()
     onnx.save(model, str(tmp_path / "cnn.onnx"))

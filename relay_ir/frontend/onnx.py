@@ -6,8 +6,9 @@ weight's parameter name to its array. ONNX names are made valid ``.rly`` names b
 :func:`rly_name` (see docs/frontend_onnx.md for the mapping).
 
 Each node is converted by the function registered for its operator in
-:mod:`relay_ir.frontend.onnx_ops`; every result is let-bound in order, with its type computed
-from the operator's type relation as it is emitted. Calls whose arguments are all constants
+:mod:`relay_ir.frontend.onnx_ops` (and ``onnx_nn``, ``onnx_extra``); every result is
+let-bound in order, with its type computed from the operator's type relation as it is
+emitted. Calls whose arguments are all constants
 are folded with the operators' reference implementations, so shape computations
 (``Shape -> Gather -> Concat -> Reshape``) reach the operators that need static values. Values
 an operator needs as attributes (axes, shapes, pads) must be constants or initializers.
@@ -239,7 +240,7 @@ def converter(*op_types: str) -> Callable[[Converter], Converter]:
 
 
 def _ensure_converters() -> None:
-    from relay_ir.frontend import onnx_ops  # noqa: F401
+    from relay_ir.frontend import onnx_extra, onnx_nn, onnx_ops  # noqa: F401
 
 
 class _SupportedOps:
