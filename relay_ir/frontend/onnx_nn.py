@@ -376,3 +376,74 @@ def _layer_norm(g: Graph, n: Node) -> list[Value]:
         y = g.call("add", y, bias)
     inv = g.call("divide", _scalar(g, 1, denom), denom)
     return [y, mean, inv][:n.num_outputs]
+
+
+@converter("RMSNormalization")
+def _rms_norm(g: Graph, n: Node) -> Value:
+    x, scale = n.inputs[0], n.inputs[1]
+    axis = _axis(n.attr("axis", -1), x.ndim, n)
+    ms = g.call("mean", g.call("multiply", x, x), axis=list(range(axis, x.ndim)), keepdims=True)
+    denom = g.call("sqrt", g.call("add", ms, _scalar(g, float(n.attr("epsilon", 1e-5)), x)))
+    return g.call("multiply", g.call("divide", x, denom), scale)
+
+
+@converter("GroupNormalization")
+def _group_norm(g: Graph, n: Node) -> Value:
+    x, scale, bias = n.inputs[:3]
+    shp = _static_shape(x, n)
+    groups = int(n.attr("num_groups"))
+    y = g.call("reshape", x, newshape=[shp[0], groups, -1])
+    y, _, _ = _normalize(g, y, [2], float(n.attr("epsilon", 1e-5)))
+    y = g.call("reshape", y, newshape=list(shp))
+    c = shp[1]
+    if scale.shape[0] != c:  # NOTE: opset 18 gave one scale and bias per group
+        scale = g.call("repeat", scale, repeats=c // groups, axis=0)
+        bias = g.call("repeat", bias, repeats=c // groups, axis=0)
+    cs = _channel_shape(x)
+    y = g.call("multiply", y, g.call("reshape", scale, newshape=cs))
+    return g.call("add", y, g.call("reshape", bias, newshape=cs))
+
+
+@converter("LpNormalization")
+def _lp_norm(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    axis = _axis(n.attr("axis", -1), x.ndim, n)
+    p = int(n.attr("p", 2))
+    if p == 1:
+        norm = g.call("sum", g.call("abs", x), axis=[axis], keepdims=True)
+    elif p == 2:
+        norm = g.call("sqrt", g.call("sum", g.call("multiply", x, x), axis=[axis],
+                                     keepdims=True))
+    else:
+        raise n.error(f"p={p} is not supported (1 or 2)")
+    # NOTE: a zero norm leaves zeros (not 0/0)
+    safe = g.call("where", g.call("equal", norm, _scalar(g, 0, norm)), _scalar(g, 1, norm), norm)
+    return g.call("divide", x, safe)
+
+
+@converter("LpPool", "GlobalLpPool")
+def _lp_pool(g: Graph, n: Node) -> Value:
+    """``(sum over the window of |x|^p)^(1/p)``: an average pool counting the padding,
+    times the window size."""
+    x = n.inputs[0]
+    p = float(n.attr("p", 2))
+    xp = g.call("power", g.call("abs", x), _scalar(g, p, x))
+    if n.op_type == "GlobalLpPool":
+        s = g.call("sum", xp, axis=list(range(2, x.ndim)), keepdims=True)
+    else:
+        kernel = list(n.attr("kernel_shape"))
+        k = len(kernel)
+        strides = list(n.attr("strides", [1] * k))
+        dil = list(n.attr("dilations", [1] * k))
+        pads = _spatial(x, n, kernel, strides, dil)
+        x4, one_d = _as_2d(g, xp, n)
+        if one_d:
+            strides, dil, kernel = [1] + strides, [1] + dil, [1] + kernel
+            pads = [0, pads[0], 0, pads[1]]
+        s = g.call("nn.avg_pool2d", x4, pool_size=kernel, strides=strides, dilation=dil,
+                   padding=pads, ceil_mode=bool(n.attr("ceil_mode", 0)),
+                   count_include_pad=True)
+        s = g.call("multiply", s, _scalar(g, int(np.prod(kernel)), s))
+        if one_d:
+            s = g.call("squeeze", s, axis=[2])
+    return g.call("power", s, _scalar(g, 1 / p, s))

@@ -345,6 +345,17 @@ def _reduce_axes(g: Graph, n: Node, x: Value, axes_from_input: bool) -> list[int
     return sorted(_axis(a, x.ndim, n) for a in axes)
 
 
+def _limit(dt: np.dtype, high: bool) -> Any:
+    if dt.kind == "f":
+        return np.inf if high else -np.inf
+    info = np.iinfo(dt) if dt.kind in "iu" else None
+    return (info.max if high else info.min) if info is not None else high
+
+
+_EMPTY = {"sum": lambda dt: 0, "mean": lambda dt: np.nan, "prod": lambda dt: 1,
+          "max": lambda dt: _limit(dt, False), "min": lambda dt: _limit(dt, True)}
+
+
 def _reduce(rly_op: str, pre: str | None = None, post: str | None = None,
             input_from: int = 18):  # type: ignore[no-untyped-def]
     def conv(g: Graph, n: Node) -> Value:
@@ -359,6 +370,10 @@ def _reduce(rly_op: str, pre: str | None = None, post: str | None = None,
             x = g.call("exp", x)
         if not axes:
             y = g.call("copy", x)
+        elif any(x.shape[a] == 0 for a in axes) and all(isinstance(d, int) for d in x.shape):
+            # NOTE: an empty reduction is the operation's identity (max: -inf, min: inf)
+            shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
+            y = g.const(np.full(shape, _EMPTY[rly_op](np.dtype(x.dtype)), dtype=x.dtype))
         else:
             y = g.call(rly_op, x, axis=axes, keepdims=keep)
         if post == "sqrt":
@@ -706,3 +721,10 @@ def _depth_space(g: Graph, n: Node) -> Value:
         y = g.call("reshape", x, newshape=[b, c // (bs * bs), bs, bs, h, w])
         y = g.call("transpose", y, axes=[0, 1, 4, 2, 5, 3])
     return g.call("reshape", y, newshape=[b, c // (bs * bs), h * bs, w * bs])
+
+
+@converter("Swish")
+def _swish(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    return g.call("multiply", x, g.call("sigmoid", g.call("multiply", x, _scalar(
+        g, n.attr("alpha", 1.0), x))))
