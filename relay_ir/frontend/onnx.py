@@ -240,7 +240,7 @@ def converter(*op_types: str) -> Callable[[Converter], Converter]:
 
 
 def _ensure_converters() -> None:
-    from relay_ir.frontend import onnx_extra, onnx_nn, onnx_ops  # noqa: F401
+    from relay_ir.frontend import onnx_extra, onnx_nn, onnx_ops, onnx_rnn  # noqa: F401
 
 
 class _SupportedOps:
