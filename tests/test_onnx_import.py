@@ -120,6 +120,8 @@ def run_node_case(name: str) -> None:
     del m.graph.input[:]
     m.graph.input.extend(keep)
     mod, params = from_onnx(m)
+    # every imported module round-trips through text
+    rly.assert_structural_equal(rly.parse(rly.astext(mod)), mod, map_free_vars=True)
     got = runtime.evaluate(mod, *feed, *params.values())
     got = got if isinstance(got, tuple) else (got,)
     assert len(got) == len(outs)
