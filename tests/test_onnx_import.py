@@ -96,9 +96,9 @@ def _load_tensor(path: str) -> np.ndarray:
     return numpy_helper.to_array(onnx.load_tensor(path))
 
 
-def run_node_case(name: str) -> None:
-    """Import test ``name`` (``node/test_abs``), run it with the interpreter, compare with
-    its outputs."""
+def run_node_case(name: str, compiled: bool = False) -> None:
+    """Import test ``name`` (``node/test_abs``), run it with the interpreter (or compiled
+    with ``runtime.build(params=...)``), compare with its outputs."""
     d = os.path.join(DATA_DIR, name)
     m = onnx.load(os.path.join(d, "model.onnx"))
     ds = os.path.join(d, "test_data_set_0")
@@ -122,7 +122,10 @@ def run_node_case(name: str) -> None:
     mod, params = from_onnx(m)
     # every imported module round-trips through text
     rly.assert_structural_equal(rly.parse(rly.astext(mod)), mod, map_free_vars=True)
-    got = runtime.evaluate(mod, *feed, *params.values())
+    if compiled:
+        got = runtime.build(mod, target="llvm", params=params)(*feed)
+    else:
+        got = runtime.evaluate(mod, *feed, *params.values())
     got = got if isinstance(got, tuple) else (got,)
     assert len(got) == len(outs)
     for a, b in zip(got, outs):
@@ -162,6 +165,26 @@ def test_pytorch_model_suites_slice(name: str) -> None:
 @pytest.mark.parametrize("name", _params(_TORCH_CASES))
 def test_pytorch_model_suites_all(name: str) -> None:
     run_node_case(name)
+
+
+# one case per kind of converter (compositions, unrolled LSTM, 3-D as 2-D, quantization)
+_COMPILED_SAMPLE = [
+    "node/test_conv_with_strides_padding", "node/test_convtranspose", "node/test_maxpool_2d_ceil",
+    "node/test_averagepool_3d_default", "node/test_gemm_default_vector_bias",
+    "node/test_matmul_4d", "node/test_lstm_with_peepholes", "node/test_einsum_batch_diagonal",
+    "node/test_cumsum_2d_axis_1", "node/test_gather_elements_negative_indices",
+    "node/test_sce_mean_weight", "node/test_layer_normalization_4d_axis1",
+    "node/test_instancenorm_example", "node/test_slice_neg_steps", "node/test_scatternd",
+    "node/test_qlinearconv", "node/test_round", "node/test_hardmax_axis_1",
+    "pytorch-converted/test_Conv3d_groups", "node/test_reduce_max_empty_set",
+]
+
+
+@pytest.mark.stress
+@pytest.mark.tvm
+@pytest.mark.parametrize("name", _COMPILED_SAMPLE, ids=lambda s: s.split("/")[1])
+def test_node_suite_compiled_sample(name: str) -> None:
+    run_node_case(name, compiled=True)
 
 
 def test_node_suite_covers_the_common_operators() -> None:
