@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -264,7 +265,7 @@ def test_cnn_parameters_names_and_interpreter_value() -> None:
 
 
 @pytest.mark.tvm
-def test_cnn_compiled_with_params_matches_onnxruntime() -> None:
+def test_cnn_compiled_with_params_matches_onnxruntime(tmp_path: Path) -> None:
     import onnxruntime as ort
     model = _cnn_model()
     mod, params = from_onnx(model)
@@ -273,6 +274,10 @@ def test_cnn_compiled_with_params_matches_onnxruntime() -> None:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = sess.run(None, {"input.1": x})[0]
     np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-4)
+    # and through a module file
+    exe.export_library(str(tmp_path / "cnn.so"))
+    np.testing.assert_allclose(runtime.load_module(str(tmp_path / "cnn.so"))(x), want,
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_dim_param_becomes_a_named_symbolic_dim_and_text_round_trips() -> None:
