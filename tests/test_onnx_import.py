@@ -22,6 +22,7 @@ import relay_ir as rly
 from relay_ir import runtime
 from relay_ir.frontend import from_onnx
 from relay_ir.frontend.onnx import RLY_DTYPES, SUPPORTED_OPS, OnnxImportError, rly_name
+from util_scale import shallow_stack, sizes
 
 DATA_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
@@ -471,3 +472,47 @@ def test_recurrent_layers_match_onnxruntime(kind: str, attrs: dict) -> None:
     got = runtime.evaluate(mod, *feed.values(), *params.values())
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- scale, bad nodes
+
+@sizes(2_000, 100_000)
+def test_long_graph_imports_prints_and_runs_without_recursion(n: int) -> None:
+    nodes = [helper.make_node("Neg" if i % 2 else "Exp", [f"t{i}"], [f"t{i + 1}"])
+             for i in range(n)]
+    g = helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("t0", TensorProto.FLOAT,
+                                                                        [2])],
+                          [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    x = np.array([0.5, -1.0], np.float32)
+    with shallow_stack():
+        mod, _ = from_onnx(model)
+        back = rly.parse(rly.astext(mod))
+        got = runtime.evaluate(back, x)
+    want = x
+    for _ in range(n // 2):  # exp then neg: a fixed point is reached after a few steps
+        want = -np.exp(want)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_malformed_nodes_are_diagnostics() -> None:
+    def model(node: onnx.NodeProto, shape: list[int]) -> onnx.ModelProto:
+        g = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    with pytest.raises(rly.DiagnosticError, match=r"node 0 \(MaxPool 'mp'\): malformed"):
+        from_onnx(model(helper.make_node("MaxPool", ["x"], ["y"], name="mp"), [1, 1, 4, 4]))
+    with pytest.raises(rly.DiagnosticError, match=r"node 0 \(Add 'a'\): malformed"):
+        from_onnx(model(helper.make_node("Add", ["x"], ["y"], name="a"), [2]))
+    with pytest.raises(rly.DiagnosticError, match=r"node 0 \(Add 'a'\): incompatible "
+                                                  r"broadcast shapes"):
+        from_onnx(_add_const_model())
+
+
+def _add_const_model() -> onnx.ModelProto:
+    c = numpy_helper.from_array(np.ones(3, np.float32), "c")
+    g = helper.make_graph([helper.make_node("Add", ["x", "c"], ["y"], name="a")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [c])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])

@@ -402,6 +402,10 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, Sequence[Any]] | None = No
             raise
         except DiagnosticError as e:
             raise node.error(str(e)) from None
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+            # NOTE: a node missing a required input or attribute, or one of the wrong kind
+            raise node.error(f"malformed or unsupported node ({type(e).__name__}: {e})"
+                             ) from None
         outs = res if isinstance(res, list) else [res]
         for k, name in enumerate(n.output):
             if name == "":
