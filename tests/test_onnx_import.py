@@ -516,3 +516,33 @@ def _add_const_model() -> onnx.ModelProto:
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [c])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+
+
+# ---------------------------------------------------------------------------- light models
+
+_LIGHT = sorted(os.path.basename(p)[len("light_"):-len(".onnx")]
+                for p in glob.glob(os.path.join(DATA_DIR, "light", "light_*.onnx")))
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("name", _LIGHT)
+def test_light_models_match_onnxruntime(name: str) -> None:
+    """The CNNs onnx ships in ``data/light`` (ResNet-50, VGG-19, DenseNet-121, Inception,
+    ShuffleNet, SqueezeNet, AlexNet, ZFNet; opset 9; ConstantOfShape weights), with random
+    inputs, against onnxruntime."""
+    import onnxruntime as ort
+    model = onnx.load(os.path.join(DATA_DIR, "light", f"light_{name}.onnx"))
+    mod, params = from_onnx(model)
+    inits = {t.name for t in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    feed = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]
+                                         ).astype(np.float32)
+            for vi in model.graph.input if vi.name not in inits}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feed)[0]
+    got = runtime.evaluate(mod, *feed.values(), *params.values())
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_light_models_are_there() -> None:
+    assert len(_LIGHT) == 9 and "resnet50" in _LIGHT
