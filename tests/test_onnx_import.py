@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 import relay_ir as rly
 from relay_ir import runtime
 from relay_ir.frontend import from_onnx
-from relay_ir.frontend.onnx import RLY_DTYPES, SUPPORTED_OPS, OnnxImportError, rly_name
+from relay_ir.frontend.onnx import (RLY_DTYPES, SUPPORTED_OPS, NeedsConstantError,
+                                    OnnxImportError, rly_name)
 from util_scale import shallow_stack, sizes
 
 DATA_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
@@ -31,8 +32,6 @@ KNOWN_FAILURES = {
     "test_identity_opt": "an optional-typed graph input",
     "test_identity_sequence": "a sequence-typed graph input",
     "test_wrap_pad": "Pad mode 'wrap'",
-    "test_range_float_type_positive_delta": "Range of non-constant (float) inputs",
-    "test_range_float16_type_positive_delta": "Range of non-constant (float) inputs",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
     "test_convtranspose_3d": "3-D ConvTranspose",
@@ -42,10 +41,8 @@ KNOWN_FAILURES = {
     "test_quantizelinear_blocked_symmetric": "blocked quantization",
 }
 _KNOWN_PREFIXES = {
-    "test_center_crop_pad_": "Pad with pads computed from a float input",
+    "test_center_crop_pad_": "Pad with pads computed at run time (Max of Sub of shapes)",
     "test_training_dropout": "Dropout in training mode (random)",
-    "test_onehot_": "OneHot's depth is a float graph input (not bound)",
-    "test_compress_": "Compress's condition is a bool graph input (not bound)",
 }
 
 
@@ -111,17 +108,25 @@ def run_node_case(name: str, compiled: bool = False) -> None:
     outs = [_load_tensor(p) for p in sorted(glob.glob(ds + "/output_*.pb"), key=key)]
     inits = {t.name for t in m.graph.initializer}
     graph_inputs = [vi for vi in m.graph.input if vi.name not in inits]
-    feed = []
-    for vi, a in zip(graph_inputs, ins):
-        if a.dtype.kind in "iu":  # NOTE: axes, shapes, indices: bound as in real models
-            m.graph.initializer.append(numpy_helper.from_array(a, vi.name))
-        else:
-            feed.append(a)
-    bound = {t.name for t in m.graph.initializer}
-    keep = [vi for vi in m.graph.input if vi.name not in bound]
-    del m.graph.input[:]
-    m.graph.input.extend(keep)
-    mod, params = from_onnx(m)
+    values = dict(zip([vi.name for vi in graph_inputs], ins))
+    # NOTE: integer inputs (axes, shapes, indices, k) are bound as in real models, and so is
+    # any input the importer reports it needs the value of (Resize scales, OneHot depth)
+    bind = {name for name, a in values.items() if a.dtype.kind in "iu"}
+    while True:
+        trial = onnx.ModelProto()
+        trial.CopyFrom(m)
+        trial.graph.initializer.extend(numpy_helper.from_array(values[k], k) for k in bind)
+        keep = [vi for vi in trial.graph.input if vi.name not in bind]
+        del trial.graph.input[:]
+        trial.graph.input.extend(keep)
+        try:
+            mod, params = from_onnx(trial)
+            break
+        except NeedsConstantError as e:
+            if e.value_name not in values or e.value_name in bind:
+                raise
+            bind.add(e.value_name)
+    feed = [a for name, a in values.items() if name not in bind]
     # every imported module round-trips through text
     rly.assert_structural_equal(rly.parse(rly.astext(mod)), mod, map_free_vars=True)
     if compiled:

@@ -28,11 +28,20 @@ from relay_ir.op import get_opdef
 from relay_ir.traversal import build_lets, free_vars
 from relay_ir.ty import ANY, ShapeVar, TensorType, TupleType, Type
 
-__all__ = ["from_onnx", "rly_name", "OnnxImportError", "SUPPORTED_OPS"]
+__all__ = ["from_onnx", "rly_name", "OnnxImportError", "NeedsConstantError", "SUPPORTED_OPS"]
 
 
 class OnnxImportError(DiagnosticError):
     """A model the importer cannot convert (unsupported operators, non-constant attributes)."""
+
+
+class NeedsConstantError(OnnxImportError):
+    """A node input whose value decides a shape is computed at run time; ``value_name`` is its
+    ONNX name (binding that value as an initializer lets the import proceed)."""
+
+    def __init__(self, message: str, value_name: str):
+        super().__init__(message)
+        self.value_name = value_name
 
 
 _BAD = re.compile(r"[^A-Za-z0-9_]")
@@ -142,8 +151,9 @@ class Node:
         if v is None:
             return None
         if v.value is None:
-            raise self.error(f"input {k} ({what}) must be a constant or an initializer: its "
-                             "value decides the output shape")
+            raise NeedsConstantError(f"{self.where()}: input {k} ({what}) must be a constant or "
+                                     "an initializer: its value decides the output shape",
+                                     self.proto.input[k])
         return v.value
 
 
