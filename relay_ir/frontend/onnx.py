@@ -250,7 +250,8 @@ def converter(*op_types: str) -> Callable[[Converter], Converter]:
 
 
 def _ensure_converters() -> None:
-    from relay_ir.frontend import onnx_extra, onnx_nn, onnx_ops, onnx_rnn  # noqa: F401
+    from relay_ir.frontend import (onnx_extra, onnx_nn, onnx_ops, onnx_resize,  # noqa: F401
+                                   onnx_rnn)
 
 
 class _SupportedOps:
