@@ -31,18 +31,21 @@ DATA_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data
 KNOWN_FAILURES = {
     "test_identity_opt": "an optional-typed graph input",
     "test_identity_sequence": "a sequence-typed graph input",
-    "test_wrap_pad": "Pad mode 'wrap'",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
     "test_convtranspose_3d": "3-D ConvTranspose",
     "test_lppool_3d_default": "3-D LpPool",
+    "test_training_dropout": "Dropout in training mode with a nonzero ratio (random)",
+    "test_training_dropout_default": "Dropout in training mode with a nonzero ratio (random)",
+    "test_training_dropout_default_mask": "Dropout in training mode with a nonzero ratio "
+    "(random)",
+    "test_training_dropout_mask": "Dropout in training mode with a nonzero ratio (random)",
     "test_dequantizelinear_blocked": "blocked quantization",
     "test_quantizelinear_blocked_asymmetric": "blocked quantization",
     "test_quantizelinear_blocked_symmetric": "blocked quantization",
 }
 _KNOWN_PREFIXES = {
     "test_center_crop_pad_": "Pad with pads computed at run time (Max of Sub of shapes)",
-    "test_training_dropout": "Dropout in training mode (random)",
 }
 
 

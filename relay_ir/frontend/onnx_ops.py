@@ -450,7 +450,9 @@ def _dropout(g: Graph, n: Node) -> list[Value]:
     x = n.inputs[0]
     training = n.static(2, "training_mode")
     if training is not None and bool(np.asarray(training).reshape(-1)[0]):
-        raise n.error("training_mode=True is not supported (inference only)")
+        ratio = n.static(1, "ratio")
+        if ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
+            raise n.error("training_mode=True with a nonzero ratio is not supported (random)")
     outs = [x]
     if n.num_outputs > 1:
         outs.append(g.const(np.ones(_static_shape(x, n), dtype=bool)))
@@ -670,6 +672,22 @@ def _pad(g: Graph, n: Node) -> Value:
         width[a] = [pads[i], pads[i + k]]
     if any(p < 0 for w in width for p in w):
         raise n.error("negative pads are not supported")
+    if mode == "wrap":
+        # NOTE: wrap-around padding as slices of the other end, concatenated
+        for a, (before, after) in enumerate(width):
+            if not before and not after:
+                continue
+            d = x.shape[a]
+            if not isinstance(d, int) or before > d or after > d:
+                raise n.error("wrap padding needs a static dim at least as large as the pads")
+            parts = []
+            if before:
+                parts.append(g.call("strided_slice", x, begin=[d - before], end=[d], axes=[a]))
+            parts.append(x)
+            if after:
+                parts.append(g.call("strided_slice", x, begin=[0], end=[after], axes=[a]))
+            x = g.call("concatenate", parts, axis=a)
+        return x
     if mode not in ("constant", "reflect", "edge"):
         raise n.error(f"pad mode {mode!r} is not supported")
     return g.call("nn.pad", x, cval, pad_width=width, pad_mode=mode)
