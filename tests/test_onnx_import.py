@@ -31,6 +31,8 @@ DATA_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data
 KNOWN_FAILURES = {
     "test_identity_opt": "an optional-typed graph input",
     "test_identity_sequence": "a sequence-typed graph input",
+    "test_if_opt": "an optional-typed If output",
+    "test_if_seq": "a sequence-typed If output",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
     "test_convtranspose_3d": "3-D ConvTranspose",
@@ -45,6 +47,7 @@ KNOWN_FAILURES = {
     "test_quantizelinear_blocked_symmetric": "blocked quantization",
 }
 _KNOWN_PREFIXES = {
+    "test_affine_grid_": "ConstantOfShape of a shape computed at run time (inside If)",
     "test_center_crop_pad_": "Pad with pads computed at run time (Max of Sub of shapes)",
 }
 
@@ -554,3 +557,68 @@ def test_light_models_match_onnxruntime(name: str) -> None:
 
 def test_light_models_are_there() -> None:
     assert len(_LIGHT) == 9 and "resnet50" in _LIGHT
+
+
+# ---------------------------------------------------------------------------- If
+
+def _if_model(else_dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """``y = If(sum(x) > 0, then: x * w, else: -x)`` with ``w`` an outer initializer."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])])
+    else_nodes = [helper.make_node("Neg", ["x"], ["e0"])]
+    if else_dtype != TensorProto.FLOAT:
+        else_nodes.append(helper.make_node("Cast", ["e0"], ["e"], to=else_dtype))
+    else:
+        else_nodes.append(helper.make_node("Identity", ["e0"], ["e"]))
+    else_g = helper.make_graph(else_nodes, "else", [],
+                               [helper.make_tensor_value_info("e", else_dtype, [2, 3])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g,
+                              else_branch=else_g)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                          [numpy_helper.from_array(np.full((2, 3), 2.0, np.float32), "w"),
+                           numpy_helper.from_array(np.float32(0.0), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_if_with_a_runtime_condition_is_an_if_expression() -> None:
+    import onnxruntime as ort
+    model = _if_model()
+    mod, params = from_onnx(model)
+    text = rly.astext(mod)
+    assert "if (" in text
+    rly.assert_structural_equal(rly.parse(text), mod, map_free_vars=True)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for sign in (1.0, -1.0):
+        x = (sign * np.arange(1, 7, dtype=np.float32)).reshape(2, 3)
+        want = sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(runtime.evaluate(mod, x, *params.values()), want)
+
+
+def test_if_branches_of_different_types_are_a_diagnostic() -> None:
+    with pytest.raises(rly.DiagnosticError, match=r"node 2 \(If 'branch'\): output 0: the "
+                                                  r"then branch gives .*float32.*, the else "
+                                                  r"branch .*float64"):
+        from_onnx(_if_model(TensorProto.DOUBLE))
+
+
+def test_unsupported_operators_inside_branches_are_listed() -> None:
+    model = _if_model()
+    branch = next(a for a in model.graph.node[2].attribute if a.name == "else_branch")
+    branch.g.node[0].op_type = "TfIdfVectorizer"
+    with pytest.raises(rly.DiagnosticError, match=r"node 2 \(If 'branch'\) else_branch: node 0 "
+                                                  r"\(TfIdfVectorizer ''\): no converter"):
+        from_onnx(model)
+
+
+def test_if_with_a_known_condition_inlines_its_branch() -> None:
+    model = _if_model()
+    model.graph.node[1].CopyFrom(helper.make_node(
+        "Constant", [], ["c"], value=numpy_helper.from_array(np.array(False))))
+    mod, params = from_onnx(model)
+    assert "if (" not in rly.astext(mod) and not params  # NOTE: w is only read by then
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(runtime.evaluate(mod, x), -x)

@@ -128,6 +128,7 @@ class Node:
         self.opset = opset
         self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
         self.num_outputs = len(proto.output)
+        self.env: dict[str, Value] = {}  # NOTE: the scope the node sees (set when converting)
 
     def where(self) -> str:
         return f"node {self.index} ({self.op_type} {self.name!r})" if self.name else \
@@ -250,8 +251,8 @@ def converter(*op_types: str) -> Callable[[Converter], Converter]:
 
 
 def _ensure_converters() -> None:
-    from relay_ir.frontend import (onnx_extra, onnx_nn, onnx_ops, onnx_resize,  # noqa: F401
-                                   onnx_rnn)
+    from relay_ir.frontend import (onnx_control, onnx_extra, onnx_nn,  # noqa: F401
+                                   onnx_ops, onnx_resize, onnx_rnn)
 
 
 class _SupportedOps:
@@ -335,6 +336,64 @@ def _input_type(vi: Any, shape: Mapping[str, Any], dtype: Any, dims: dict[str, S
     return TensorType(tuple(out), dt)
 
 
+def _unsupported(graph: Any) -> list[str]:
+    """Each node (also inside If/Loop/Scan bodies) whose operator has no converter."""
+    from onnx import AttributeProto
+    bad = []
+    stack = [(graph, "")]
+    while stack:
+        gr, where = stack.pop()
+        for i, n in enumerate(gr.node):
+            if n.domain not in ("", "ai.onnx"):
+                bad.append(f"{where}node {i} ({n.domain}.{n.op_type} {n.name!r}): operator "
+                           f"domain {n.domain!r} is not supported")
+            elif n.op_type not in _CONVERTERS:
+                bad.append(f"{where}node {i} ({n.op_type} {n.name!r}): no converter for "
+                           f"{n.op_type}")
+            for a in n.attribute:
+                inner = f"{where}node {i} ({n.op_type} {n.name!r}) {a.name}: "
+                if a.type == AttributeProto.GRAPH:
+                    stack.append((a.g, inner))
+                elif a.type == AttributeProto.GRAPHS:
+                    stack.extend((sub, inner) for sub in a.graphs)
+    return bad
+
+
+def convert_nodes(g: Graph, nodes: Any, env: dict[str, Value], opset: int) -> None:
+    """Convert ``nodes`` in order into ``g``, reading and extending ``env`` (ONNX name ->
+    Value); a subgraph converter (If) calls it again with a copy of its scope."""
+    for i, n in enumerate(nodes):
+        ins: list[Value | None] = []
+        for name in n.input:
+            if name == "":
+                ins.append(None)
+            elif name in env:
+                ins.append(env[name])
+            else:
+                raise OnnxImportError(f"node {i} ({n.op_type} {n.name!r}): input {name!r} is "
+                                      "not defined before it")
+        node = Node(n, i, ins, opset)
+        node.env = env
+        g.hint = n.output[0] if n.output and n.output[0] else n.op_type.lower()
+        try:
+            res = _CONVERTERS[n.op_type](g, node)
+        except OnnxImportError:
+            raise
+        except DiagnosticError as e:
+            raise node.error(str(e)) from None
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+            # NOTE: a node missing a required input or attribute, or one of the wrong kind
+            raise node.error(f"malformed or unsupported node ({type(e).__name__}: {e})"
+                             ) from None
+        outs = res if isinstance(res, list) else [res]
+        for k, name in enumerate(n.output):
+            if name == "":
+                continue
+            if k >= len(outs):
+                raise node.error(f"output {k} ({name!r}) is not supported by the converter")
+            env[name] = outs[k]
+
+
 def from_onnx(model_or_path: Any, shape: Mapping[str, Sequence[Any]] | None = None,
               dtype: Any = None) -> tuple[IRModule, dict[str, np.ndarray]]:
     """Import an ONNX model (a ``ModelProto`` or a file path).
@@ -352,13 +411,7 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, Sequence[Any]] | None = No
     opset = _default_opset(model)
     shape = dict(shape or {})
 
-    bad = []
-    for i, n in enumerate(graph.node):
-        if n.domain not in ("", "ai.onnx"):
-            bad.append(f"node {i} ({n.domain}.{n.op_type} {n.name!r}): operator domain "
-                       f"{n.domain!r} is not supported")
-        elif n.op_type not in _CONVERTERS:
-            bad.append(f"node {i} ({n.op_type} {n.name!r}): no converter for {n.op_type}")
+    bad = _unsupported(graph)
     if bad:
         raise OnnxImportError(f"the model has {len(bad)} unsupported operator node(s) "
                               f"(opset {opset}):\n  " + "\n  ".join(bad))
@@ -394,36 +447,7 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, Sequence[Any]] | None = No
         weights.append((v, arr))
         env[t.name] = Value(v, ty, arr)
 
-    for i, n in enumerate(graph.node):
-        ins: list[Value | None] = []
-        for name in n.input:
-            if name == "":
-                ins.append(None)
-            elif name in env:
-                ins.append(env[name])
-            else:
-                raise OnnxImportError(f"node {i} ({n.op_type} {n.name!r}): input {name!r} is "
-                                      "not defined before it (subgraph values are not "
-                                      "supported)")
-        node = Node(n, i, ins, opset)
-        g.hint = n.output[0] if n.output and n.output[0] else n.op_type.lower()
-        try:
-            res = _CONVERTERS[n.op_type](g, node)
-        except OnnxImportError:
-            raise
-        except DiagnosticError as e:
-            raise node.error(str(e)) from None
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
-            # NOTE: a node missing a required input or attribute, or one of the wrong kind
-            raise node.error(f"malformed or unsupported node ({type(e).__name__}: {e})"
-                             ) from None
-        outs = res if isinstance(res, list) else [res]
-        for k, name in enumerate(n.output):
-            if name == "":
-                continue
-            if k >= len(outs):
-                raise node.error(f"output {k} ({name!r}) is not supported by the converter")
-            env[name] = outs[k]
+    convert_nodes(g, graph.node, env, opset)
 
     results = []
     for vo in graph.output:
