@@ -325,6 +325,9 @@ def test_unknown_dims_and_shape_override() -> None:
     np.testing.assert_array_equal(got, [[0.0, 2, 0, 4]] * 2)
     with pytest.raises(OnnxImportError, match=r"shape= names \['z'\] are not graph inputs"):
         from_onnx(model, shape={"z": (1,)})
+    with pytest.raises(OnnxImportError, match=r"graph input 'x': dtype 'float128' is not a "
+                                              r"relay_ir dtype"):
+        from_onnx(model, dtype={"x": "float128"})
 
 
 def test_name_mapping() -> None:

@@ -312,6 +312,9 @@ def _input_type(vi: Any, shape: Mapping[str, Any], dtype: Any, dims: dict[str, S
         dt = str(dtype.get(vi.name, dt))
     elif dtype is not None:
         dt = str(dtype)
+    if dt not in RLY_DTYPES:
+        raise OnnxImportError(f"{where}: dtype {dt!r} is not a relay_ir dtype "
+                              f"({', '.join(sorted(RLY_DTYPES))})")
     if vi.name in shape:
         out: list[Any] = []
         for d in shape[vi.name]:
