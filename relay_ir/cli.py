@@ -26,7 +26,10 @@ COMMANDS = {
     "viz": "draw the dataflow and fusion groups (DOT, or SVG with Graphviz)",
     "cache": "show the compiled-kernel cache (--clear empties it)",
     "ops": "list the operators, or print one operator's reference entry (rly ops NAME)",
+    "import": "an ONNX model as .rly text (-o model.rly; weights in model.npz)",
 }
+# commands whose module name differs from the command (a Python keyword)
+_MODULES = {"import": "import_"}
 
 
 def read_source(path: str) -> tuple[str, str]:
@@ -65,10 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_module(name: str):  # type: ignore[no-untyped-def]
+    module = f"relay_ir.commands.{_MODULES.get(name, name)}"
     try:
-        return importlib.import_module(f"relay_ir.commands.{name}")
+        return importlib.import_module(module)
     except ModuleNotFoundError as e:
-        if e.name == f"relay_ir.commands.{name}":
+        if e.name == module:
             return None
         raise
 

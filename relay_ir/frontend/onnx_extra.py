@@ -1,0 +1,511 @@
+"""ONNX converters written as compositions of relay_ir operators: losses, Hardmax, OneHot,
+windows, LRN, GatherElements/GatherND, CumSum, Einsum, quantization, and the operators whose
+indices must be known when importing (Scatter*, ReverseSequence, Compress)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from relay_ir.frontend.onnx import Graph, Node, Value, converter
+from relay_ir.frontend.onnx_nn import _conv_values, _matmul_values
+from relay_ir.frontend.onnx_ops import (_axis, _iota, _onnx_dtype, _round_even, _scalar,
+                                        _static_shape, _strides, _take_flat)
+
+
+def _nll(g: Graph, n: Node, logp: Value, target: Value, weight: Value | None) -> Value:
+    """``-logp[n, target[n, ...], ...] * weight[target]`` with ONNX's reductions."""
+    c = logp.shape[1]
+    if not isinstance(c, int):
+        raise n.error(f"the class dim must be static, found {logp.ty}")
+    t = g.call("expand_dims", target, axis=1)
+    mask = g.call("equal", t, g.const(_iota(c, 1, logp.ndim, target.dtype)))
+    picked = g.call("sum", g.call("where", mask, logp, _scalar(g, 0, logp)), axis=[1])
+    ignore = n.attr("ignore_index")
+    if weight is not None:
+        if ignore is not None:
+            safe = g.call("where", g.call("equal", target, _scalar(g, ignore, target)),
+                          _scalar(g, 0, target), target)
+        else:
+            safe = target
+        w = g.call("take", weight, safe, axis=0)
+    else:
+        w = g.call("ones_like", picked)
+    if ignore is not None:
+        valid = g.call("not_equal", target, _scalar(g, ignore, target))
+        w = g.call("where", valid, w, _scalar(g, 0, w))
+    loss = g.call("multiply", g.call("negative", picked), w)
+    red = n.attr("reduction", "mean")
+    if red == "none":
+        return loss
+    total = g.call("sum", loss)
+    if red == "sum":
+        return total
+    if red != "mean":
+        raise n.error(f"unknown reduction {red!r}")
+    return g.call("divide", total, g.call("sum", w))
+
+
+@converter("NegativeLogLikelihoodLoss")
+def _nll_loss(g: Graph, n: Node) -> Value:
+    return _nll(g, n, n.inputs[0], n.inputs[1], n.input(2))
+
+
+@converter("SoftmaxCrossEntropyLoss")
+def _softmax_ce(g: Graph, n: Node) -> list[Value]:
+    x = n.inputs[0]
+    logp = g.call("nn.log_softmax", x, axis=1)
+    return [_nll(g, n, logp, n.inputs[1], n.input(2)), logp][:n.num_outputs]
+
+
+@converter("Hardmax")
+def _hardmax(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    if n.opset < 13:
+        axis = _axis(n.attr("axis", 1), x.ndim, n)
+        shp = _static_shape(x, n)
+        flat = g.call("reshape", x, newshape=[int(np.prod(shp[:axis])), -1])
+        y = _hardmax_axis(g, n, flat, 1)
+        return g.call("reshape", y, newshape=list(shp))
+    return _hardmax_axis(g, n, x, _axis(n.attr("axis", -1), x.ndim, n))
+
+
+def _hardmax_axis(g: Graph, n: Node, x: Value, axis: int) -> Value:
+    d = x.shape[axis]
+    if not isinstance(d, int):
+        raise n.error(f"Hardmax needs a static size along the axis, found {x.ty}")
+    am = g.call("argmax", x, axis=[axis], keepdims=True)
+    hit = g.call("equal", am, g.const(_iota(d, axis, x.ndim, am.dtype)))
+    return g.call("cast", hit, dtype=x.dtype)
+
+
+@converter("OneHot")
+def _one_hot(g: Graph, n: Node) -> Value:
+    idx, values = n.inputs[0], n.inputs[2]
+    depth = int(np.asarray(n.static(1, "depth")).reshape(-1)[0])
+    rank = idx.ndim + 1
+    axis = _axis(n.attr("axis", -1), rank, n)
+    if idx.dtype != "int64":
+        idx = g.call("cast", idx, dtype="int64")
+    idx = g.call("where", g.call("less", idx, _scalar(g, 0, idx)),
+                 g.call("add", idx, _scalar(g, depth, idx)), idx)
+    hit = g.call("equal", g.call("expand_dims", idx, axis=axis),
+                 g.const(_iota(depth, axis, rank, "int64")))
+    off = g.call("take", values, g.const(np.int64(0)), axis=0)
+    on = g.call("take", values, g.const(np.int64(1)), axis=0)
+    return g.call("where", hit, on, off)
+
+
+def _window(kind: str):  # type: ignore[no-untyped-def]
+    def conv(g: Graph, n: Node) -> Value:
+        size = int(np.asarray(n.static(0, "size")).reshape(-1)[0])
+        dt = _onnx_dtype(n.attr("output_datatype", 1), n)
+        big_n = size if n.attr("periodic", 1) else size - 1
+        k = np.arange(size, dtype=np.float64) * (2 * np.pi) / big_n
+        if kind == "hann":
+            w = 0.5 - 0.5 * np.cos(k)
+        elif kind == "hamming":
+            w = 25 / 46 - (21 / 46) * np.cos(k)
+        else:
+            w = 0.42 - 0.5 * np.cos(k) + 0.08 * np.cos(2 * k)
+        return g.const(w.astype(dt))
+    return conv
+
+
+converter("HannWindow")(_window("hann"))
+
+
+converter("HammingWindow")(_window("hamming"))
+
+
+converter("BlackmanWindow")(_window("blackman"))
+
+
+@converter("BitShift")
+def _bit_shift(g: Graph, n: Node) -> Value:
+    x, s = n.inputs[0], n.inputs[1]
+    p = g.call("power", _scalar(g, 2, s), s)
+    if n.attr("direction") == "LEFT":
+        return g.call("multiply", x, p)
+    return g.call("divide", x, p)
+
+
+@converter("MeanVarianceNormalization")
+def _mvn(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    axes = sorted(_axis(a, x.ndim, n) for a in n.attr("axes", [0, 2, 3]))
+    mean = g.call("mean", x, axis=axes, keepdims=True)
+    var = g.call("subtract", g.call("mean", g.call("multiply", x, x), axis=axes, keepdims=True),
+                 g.call("multiply", mean, mean))
+    std = g.call("add", g.call("sqrt", var), _scalar(g, 1e-9, x))
+    return g.call("divide", g.call("subtract", x, mean), std)
+
+
+@converter("LRN")
+def _lrn(g: Graph, n: Node) -> Value:
+    """``x / (bias + alpha/size * sum of squares over a channel window) ** beta``; the window
+    sum is an average pool over (channels, 1) counting the padding, times ``size``."""
+    x = n.inputs[0]
+    shp = _static_shape(x, n)
+    size = int(n.attr("size"))
+    sq = g.call("multiply", x, x)
+    sq = g.call("reshape", sq, newshape=[shp[0], 1, shp[1], int(np.prod(shp[2:]))])
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    s = g.call("nn.avg_pool2d", sq, pool_size=[size, 1], padding=[lo, 0, hi, 0],
+               count_include_pad=True)
+    s = g.call("reshape", s, newshape=list(shp))
+    alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
+    base = g.call("add", _scalar(g, bias, x), g.call("multiply", s, _scalar(g, alpha, x)))
+    return g.call("divide", x, g.call("power", base, _scalar(g, beta, x)))
+
+
+def _wrap_negative(g: Graph, idx: Value, dim: Any) -> Value:
+    if idx.dtype != "int64":
+        idx = g.call("cast", idx, dtype="int64")
+    return g.call("where", g.call("less", idx, _scalar(g, 0, idx)),
+                  g.call("add", idx, _scalar(g, dim, idx)), idx)
+
+
+@converter("GatherElements")
+def _gather_elements(g: Graph, n: Node) -> Value:
+    """``out[i, j, k] = data[i, idx[i, j, k], k]`` (axis 1) as one ``take`` of the flattened
+    data at ``sum(coordinate * stride)``, the coordinates along other axes constants."""
+    x, idx = n.inputs[0], n.inputs[1]
+    xs = _static_shape(x, n)
+    ishape = _static_shape(idx, n, "indices")
+    axis = _axis(n.attr("axis", 0), x.ndim, n)
+    idx = _wrap_negative(g, idx, xs[axis])
+    st = _strides(xs)
+    flat = g.call("multiply", idx, g.const(np.int64(st[axis])))
+    grid = np.indices(ishape, dtype=np.int64)
+    rest = sum(grid[i] * st[i] for i in range(x.ndim) if i != axis)
+    flat = g.call("add", flat, g.const(np.asarray(rest, dtype=np.int64).reshape(ishape)))
+    return g.call("take", g.call("reshape", x, newshape=[-1]), flat, axis=0)
+
+
+@converter("GatherND")
+def _gather_nd(g: Graph, n: Node) -> Value:
+    """``out[b..., i...] = data[b..., idx[b..., i..., :], ...]``: the indexed dims flattened
+    into one and read with ``take``; batch dims become constant offsets."""
+    x, idx = n.inputs[0], n.inputs[1]
+    xs = _static_shape(x, n)
+    ishape = _static_shape(idx, n, "indices")
+    b = int(n.attr("batch_dims", 0))
+    k = ishape[-1]
+    lead = xs[:b + k]
+    st = _strides(lead)
+    if idx.dtype != "int64":
+        idx = g.call("cast", idx, dtype="int64")
+    # NOTE: negative indices count from the end of their own dim
+    dims = g.const(np.asarray(xs[b:b + k], dtype=np.int64))
+    idx = g.call("where", g.call("less", idx, _scalar(g, 0, idx)), g.call("add", idx, dims), idx)
+    flat = g.call("sum", g.call("multiply", idx,
+                                g.const(np.asarray(st[b:], dtype=np.int64))), axis=[-1])
+    if b:
+        grid = np.indices(ishape[:-1], dtype=np.int64)
+        off = sum(grid[i] * st[i] for i in range(b))
+        flat = g.call("add", flat, g.const(np.asarray(off, dtype=np.int64)))
+    data = g.call("reshape", x, newshape=[int(np.prod(lead)), *xs[b + k:]])
+    return g.call("take", data, flat, axis=0)
+
+
+@converter("CumSum")
+def _cumsum(g: Graph, n: Node) -> Value:
+    """``cumsum`` as a masked sum: ``out[j] = sum_i where(mask[i, j], x[i], 0)`` with a
+    triangular constant mask (strict for ``exclusive``, flipped for ``reverse``)."""
+    x = n.inputs[0]
+    axis = _axis(int(np.asarray(n.static(1, "axis")).reshape(-1)[0]), x.ndim, n)
+    d = x.shape[axis]
+    if not isinstance(d, int):
+        raise n.error(f"CumSum needs a static size along the axis, found {x.ty}")
+    i = np.arange(d)[:, None]
+    j = np.arange(d)[None, :]
+    excl, rev = n.attr("exclusive", 0), n.attr("reverse", 0)
+    mask = (i > j if excl else i >= j) if rev else (i < j if excl else i <= j)
+    shape = [1] * (x.ndim + 1)
+    shape[axis], shape[axis + 1] = d, d
+    xe = g.call("expand_dims", x, axis=axis + 1)
+    picked = g.call("where", g.const(mask.reshape(shape)), xe, _scalar(g, 0, x))
+    return g.call("sum", picked, axis=[axis])
+
+
+@converter("Einsum")
+def _einsum(g: Graph, n: Node) -> Value:
+    """Einsum as broadcast products and sums: each operand's repeated labels are read as a
+    diagonal (a constant-index take), its axes are put in one global label order with
+    ``transpose``/``expand_dims``, the operands multiplied, and the labels absent from the
+    output summed."""
+    eq = n.attr("equation").replace(" ", "")
+    xs = [v for v in n.inputs if v is not None]
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(xs):
+        raise n.error(f"equation {eq!r} has {len(terms)} operands, the node {len(xs)}")
+    ell = max((x.ndim - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t),
+              default=0)
+    ell_labels = [chr(0x2460 + k) for k in range(ell)]  # NOTE: labels no equation uses
+    ops: list[tuple[Value, list[str]]] = []
+    for t, x in zip(terms, xs):
+        pre, dots, post = t.partition("...")
+        e = x.ndim - len(pre) - len(post) if dots else 0
+        labels = list(pre) + ell_labels[ell - e:] + list(post)
+        if len(labels) != x.ndim:
+            raise n.error(f"operand {t!r} does not match rank {x.ndim}")
+        ops.append(_einsum_diagonal(g, n, x, labels))
+    counts: dict[str, int] = {}
+    for _x, labels in ops:
+        for lab in labels:
+            counts[lab] = counts.get(lab, 0) + 1
+    if arrow:
+        pre, dots, post = rhs.partition("...")
+        out = list(pre) + (ell_labels if dots else []) + list(post)
+    else:
+        out = ell_labels + sorted(lab for lab, c in counts.items()
+                                  if c == 1 and lab not in ell_labels)
+    order = out + [lab for lab in counts if lab not in out]
+    prod: Value | None = None
+    for x, labels in ops:
+        mine = [lab for lab in order if lab in labels]
+        perm = [labels.index(lab) for lab in mine]
+        if perm != list(range(len(perm))):
+            x = g.call("transpose", x, axes=perm)
+        for pos, lab in enumerate(order):
+            if lab not in labels:
+                x = g.call("expand_dims", x, axis=pos)
+        prod = x if prod is None else g.call("multiply", prod, x)
+    assert prod is not None
+    summed = list(range(len(out), len(order)))
+    if summed:
+        return g.call("sum", prod, axis=summed)
+    return prod if len(ops) > 1 else g.call("copy", prod)
+
+
+def _einsum_diagonal(g: Graph, n: Node, x: Value, labels: list[str]
+                     ) -> tuple[Value, list[str]]:
+    uniq = list(dict.fromkeys(labels))
+    if len(uniq) == len(labels):
+        return x, labels
+    shp = _static_shape(x, n)
+    sizes = {lab: shp[k] for k, lab in enumerate(labels)}
+    st = _strides(shp)
+    grid = np.indices([sizes[lab] for lab in uniq], dtype=np.int64)
+    flat = sum(grid[uniq.index(lab)] * st[k] for k, lab in enumerate(labels))
+    return _take_flat(g, x, flat), uniq
+
+
+_INT_RANGE = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
+              "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _per_axis(g: Graph, v: Value, x: Value, axis: int, n: Node) -> Value:
+    """A 1-D per-axis scale or zero point shaped to broadcast along ``axis`` of ``x``."""
+    if v.ndim == 1 and x.ndim > 1:
+        shape = [1] * x.ndim
+        shape[_axis(axis, x.ndim, n)] = -1
+        return g.call("reshape", v, newshape=shape)
+    return v
+
+
+def _saturate(g: Graph, y: Value, dtype: str, n: Node) -> Value:
+    if dtype not in _INT_RANGE:
+        raise n.error(f"quantizing to {dtype} is not supported")
+    lo, hi = _INT_RANGE[dtype]
+    y = g.call("maximum", y, _scalar(g, lo, y))
+    y = g.call("minimum", y, _scalar(g, hi, y))
+    return g.call("cast", y, dtype=dtype)
+
+
+def _quantize(g: Graph, n: Node, x: Value, scale: Value, zp: Value | None, dtype: str
+              ) -> Value:
+    """``saturate(round_half_even(x / scale) + zero_point)`` as ``dtype``."""
+    if x.dtype != "float32":
+        x = g.call("cast", x, dtype="float32")
+    if scale.dtype != "float32":
+        scale = g.call("cast", scale, dtype="float32")
+    y = _round_even(g, g.call("divide", x, scale))
+    if zp is not None:
+        y = g.call("add", y, g.call("cast", zp, dtype="float32"))
+    return _saturate(g, y, dtype, n)
+
+
+@converter("QuantizeLinear")
+def _quantize_linear(g: Graph, n: Node) -> Value:
+    x, scale = n.inputs[0], n.inputs[1]
+    zp = n.input(2)
+    if n.attr("block_size", 0):
+        raise n.error("blocked quantization is not supported")
+    axis = n.attr("axis", 1)
+    dtype = zp.dtype if zp is not None else (
+        _onnx_dtype(n.attr("output_dtype"), n) if n.attr("output_dtype") else "uint8")
+    scale = _per_axis(g, scale, x, axis, n)
+    zp = None if zp is None else _per_axis(g, zp, x, axis, n)
+    return _quantize(g, n, x, scale, zp, dtype)
+
+
+@converter("DequantizeLinear")
+def _dequantize_linear(g: Graph, n: Node) -> Value:
+    x, scale = n.inputs[0], n.inputs[1]
+    zp = n.input(2)
+    if n.attr("block_size", 0):
+        raise n.error("blocked quantization is not supported")
+    axis = n.attr("axis", 1)
+    scale = _per_axis(g, scale, x, axis, n)
+    y = g.call("cast", x, dtype=scale.dtype)
+    if zp is not None:
+        zp = _per_axis(g, zp, x, axis, n)
+        y = g.call("subtract", y, g.call("cast", zp, dtype=scale.dtype))
+    return g.call("multiply", y, scale)
+
+
+@converter("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(g: Graph, n: Node) -> list[Value]:
+    x = n.inputs[0]
+    zero = _scalar(g, 0, x)
+    lo = g.call("minimum", g.call("min", x), zero)
+    hi = g.call("maximum", g.call("max", x), zero)
+    scale = g.call("divide", g.call("subtract", hi, lo), _scalar(g, 255, x))
+    zp = _saturate(g, _round_even(g, g.call("subtract", zero, g.call("divide", lo, scale))),
+                   "uint8", n)
+    y = _quantize(g, n, x, scale, zp, "uint8")
+    return [y, scale, zp]
+
+
+def _shifted(g: Graph, x: Value, zp: Value | None, x_axis: int | None, n: Node) -> Value:
+    """``int32(x) - int32(zero_point)``; a 1-D zero point runs along ``x_axis``."""
+    y = g.call("cast", x, dtype="int32")
+    if zp is None:
+        return y
+    z = g.call("cast", zp, dtype="int32")
+    if z.ndim == 1 and x_axis is not None and x.ndim > 1:
+        z = _per_axis(g, z, x, x_axis, n)
+    return g.call("subtract", y, z)
+
+
+@converter("MatMulInteger")
+def _matmul_integer(g: Graph, n: Node) -> Value:
+    a = _shifted(g, n.inputs[0], n.input(2), -2, n)
+    b = _shifted(g, n.inputs[1], n.input(3), -1, n)
+    return _matmul_values(g, n, a, b)
+
+
+@converter("ConvInteger")
+def _conv_integer(g: Graph, n: Node) -> Value:
+    x = _shifted(g, n.inputs[0], n.input(2), None, n)
+    w = _shifted(g, n.inputs[1], n.input(3), 0, n)
+    return _conv_values(g, n, x, w, None)
+
+
+def _f32(g: Graph, *vs: Value) -> list[Value]:
+    return [v if v.dtype == "float32" else g.call("cast", v, dtype="float32") for v in vs]
+
+
+def _requantize(g: Graph, n: Node, acc: Value, scale: Value, zp: Value) -> Value:
+    y = g.call("multiply", g.call("cast", acc, dtype="float32"), scale)
+    return _quantize(g, n, y, _scalar(g, 1, y), zp, zp.dtype)
+
+
+@converter("QLinearConv")
+def _qlinear_conv(g: Graph, n: Node) -> Value:
+    x, xs, xz, w, ws, wz, ys, yz = n.inputs[:8]
+    b = n.input(8)
+    acc = _conv_values(g, n, _shifted(g, x, xz, None, n), _shifted(g, w, wz, 0, n),
+                       None if b is None else g.call("cast", b, dtype="int32"))
+    xs, ws, ys = _f32(g, xs, _per_axis(g, ws, acc, 1, n), ys)
+    scale = g.call("divide", g.call("multiply", xs, ws), ys)
+    return _requantize(g, n, acc, scale, yz)
+
+
+@converter("QLinearMatMul")
+def _qlinear_matmul(g: Graph, n: Node) -> Value:
+    a, as_, az, b, bs, bz, ys, yz = n.inputs[:8]
+    acc = _matmul_values(g, n, _shifted(g, a, az, -2, n), _shifted(g, b, bz, -1, n))
+    as_, bs, ys = _f32(g, as_, _per_axis(g, bs, acc, -1, n), ys)
+    scale = g.call("divide", g.call("multiply", as_, bs), ys)
+    return _requantize(g, n, acc, scale, yz)
+
+
+def _scatter_flat(g: Graph, n: Node, data: Value, updates: Value, target: np.ndarray
+                  ) -> Value:
+    """``data`` with ``updates.flat[k]`` written at flat position ``target[k]`` (last write
+    wins; ``reduction="add"``/``"mul"``/``"max"``/``"min"`` combine), ``target`` constant."""
+    dshape = _static_shape(data, n)
+    size = int(np.prod(dshape))
+    target = np.asarray(target, dtype=np.int64).reshape(-1)
+    red = n.attr("reduction", "none")
+    flat_d = g.call("reshape", data, newshape=[-1])
+    flat_u = g.call("reshape", updates, newshape=[-1])
+    if red == "none":
+        src = np.full(size, -1, dtype=np.int64)
+        src[target] = np.arange(target.size)
+        hit = g.const(src >= 0)
+        picked = g.call("take", flat_u, g.const(np.maximum(src, 0)), axis=0)
+        out = g.call("where", hit, picked, flat_d)
+    else:
+        out = flat_d
+        # NOTE: one pass per write "round": the k-th write to each position
+        order = np.argsort(target, kind="stable")
+        rank = np.empty_like(order)
+        sorted_t = target[order]
+        first = np.r_[0, np.flatnonzero(np.diff(sorted_t)) + 1]
+        starts = np.repeat(first, np.diff(np.r_[first, sorted_t.size]))
+        rank[order] = np.arange(sorted_t.size) - starts
+        combine = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
+        if red not in combine:
+            raise n.error(f"reduction {red!r} is not supported")
+        for r in range(int(rank.max()) + 1 if rank.size else 0):
+            src = np.full(size, -1, dtype=np.int64)
+            sel = rank == r
+            src[target[sel]] = np.flatnonzero(sel)
+            picked = g.call("take", flat_u, g.const(np.maximum(src, 0)), axis=0)
+            out = g.call("where", g.const(src >= 0), g.call(combine[red], out, picked), out)
+    return g.call("reshape", out, newshape=list(dshape))
+
+
+@converter("ScatterElements", "Scatter")
+def _scatter_elements(g: Graph, n: Node) -> Value:
+    data, updates = n.inputs[0], n.inputs[2]
+    idx = np.asarray(n.static(1, "indices")).astype(np.int64)
+    dshape = _static_shape(data, n)
+    axis = _axis(n.attr("axis", 0), data.ndim, n)
+    idx = np.where(idx < 0, idx + dshape[axis], idx)
+    coords = list(np.indices(idx.shape, dtype=np.int64))
+    coords[axis] = idx
+    return _scatter_flat(g, n, data, updates, np.ravel_multi_index(coords, dshape))
+
+
+@converter("ScatterND")
+def _scatter_nd(g: Graph, n: Node) -> Value:
+    data, updates = n.inputs[0], n.inputs[2]
+    idx = np.asarray(n.static(1, "indices")).astype(np.int64)
+    dshape = _static_shape(data, n)
+    k = idx.shape[-1]
+    idx = np.where(idx < 0, idx + np.asarray(dshape[:k]), idx)
+    inner = int(np.prod(dshape[k:]))
+    base = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), dshape[:k]) * inner
+    target = base[..., None] + np.arange(inner)
+    return _scatter_flat(g, n, data, updates, target)
+
+
+@converter("ReverseSequence")
+def _reverse_sequence(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    lens = np.asarray(n.static(1, "sequence_lens")).astype(np.int64)
+    shape = _static_shape(x, n)
+    bax, tax = n.attr("batch_axis", 1), n.attr("time_axis", 0)
+    coords = list(np.indices(shape, dtype=np.int64))
+    t, b = coords[tax], coords[bax]
+    ln = lens[b]
+    coords[tax] = np.where(t < ln, ln - 1 - t, t)
+    return _take_flat(g, x, np.ravel_multi_index(coords, shape))
+
+
+@converter("Compress")
+def _compress(g: Graph, n: Node) -> Value:
+    x = n.inputs[0]
+    cond = np.asarray(n.static(1, "condition")).astype(bool)
+    keep = np.flatnonzero(cond)
+    axis = n.attr("axis")
+    if axis is None:
+        return g.call("take", g.call("reshape", x, newshape=[-1]), g.const(keep), axis=0)
+    axis = _axis(axis, x.ndim, n)
+    return g.call("take", x, g.const(keep), axis=axis)
