@@ -696,12 +696,26 @@ def _rebuild_desc(t: Type, slots: list[int]) -> Desc:
 
 
 def _materialize(d: Desc, values: dict[int, np.ndarray], params: set[int]) -> Any:
-    if d[0] == "tuple":
-        return tuple(_materialize(x, values, params) for x in d[1])
-    if d[0] == "const":
-        return np.array(d[1], copy=True)
-    a = values[d[1]]
-    return a.copy() if d[1] in params else a
+    """The result value of descriptor ``d`` (walked with an explicit stack: tuples nest)."""
+    out: list[Any] = []
+    stack: list[tuple[Desc, bool]] = [(d, False)]
+    while stack:
+        x, done = stack.pop()
+        if x[0] == "tuple":
+            if done:
+                n = len(x[1])
+                fields = tuple(out[len(out) - n:]) if n else ()
+                del out[len(out) - n:]
+                out.append(fields)
+            else:
+                stack.append((x, True))
+                stack.extend((f, False) for f in reversed(x[1]))
+        elif x[0] == "const":
+            out.append(np.array(x[1], copy=True))
+        else:
+            a = values[x[1]]
+            out.append(a.copy() if x[1] in params else a)
+    return out[0]
 
 
 def _aligned_copy(a: np.ndarray) -> np.ndarray:

@@ -219,8 +219,10 @@ def test_nested_tuple_result() -> None:
         value, ty = f"({value}, %x)", f"({ty}, float32)"
     text = f'#[version = "0.0.5"]\ndef @main(%x: float32) -> {ty} {{ {value} }}'
     mod = _low(passes.InferType(), rly.parse(text))
-    for m in (mod, _low(passes.optimize, mod)):
-        out = _low(runtime.evaluate, m, np.array(1.5, "float32"))
+    compiled = _low(runtime.build, mod, target="llvm")
+    runs = [(m, lambda m, x: runtime.evaluate(m, x)) for m in (mod, _low(passes.optimize, mod))]
+    for m, run in runs + [(mod, lambda m, x: compiled(x))]:
+        out = _low(run, m, np.array(1.5, "float32"))
         levels = 0
         while type(out) is tuple:
             assert len(out) == 2 and _value(out[1]) == 1.5
