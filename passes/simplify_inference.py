@@ -149,6 +149,8 @@ class _Plan:
         e = self.env.get(x)
         if type(e) is not Call or type(e.args[1]) is not Constant:
             return None
+        if not (_is_op(e, "nn.conv2d") or _is_op(e, "nn.dense")):
+            return None
         w = e.args[1].data
         if w.dtype != s.dtype or e.attrs.out_dtype not in ("", str(s.dtype)):
             return None
