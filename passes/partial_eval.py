@@ -21,7 +21,9 @@ Rules:
   emitted in order, so effects are preserved — run dead-ref-elim and DCE afterwards).
 * ``f(a1..an)`` with ``f`` a known closure or global is specialized by evaluating the body
   with the arguments bound (inlining/unrolling). A recursive function is unrolled only while
-  some argument is static data (a tensor, an ADT value, or a tuple holding one); calls in
+  some argument is static data (a tensor, an ADT value, or a tuple holding one) and the call
+  is not reached through a branch on dynamic data since the function was entered (nothing
+  static could end that unrolling: ``for i in range(n)`` with a dynamic ``n``); calls in
   tail position (``f(x)``, or ``let %r = %f(x); %r`` for a closure %f) are unrolled
   in a loop, so long chains of closures do not grow the stack. Each unrolling costs one unit
   of ``fuel`` (per global function, default 1000; ``passes.optimize`` gives more to larger
@@ -234,6 +236,10 @@ class _PE:
         self.store: dict[int, PValue] = {}
         self.next_key = 0
         self.active: list[Function] = []
+        # NOTE: dynamic branches entered so far (`dyn`), and its value when each active function
+        # was entered: a recursive call reached through a dynamic branch is not unrolled
+        self.dyn = 0
+        self.active_dyn: list[int] = []
         self.reifying = 0
         self.bound_tvars: set = set()
         self.tsub: dict[Any, Any] = {}
@@ -424,6 +430,7 @@ class _PE:
             env.vars[q] = PValue(None, nq, None)
         saved_store, self.store = self.store, {}
         self.active.append(f)
+        self.active_dyn.append(self.dyn)
         self.depth += 1
         self.reifying += 1
         try:
@@ -434,6 +441,7 @@ class _PE:
             self.reifying -= 1
             self.depth -= 1
             self.active.pop()
+            self.active_dyn.pop()
             self.store = saved_store
         self.sb.bind(var, Function(params, body, ret_type, f.type_params, f.attrs, span=f.span))
 
@@ -622,6 +630,7 @@ class _PE:
         """
         self.depth += 1
         self.active.append(func)
+        self.active_dyn.append(self.dyn)
         saved_tsub = self.tsub
         try:
             while True:
@@ -638,6 +647,7 @@ class _PE:
         finally:
             self.tsub = saved_tsub
             self.active.pop()
+            self.active_dyn.pop()
             self.depth -= 1
 
     def _should_inline(self, callee: PValue, func: Function, args: list[PValue],
@@ -648,6 +658,13 @@ class _PE:
             # NOTE: inside a residual function body, call a closure that already has residual
             # code instead of copying its body again (keeps the output linear).
             return False
+        if func in self.active:
+            # NOTE: reached through a branch on dynamic data since the innermost activation
+            # of `func`: no static fact ends such an unrolling (`for i in range(n)` with a
+            # dynamic n would unroll max_depth levels), so the call stays a call
+            inner = len(self.active) - 1 - self.active[::-1].index(func)
+            if self.active_dyn[inner] < self.dyn:
+                return False
         if recursive or func in self.active:
             return any(_decisive(a) for a in args)
         return True
@@ -731,8 +748,12 @@ class _PE:
         benv = Env(env)
         if bind:
             benv.vars.update(bind)
-        with self._nested():
-            body = self.sb.build((yield self._reify((yield self._ev(e, benv)))))
+        self.dyn += 1
+        try:
+            with self._nested():
+                body = self.sb.build((yield self._reify((yield self._ev(e, benv)))))
+        finally:
+            self.dyn -= 1
         return body, self.store
 
     @staticmethod
@@ -1021,6 +1042,7 @@ def partial_eval_function(fn: Function, mod: IRModule | None = None, *, fuel: in
     for p in fn.params:
         env.vars[p] = PValue(None, p, None)
     pe.active.append(fn)
+    pe.active_dyn.append(0)
     body = pe.sb.build(pe.reify(pe.eval(fn.body, env)))
     return Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
 

@@ -726,3 +726,36 @@ def test_cli_opt_partial_eval_output_type_checks(tmp_path, capsys, monkeypatch):
     assert err == ""
     assert "@count: fn [T](L[T]) -> int32" in out
     assert "@main: fn (L[int32], L[float32]) -> (int32, int32)" in out
+
+
+LOOP = '''#[version = "0.0.5"]
+def @main(%n: int32, %x: float32) -> float32 {
+  let %loop = fn (%i: int32, %acc: float32) -> float32 {
+    if (%i < BOUND) { %loop(%i + 1, %acc * 2f) } else { %acc }
+  };
+  %loop(0, %x)
+}'''
+
+
+def _ifs(mod: IRModule) -> int:
+    return sum(type(n) is If for fn in mod.functions.values() for n in post_order(fn))
+
+
+def test_a_loop_with_a_dynamic_bound_is_not_unrolled() -> None:
+    # the counter is static (0, 1, ...) but `%i < %n` is not: unrolling could never end on a
+    # static fact, so the recursive call under the dynamic branch stays a call (it used to be
+    # unrolled max_depth = 40 levels deep)
+    from relay_ir import parse, runtime
+    mod = InferType()(parse(LOOP.replace("BOUND", "%n")))
+    out = run(mod)
+    assert _ifs(out) == 2       # the first iteration peeled, then the loop itself
+    for n in (0, 3, 45):
+        assert_same_results(mod, out, (np.array(n, "int32"), np.array(1.5, "float32")))
+
+
+def test_a_loop_with_a_static_bound_still_unrolls() -> None:
+    from relay_ir import parse
+    mod = InferType()(parse(LOOP.replace("BOUND", "5")))
+    out = run(mod)
+    assert _ifs(out) == 0
+    assert_same_results(mod, out, (np.array(7, "int32"), np.array(1.5, "float32")))
