@@ -804,3 +804,20 @@ def test_long_operator_chain(tmp_path):
     assert sys.getrecursionlimit() <= 1000
     mod = from_python(f, x)
     np.testing.assert_allclose(runtime.evaluate(mod, x), f(x), rtol=1e-4)
+
+
+def _down_then(v, k):
+    return v * k if k > 0 else _down_then(v + 1.0, k + 1)
+
+
+def _rec_first(v, k):
+    return _rec_first(v + 1.0, k + 1) if k <= 0 else v * k
+
+
+def test_recursion_whose_base_case_is_in_a_conditional_expression():
+    # the recursive call's type comes from the other branch until the `return` gives it
+    x = rand(3)
+    for fn in (_down_then, _rec_first):
+        mod = from_python(fn, x, -3)
+        got = runtime.evaluate(mod, x, np.array(-3, "int32"))
+        np.testing.assert_allclose(got, fn(x, -3), rtol=1e-6)

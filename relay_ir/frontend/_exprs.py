@@ -150,12 +150,38 @@ def if_exp(tr: Translator, node: ast.IfExp, env: dict) -> Any:
     c = tr.truth(expr(tr, node.test, env), node.test)
     if isinstance(c, Weak):
         return expr(tr, node.body if c.value else node.orelse, env)
+    from relay_ir.frontend.python import RecursiveTypeUnknown
     ctx = tr.ctx
-    vals, scopes = [], []
-    for sub in (node.body, node.orelse):
-        ctx.open()
-        vals.append(expr(tr, sub, env))
-        scopes.append(ctx.scopes.pop())
+    vals: list = [None, None]
+    scopes: list = [None, None]
+    saved = ctx.provisional_ret
+    order, retried = [0, 1], False
+    try:
+        while order:
+            i = order.pop(0)
+            ctx.open()
+            try:
+                vals[i] = expr(tr, (node.body, node.orelse)[i], env)
+            except RecursiveTypeUnknown:
+                ctx.scopes.pop()
+                if retried:
+                    raise
+                # NOTE: a recursive call before any `return` of its function: the other
+                # branch's type is the call's until a `return` gives the function's type
+                # (`v * k if k > 0 else f(v, k + 1)`; InferType checks the result)
+                retried = True
+                other = 1 - i
+                if vals[other] is None:
+                    ctx.open()
+                    vals[other] = expr(tr, (node.body, node.orelse)[other], env)
+                    scopes[other] = ctx.scopes.pop()
+                    order = [o for o in order if o != other]
+                ctx.provisional_ret = tr.mat(vals[other], node).ty
+                order.insert(0, i)
+                continue
+            scopes[i] = ctx.scopes.pop()
+    finally:
+        ctx.provisional_ret = saved
     static, exprs, ty = join_values(tr, "the conditional expression", vals, node)
     if exprs is None:
         return static
@@ -510,9 +536,11 @@ def call_pyfunction(tr: Translator, f: PyFunction, args: list, kwargs: dict,
         vals = [tr.mat(v, node) for _, v, _ in bound]
         gv, ret = tr.translate_global(fn, [v.ty for v in vals], node_src=(fnode, src))
         if ret is None:
-            raise tr.err(node, f"cannot infer the return type of the recursive function "
+            from relay_ir.frontend.python import RecursiveTypeUnknown
+            e = tr.err(node, f"cannot infer the return type of the recursive function "
                          f"`{fn.__name__}`: put a base case (a `return` that does not "
                          "recurse) before the recursive call")
+            raise RecursiveTypeUnknown(e.message, e.span)
         r = tr.ctx.bind(Call(gv, tuple(v.expr for v in vals), span=tr.ctx.src.span(node)),
                         "v")
         return tr.wrap_param(r, ret)

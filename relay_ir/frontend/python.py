@@ -42,6 +42,10 @@ class FrontendError(DiagnosticError):
     """Python code outside the supported subset, or ill-typed under its rules."""
 
 
+class RecursiveTypeUnknown(FrontendError):
+    """A recursive call met before any ``return`` of its function gave the return type."""
+
+
 # ----------------------------------------------------------------------------- values
 class Val:
     """A run-time value: an IR atom and its (static) type.
@@ -259,6 +263,10 @@ class _FnCtx:
         self.name = name
         self.scopes: list[list[tuple[Var, Expr]]] = [[]]
         self.ret_types: list[Type] = []
+        # NOTE: the type of the other branch of a conditional expression whose recursive
+        # branch came first (`v if k > 0 else f(k - 1)`): the recursive call's type until a
+        # `return` gives the real one
+        self.provisional_ret: Type | None = None
         self.loops: list[_Loop] = []
 
     def bind(self, value: Expr, hint: str = "v") -> Var:
@@ -334,8 +342,9 @@ class Translator:
         if key in self.gvars:
             gv = self.gvars[key]
             if key in self.pending:  # recursion: the return type seen so far
-                rts = self.pending[key].ret_types
-                return gv, (rts[0] if rts else None)
+                pend = self.pending[key]
+                rts = pend.ret_types
+                return gv, (rts[0] if rts else pend.provisional_ret)
             return gv, self.functions[gv.name_hint].ret_type
         node, src = node_src or _get_source(fn)
         gv = GlobalVar(self.global_name(name or fn.__name__))
