@@ -61,6 +61,7 @@ import numpy as np
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import TensorType, TupleType, Type
 from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
+from relay_ir.runtime.vm import _is_static, _result_struct
 
 # Depth limits of non-tail calls. A VM call takes 2-6 KiB of C++ stack (measured: a 64 MiB
 # stack held 16,000 direct calls, not 30,000; a 16 MiB stack 3,000 nested closure
@@ -165,25 +166,6 @@ class _Kernel:
         self.outs = outs
         self.result = result            # int (one output) or nested lists of output indices
         self.param_types = param_types
-
-
-def _result_struct(t: Type) -> Any:
-    counter = [0]
-
-    def build(x: Type) -> Any:     # NOTE: recursion over tuple nesting of one type only
-        if isinstance(x, TupleType):
-            return [build(f) for f in x.fields]
-        counter[0] += 1
-        return counter[0] - 1
-    return build(t)
-
-
-def _is_static(t: Type | None) -> bool:
-    if isinstance(t, TensorType):
-        return all(isinstance(d, int) for d in t.shape)
-    if isinstance(t, TupleType):
-        return all(_is_static(f) for f in t.fields)
-    return False
 
 
 # ============================================================================ emitting
