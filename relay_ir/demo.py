@@ -155,7 +155,10 @@ def train(epochs: int = 20, *, lr: float = 0.1, momentum: float = 0.9, seed: int
         entry="main")                                       # plan + compile kernels
     pred = runtime.build(predictor(mod), target="llvm")
     params = init_params(seed)
-    pred(xte, *params, entry="main")
+    # NOTE: the predictor's batch dim is `?`: its kernels compile per shape, so both shapes it
+    # will see (the training and the test set) compile here, not in the first epoch
+    for x in (xtr, xte):
+        pred(x, *params, entry="main")
     compile_s = time.perf_counter() - t0
     print(f"compiled train step and predictor in {compile_s:.2f} s "
           f"({exe.num_kernels()} kernel calls per step)",

@@ -119,3 +119,29 @@ def test_shortened_make_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
     acc = float(out.split("test accuracy: ", 1)[1].split()[0])
     assert 0.8 < acc <= 1.0
     assert "reloaded in a fresh process: predictions match (360/360)" in out
+
+
+def test_training_epochs_compile_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel the epochs use is compiled (or found) before the first epoch: the train
+    step's through runtime.build, the predictor's `?` batch for both data set sizes."""
+    from relay_ir.runtime.kernel_cache import KernelCache
+    lookups: list[int] = []
+    get = KernelCache.get
+
+    def counting_get(self, requests, target):  # type: ignore[no-untyped-def]
+        lookups.append(len(requests))
+        return get(self, requests, target)
+    monkeypatch.setattr(KernelCache, "get", counting_get)
+
+    class Lines(io.StringIO):
+        at_compile_line: int | None = None
+
+        def write(self, s: str) -> int:
+            if s.startswith("compiled train step"):
+                Lines.at_compile_line = len(lookups)
+            return super().write(s)
+    out = Lines()
+    demo.train(epochs=2, progress=False, out=out)
+    assert "epoch  2/2" in out.getvalue()
+    assert Lines.at_compile_line is not None and Lines.at_compile_line > 0
+    assert len(lookups) == Lines.at_compile_line, "kernels looked up during the epochs"
