@@ -178,19 +178,20 @@ class _Rewrite(ExprMutator):
         self.plan = plan
         self.out: dict[Var, Expr] = {}     # batch norm / dropout var -> its field 0 (an atom)
 
-    def visit_binding(self, var: Var, value: Expr) -> tuple[Var, Expr] | None:
+    def visit_binding(self, var: Var, value: Expr) -> Any:
+        # NOTE: a generator (sub-visits are yielded): nesting costs no Python recursion
         plan = self.plan
         if var in plan.scaled:
             c = value
             assert type(c) is Call
-            args = (self.visit(c.args[0]), _const(plan.scaled[var]))
+            args = ((yield c.args[0]), _const(plan.scaled[var]))
             return var, Call(c.op, args, c.attrs, c.type_args, span=c.span)
         if var in plan.dropout:
-            self.out[var] = self.visit(value.args[0])  # type: ignore[attr-defined]
+            self.out[var] = yield value.args[0]  # type: ignore[attr-defined]
             return None
         bn = plan.bn.get(var)
         if bn is not None:
-            x = self.visit(bn.x)
+            x = yield bn.x
             if bn.into is not None:
                 e: Expr = make_call("add", x, _const(bn.shift), span=value.span)  # type: ignore
             elif bn.center is not None:
@@ -206,7 +207,7 @@ class _Rewrite(ExprMutator):
         if type(value) is TupleGetItem and value.index == 0 and value.tuple_value in self.out:
             self.memo[var] = self.out[value.tuple_value]  # type: ignore[index]
             return None
-        return super().visit_binding(var, value)
+        return (yield var), (yield value)
 
     def visit_tuple_get_item(self, t: TupleGetItem) -> Expr:
         v = t.tuple_value

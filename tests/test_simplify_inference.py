@@ -220,3 +220,27 @@ def test_build_with_params_folds_batch_norm_and_keeps_values() -> None:
     assert "nn.batch_norm" not in names and "multiply" not in names
     np.testing.assert_allclose(exe(x), runtime.evaluate(mod, x, *params.values()),
                                rtol=2e-5, atol=2e-5)
+
+
+def test_batch_norm_inside_deep_nesting_needs_no_recursion() -> None:
+    # the rewrite's binding handler is a generator: a batch norm under 400 nested ifs folds
+    # with only 250 Python frames to spare
+    import inspect
+    import sys
+    body = _bn("%x", "a") + ".0"
+    for _ in range(400):
+        body = f"if (%c) {{ {body} }} else {{ %x }}"
+    src = f"def @main(%c: bool, %x: Tensor[(1, 2, 3, 3), float32], {_bn_sig('a', 2)}) {{ {body} }}"
+    mod = rly.parse(HEADER + src)
+    bound = get_pass("to-anf")(bind_params(mod, "main", _bn_params("a", 2)))
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + 250)
+    try:
+        out = simplify_inference(bound)
+    finally:
+        sys.setrecursionlimit(old)
+    assert "nn.batch_norm" not in _ops(out)
+    x = _f32(1, 2, 3, 3)
+    for c in (True, False):
+        np.testing.assert_allclose(runtime.evaluate(out, np.array(c), x),
+                                   runtime.evaluate(bound, np.array(c), x), rtol=1e-5)
