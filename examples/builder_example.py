@@ -53,10 +53,12 @@ class _FoldDoubleRelu(ExprMutator):
         self.defs: dict[int, Any] = {}      # let-bound var -> its value (A-normal form)
 
     def visit_binding(self, var: Var, value: Any) -> Any:
-        out = super().visit_binding(var, value)
-        if out is not None:
-            self.defs[id(out[0])] = out[1]
-        return out
+        # NOTE: a generator: `yield` hands a child to the base's loop, so nesting costs no
+        # Python recursion (docs/pass_tutorial.md)
+        new_var = yield var
+        new_value = yield value
+        self.defs[id(new_var)] = new_value
+        return new_var, new_value
 
     def visit_call(self, call: Call) -> Any:
         new = super().visit_call(call)
