@@ -86,14 +86,17 @@ def _spatial(x: Value, n: Node, kernel: Sequence[int], strides: Sequence[int],
     for i in range(k):
         out = -(-shp[i] // strides[i])
         total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - shp[i])
-        small, big = total // 2, total - total // 2
-        if auto == "SAME_UPPER":
-            begin.append(small)
-            end.append(big)
-        else:
-            begin.append(big)
-            end.append(small)
+        lo, hi = _split_same(total, auto)
+        begin.append(lo)
+        end.append(hi)
     return begin + end
+
+
+def _split_same(total: int, auto: str) -> tuple[int, int]:
+    """``total`` padding as (begin, end): the odd one at the end for SAME_UPPER, at the
+    beginning otherwise (SAME_LOWER)."""
+    small, big = total // 2, total - total // 2
+    return (small, big) if auto == "SAME_UPPER" else (big, small)
 
 
 def _as_2d(g: Graph, x: Value, n: Node) -> tuple[Value, bool]:
@@ -166,13 +169,9 @@ def _conv_transpose(g: Graph, n: Node) -> Value:
             if total < 0:  # NOTE: rows past the last tap: zeros (plus the bias)
                 extra[i] = -total
                 total = 0
-            small, big = total // 2, total - total // 2
-            if auto == "SAME_UPPER":
-                begin.append(small)
-                end.append(big)
-            else:
-                begin.append(big)
-                end.append(small)
+            lo, hi = _split_same(total, auto)
+            begin.append(lo)
+            end.append(hi)
         pads = begin + end
     elif auto == "VALID":
         pads = [0] * (2 * k)
