@@ -18,7 +18,7 @@ from relay_ir.functor import ExprMutator
 from relay_ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, Op, Pattern,
                            PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
                            RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var, is_atom)
-from relay_ir.module import IRModule
+from relay_ir.module import IRModule, fresh_name
 from relay_ir.op import get_opdef
 from relay_ir.span import Span
 from relay_ir.traversal import run_generators
@@ -171,10 +171,7 @@ class _Types(ABC):
 
 
 def _fresh_name(base: str, taken: set[str]) -> str:
-    name, i = base, 1
-    while name in taken:
-        name = f"{base}{i}"
-        i += 1
+    name = fresh_name(base, taken)
     taken.add(name)
     return name
 
@@ -544,10 +541,7 @@ def _keep_originals(mod: IRModule, entry: str, reserved: Iterable[str] = ()) -> 
         return mod
     taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
     taken |= set(reserved)
-    name, i = f"{entry}_primal", 0
-    while name in taken:
-        i += 1
-        name = f"{entry}_primal{i}"
+    name = fresh_name(f"{entry}_primal", taken)
     copy = GlobalVar(name)
 
     class Rename(ExprMutator):

@@ -6,12 +6,22 @@ a new module (``mod.with_function("f", fn)``, ``mod.with_type(type_data)``).
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Container, Iterator, Mapping
 
 from relay_ir.expr import Constructor, Expr, Function, GlobalVar
 from relay_ir.span import SourceFile
 from relay_ir.ty import GlobalTypeVar, TypeData
 
+
+
+def fresh_name(base: str, taken: Container[str], *, sep: str = "", first: int = 1) -> str:
+    """``base`` if it is not in ``taken``, else the first of ``base{sep}{first}``,
+    ``base{sep}{first + 1}``, ... that is not (the caller records it as taken)."""
+    name, k = base, first
+    while name in taken:
+        name = f"{base}{sep}{k}"
+        k += 1
+    return name
 
 class IRModule:
     """Global functions (by name) and ADT definitions (by name); never mutated once built."""

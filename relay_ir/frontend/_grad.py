@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from relay_ir.frontend.python import FrontendError, _example_types, from_python
+from relay_ir.module import fresh_name
 from relay_ir.ty import TensorType, fmt_type
 
 
@@ -27,14 +28,6 @@ def _convert(x: Any) -> Any:
     if isinstance(x, (tuple, list)):
         return tuple(_convert(v) for v in x)
     return x
-
-
-def _fresh_name(mod: Any, base: str) -> str:
-    name, k = base, 1
-    while name in mod:
-        k += 1
-        name = f"{base}_{k}"
-    return name
 
 
 def _float_leaves(t: Any) -> bool:
@@ -133,7 +126,7 @@ class _GradFn:
         from relay_ir.module import IRModule
         # NOTE: not optimized here: the caller (an outer grad) optimizes the whole program once
         g = self.gradient_module(*args)
-        vg = GlobalVar(_fresh_name(g, "main_value_and_grad"))
+        vg = GlobalVar(fresh_name("main_value_and_grad", g, sep="_", first=2))
 
         class _Rename(ExprMutator):
             def visit_global_var(self, gv: GlobalVar) -> Any:

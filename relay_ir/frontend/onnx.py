@@ -23,7 +23,7 @@ import numpy as np
 
 from relay_ir.errors import DiagnosticError, TypeInferenceError
 from relay_ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
-from relay_ir.module import IRModule
+from relay_ir.module import IRModule, fresh_name
 from relay_ir.op import get_opdef
 from relay_ir.traversal import build_lets, free_vars
 from relay_ir.ty import ANY, ShapeVar, TensorType, TupleType, Type
@@ -65,11 +65,7 @@ class _Names:
         self.used: set[str] = set()
 
     def make(self, name: str) -> str:
-        base = rly_name(name)
-        out, k = base, 0
-        while out in self.used:
-            k += 1
-            out = f"{base}_{k}"
+        out = fresh_name(rly_name(name), self.used, sep="_")
         self.used.add(out)
         return out
 

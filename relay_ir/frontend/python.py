@@ -31,7 +31,7 @@ import numpy as np
 
 from relay_ir.errors import DiagnosticError
 from relay_ir.expr import Call, Expr, Function, GlobalVar, Tuple, TupleGetItem, Var, const
-from relay_ir.module import IRModule
+from relay_ir.module import IRModule, fresh_name
 from relay_ir.op import get_opdef
 from relay_ir.span import SourceFile, Span
 from relay_ir.traversal import build_lets
@@ -326,10 +326,7 @@ class Translator:
     # -------------------------------------------------------------- globals
     def global_name(self, base: str) -> str:
         """A global name not used yet: ``base``, ``base_2``, ..."""
-        name, k = base, 1
-        while name in self.names:
-            k += 1
-            name = f"{base}_{k}"
+        name = fresh_name(base, self.names, sep="_", first=2)
         self.names.add(name)
         return name
 
