@@ -27,6 +27,8 @@ COMMANDS = {
     "cache": "show the compiled-kernel cache (--clear empties it)",
     "ops": "list the operators, or print one operator's reference entry (rly ops NAME)",
     "import": "an ONNX model as .rly text (-o model.rly; weights in model.npz)",
+    "tune": "tune a program's kernels with MetaSchedule (kept in the kernel cache where "
+            "faster)",
 }
 # commands whose module name differs from the command (a Python keyword)
 _MODULES = {"import": "import_"}

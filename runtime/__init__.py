@@ -19,6 +19,7 @@ _LAZY: dict[str, str] = {
     "apply": "relay_ir.runtime.interpreter",
     "build": "relay_ir.runtime.executor",
     "load_module": "relay_ir.runtime.vm",
+    "tune": "relay_ir.runtime.tuning",
 }
 
 
@@ -29,5 +30,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(mod), name)
 
 
-__all__ = ["evaluate", "apply", "build", "load_module", "ADTValue", "Closure", "RecClosure",
+__all__ = ["evaluate", "apply", "build", "load_module", "tune", "ADTValue", "Closure", "RecClosure",
            "RefValue", "TensorValue", "format_value"]

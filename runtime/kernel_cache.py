@@ -316,6 +316,32 @@ class KernelCache:
                           RuntimeWarning, stacklevel=3)
             return None
 
+    def replace(self, request: KernelRequest, scheduled: Any, target: Any) -> Any:
+        """Compile ``scheduled`` (an IRModule holding one scheduled PrimFunc of
+        ``request``'s kernel: a tuned schedule, ``runtime.tune``) and make it the kernel of
+        ``request``'s key, in memory and on disk; later lookups of the key get it."""
+        import tvm
+        key = request.key or self.key(request.prim_func, request.signature, target)
+        (gv, f), = list(scheduled.functions_items())
+        irmod = tvm.IRModule({"k_" + key: f.with_attr("global_symbol", "k_" + key)})
+        COMPILE_COUNT[0] += 1
+        ex = tvm.compile(irmod, target=target)
+        self.stats.compiled += 1
+        fn = None
+        with self._lock:
+            from relay_ir.runtime.lower_tvm import is_cuda
+            if self.use_disk and not is_cuda(target):
+                lib = self._store(ex, [key])
+                if lib is not None:
+                    loaded = self._libs[lib] = tvm.runtime.load_module(lib)
+                    fn = loaded["k_" + key]
+                    self._lib_of[key] = lib
+            if fn is None:
+                fn = ex["k_" + key]
+            self.modules[key] = ex.mod
+            self._memory[key] = (request.prim_func, fn)
+        return fn
+
     def library_of(self, key: str) -> str | None:
         """The verified library file this process runs the kernel ``key`` from (or None)."""
         lib = self._lib_of.get(key)
