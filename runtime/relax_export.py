@@ -51,13 +51,15 @@ executor (``runtime.vm``, magic ``RLYMOD``) still load, routed by their magic.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import struct
+import sys
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -71,6 +73,33 @@ FORMAT_VERSION = 1
 FORMAT_NAME = "relay_ir.relax_module"
 _FOOTER = struct.Struct("<QQ32s32sI8s")
 _TAIL = struct.Struct("<I8s")        # the footer's last fields: always readable
+# TVM's executable (de)serializer logs a warning line per string constant ("Scope Saving: ..."
+# / "Scope Loaded: ..."): noise for the user; every other line of its log is passed on
+_NOISE = (b"Warning: Scope Saving", b"Warning: Scope Loaded")
+
+
+@contextlib.contextmanager
+def _tvm_log_filtered() -> Iterator[None]:
+    """Run a TVM call with the C++ log (stderr, fd 2) captured; lines other than the
+    executable serializer's noise are written back to stderr afterwards."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    with tempfile.TemporaryFile() as cap:
+        os.dup2(cap.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            cap.seek(0)
+            kept = [ln for ln in cap.read().splitlines(keepends=True)
+                    if not any(n in ln for n in _NOISE)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 # ============================================================================ export
@@ -91,7 +120,8 @@ def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None) -
     path = os.fspath(path)
     work = tempfile.mkdtemp(prefix="relay_ir_export_")
     try:
-        lib = _link(backend, work)
+        with _tvm_log_filtered():
+            lib = _link(backend, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     meta = json.dumps(_metadata(rexe, entry), separators=(",", ":")).encode()
@@ -329,8 +359,9 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
         with os.fdopen(fd, "wb") as f:
             f.write(lib)
         try:
-            mod = tvm.runtime.load_module(tmp)
-            vm = tvm.relax.VirtualMachine(mod, tvm.cpu())
+            with _tvm_log_filtered():
+                mod = tvm.runtime.load_module(tmp)
+                vm = tvm.relax.VirtualMachine(mod, tvm.cpu())
         except Exception as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModuleFileError(f"{path}: cannot load the module's library: {msg}") \
