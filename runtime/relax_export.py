@@ -284,9 +284,9 @@ def _verify(path: str, data: bytes) -> tuple[dict, bytes]:
     if not data.endswith(TRAILER_MAGIC):
         if data.startswith(b"\x7fELF"):
             raise ModuleFileError(
-                f"{path}: a shared library without relay_ir's trailer: a plain shared "
-                f"library, or a module file that was cut short (truncated); write module "
-                f"files with exe.export_library or `rly build`")
+                f"{path}: a shared library that does not end with relay_ir's trailer: a plain "
+                f"shared library, a module file cut short (truncated), or one with bytes "
+                f"appended; write module files with exe.export_library or `rly build`")
         raise ModuleFileError(f"{path}: not a relay_ir module file (no relay_ir trailer)")
     version, _ = _TAIL.unpack_from(data, len(data) - _TAIL.size)
     if version != FORMAT_VERSION:

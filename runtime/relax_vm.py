@@ -28,7 +28,7 @@ What is emitted (the first milestone of issue 21):
   constructor used as a value is a closure of it;
 * ADT values as tuples ``(tag, fields...)`` (the tag an int: the constructor's index in the
   program's table, every constructor of the module numbered up front); ``match`` tests a tag
-  by indexing a constant one-hot array with it (``tuple_getitem`` + ``read_if_cond`` + If),
+  with ``ffi.RecursiveEq`` (a C++ function of TVM's runtime) + If,
   nested patterns take fields apart in place, and no matching clause fails with a
   ``DiagnosticError``;
 * references as one-element ``ffi.List`` (``ffi.ListGetItem`` / ``ffi.ListSetItem``, C++
@@ -363,11 +363,10 @@ class _Emitter:
             if con not in self.b.single_cons:
                 tag = self.tmp()
                 self.ops.append(("call", "vm.builtin.tuple_getitem", [("r", v), ("i", 0)], tag))
-                hit = self.tmp()
-                self.ops.append(("call", "vm.builtin.tuple_getitem",
-                                 [("c", ("onehot", con)), ("r", tag)], hit))
+                # NOTE: the tag compared by ffi.RecursiveEq (a C++ function of TVM's runtime:
+                # plain TVM runs it; an array constant would not serialize for export)
                 c = self.tmp()
-                self.ops.append(("call", "vm.builtin.read_if_cond", [("r", hit)], c))
+                self.ops.append(("call", "ffi.RecursiveEq", [("r", tag), ("i", con)], c))
                 self.ops.append(("if", c, fail))
             subs, base = pat[2], 1
         else:
@@ -608,9 +607,6 @@ class RelaxBackend:
             return tvm.runtime.ShapeTuple(list(key[1]))
         if kind == "str":
             return key[1]
-        if kind == "onehot":
-            import tvm_ffi
-            return tvm_ffi.Array([i == key[1] for i in range(len(self.cp.cons))])
         if kind == "depth":
             # NOTE: the executable keeps its own copy of a constant: the entry wrappers reset
             # this copy (rly_depth_reset) at the start of every run. The link step merges
