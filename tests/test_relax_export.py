@@ -420,3 +420,21 @@ def test_rly_build_executor_relax_and_rly_run(tmp_path: object,
     assert "cut short" in err and "Traceback" not in err
     assert main(["build", src, "-o", out, "--executor", "nope"]) == 1
     assert "executor" in capsys.readouterr().err
+
+
+def test_kernels_compiled_in_this_process_are_linked_without_compiling_again(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay_ir.runtime.kernel_cache import KernelCache
+    mod = rly.parse(open(os.path.join(ROOT, "examples", "mlp.rly")).read())
+    args = random_inputs(mod, seed=5)
+    exe = runtime.build(mod, executor="relax",
+                        cache=KernelCache(str(tmp_path), use_disk=False))
+
+    def no_recompile(*a: object, **k: object) -> None:
+        raise AssertionError("a kernel compiled in this process was compiled again")
+    monkeypatch.setattr(relax_export, "_recompiled", no_recompile)
+    path = os.path.join(str(tmp_path), "mlp.so")
+    exe.export_library(path)
+    m = runtime.load_module(path)
+    assert m.num_compiled() == exe.num_compiled() > 0
+    assert_values_close(m(*args), runtime.evaluate(mod, *args), rtol=1e-4, atol=1e-6)
