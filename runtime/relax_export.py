@@ -10,9 +10,10 @@ writes **one shared library** that plain TVM runs, without relay_ir::
 The library holds the Relax VM bytecode (TVM's own serialization of the executable, packed
 into the library as ``export_library`` does for every TVM executable), the machine code of
 every kernel and the depth-counting TIR functions. The kernels' code comes from the modules
-they were compiled into in this process when those are still in memory, else they are
-compiled again from their scheduled TIR (the kernel cache's files are shared libraries,
-which cannot be linked into another one).
+they were compiled into in this process when those are still in memory, else the kernel
+cache's object file of the library they were loaded from (kept next to it, checksummed: a
+shared library cannot be linked into another one), else they are compiled again from their
+scheduled TIR.
 
 **Functions of the library** (``vm[name]``):
 
@@ -157,33 +158,34 @@ def _link(backend: Any, work: str) -> bytes:
     so = os.path.join(work, "module.so")
     kernels = list(backend.kernels.values())
     target = backend.exe.target
-    first_try = _in_memory_modules(kernels, target)
+    first_try = _kernel_code(kernels, target, backend.exe.cache)
     for attempt in (first_try, None):
         exec_mod = fresh(code)
         exec_mod.import_module(_DEPTH_LIB[0])
-        mods = attempt if attempt is not None else _recompiled(kernels, target)
+        mods, objs = attempt if attempt is not None else (_recompiled(kernels, target), [])
         for m in mods:
             exec_mod.import_module(m)
         try:
-            exec_mod.export_library(so)
+            exec_mod.export_library(so, addons=list(objs))
             break
         except Exception as e:
             if attempt is None:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise DiagnosticError(f"export_library: linking the module failed: "
                                       f"{msg}") from None
-            # NOTE: two in-memory modules defining one kernel (compiled twice after the
-            # cache's memory was cleared): one fresh module of all of them instead
+            # NOTE: two modules or object files defining one kernel (compiled twice, in two
+            # batches): one fresh module of all of them instead
     with open(so, "rb") as f:
         return f.read()
 
 
-def _in_memory_modules(kernels: list, target: Any) -> list:
-    """Modules holding every kernel: the in-memory modules they were compiled into where
-    those still exist, plus one module compiled now for the others."""
-    import tvm  # noqa: F401
+def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str]]:
+    """(modules, object files) holding every kernel's code: the in-memory modules they were
+    compiled into where those still exist, else the kernel cache's verified object file of
+    their library, else one module compiled now for the rest."""
     mods: list = []
-    seen: set[int] = set()
+    objs: list[str] = []
+    seen: set[Any] = set()
     rest = []
     for kern in kernels:
         m = kern.module
@@ -191,11 +193,19 @@ def _in_memory_modules(kernels: list, target: Any) -> list:
             if id(m) not in seen:
                 seen.add(id(m))
                 mods.append(m)
-        else:
-            rest.append(kern)
+            continue
+        obj = None
+        if kern.request is not None and hasattr(cache, "object_of"):
+            obj = cache.object_of(kern.request.key)
+        if obj is not None:
+            if obj not in seen:
+                seen.add(obj)
+                objs.append(obj)
+            continue
+        rest.append(kern)
     if rest:
         mods.extend(_recompiled(rest, target))
-    return mods
+    return mods, objs
 
 
 def _recompiled(kernels: list, target: Any) -> list:

@@ -438,3 +438,37 @@ def test_kernels_compiled_in_this_process_are_linked_without_compiling_again(
     m = runtime.load_module(path)
     assert m.num_compiled() == exe.num_compiled() > 0
     assert_values_close(m(*args), runtime.evaluate(mod, *args), rtol=1e-4, atol=1e-6)
+
+
+def test_kernels_from_the_disk_cache_link_its_object_files(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay_ir.runtime.kernel_cache import KernelCache
+    mod = rly.parse(open(os.path.join(ROOT, "examples", "mlp.rly")).read())
+    args = random_inputs(mod, seed=6)
+    want = runtime.evaluate(mod, *args)
+    cache = KernelCache(os.path.join(str(tmp_path), "cache"))
+    runtime.build(mod, executor="relax", cache=cache)
+    cache.clear_memory()                 # what a new process sees: the disk cache only
+    exe = runtime.build(mod, executor="relax", cache=cache)
+    assert cache.stats.disk_hits > 0
+    path = os.path.join(str(tmp_path), "mlp.so")
+    real = relax_export._recompiled
+
+    def no_recompile(*a: object, **k: object) -> None:
+        raise AssertionError("a kernel of the disk cache was compiled again")
+    monkeypatch.setattr(relax_export, "_recompiled", no_recompile)
+    exe.export_library(path)
+    assert_values_close(runtime.load_module(path)(*args), want, rtol=1e-4, atol=1e-6)
+    # an altered object file is not linked: the kernels are compiled again instead
+    objs = [f for f in os.listdir(os.path.join(str(tmp_path), "cache")) if f.endswith(".o")]
+    assert objs
+    for f in objs:
+        with open(os.path.join(str(tmp_path), "cache", f), "r+b") as fh:
+            fh.seek(100)
+            fh.write(b"\xff\xff\xff\xff")
+    calls = []
+    monkeypatch.setattr(relax_export, "_recompiled",
+                        lambda *a: calls.append(1) or real(*a))
+    exe.export_library(path)
+    assert calls
+    assert_values_close(runtime.load_module(path)(*args), want, rtol=1e-4, atol=1e-6)
