@@ -9,10 +9,10 @@ writes **one shared library** that plain TVM runs, without relay_ir::
 
 The library holds the Relax VM bytecode (TVM's own serialization of the executable, packed
 into the library as ``export_library`` does for every TVM executable), the machine code of
-every kernel and the depth-counting TIR functions. The kernels' code comes from the modules
-they were compiled into in this process when those are still in memory, else the kernel
-cache's object file of the library they were loaded from (kept next to it, checksummed: a
-shared library cannot be linked into another one), else they are compiled again from their
+every kernel and the depth-counting TIR functions. The kernels' code comes from the kernel
+cache's object file of the library they run from (kept next to it, checksummed: a shared
+library cannot be linked into another one), else from the in-memory module they were
+compiled into (``KernelCache(use_disk=False)``), else they are compiled again from their
 scheduled TIR.
 
 **Functions of the library** (``vm[name]``):
@@ -180,20 +180,16 @@ def _link(backend: Any, work: str) -> bytes:
 
 
 def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str]]:
-    """(modules, object files) holding every kernel's code: the in-memory modules they were
-    compiled into where those still exist, else the kernel cache's verified object file of
-    their library, else one module compiled now for the rest."""
+    """(modules, object files) holding every kernel's code: the kernel cache's verified
+    object file of their library, else the in-memory module they were compiled into, else
+    one module compiled now for the rest."""
     mods: list = []
     objs: list[str] = []
     seen: set[Any] = set()
     rest = []
     for kern in kernels:
-        m = kern.module
-        if m is not None and m.kind == "llvm" and m.implements_function(kern.symbol):
-            if id(m) not in seen:
-                seen.add(id(m))
-                mods.append(m)
-            continue
+        # NOTE: an object file first: a module in memory is compiled to one again (LLVM's
+        # code generation: 3-4x the time of the link alone)
         obj = None
         if kern.request is not None and hasattr(cache, "object_of"):
             obj = cache.object_of(kern.request.key)
@@ -201,6 +197,12 @@ def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str
             if obj not in seen:
                 seen.add(obj)
                 objs.append(obj)
+            continue
+        m = kern.module
+        if m is not None and m.kind == "llvm" and m.implements_function(kern.symbol):
+            if id(m) not in seen:
+                seen.add(id(m))
+                mods.append(m)
             continue
         rest.append(kern)
     if rest:
