@@ -62,7 +62,6 @@ import sys
 import tempfile
 from typing import Any, Iterator
 
-import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.runtime.relax_vm import (_DEPTH_LIB, _ENTRY, PLAIN_DEPTH, RelaxExecutable,
