@@ -242,7 +242,13 @@ def _recompiled(kernels: list, target: Any) -> list:
         return [tvm.compile(tvm.IRModule(out), target=tgt).mod]
 
 
+def _tvm_release(version: str) -> str:
+    """``major.minor`` of a TVM version string (the bytecode and runtime ABI it goes with)."""
+    return ".".join(str(version).split(".")[:2])
+
+
 def _metadata(rexe: RelaxExecutable, entry: str) -> dict:
+    import tvm
     from relay_ir.runtime.lower_tvm import target_description
     entries = {}
     for name in rexe.module:
@@ -259,7 +265,7 @@ def _metadata(rexe: RelaxExecutable, entry: str) -> dict:
     cons = [[c.belong_to.name_hint, c.name_hint, int(c.tag), len(c.inputs)]
             for c in rexe._cons]
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION,
-            "target": target_description(rexe.target),
+            "target": target_description(rexe.target), "tvm_version": tvm.__version__,
             "default_entry": entry, "entries": entries, "constructors": cons,
             "plain_depth": PLAIN_DEPTH,
             "kernels": sorted({k.symbol for k in rexe._backend.kernels.values()})}
@@ -343,7 +349,13 @@ def load_module(path: str, target: Any = None) -> Any:
 
 
 def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
+    import tvm
     from relay_ir.runtime.lower_tvm import check_target_description, ensure_threads
+    built = str(meta.get("tvm_version", "?"))
+    if _tvm_release(built) != _tvm_release(tvm.__version__):
+        raise ModuleFileError(f"{path}: the module was built with TVM {built}; this process "
+                              f"has TVM {tvm.__version__}, whose bytecode and runtime may "
+                              f"differ (rebuild it here)")
     try:
         tgt = check_target_description(meta["target"])
     except LoweringError as e:
@@ -364,7 +376,6 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
         raise ModuleFileError(f"{path}: malformed module metadata ({type(e).__name__}: "
                               f"{e})") from None
     ensure_threads()
-    import tvm
     fd, tmp = tempfile.mkstemp(prefix="relay_ir_module_", suffix=".so")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -328,6 +328,9 @@ def _bad_files(data: bytes) -> dict[str, tuple[bytes, str]]:
     def machine(m: dict) -> None:
         m["target"]["machine"] = "sparc64"
 
+    def tvm_version(m: dict) -> None:
+        m["tvm_version"] = "0.9.0"
+
     return {
         "truncated_in_library": (data[:lsize // 2], "cut short"),
         "truncated_in_metadata": (data[:lsize + msize // 2], "cut short"),
@@ -341,6 +344,7 @@ def _bad_files(data: bytes) -> dict[str, tuple[bytes, str]]:
                           f"format version {FORMAT_VERSION + 98}"),
         "wrong_target_cpu": (_rewrite_meta(data, target), "a-cpu-from-elsewhere"),
         "wrong_machine": (_rewrite_meta(data, machine), "sparc64"),
+        "wrong_tvm_version": (_rewrite_meta(data, tvm_version), "built with TVM 0.9.0"),
         "appended_bytes": (data + b"x", "bytes appended"),
     }
 
