@@ -37,9 +37,14 @@ What is emitted (the first milestone of issue 21):
 
 Not emitted yet: operator calls outside a fused group, groups with ``?`` or symbolic
 dimensions (and value-dependent shapes: ``dyn.reshape``), operators with no TVM compute,
-``target="cuda"`` and export. A program that needs one of them is refused when it is built
+and ``target="cuda"``. A program that needs one of them is refused when it is built
 with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the construct (no silent
 fallback: the user asked for this executor).
+
+**Export** (``RelaxExecutable.export_library``, ``runtime.relax_export``): one standard TVM
+shared library; every global also has a plain entry under its own name (its parameters only,
+the depth limit :data:`PLAIN_DEPTH`), which plain TVM calls; the globals' own functions are
+``__rly_fn_<name>``.
 
 **Depth.** The Relax VM runs each call on the C++ stack (2-6 KiB a call; a 2,100-deep
 recursion overflowed an 8 MiB stack and killed the process). Every non-tail call is
