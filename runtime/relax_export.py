@@ -305,13 +305,13 @@ def _verify(path: str, data: bytes) -> tuple[dict, bytes]:
                 f"shared library, a module file cut short (truncated), or one with bytes "
                 f"appended; write module files with exe.export_library or `rly build`")
         raise ModuleFileError(f"{path}: not a relay_ir module file (no relay_ir trailer)")
+    if len(data) < _FOOTER.size:
+        raise ModuleFileError(f"{path}: the module file is truncated ({len(data)} bytes)")
     version, _ = _TAIL.unpack_from(data, len(data) - _TAIL.size)
     if version != FORMAT_VERSION:
         raise ModuleFileError(f"{path}: module file format version {version}; this relay_ir "
                               f"reads version {FORMAT_VERSION} (rebuild it with rly build)")
     n = _FOOTER.size
-    if len(data) < n:
-        raise ModuleFileError(f"{path}: the module file is truncated ({len(data)} bytes)")
     lsize, msize, lsum, msum, _, _ = _FOOTER.unpack_from(data, len(data) - n)
     if lsize + msize + n != len(data):
         raise ModuleFileError(f"{path}: the module file is corrupt or truncated ({len(data)} "
@@ -341,7 +341,8 @@ def load_module(path: str, target: Any = None) -> Any:
     from relay_ir.runtime import vm as vm_mod
     path = os.fspath(path)
     data = _read(path)
-    if not is_relax_module(data) and not data.startswith(b"\x7fELF"):
+    if data.startswith(vm_mod.MAGIC) or (not is_relax_module(data) and
+                                         not data.startswith(b"\x7fELF")):
         return vm_mod.load_module(path, target)
     meta, lib = _verify(path, data)
     del data

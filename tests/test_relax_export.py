@@ -346,6 +346,9 @@ def _bad_files(data: bytes) -> dict[str, tuple[bytes, str]]:
         "wrong_machine": (_rewrite_meta(data, machine), "sparc64"),
         "wrong_tvm_version": (_rewrite_meta(data, tvm_version), "built with TVM 0.9.0"),
         "appended_bytes": (data + b"x", "bytes appended"),
+        "only_the_magic": (TRAILER_MAGIC, "truncated"),
+        "only_the_version_and_magic": (data[-12:], "truncated"),
+        "no_library": (data[-92:], "corrupt or truncated"),
     }
 
 
