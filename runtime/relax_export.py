@@ -32,8 +32,8 @@ scheduled TIR.
 ADT value is a tuple ``(tag, field0, field1, ...)`` whose tag is a Python int, the
 constructor's index in the module's constructor table (:func:`read_metadata` lists it under
 ``constructors``: ``[type, constructor, tag in the type, arity]`` at index = the VM tag);
-a reference is a one-element ``tvm_ffi.List``; a function value returned by the program is an
-opaque VM closure.
+a reference is a one-element ``tvm_ffi.List``; a function value returned by the program is a
+VM closure (``vm.invoke_closure(closure, *args)`` calls it).
 
 **The trailer.** relay_ir's description of the module follows the ELF image (the dynamic
 loader maps the library by its program headers and ignores trailing bytes)::
