@@ -382,10 +382,18 @@ try:
 except Exception as e:
     print("error:", str(e).strip().splitlines()[-1])
 print(vm["main"](x, tvm.runtime.tensor(np.array(1, "int32"))).numpy().tolist())
+vm2 = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[2]), tvm.cpu())
+add_x = vm2["main"](x)                       # a closure
+print(vm2.invoke_closure(add_x, tvm.runtime.tensor(np.float32([1, 2, 3, 4]))).numpy().tolist())
 """
+    clo = os.path.join(str(tmp_path), "closure.so")
+    runtime.build(rly.parse(HDR + """
+def @main(%x: Tensor[(4), float32]) -> fn (Tensor[(4), float32]) -> Tensor[(4), float32] {
+  fn (%y: Tensor[(4), float32]) { add(%x, %y) }
+}"""), executor="relax").export_library(clo)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code, path, clo], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     mod = rly.parse(RECURSIVE)
@@ -394,6 +402,7 @@ print(vm["main"](x, tvm.runtime.tensor(np.array(1, "int32"))).numpy().tolist())
     assert lines[1].startswith("error:") and "recursion depth limit reached" in lines[1]
     np.testing.assert_allclose(json.loads(lines[2]), runtime.evaluate(mod, X4, np.int32(1)),
                                rtol=1e-6)
+    np.testing.assert_allclose(json.loads(lines[3]), X4 + np.float32([1, 2, 3, 4]))
 
 
 def test_old_module_files_still_load(tmp_path: object) -> None:
