@@ -400,6 +400,9 @@ def clear_disk(directory: str | None = None) -> int:
                                   or name.startswith("tmp")):
             os.remove(p)
             n += 1
+        elif os.path.isdir(p) and name.startswith("tmp"):
+            shutil.rmtree(p, ignore_errors=True)   # NOTE: a linker workspace left by a crash
+            n += 1
     _DEFAULT.clear_memory()
     return n
 
