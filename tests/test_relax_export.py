@@ -90,8 +90,12 @@ def _cases() -> list[tuple[str, rly.IRModule, tuple]]:
     lists = rly.parse(LIST_SUM)
     grad = passes.gradient(rly.parse(GRAD_SOURCE), "main")
     items = [rng.standard_normal(4).astype("float32") for _ in range(3)]
+    from relay_ir.runtime.executor import bind_params
+    x, *weights = random_inputs(mlp, seed=4)
+    bound = bind_params(mlp, "main", dict(zip(("w1", "b1", "w2", "b2"), weights)))
     return [
         ("mlp", mlp, random_inputs(mlp, seed=3)),
+        ("mlp_bound_weights", bound, (x,)),     # the weights are constants of the bytecode
         ("recursive", rly.parse(RECURSIVE), (X4, np.int32(40))),
         ("lists", lists, (_list_value(lists, items),)),
         ("tree", rly.parse(TREE), (X4, np.int32(3))),
