@@ -122,6 +122,11 @@ def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None) -
     try:
         with _tvm_log_filtered():
             lib = _link(backend, work)
+    except DiagnosticError:
+        raise
+    except Exception as e:   # NOTE: TVM's errors (writing the bytecode, compiling a kernel)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DiagnosticError(f"export_library failed: {type(e).__name__}: {msg}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     meta = json.dumps(_metadata(rexe, entry), separators=(",", ":")).encode()
@@ -147,7 +152,6 @@ def _link(backend: Any, work: str) -> bytes:
     """The shared library: the executable's bytecode, re-read into a fresh executable (the
     built one imports the cache's libraries, which cannot be packed), importing the depth
     functions and compiled modules holding every kernel."""
-    import tvm
     import tvm_ffi
     code = os.path.join(work, "bytecode.vmexec")
     backend.executable.mod.write_to_file(code)
@@ -214,7 +218,6 @@ def _recompiled(kernels: list, target: Any) -> list:
     the kernel cache used; its fallback where that does not compile)."""
     import tvm
     funcs: dict[str, Any] = {}
-    tgt = target
     for kern in kernels:
         if kern.symbol in funcs:
             continue
@@ -228,18 +231,18 @@ def _recompiled(kernels: list, target: Any) -> list:
         return []
     try:
         return [tvm.compile(tvm.IRModule({k: f for k, (f, _) in funcs.items()}),
-                            target=tgt).mod]
+                            target=target).mod]
     except Exception:
         out = {}
         for k, (f, req) in funcs.items():
             try:
-                tvm.compile(tvm.IRModule({k: f}), target=tgt)
+                tvm.compile(tvm.IRModule({k: f}), target=target)
             except Exception:
                 if req.make_fallback is None:
                     raise
                 f = req.make_fallback()["main"].with_attr("global_symbol", k)
             out[k] = f
-        return [tvm.compile(tvm.IRModule(out), target=tgt).mod]
+        return [tvm.compile(tvm.IRModule(out), target=target).mod]
 
 
 def _tvm_release(version: str) -> str:
