@@ -18,7 +18,8 @@ _LAZY: dict[str, str] = {
     "evaluate": "relay_ir.runtime.interpreter",
     "apply": "relay_ir.runtime.interpreter",
     "build": "relay_ir.runtime.executor",
-    "load_module": "relay_ir.runtime.vm",
+    "load_module": "relay_ir.runtime.relax_export",
+    "ModuleFileError": "relay_ir.runtime.vm",
     "tune": "relay_ir.runtime.tuning",
 }
 
@@ -30,5 +31,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(mod), name)
 
 
-__all__ = ["evaluate", "apply", "build", "load_module", "tune", "ADTValue", "Closure", "RecClosure",
-           "RefValue", "TensorValue", "format_value"]
+    "load_module": "relay_ir.runtime.relax_export",
+    "ModuleFileError": "relay_ir.runtime.vm",
+    "tune": "relay_ir.runtime.tuning",

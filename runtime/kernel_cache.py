@@ -8,7 +8,9 @@ Two levels:
   kernels compiled together in one build are one shared library ``lib-<id>-<unique>.so``
   (a fresh path each time: see :meth:`KernelCache._store`), from which this process also
   runs them; each kernel has an entry ``<key>.json`` naming its library, its symbol and the
-  library's SHA-256. The checksum is verified before a library is loaded: a missing,
+  library's SHA-256 (and the library's object file ``lib-....o`` with its SHA-256: what
+``runtime.relax_export`` links into an exported module). The checksum is verified before a
+library is loaded: a missing,
   truncated or altered library (loading one can crash the process) or an unreadable entry is
   deleted and rebuilt, never loaded.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -107,6 +110,7 @@ class KernelCache:
         self._libs: dict[str, Any] = {}          # verified library path -> loaded module
         self.modules: dict[str, Any] = {}        # key -> runtime module that compiled it
         self._lib_of: dict[str, str] = {}
+        self._obj_of: dict[str, tuple[str, str]] = {}   # key -> (object file, its SHA-256)
         self._lock = threading.Lock()
         self.stats = CacheStats()
 
@@ -174,6 +178,10 @@ class KernelCache:
             digest = str(meta["sha256"])
             if meta.get("version") != FORMAT_VERSION or meta.get("key") != key:
                 raise ValueError("stale entry")
+            obj = meta.get("obj")
+            if obj:
+                self._obj_of[key] = (os.path.join(d, os.path.basename(str(obj))),
+                                     str(meta["obj_sha256"]))
         except (OSError, ValueError, KeyError, TypeError):
             self._discard(entry, None)
             self.stats.rebuilt_corrupt += 1
@@ -207,7 +215,7 @@ class KernelCache:
 
     @staticmethod
     def _discard(entry: str, lib: str | None) -> None:
-        for p in (entry, lib):
+        for p in (entry, lib, lib[:-3] + ".o" if lib and lib.endswith(".so") else None):
             if p:
                 try:
                     os.remove(p)
@@ -297,15 +305,30 @@ class KernelCache:
             lib_id = hashlib.sha256("|".join(sorted(keys)).encode()).hexdigest()[:24]
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
             os.close(fd)
-            ex.export_library(tmp)
-            # NOTE: every library gets a path of its own: dlopen of a path already loaded in
-            # this process returns the old library, even after the file was replaced
-            lib = os.path.join(d, f"lib-{lib_id}-{os.path.basename(tmp)[3:]}")
-            os.replace(tmp, lib)
+            ws = tempfile.mkdtemp(dir=d)
+            try:
+                ex.export_library(tmp, workspace_dir=ws)
+                # NOTE: every library gets a path of its own: dlopen of a path already loaded
+                # in this process returns the old library, even after the file was replaced
+                lib = os.path.join(d, f"lib-{lib_id}-{os.path.basename(tmp)[3:]}")
+                os.replace(tmp, lib)
+                # the linker's input, kept: exported Relax modules link it (no recompile)
+                objs = [f for f in os.listdir(ws) if f.endswith(".o")]
+                obj = None
+                if len(objs) == 1:
+                    obj = lib[:-3] + ".o"
+                    os.replace(os.path.join(ws, objs[0]), obj)
+            finally:
+                shutil.rmtree(ws, ignore_errors=True)
             digest = _sha256_file(lib)
+            obj_digest = _sha256_file(obj) if obj else ""
             for k in keys:
                 meta = {"version": FORMAT_VERSION, "key": k, "lib": os.path.basename(lib),
                         "symbol": "k_" + k, "sha256": digest, "created": time.time()}
+                if obj:
+                    meta["obj"] = os.path.basename(obj)
+                    meta["obj_sha256"] = obj_digest
+                    self._obj_of[k] = (obj, obj_digest)
                 fd, tmpj = tempfile.mkstemp(suffix=".json", dir=d)
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     json.dump(meta, f)
@@ -342,6 +365,21 @@ class KernelCache:
             self._memory[key] = (request.prim_func, fn)
         return fn
 
+    def object_of(self, key: str) -> str | None:
+        """The verified object file (``.o``) holding kernel ``key``'s code, or None."""
+        got = self._obj_of.get(key)
+        if got is None:
+            return None
+        path, digest = got
+        try:
+            ok = os.path.isfile(path) and _sha256_file(path) == digest
+        except OSError:
+            ok = False
+        if not ok:
+            del self._obj_of[key]
+            return None
+        return path
+
     def library_of(self, key: str) -> str | None:
         """The verified library file this process runs the kernel ``key`` from (or None)."""
         lib = self._lib_of.get(key)
@@ -355,6 +393,7 @@ class KernelCache:
             self._libs.clear()
             self.modules.clear()
             self._lib_of.clear()
+            self._obj_of.clear()
 
 
 def disk_usage(directory: str | None = None) -> tuple[int, int, int]:
@@ -383,9 +422,12 @@ def clear_disk(directory: str | None = None) -> int:
         return 0
     for name in os.listdir(d):
         p = os.path.join(d, name)
-        if os.path.isfile(p) and (name.endswith((".json", ".so", ".lark"))
+        if os.path.isfile(p) and (name.endswith((".json", ".so", ".o", ".lark"))
                                   or name.startswith("tmp")):
             os.remove(p)
+            n += 1
+        elif os.path.isdir(p) and name.startswith("tmp"):
+            shutil.rmtree(p, ignore_errors=True)   # NOTE: a linker workspace left by a crash
             n += 1
     _DEFAULT.clear_memory()
     return n

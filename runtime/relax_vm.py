@@ -28,7 +28,7 @@ What is emitted (the first milestone of issue 21):
   constructor used as a value is a closure of it;
 * ADT values as tuples ``(tag, fields...)`` (the tag an int: the constructor's index in the
   program's table, every constructor of the module numbered up front); ``match`` tests a tag
-  by indexing a constant one-hot array with it (``tuple_getitem`` + ``read_if_cond`` + If),
+  with ``ffi.RecursiveEq`` (a C++ function of TVM's runtime) + If,
   nested patterns take fields apart in place, and no matching clause fails with a
   ``DiagnosticError``;
 * references as one-element ``ffi.List`` (``ffi.ListGetItem`` / ``ffi.ListSetItem``, C++
@@ -37,9 +37,14 @@ What is emitted (the first milestone of issue 21):
 
 Not emitted yet: operator calls outside a fused group, groups with ``?`` or symbolic
 dimensions (and value-dependent shapes: ``dyn.reshape``), operators with no TVM compute,
-``target="cuda"`` and export. A program that needs one of them is refused when it is built
+and ``target="cuda"``. A program that needs one of them is refused when it is built
 with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the construct (no silent
 fallback: the user asked for this executor).
+
+**Export** (``RelaxExecutable.export_library``, ``runtime.relax_export``): one standard TVM
+shared library; every global also has a plain entry under its own name (its parameters only,
+the depth limit :data:`PLAIN_DEPTH`), which plain TVM calls; the globals' own functions are
+``__rly_fn_<name>``.
 
 **Depth.** The Relax VM runs each call on the C++ stack (2-6 KiB a call; a 2,100-deep
 recursion overflowed an 8 MiB stack and killed the process). Every non-tail call is
@@ -85,12 +90,16 @@ def _main_depth() -> int:
 
 
 MAIN_DEPTH = _main_depth()
+# the limit of the plain entries (``vm["main"]`` called from plain TVM on a default 8 MiB stack)
+PLAIN_DEPTH = (8 << 20) // FRAME_BYTES - 24
 _DEPTH_MSG = "relay_ir: recursion depth limit reached"
 _ENTER, _LEAVE, _RESET = "rly_depth_enter", "rly_depth_leave", "rly_depth_reset"
 _FAIL = "rly_match_fail"
 _COUNTER_INIT = [0x7265_6C61_795F_6972, -0x6465_7074_685F_6374, 0x5F5F_6465_7074_6800]
 _MATCH_MSG = "relay_ir: no clause of the match matched the value"
 _ENTRY = "__rly_entry_"       # prefix of the entry wrappers (reset the depth, call the global)
+_FN = "__rly_fn_"             # prefix of the globals' own VM functions (the plain names are
+#                               the wrappers plain TVM calls: see relax_export)
 _INVOKE = "__rly_invoke"      # + arity: the wrappers that invoke a closure from Python
 _CONSTANTS = "__rly_constants"  # () -> the program's constants (results aliasing one are copied)
 _INVOKE_ARITY = 8
@@ -154,11 +163,13 @@ _DEPTH_LIB: list[Any] = []
 class _Kernel:
     """A fused group compiled for its static parameter types."""
 
-    __slots__ = ("symbol", "module", "consts", "outs", "result", "param_types", "label")
+    __slots__ = ("symbol", "module", "consts", "outs", "result", "param_types", "label",
+                 "request")
 
     def __init__(self, symbol: str, module: Any, consts: list[np.ndarray],
                  outs: list[tuple[tuple, str]], result: Any, param_types: list[Type],
-                 label: str):
+                 label: str, request: Any = None):
+        self.request = request          # the kernel-cache request (export recompiles from it)
         self.label = label
         self.symbol = symbol
         self.module = module
@@ -357,11 +368,10 @@ class _Emitter:
             if con not in self.b.single_cons:
                 tag = self.tmp()
                 self.ops.append(("call", "vm.builtin.tuple_getitem", [("r", v), ("i", 0)], tag))
-                hit = self.tmp()
-                self.ops.append(("call", "vm.builtin.tuple_getitem",
-                                 [("c", ("onehot", con)), ("r", tag)], hit))
+                # NOTE: the tag compared by ffi.RecursiveEq (a C++ function of TVM's runtime:
+                # plain TVM runs it; an array constant would not serialize for export)
                 c = self.tmp()
-                self.ops.append(("call", "vm.builtin.read_if_cond", [("r", hit)], c))
+                self.ops.append(("call", "ffi.RecursiveEq", [("r", tag), ("i", con)], c))
                 self.ops.append(("if", c, fail))
             subs, base = pat[2], 1
         else:
@@ -538,7 +548,7 @@ class RelaxBackend:
         name = self.names.get(fidx)
         if name is None:
             cf = self.cp.functions[fidx]
-            name = self.names[fidx] = cf.name or f"__fn{fidx}"
+            name = self.names[fidx] = _FN + cf.name if cf.name else f"__fn{fidx}"
             self.todo.append(fidx)
         return name
 
@@ -574,7 +584,7 @@ class RelaxBackend:
         got = self.kernels[k] = _Kernel(
             "k_" + key, module, [np.array(c, order="C") for c in lowered.constants],
             [(tuple(int(d) for d in t.concrete_shape), t.dtype) for t in lowered.out_types],
-            _result_struct(lowered.result_type), types, "+".join(lowered.ops) or label)
+            _result_struct(lowered.result_type), types, "+".join(lowered.ops) or label, req)
         return got
 
     def alloc_error(self) -> DiagnosticError:
@@ -602,9 +612,6 @@ class RelaxBackend:
             return tvm.runtime.ShapeTuple(list(key[1]))
         if kind == "str":
             return key[1]
-        if kind == "onehot":
-            import tvm_ffi
-            return tvm_ffi.Array([i == key[1] for i in range(len(self.cp.cons))])
         if kind == "depth":
             # NOTE: the executable keeps its own copy of a constant: the entry wrappers reset
             # this copy (rly_depth_reset) at the start of every run. The link step merges
@@ -656,6 +663,7 @@ class RelaxBackend:
         depth = consts.get(("depth",))
         if depth is None:
             depth = consts[("depth",)] = eb.convert_constant(self.constant_value(("depth",)))
+        plain = eb.convert_constant(tvm.runtime.tensor(np.array([0, PLAIN_DEPTH], np.int64)))
         for name in self.cp.mod:
             # the entry wrapper: (limits, args...) -> reset the depth counter, call the global
             fidx = self.cp.compile_global(name)
@@ -665,6 +673,13 @@ class RelaxBackend:
                 eb.emit_call(_RESET, [depth, eb.r(0)])
                 eb.emit_call(self.names[fidx], [eb.r(i + 1) for i in range(n)], eb.r(n + 1))
                 eb.emit_ret(eb.r(n + 1))
+            # the plain entry, named after the global: (args...) -> the same with the
+            # calling thread's default limit (how plain TVM calls an exported module)
+            eb.declare_function(name, relax.exec_builder.VMFuncKind.VM_FUNC)
+            with eb.function(name, n, list(self.cp.functions[fidx].params)):
+                eb.emit_call(_RESET, [depth, plain])
+                eb.emit_call(self.names[fidx], [eb.r(i) for i in range(n)], eb.r(n))
+                eb.emit_ret(eb.r(n))
         for n in range(_INVOKE_ARITY + 1):
             # (limits, closure, args...) -> reset the depth counter, invoke the closure: how
             # Python calls a function value the program returned
@@ -689,6 +704,7 @@ class RelaxBackend:
                 libs.append(kern.module)
         # NOTE: _vmlink is TVM's private link step (what relax.build does); used only here
         executable = vm_build._vmlink(eb, tvm.target.Target("llvm"), None, ext_libs=libs)
+        self.executable = executable      # NOTE: relax_export writes its bytecode out
         # NOTE: the link step adds an empty "c" module, which would make VirtualMachine
         # export and reload the whole executable (impossible for kernels loaded from the
         # cache's libraries); every function the bytecode names is already runnable
@@ -712,11 +728,16 @@ class RelaxExecutable:
         self.target = exe.target
         self._backend = RelaxBackend(exe)
         self.vm = self._backend.build()
+        self._cons = self._backend.cp.cons
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """The per-executable run state (shared with the loaded modules of relax_export)."""
         self._const_ptrs: frozenset | None = None
         self._const_keep: Any = None
         self._funcs: dict[str, Any] = {}
         self._static: dict[str, tuple] = {}     # entry -> (function, shapes, dtypes)
-        self._con_ids = {c.name_hint: k for k, c in enumerate(self._backend.cp.cons)}
+        self._con_ids = {c.name_hint: k for k, c in enumerate(self._cons)}
         self._ref_args: list[tuple[RefValue, Any]] = []   # (argument, its cell) of a call
         self._deep: set[Any] = set()     # entries that ran past MAIN_DEPTH once
         import tvm_ffi
@@ -731,6 +752,23 @@ class RelaxExecutable:
                                       f"{', '.join('@' + n for n in self.module)})")
             f = self._funcs[entry] = self.vm[_ENTRY + entry]
         return f
+
+    def _entry_types(self, entry: str) -> tuple[Any, list, list[str] | None]:
+        """(the entry's Function or None, its parameter types, its parameter names)."""
+        fn = self.module[entry]
+        return fn, [p.checked_type_ or p.type_annotation for p in fn.params], None
+
+    def num_compiled(self) -> int:
+        """The number of compiled kernels the executable links."""
+        return len(self._backend.kernels)
+
+    def export_library(self, path: str, entry: str | None = None) -> None:
+        """Write one standard TVM shared library (bytecode + kernels) with relay_ir's trailer:
+        ``tvm.runtime.load_module`` + ``relax.VirtualMachine`` run it without relay_ir;
+        ``runtime.load_module`` adds numpy and the argument checks (``runtime.relax_export``).
+        """
+        from relay_ir.runtime.relax_export import export_library
+        export_library(self, path, entry)
 
     def _arg(self, v: Any) -> Any:
         """A checked argument as the VM takes it: tensors zero-copy, tuples, ADT values as
@@ -781,7 +819,7 @@ class RelaxExecutable:
         """A VM value as the interpreter's (numpy arrays, tuples, ADTValue, RefValue)."""
         import tvm
         import tvm_ffi
-        cons = self._backend.cp.cons
+        cons = self._cons
         results: list[Any] = []
         stack: list[tuple[Any, bool]] = [(v, False)]
         while stack:
@@ -838,9 +876,8 @@ class RelaxExecutable:
             else:
                 return self._call(f, vals)
         f = self._func(entry)
-        fn = self.module[entry]
-        ptypes = [p.checked_type_ or p.type_annotation for p in fn.params]
-        checked = check_arguments(fn, ptypes, args)
+        fn, ptypes, names = self._entry_types(entry)
+        checked = check_arguments(fn, ptypes, args, names)
         self._ref_args = []
         vals = [self._arg(v) for v in checked]
         if all(isinstance(t, TensorType) and t.is_static for t in ptypes):

@@ -8,7 +8,9 @@ model.so ARGS`` runs it later without the compiler. ``--opt-level`` (0 to 3, def
 optimization level. ``--entry NAME`` (default ``main``) is the global to build: the module
 file holds it and the globals it reaches, and runs it by default (``rly run model.so``
 without ``--entry``). Type errors and unsupported targets are
-diagnostics (exit status 1).
+diagnostics (exit status 1). ``--executor relax`` builds for TVM's Relax VM: the module file
+is then a standard TVM shared library with relay_ir's trailer (``tvm.runtime.load_module`` +
+``tvm.relax.VirtualMachine`` run it without relay_ir; ``rly run`` runs it too).
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and runs it by default (default: main)")
     parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
                         help="optimization level (default 2)")
+    parser.add_argument("--executor", default=None, metavar="NAME",
+                        help="the executor to build for: relax (TVM's Relax VM: the file is a "
+                             "standard TVM shared library that plain TVM also runs); default: "
+                             "runtime.build's default")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,10 +53,13 @@ def run(args: argparse.Namespace) -> int:
     if args.entry not in mod:
         raise DiagnosticError(f"{name}: there is no global function @{args.entry} to build "
                               f"(globals: {', '.join('@' + n for n in mod) or 'none'})")
-    exe = runtime.build(mod, target=args.target, entry=args.entry, opt_level=args.opt_level)
+    kwargs = {"executor": args.executor} if args.executor else {}
+    exe = runtime.build(mod, target=args.target, entry=args.entry, opt_level=args.opt_level,
+                        **kwargs)
     out = os.fspath(args.output)
     exe.export_library(out, entry=args.entry)
-    kernels = exe.vm().num_compiled()
+    # NOTE: either executor: the Relax one counts its linked kernels itself
+    kernels = exe.num_compiled() if hasattr(exe, "num_compiled") else exe.vm().num_compiled()
     print(f"wrote {out} ({os.path.getsize(out)} bytes, {kernels} kernels, target "
           f"{exe.target.kind.name})")
     return 0

@@ -28,6 +28,8 @@ from relay_ir.cli import read_source
 from relay_ir.commands import add_prelude_flag, require_entry
 from relay_ir.errors import DiagnosticError, InterpreterError
 
+_RELAX_MAGIC = b"RLYRELAX"       # runtime.relax_export.TRAILER_MAGIC (not imported: no TVM here)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``rly run``."""
@@ -98,16 +100,21 @@ def file_kind(path: str) -> str:
         return "source"      # NOTE: stdin, or a missing path: read_source reports it
     with open(path, "rb") as f:
         head = f.read(8192)
+        f.seek(max(0, os.fstat(f.fileno()).st_size - 16))
+        tail = f.read()
     if head.startswith(MAGIC) or (len(head) >= 4 and MAGIC.startswith(head)):
         return "module"
+    if head.startswith(b"\x7fELF") and tail.endswith(_RELAX_MAGIC):
+        return "module"      # NOTE: a Relax VM module: a shared library with relay_ir's trailer
     if not head:
         raise DiagnosticError(f"{path}: the file is empty: neither a module file written by "
                               f"`rly build` nor a .rly program (missing version header)")
     if head.startswith(b"\x7fELF") or head[:4] in _MACHO:
         fmt = "ELF" if head.startswith(b"\x7fELF") else "Mach-O"
         raise DiagnosticError(f"{path}: this is a shared library ({fmt}), not a relay_ir module "
-                              f"file; `rly run` takes a .rly program or a module file written "
-                              f"by `rly build`")
+                              f"file (or a module file cut short: it lacks relay_ir's trailer); "
+                              f"`rly run` takes a .rly program or a module file written by "
+                              f"`rly build`")
     if b"\0" in head:
         raise DiagnosticError(f"{path}: this is a binary file (it holds NUL bytes), neither a "
                               f".rly program nor a module file written by `rly build`")
@@ -164,10 +171,11 @@ def run(args: argparse.Namespace) -> int:
     arg_texts = _split_options(args)
     from relay_ir.runtime.values import format_value
     if file_kind(args.file) == "module":
-        from relay_ir.runtime.vm import load_module
+        from relay_ir.runtime import load_module
         module = load_module(args.file)
         entry = args.entry or module.default_entry
-        require_entry(module.compiled.globals, entry, args.file)
+        names = module.globals if hasattr(module, "globals") else module.compiled.globals
+        require_entry(names, entry, args.file)
         values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
         if args.target and args.target != module.target.kind.name:
             raise DiagnosticError(f"{args.file} was built for target "
