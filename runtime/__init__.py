@@ -31,6 +31,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(mod), name)
 
 
-    "load_module": "relay_ir.runtime.relax_export",
-    "ModuleFileError": "relay_ir.runtime.vm",
-    "tune": "relay_ir.runtime.tuning",
+__all__ = ["evaluate", "apply", "build", "load_module", "ModuleFileError", "tune", "ADTValue",
+           "Closure", "RecClosure", "RefValue", "TensorValue", "format_value"]

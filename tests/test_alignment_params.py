@@ -150,7 +150,8 @@ def test_kernels_assume_only_element_alignment() -> None:
     exe = runtime.build(rly.parse(CHAIN), cache=KernelCache(use_disk=False))
     exe(RNG.standard_normal(1000, dtype=np.float32))
     ll = "\n".join(exe.kernel_sources())
-    assert "<16 x float>" in ll                           # vectorized ...
+    # vectorized (LLVM picks 256-bit vectors on some AVX-512 CPUs, e.g. rocketlake) ...
+    assert re.search(r"<(8|16) x float>", ll)
     aligns = {int(a) for a in re.findall(r"align (\d+)", ll)}
     assert aligns and max(aligns) <= 8                    # ... without 64-byte assumptions
 
