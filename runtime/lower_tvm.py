@@ -156,13 +156,18 @@ def infer_group_types(fn: Function, arg_types: list[Type]) -> dict[int, Type]:
     return types
 
 
-def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
-    """One PrimFunc for the fused function ``fn`` at the concrete ``arg_types``."""
+def lower_group(fn: Function, arg_types: list[Type], dim: Any = None) -> LoweredGroup:
+    """One PrimFunc for the fused function ``fn`` at the concrete ``arg_types``.
+
+    ``dim``: for a kernel with symbolic shapes (``runtime.relax_shapes``), a function from a
+    dimension of ``arg_types`` (an int or a ``ShapeVar``) to its TIR expression; the output
+    types are then the relations' symbolic ones (the caller checks they are expressible).
+    """
     import tvm
     from tvm import te
     types = infer_group_types(fn, arg_types)
     for t in flatten_type(types[id(fn.body)]):
-        if not t.is_static:
+        if not t.is_static and dim is None:
             raise DynamicShapeError(f"the output shape {t!r} of a fused group depends on "
                                     f"the values of its inputs", fn.span)
     te_of: dict[int, Any] = {}
@@ -172,7 +177,8 @@ def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
     constants: list[np.ndarray] = []
     for i, p in enumerate(fn.params):
         leaves = flatten_type(types[id(p)])
-        phs = [te.placeholder(t.concrete_shape, t.dtype, name=f"p{i}_{j}")
+        phs = [te.placeholder(t.concrete_shape if dim is None else
+                              tuple(dim(d) for d in t.shape), t.dtype, name=f"p{i}_{j}")
                for j, t in enumerate(leaves)]
         placeholders.extend(phs)
         in_types.extend(leaves)

@@ -60,6 +60,7 @@ import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import TensorType, TupleType, Type
+from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
 from relay_ir.runtime.vm import _is_static, _result_struct
 
@@ -154,7 +155,7 @@ _DEPTH_LIB: list[Any] = []
 class _Kernel:
     """A fused group compiled for its static parameter types."""
 
-    __slots__ = ("symbol", "module", "consts", "outs", "result", "param_types", "label")
+    __slots__ = ("symbol", "module", "consts", "outs", "result", "param_types", "label", "dyn")
 
     def __init__(self, symbol: str, module: Any, consts: list[np.ndarray],
                  outs: list[tuple[tuple, str]], result: Any, param_types: list[Type],
@@ -166,6 +167,7 @@ class _Kernel:
         self.outs = outs
         self.result = result            # int (one output) or nested lists of output indices
         self.param_types = param_types
+        self.dyn: Any = None            # relax_shapes.DynInfo: a symbolic kernel or host group
 
 
 # ============================================================================ emitting
@@ -264,6 +266,9 @@ class _Emitter:
 
     def emit_kernel(self, k: int, srcs: Sequence[int], dst: int | None, span: Any) -> int:
         kern = self.b.kernel(k, span)
+        if kern.dyn is not None:
+            from relay_ir.runtime import relax_shapes
+            return relax_shapes.emit_kernel(self, kern, srcs, dst, span)
         args: list[tuple] = []
         for r, t in zip(srcs, kern.param_types):
             if isinstance(t, TupleType):
@@ -559,13 +564,20 @@ class RelaxBackend:
         fn = self.cp.kernels[k]
         types = [p.type_annotation or p.checked_type_ for p in fn.params]
         label = "+".join(sorted({getattr(c, "name", "?") for c in _ops(fn)})) or f"group{k}"
+        from relay_ir.runtime import relax_shapes
         if not all(_is_static(t) for t in types):
-            raise _unsupported(f"a fused group ({label}) with '?' or symbolic dimensions",
-                               fn.span)
+            # NOTE: one kernel over symbolic shapes (or a host group): runtime.relax_shapes
+            got = self.kernels[k] = relax_shapes.dynamic_kernel(self, k, fn, types, label)
+            return got
         try:
             lowered = self.exe._lower(fn, types)
         except LoweringError as e:
-            raise _unsupported(f"the fused group {label}: {e.message}", fn.span) from None
+            if "has no TVM compute" not in e.message and not isinstance(e, DynamicShapeError):
+                raise _unsupported(f"the fused group {label}: {e.message}", fn.span) from None
+            # NOTE: no TVM compute, or a value-dependent output shape: run on the host
+            got = self.kernels[k] = relax_shapes.host_kernel(self, k, fn, types, label,
+                                                             e.message)
+            return got
         from relay_ir.runtime.executor import kernel_request
         req = kernel_request(lowered, self.exe.target)
         self.exe.cache.get([req], self.exe.target)
@@ -583,7 +595,7 @@ class RelaxBackend:
         from relay_ir.runtime.executor import alloc_failed
         best = None
         for k, kern in self.kernels.items():
-            for shape, dtype in kern.outs:
+            for shape, dtype in kern.outs:     # NOTE: static kernels only (dyn: no outs)
                 n = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
                 if best is None or n > best[0]:
                     best = (n, kern.label, shape, dtype, self.cp.kernels[k].span)
@@ -681,12 +693,13 @@ class RelaxBackend:
         libs = [_DEPTH_LIB[0]]
         seen = {id(_DEPTH_LIB[0])}
         for kern in self.kernels.values():
-            if kern.module is None:
-                raise DiagnosticError(f"executor='relax': the kernel {kern.symbol} has no "
-                                      f"loaded module")
-            if id(kern.module) not in seen:
-                seen.add(id(kern.module))
-                libs.append(kern.module)
+            for module in (kern.dyn.modules if kern.dyn is not None else [kern.module]):
+                if module is None:
+                    raise DiagnosticError(f"executor='relax': the kernel {kern.symbol} has no "
+                                          f"loaded module")
+                if id(module) not in seen:
+                    seen.add(id(module))
+                    libs.append(module)
         # NOTE: _vmlink is TVM's private link step (what relax.build does); used only here
         executable = vm_build._vmlink(eb, tvm.target.Target("llvm"), None, ext_libs=libs)
         # NOTE: the link step adds an empty "c" module, which would make VirtualMachine
@@ -883,6 +896,10 @@ class RelaxExecutable:
         try:
             return f(lim, *vals)
         except Exception as e:   # NOTE: the depth assertion arrives as a TVM error
+            from relay_ir.runtime.relax_shapes import run_error
+            err = run_error(e)
+            if err is not None:
+                raise err from None
             if _DEPTH_MSG in str(e):
                 raise _DepthLimit() from None
             if _MATCH_MSG in str(e):
