@@ -299,7 +299,8 @@ def run_error(e: BaseException) -> DiagnosticError | None:
         _LAST.error = None
         if isinstance(err, DiagnosticError):
             return err
-        return DiagnosticError(f"executor='relax': a host function failed: {text}")
+        return DiagnosticError("executor='relax': " +
+                               text[text.index(HOST_FAILED) + len(HOST_FAILED) + 2:])
     if MISMATCH in text:
         ctx = text[text.index(MISMATCH) + len(MISMATCH) + 2:]
         ctx = ctx.split(" match_cast error")[0].strip()
@@ -364,6 +365,10 @@ def _to_vm(v: Any) -> Any:
     a = np.asarray(v)
     if not (a.flags.c_contiguous and a.flags.writeable) or type(v) is not np.ndarray:
         a = np.array(a, order="C")
+    if a.size == 0:
+        # NOTE: numpy gives an empty array zero strides, which a kernel refuses as not compact
+        import tvm
+        return tvm.runtime.empty(a.shape, a.dtype)
     return tvm_ffi.from_dlpack(a, require_alignment=0, require_contiguous=True)
 
 
@@ -384,7 +389,8 @@ def _host_entry(key: str, *args: Any) -> Any:
         return group(*args)
     except BaseException as e:
         _LAST.error = e
-        raise RuntimeError(f"{HOST_FAILED}: {group.label}: {type(e).__name__}: {e}") from None
+        raise RuntimeError(f"{HOST_FAILED}: the host function of the fused group {group.label} "
+                           f"failed: {type(e).__name__}: {e}") from None
 
 
 def _register() -> None:

@@ -759,6 +759,11 @@ class RelaxExecutable:
             if t is np.ndarray or isinstance(x, np.generic):
                 if t is not np.ndarray or not x.flags.c_contiguous or not x.flags.writeable:
                     x = np.array(x, order="C")
+                if x.size == 0:
+                    # NOTE: numpy gives an empty array zero strides (a kernel wants compact)
+                    import tvm
+                    results.append(tvm.runtime.empty(x.shape, x.dtype))
+                    continue
                 results.append(wrap(x, require_alignment=0, require_contiguous=True))
                 continue
             kids = _in_kids(x)
