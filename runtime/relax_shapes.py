@@ -72,6 +72,10 @@ class DynInfo:
         self.modules: list[Any] = []                    # libraries to link
         self.prim_func: Any = None                      # the unscheduled symbolic PrimFunc
         self.messages: list[str] = []                   # per flattened input: mismatch text
+        # speculation: pairs of heap slots that must hold equal dims for the kernel to run
+        # (else the group runs on the host: key); guard_symbol computes heap[0]
+        self.guard: list[tuple[int, int]] = []
+        self.guard_symbol = ""
 
 
 # ============================================================================ building
@@ -92,15 +96,21 @@ def host_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str,
                 reason: str) -> Any:
     """The kernel record of group ``k`` run on the host by ``relay_ir.host.group``."""
     from relay_ir.runtime.relax_vm import _Kernel
-    _register()
     info = DynInfo("host", reason)
-    group = _HostGroup(backend, k, label)
-    info.key = f"g{next(_KEYS)}"
-    _GROUPS[info.key] = group
-    backend.__dict__.setdefault("_host_groups", []).append(group)   # keeps it alive
+    info.key = _host_group(backend, k, label)
     kern = _Kernel(HOST_FUNC, None, [], [], 0, types, label)
     kern.dyn = info
     return kern
+
+
+def _host_group(backend: Any, k: int, label: str) -> str:
+    """The key of a new host group of fused group ``k`` (alive as long as ``backend``)."""
+    _register()
+    group = _HostGroup(backend, k, label)
+    key = f"g{next(_KEYS)}"
+    _GROUPS[key] = group
+    backend.__dict__.setdefault("_host_groups", []).append(group)   # keeps it alive
+    return key
 
 
 def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str) -> Any:
@@ -113,7 +123,8 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
     exe = backend.exe
     # parameter types over shape variables only: '?' and compound dims get fresh variables
     fresh = itertools.count()
-    sym_types = [_with_vars(t, fresh) for t in types]
+    axis_of: dict[ShapeVar, int] = {}
+    sym_types = [_with_vars(t, fresh, axis_of) for t in types]
     slots: dict[ShapeVar, int] = {}
     tir_vars: dict[ShapeVar, Any] = {}
     info = DynInfo("symbolic")
@@ -128,18 +139,33 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
             elif d in slots:
                 codes.append((_ASSERT_LOAD, slots[d]))
             else:
-                slots[d] = len(slots)
+                slots[d] = len(slots) + 1          # NOTE: slot 0 holds the guard's flag
                 tir_vars[d] = tvm.tirx.Var(_ident(d.name, slots[d]), "int64")
                 codes.append((_STORE, slots[d]))
         static = all(c == _ASSERT_IMM for c, _ in codes)
         info.checks.append(None if static else codes)
         info.messages.append(f"{MISMATCH}: argument {i} of the fused group {label} (type "
                              f"{leaf!r})")
+        backend.__dict__.setdefault("_spans", {}).setdefault(info.messages[-1], fn.span)
     try:
         result_type = infer_group_types(fn, sym_types)[id(fn.body)]
     except DiagnosticError as e:
-        raise _NoKernel(f"the type relations cannot give its output shapes from symbolic "
-                        f"input shapes ({e.message})") from None
+        # NOTE: typically two '?' dims that the relation cannot broadcast (add of two
+        # Tensor[(?, 3)]): speculate that the '?' dims of each axis (counted from the right)
+        # are equal; a guard checks it at run time and runs the group on the host otherwise
+        same: dict[int, ShapeVar] = {}
+        subst: dict[ShapeVar, ShapeVar] = {}
+        for v, ax in axis_of.items():
+            subst[v] = same.setdefault(ax, v)
+        info.guard = [(slots[v], slots[r]) for v, r in subst.items() if v is not r]
+        sym_types = [_substitute(t, subst) for t in sym_types]
+        try:
+            if not info.guard:
+                raise
+            result_type = infer_group_types(fn, sym_types)[id(fn.body)]
+        except DiagnosticError:
+            raise _NoKernel(f"the type relations cannot give its output shapes from symbolic "
+                            f"input shapes ({e.message})") from None
     computed: list[tuple[int, DimExpr]] = []
     for out in flatten_type(result_type):
         codes = []
@@ -153,11 +179,11 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
             if isinstance(d, ShapeVar):
                 codes.append((_LOAD, slots[d]))
             else:
-                s = len(slots) + len(computed)
+                s = len(slots) + len(computed) + 1
                 computed.append((s, d))
                 codes.append((_LOAD, s))
         info.outs.append((codes, out.dtype))
-    info.heap = max(1, len(slots) + len(computed))
+    info.heap = len(slots) + len(computed) + 1
 
     def dim(d: Any) -> Any:
         return d if isinstance(d, int) else tir_vars[d]
@@ -186,6 +212,10 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
     if computed:
         info.shape_symbol = f"rly_shape_{k}_{req.key[:16]}"
         info.modules.append(_shape_function(info.shape_symbol, info.heap, computed, slots))
+    if info.guard:
+        info.guard_symbol = f"rly_guard_{k}_{req.key[:16]}"
+        info.modules.append(_guard_function(info.guard_symbol, info.heap, info.guard))
+        info.key = _host_group(backend, k, label)
     kern = _Kernel("k_" + req.key, module, [np.array(c, order="C") for c in lowered.constants],
                    [], _result_struct(lowered.result_type), types,
                    "+".join(lowered.ops) or label)
@@ -193,14 +223,28 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
     return kern
 
 
-def _with_vars(t: Type, fresh: Any) -> Type:
-    """``t`` with every ``?`` and compound dimension replaced by a fresh shape variable."""
+def _with_vars(t: Type, fresh: Any, axis_of: dict[ShapeVar, int]) -> Type:
+    """``t`` with every ``?`` and compound dimension replaced by a fresh shape variable
+    (``axis_of``: each fresh variable's axis, counted from the right)."""
     if isinstance(t, TupleType):
-        return TupleType(tuple(_with_vars(f, fresh) for f in t.fields))
+        return TupleType(tuple(_with_vars(f, fresh, axis_of) for f in t.fields))
     if isinstance(t, TensorType):
-        dims = tuple(d if isinstance(d, (int, ShapeVar)) else ShapeVar(f"d{next(fresh)}")
-                     for d in t.shape)
-        return TensorType(dims, t.dtype)
+        dims = []
+        for i, d in enumerate(t.shape):
+            if not isinstance(d, (int, ShapeVar)):
+                d = ShapeVar(f"d{next(fresh)}")
+                axis_of[d] = len(t.shape) - i
+            dims.append(d)
+        return TensorType(tuple(dims), t.dtype)
+    return t
+
+
+def _substitute(t: Type, subst: dict[ShapeVar, ShapeVar]) -> Type:
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_substitute(f, subst) for f in t.fields))
+    if isinstance(t, TensorType):
+        return TensorType(tuple(subst.get(d, d) if isinstance(d, ShapeVar) else d
+                                for d in t.shape), t.dtype)
     return t
 
 
@@ -218,9 +262,6 @@ def _shape_function(symbol: str, heap: int, computed: list[tuple[int, DimExpr]],
                     slots: dict[ShapeVar, int]) -> Any:
     """A compiled TIR function ``symbol(heap)`` that writes each computed output dimension
     (a polynomial of the stored shape variables) into its heap slot."""
-    import tvm
-    import tvm.script
-    from tvm.script import tirx as T
     lines = [f"def {symbol}(heap: T.Buffer(({heap},), \"int64\")):",
              f"    T.func_attr({{\"global_symbol\": \"{symbol}\"}})"]
     for slot, d in computed:
@@ -229,6 +270,23 @@ def _shape_function(symbol: str, heap: int, computed: list[tuple[int, DimExpr]],
             factors = [f"heap[{slots[v]}]" for v in mono] + [f"T.int64({coef})"]
             terms.append(" * ".join(factors))
         lines.append(f"    heap[{slot}] = " + " + ".join(terms))
+    return _compile_script(symbol, lines)
+
+
+def _guard_function(symbol: str, heap: int, pairs: list[tuple[int, int]]) -> Any:
+    """A compiled TIR function ``symbol(heap)`` setting ``heap[0]`` to 1 when every pair of
+    slots holds equal values, else to 0 (what ``vm.builtin.read_if_cond`` reads)."""
+    cond = " and ".join(f"heap[{a}] == heap[{b}]" for a, b in pairs)
+    lines = [f"def {symbol}(heap: T.Buffer(({heap},), \"int64\")):",
+             f"    T.func_attr({{\"global_symbol\": \"{symbol}\"}})",
+             f"    heap[0] = T.if_then_else({cond}, T.int64(1), T.int64(0))"]
+    return _compile_script(symbol, lines)
+
+
+def _compile_script(symbol: str, lines: list[str]) -> Any:
+    import tvm
+    import tvm.script
+    from tvm.script import tirx as T
     src = "@T.prim_func\n" + "\n".join(lines) + "\n"
     func = tvm.script.from_source(src, extra_vars={"T": T})
     return tvm.compile(tvm.IRModule({symbol: func}), target="llvm").mod
@@ -241,10 +299,7 @@ def emit_kernel(em: Any, kern: Any, srcs: Sequence[int], dst: int | None, span: 
     info = kern.dyn
     ops = em.ops
     if info.mode == "host":
-        out = dst if dst is not None else em.tmp()
-        ops.append(("call", HOST_FUNC, [("c", ("str", info.key)),
-                                        *[em.operand(r, span) for r in srcs]], out))
-        return out
+        return _emit_host(em, info, srcs, dst, span)
     args: list[tuple] = []
     for r, t in zip(srcs, kern.param_types):
         if isinstance(t, TupleType):
@@ -261,6 +316,16 @@ def emit_kernel(em: Any, kern: Any, srcs: Sequence[int], dst: int | None, span: 
             flat += [("i", c), ("i", v)]
         ops.append(("call", "vm.builtin.match_shape", [a, ("r", heap), *flat,
                                                        ("c", ("str", msg))], None))
+    host_label = end_label = None
+    if info.guard:
+        # the speculated equalities: the kernel when they hold, else the host group
+        ops.append(("call", info.guard_symbol, [("r", heap)], None))
+        c = em.tmp()
+        ops.append(("call", "vm.builtin.read_if_cond", [("r", heap)], c))
+        host_label, end_label = ("dynhost", next(_LABELS)), ("dynend", next(_LABELS))
+        ops.append(("if", c, host_label))
+        if dst is None:
+            dst = em.tmp()
     if info.shape_symbol:
         ops.append(("call", info.shape_symbol, [("r", heap)], None))
     single = kern.result == 0 and len(info.outs) == 1
@@ -282,17 +347,32 @@ def emit_kernel(em: Any, kern: Any, srcs: Sequence[int], dst: int | None, span: 
     consts = [("c", ("kconst", id(c), c)) for c in kern.consts]
     ops.append(("call", kern.symbol, args + consts + [("r", o) for o in outs], None))
     if single:
-        return outs[0]
-    res = em._build_result(kern.result, outs)
-    if dst is not None:
-        ops.append(("call", "vm.builtin.copy", [("r", res)], dst))
-        return dst
+        res = outs[0]
+    else:
+        res = em._build_result(kern.result, outs)
+        if dst is not None:
+            ops.append(("call", "vm.builtin.copy", [("r", res)], dst))
+            res = dst
+    if host_label is not None:
+        ops.append(("goto", end_label))
+        ops.append(("label", host_label))
+        _emit_host(em, info, srcs, dst, span)
+        ops.append(("label", end_label))
     return res
 
 
+def _emit_host(em: Any, info: DynInfo, srcs: Sequence[int], dst: int | None,
+               span: Any) -> int:
+    out = dst if dst is not None else em.tmp()
+    em.ops.append(("call", HOST_FUNC, [("c", ("str", info.key)),
+                                       *[em.operand(r, span) for r in srcs]], out))
+    return out
+
+
 # ============================================================================ running
-def run_error(e: BaseException) -> DiagnosticError | None:
-    """The diagnostic for an error the VM raised in code of this module (None: not ours)."""
+def run_error(e: BaseException, backend: Any = None) -> DiagnosticError | None:
+    """The diagnostic for an error the VM raised in code of this module (None: not ours);
+    ``backend`` (relax_vm's) gives the span of a mismatch."""
     text = str(e)
     if HOST_FAILED in text:
         err = getattr(_LAST, "error", None)
@@ -303,7 +383,8 @@ def run_error(e: BaseException) -> DiagnosticError | None:
                                text[text.index(HOST_FAILED) + len(HOST_FAILED) + 2:])
     if MISMATCH in text:
         ctx = text[text.index(MISMATCH) + len(MISMATCH) + 2:]
-        ctx = ctx.split(" match_cast error")[0].strip()
+        ctx = ctx.split(" match_cast error")[0].strip().rstrip(",")
+        span = getattr(backend, "_spans", {}).get(f"{MISMATCH}: {ctx}")
         got = re.search(r"\((\d+) vs\. (\d+)\)", text)
         dim = re.search(r"shape\[(\d+)\]", text)
         detail = ""
@@ -313,7 +394,8 @@ def run_error(e: BaseException) -> DiagnosticError | None:
         elif got:
             detail = f": {got.group(1)} where {got.group(2)} is required"
         return DiagnosticError(f"executor='relax': shape mismatch at run time in {ctx}"
-                               f"{detail} (the arguments' shapes disagree with the types)")
+                               f"{detail} (the arguments' shapes disagree with the types)",
+                               span)
     return None
 
 
@@ -374,6 +456,7 @@ def _to_vm(v: Any) -> Any:
 
 _GROUPS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _KEYS = itertools.count()
+_LABELS = itertools.count()
 _LAST = threading.local()
 _REGISTERED: list[bool] = []
 _LOCK = threading.Lock()
@@ -387,7 +470,11 @@ def _host_entry(key: str, *args: Any) -> Any:
                            f"process that built it)")
     try:
         return group(*args)
-    except BaseException as e:
+    except Exception as e:
+        if not isinstance(e, DiagnosticError):
+            e = DiagnosticError(f"executor='relax': the host function of the fused group "
+                                f"{group.label} failed: {type(e).__name__}: {e}",
+                                group.backend.cp.kernels[group.k].span)
         _LAST.error = e
         raise RuntimeError(f"{HOST_FAILED}: the host function of the fused group {group.label} "
                            f"failed: {type(e).__name__}: {e}") from None

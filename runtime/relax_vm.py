@@ -902,7 +902,7 @@ class RelaxExecutable:
             return f(lim, *vals)
         except Exception as e:   # NOTE: the depth assertion arrives as a TVM error
             from relay_ir.runtime.relax_shapes import run_error
-            err = run_error(e)
+            err = run_error(e, self._backend)
             if err is not None:
                 raise err from None
             if _DEPTH_MSG in str(e):
