@@ -282,12 +282,13 @@ def _flatten_te(v: Any) -> list[Any]:
 
 
 def schedule(group: LoweredGroup, target: Any, fallback: bool = False,
-             serial_below: int = 0) -> Any:
+             serial_below: int = 0, serial: bool = False) -> Any:
     """The scheduled IRModule (``main``) of ``group`` for ``target``.
 
     ``fallback``: the simplest schedule that works (CUDA: dlight's Fallback rule alone; CPU:
     every block's outer loop in parallel). ``serial_below``: CPU kernels with a smaller
-    iteration space run on one thread (``schedules.SERIAL_BELOW``).
+    iteration space run on one thread (``schedules.SERIAL_BELOW``). ``serial``: a CPU kernel
+    with no parallel loops whatever its size (the small-shape variant of a symbolic kernel).
     """
     from relay_ir.runtime import schedules
     if is_cuda(target):
@@ -295,9 +296,11 @@ def schedule(group: LoweredGroup, target: Any, fallback: bool = False,
     if fallback:
         from tvm import s_tir
         sch = s_tir.Schedule(schedules.unaligned_params(group.prim_func))
-        schedules.schedule_generic(sch)
+        if not serial:
+            schedules.schedule_generic(sch)
         return sch.mod
-    return schedules.schedule_cpu(group.prim_func, group.kind, serial_below=serial_below)
+    return schedules.schedule_cpu(group.prim_func, group.kind, serial_below=serial_below,
+                                  serial=serial)
 
 
 def _plain(x: Any) -> Any:

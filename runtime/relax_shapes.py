@@ -76,6 +76,9 @@ class DynInfo:
         # (else the group runs on the host: key); guard_symbol computes heap[0]
         self.guard: list[tuple[int, int]] = []
         self.guard_symbol = ""
+        # small shapes: a serial variant of the kernel, chosen when small_symbol sets heap[0]
+        self.serial_symbol = ""
+        self.small_symbol = ""
 
 
 # ============================================================================ building
@@ -221,6 +224,27 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
     module = exe.cache.modules.get(req.key)
     info.prim_func = lowered.prim_func
     info.modules.append(module)
+    volume = _volume(lowered.prim_func, {v.name: slots[d] for d, v in tir_vars.items()})
+    if volume is not None and any(mono for _, mono in volume):
+        # NOTE: a static kernel below SERIAL_BELOW iterations runs on one thread (waking the
+        # pool costs more than it saves); a symbolic kernel gets a serial twin, picked at run
+        # time by its iteration count
+        from relay_ir.runtime.schedules import SERIAL_BELOW
+        req1 = KernelRequest(lowered.prim_func, sig + "|serial",
+                             (lambda: schedule(lowered, target, serial=True)),
+                             "+".join(lowered.ops),
+                             make_fallback=(lambda: schedule(lowered, target, fallback=True,
+                                                             serial=True)))
+        try:
+            exe.cache.get([req1], target)
+        except DiagnosticError:
+            req1 = None
+        if req1 is not None:
+            info.serial_symbol = "k_" + req1.key
+            info.modules.append(exe.cache.modules.get(req1.key))
+            info.small_symbol = f"rly_small_{k}_{req.key[:16]}"
+            info.modules.append(_small_function(info.small_symbol, info.heap, volume,
+                                                SERIAL_BELOW))
     if computed:
         info.shape_symbol = f"rly_shape_{k}_{req.key[:16]}"
         info.modules.append(_shape_function(info.shape_symbol, info.heap, computed, slots))
@@ -282,6 +306,41 @@ def _shape_function(symbol: str, heap: int, computed: list[tuple[int, DimExpr]],
             factors = [f"heap[{slots[v]}]" for v in mono] + [f"T.int64({coef})"]
             terms.append(" * ".join(factors))
         lines.append(f"    heap[{slot}] = " + " + ".join(terms))
+    return _compile_script(symbol, lines)
+
+
+def _volume(func: Any, slot_of: dict[str, int]) -> list[tuple[int, tuple]] | None:
+    """The iteration count of an unscheduled symbolic PrimFunc as a polynomial over heap
+    slots (``[(coefficient, slots)]``, one term a block); None when an extent is not a
+    product of the group's variables and constants."""
+    from tvm import s_tir
+    from relay_ir.runtime.schedules import blocks
+    sch = s_tir.Schedule(func)
+    terms = []
+    for b in blocks(sch):
+        coef, mono = 1, []
+        for loop in sch.get_loops(b):
+            ext = sch.get(loop).extent
+            if hasattr(ext, "value"):
+                coef *= int(ext.value)
+            elif type(ext).__name__ == "Var" and str(ext.name) in slot_of:
+                mono.append(slot_of[str(ext.name)])
+            else:
+                return None
+        terms.append((coef, tuple(mono)))
+    return terms
+
+
+def _small_function(symbol: str, heap: int, volume: list[tuple[int, tuple]],
+                    limit: int) -> Any:
+    """A compiled TIR function ``symbol(heap)`` setting ``heap[0]`` to 1 when the kernel's
+    iteration count is below ``limit`` (run the serial twin), else to 0."""
+    total = " + ".join(" * ".join([f"heap[{s}]" for s in mono] + [f"T.int64({c})"])
+                       for c, mono in volume)
+    lines = [f"def {symbol}(heap: T.Buffer(({heap},), \"int64\")):",
+             f"    T.func_attr({{\"global_symbol\": \"{symbol}\"}})",
+             f"    heap[0] = T.if_then_else({total} < T.int64({limit}), T.int64(1), "
+             f"T.int64(0))"]
     return _compile_script(symbol, lines)
 
 
@@ -357,7 +416,20 @@ def emit_kernel(em: Any, kern: Any, srcs: Sequence[int], dst: int | None, span: 
                                                         ("dt", dtype)], out))
         outs.append(out)
     consts = [("c", ("kconst", id(c), c)) for c in kern.consts]
-    ops.append(("call", kern.symbol, args + consts + [("r", o) for o in outs], None))
+    kargs = args + consts + [("r", o) for o in outs]
+    if info.serial_symbol:
+        ops.append(("call", info.small_symbol, [("r", heap)], None))
+        c = em.tmp()
+        ops.append(("call", "vm.builtin.read_if_cond", [("r", heap)], c))
+        big, done = ("dynbig", next(_LABELS)), ("dyndone", next(_LABELS))
+        ops.append(("if", c, big))
+        ops.append(("call", info.serial_symbol, kargs, None))
+        ops.append(("goto", done))
+        ops.append(("label", big))
+        ops.append(("call", kern.symbol, kargs, None))
+        ops.append(("label", done))
+    else:
+        ops.append(("call", kern.symbol, kargs, None))
     if single:
         res = outs[0]
     else:

@@ -505,18 +505,19 @@ def _cpu_plan(sch: Any, kind: str) -> None:
 
 
 def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
-                 serial_below: int = 0) -> Any:
+                 serial_below: int = 0, serial: bool = False) -> Any:
     """An IRModule holding ``func`` scheduled for the CPU (see the module docstring).
 
     ``kind`` is a hint from the lowering: ``"matmul"``, ``"conv"``, ``"pool"`` or ``""``.
     ``report``, when given, receives the name of the strategy that applied (``"conv-channels"``,
     ``"planned"``,
     ``"per-block"``, ``"parallel"``, ``"inline+parallel"`` or ``"none"``).
-    ``serial_below``: a kernel with a smaller iteration space gets no parallel loops.
+    ``serial_below``: a kernel with a smaller iteration space gets no parallel loops;
+    ``serial``: no parallel loops at all.
     """
     func = unaligned_params(func)
     vol = work_volume(func) if serial_below else None
-    _SERIAL[0] = vol is not None and vol < serial_below
+    _SERIAL[0] = serial or (vol is not None and vol < serial_below)
     try:
         return _schedule_cpu(func, kind, report)
     finally:

@@ -73,12 +73,15 @@ def @main[n](%x: Tensor[(n, 4), float32], %w: Tensor[(5, 4), float32], %b: Tenso
     exe = build(mod, cache=cache)
     assert modes(exe) == ["symbolic"]
     compiled = cache.stats.compiled
-    assert compiled == 1
+    # one kernel over n, and its serial twin for small n (chosen in the bytecode by the
+    # iteration count: 20*n + 5*n < SERIAL_BELOW)
+    info = next(iter(exe._backend.kernels.values())).dyn
+    assert compiled == 2 and info.serial_symbol and info.small_symbol
     # the kernel's buffers have a TIR variable (named after n) as their first dimension
     kern = next(iter(exe._backend.kernels.values()))
     assert re.search(r"T\.Buffer\(\(n_\d+, 4\), \"float32\"\)", kern.dyn.prim_func.script())
     w, b = rand((5, 4), 1), rand((5,), 2)
-    for n in (1, 3, 17, 64, 0):
+    for n in (1, 3, 17, 64, 0, 20_000):
         got = agree(exe, mod, rand((n, 4), n), w, b)
         assert got.shape == (n, 5)
     # every shape ran on the one kernel: nothing compiled, nothing looked up, no host code
