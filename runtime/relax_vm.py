@@ -35,11 +35,18 @@ What is emitted (the first milestone of issue 21):
   functions of TVM's runtime); reference arguments get a cell per call whose final content is
   written back to the caller's ``RefValue``.
 
-Not emitted yet: operator calls outside a fused group, groups with ``?`` or symbolic
-dimensions (and value-dependent shapes: ``dyn.reshape``), operators with no TVM compute,
-``target="cuda"`` and export. A program that needs one of them is refused when it is built
-with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the construct (no silent
-fallback: the user asked for this executor).
+Groups with ``?`` or symbolic dimensions are one kernel over symbolic shapes whose output
+shapes the bytecode computes at run time (``vm.builtin.match_shape`` / TIR shape functions /
+``make_shape``); groups with a value-dependent output shape (``dyn.reshape``) or an operator
+without a TVM compute run through the host function ``relay_ir.host.group`` (numpy reference
+implementations; such an executable runs only in the process that built it). Both live in
+:mod:`relay_ir.runtime.relax_shapes`; :meth:`RelaxBackend.kernel` and
+:meth:`_Emitter.emit_kernel` hand those groups to it.
+
+Not emitted yet: ``target="cuda"`` and export (and operator calls outside a fused group, which
+the compiler does not produce for typed programs). A program that needs one of them is refused
+when it is built with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the
+construct (no silent fallback: the user asked for this executor).
 
 **Depth.** The Relax VM runs each call on the C++ stack (2-6 KiB a call; a 2,100-deep
 recursion overflowed an 8 MiB stack and killed the process). Every non-tail call is
