@@ -213,3 +213,27 @@ def test_the_host_function_is_a_registered_tvm_global() -> None:
                 " dyn.reshape(%x, %s) }")
     build(mod)
     assert tvm.get_global_func(relax_shapes.HOST_FUNC) is not None
+
+
+@pytest.mark.parametrize("src, shapes", [
+    ("def @main[n](%x: Tensor[(n, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) {"
+     " nn.relu(nn.conv2d(%x, %w, padding=[1, 1])) }", [[(2, 3, 8, 8), (4, 3, 3, 3)],
+                                                       [(5, 3, 8, 8), (4, 3, 3, 3)]]),
+    ("def @main[n](%x: Tensor[(n, 3, 8, 8), float32]) {"
+     " nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2]) }", [[(2, 3, 8, 8)], [(1, 3, 8, 8)]]),
+    ("def @main(%x: Tensor[(?, ?), float32]) { nn.softmax(%x) }", [[(2, 10)], [(7, 3)]]),
+    ("def @main[n](%x: Tensor[(n, 4, 5), float32], %y: Tensor[(n, 6, 5), float32]) {"
+     " nn.batch_matmul(%x, %y) }", [[(2, 4, 5), (2, 6, 5)], [(3, 4, 5), (3, 6, 5)]]),
+    ("def @main[n](%x: Tensor[(n, 8), float32], %g: Tensor[(8), float32],"
+     " %b: Tensor[(8), float32]) { nn.layer_norm(%x, %g, %b) }",
+     [[(2, 8), (8,), (8,)], [(5, 8), (8,), (8,)]]),
+    ("def @main(%x: Tensor[(?, 4), float32]) { transpose(reshape(%x, newshape=[-1, 2])) }",
+     [[(2, 4)], [(3, 4)]]),
+], ids=["conv2d", "max_pool2d", "softmax", "batch_matmul", "layer_norm", "reshape"])
+def test_common_operators_compile_to_symbolic_kernels(src: str, shapes: list) -> None:
+    mod = parse(src)
+    exe = build(mod)
+    assert set(modes(exe)) == {"symbolic"}
+    for case in shapes:
+        agree(exe, mod, *[rand(s, i) for i, s in enumerate(case)])
+    assert host_calls(exe) == 0

@@ -68,6 +68,13 @@ def symbolic_dim(d: Any) -> Any:
     return None if dim is None else dim(d)
 
 
+def out_shape(out_type: Any) -> list[Any]:
+    """A result type's shape for ``te.compute``: ints, and the TIR expressions of symbolic
+    dimensions inside :func:`symbolic_dims` (outside, a symbolic dimension stays as it is)."""
+    dim = _DIM.get()
+    return [d if isinstance(d, int) or dim is None else dim(d) for d in out_type.shape]
+
+
 def use_fast(op_name: str, dtype: str) -> bool:
     """Whether ``op_name`` computing in ``dtype`` uses its fast form under the current setting."""
     if dtype != "float32":
