@@ -18,6 +18,10 @@ Parts (workloads of /work/shared/WORKLOADS.md):
   (gradients of the loss wrt the 7 parameters) per tree at batch 1; the gradient program
   compiled, against the interpreter and PyTorch eager (recursion in Python, autograd.grad).
   Goal: at most 0.7x PyTorch eager.
+* **Symbolic**: on ``executor="relax"``, one fused group compiled for a static shape against
+  the same group compiled once with a symbolic first dimension (``Tensor[(n, K), float32]``:
+  one kernel for every n, the output shape computed in the bytecode) called at the same shape,
+  small and large, for an elementwise chain and for dense+bias+relu.
 * **Corpus**: compiled vs interpreted on every example program (examples/*.rly) with random
   inputs.
 
@@ -142,6 +146,41 @@ def overhead(rounds: int, repeat: int) -> Table:
         t.add("runtime.build(executor='relax') (exp behind an if)",
               per_call(lambda: relax_exe(x, c), 2000, repeat))
         t.add("numpy np.exp (reference)", per_call(np_exp, 2000, repeat))
+    return t
+
+
+# ============================================================================ symbolic shapes
+SYM_CHAIN = """
+def @main(%x: Tensor[(DIM, 256), float32]) { tanh(add(multiply(%x, 2f), 1f)) }"""
+SYM_DENSE = """
+def @main(%x: Tensor[(DIM, 256), float32], %w: Tensor[(128, 256), float32],
+          %b: Tensor[(128), float32]) { nn.relu(add(nn.dense(%x, %w), %b)) }"""
+
+
+def symbolic(rounds: int, repeat: int) -> Table:
+    """A static-shape kernel against the one symbolic kernel, same group, same shape."""
+    t = Table("Symbolic shapes (executor='relax'): static kernel vs one symbolic kernel, per "
+              "call", "us")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((128, 256)).astype("float32")
+    b = rng.standard_normal(128).astype("float32")
+    runs = []
+    for gname, src in (("tanh(2x+1)", SYM_CHAIN), ("dense+bias+relu", SYM_DENSE)):
+        for n in (4, 4096):
+            x = rng.standard_normal((n, 256)).astype("float32")
+            args = (x,) if "dense" not in gname else (x, w, b)
+            for kind, dim in (("static", str(n)), ("symbolic n", "n"), ("symbolic ?", "?")):
+                text = HDR + src.replace("DIM", dim).replace("@main(", "@main[n](" if dim == "n"
+                                                             else "@main(")
+                exe = runtime.build(rly.parse(text), executor="relax")
+                modes = {k.dyn.mode if k.dyn else "static" for k in exe._backend.kernels.values()}
+                assert modes == ({"static"} if kind == "static" else {"symbolic"}), modes
+                want = runtime.evaluate(rly.parse(text), *args)
+                np.testing.assert_allclose(exe(*args), want, rtol=1e-4, atol=1e-4)
+                runs.append((f"{gname}, n={n}: {kind}", exe, args, 200 if n == 4 else 10))
+    for _ in range(rounds):
+        for name, exe, args, inner in runs:
+            t.add(name, per_call(lambda: exe(*args), inner, repeat))
     return t
 
 
@@ -356,7 +395,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--only", default="overhead,dispatch,w6,w5,corpus")
+    ap.add_argument("--only", default="overhead,dispatch,symbolic,w6,w5,corpus")
     a = ap.parse_args()
     import tvm
     print(f"# bench_executor: {platform.processor() or platform.machine()}, "
@@ -384,6 +423,8 @@ def main() -> None:
                 print(f"{label}: the kernel call {(one - idle) * 1e6:.2f} us above an idle "
                       f"iteration ({one * 1e6:.2f} us per iteration in all)")
         print()
+    if "symbolic" in only:
+        print(symbolic(a.rounds, a.repeat).show(), "\n")
     if "w6" in only:
         t, checks = w6(a.rounds, a.repeat)
         print(t.show("torch eager 0-d tensors + autograd.grad"), "\n")

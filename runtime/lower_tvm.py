@@ -156,13 +156,18 @@ def infer_group_types(fn: Function, arg_types: list[Type]) -> dict[int, Type]:
     return types
 
 
-def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
-    """One PrimFunc for the fused function ``fn`` at the concrete ``arg_types``."""
+def lower_group(fn: Function, arg_types: list[Type], dim: Any = None) -> LoweredGroup:
+    """One PrimFunc for the fused function ``fn`` at the concrete ``arg_types``.
+
+    ``dim``: for a kernel with symbolic shapes (``runtime.relax_shapes``), a function from a
+    dimension of ``arg_types`` (an int or a ``ShapeVar``) to its TIR expression; the output
+    types are then the relations' symbolic ones (the caller checks they are expressible).
+    """
     import tvm
     from tvm import te
     types = infer_group_types(fn, arg_types)
     for t in flatten_type(types[id(fn.body)]):
-        if not t.is_static:
+        if not t.is_static and dim is None:
             raise DynamicShapeError(f"the output shape {t!r} of a fused group depends on "
                                     f"the values of its inputs", fn.span)
     te_of: dict[int, Any] = {}
@@ -172,7 +177,8 @@ def lower_group(fn: Function, arg_types: list[Type]) -> LoweredGroup:
     constants: list[np.ndarray] = []
     for i, p in enumerate(fn.params):
         leaves = flatten_type(types[id(p)])
-        phs = [te.placeholder(t.concrete_shape, t.dtype, name=f"p{i}_{j}")
+        phs = [te.placeholder(t.concrete_shape if dim is None else
+                              tuple(dim(d) for d in t.shape), t.dtype, name=f"p{i}_{j}")
                for j, t in enumerate(leaves)]
         placeholders.extend(phs)
         in_types.extend(leaves)
@@ -276,12 +282,13 @@ def _flatten_te(v: Any) -> list[Any]:
 
 
 def schedule(group: LoweredGroup, target: Any, fallback: bool = False,
-             serial_below: int = 0) -> Any:
+             serial_below: int = 0, serial: bool = False) -> Any:
     """The scheduled IRModule (``main``) of ``group`` for ``target``.
 
     ``fallback``: the simplest schedule that works (CUDA: dlight's Fallback rule alone; CPU:
     every block's outer loop in parallel). ``serial_below``: CPU kernels with a smaller
-    iteration space run on one thread (``schedules.SERIAL_BELOW``).
+    iteration space run on one thread (``schedules.SERIAL_BELOW``). ``serial``: a CPU kernel
+    with no parallel loops whatever its size (the small-shape variant of a symbolic kernel).
     """
     from relay_ir.runtime import schedules
     if is_cuda(target):
@@ -289,9 +296,11 @@ def schedule(group: LoweredGroup, target: Any, fallback: bool = False,
     if fallback:
         from tvm import s_tir
         sch = s_tir.Schedule(schedules.unaligned_params(group.prim_func))
-        schedules.schedule_generic(sch)
+        if not serial:
+            schedules.schedule_generic(sch)
         return sch.mod
-    return schedules.schedule_cpu(group.prim_func, group.kind, serial_below=serial_below)
+    return schedules.schedule_cpu(group.prim_func, group.kind, serial_below=serial_below,
+                                  serial=serial)
 
 
 def _plain(x: Any) -> Any:

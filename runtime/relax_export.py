@@ -191,6 +191,19 @@ def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str
     seen: set[Any] = set()
     rest = []
     for kern in kernels:
+        dyn = kern.dyn
+        if dyn is not None:
+            if dyn.mode == "host":
+                raise DiagnosticError(
+                    f"export_library: the fused group {kern.label} runs on the host "
+                    f"({dyn.reason}): a standard TVM module cannot hold numpy code; the "
+                    f"built executable runs it in this process")
+            # a symbolic kernel: its kernel, serial twin and shape/guard functions
+            for m in dyn.modules:
+                if id(m) not in seen:
+                    seen.add(id(m))
+                    mods.append(m)
+            continue
         # NOTE: an object file first: a module in memory is compiled to one again (LLVM's
         # code generation: 3-4x the time of the link alone)
         obj = None

@@ -35,11 +35,18 @@ What is emitted (the first milestone of issue 21):
   functions of TVM's runtime); reference arguments get a cell per call whose final content is
   written back to the caller's ``RefValue``.
 
-Not emitted yet: operator calls outside a fused group, groups with ``?`` or symbolic
-dimensions (and value-dependent shapes: ``dyn.reshape``), operators with no TVM compute,
-and ``target="cuda"``. A program that needs one of them is refused when it is built
-with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the construct (no silent
-fallback: the user asked for this executor).
+Groups with ``?`` or symbolic dimensions are one kernel over symbolic shapes whose output
+shapes the bytecode computes at run time (``vm.builtin.match_shape`` / TIR shape functions /
+``make_shape``); groups with a value-dependent output shape (``dyn.reshape``) or an operator
+without a TVM compute run through the host function ``relay_ir.host.group`` (numpy reference
+implementations; such an executable runs only in the process that built it). Both live in
+:mod:`relay_ir.runtime.relax_shapes`; :meth:`RelaxBackend.kernel` and
+:meth:`_Emitter.emit_kernel` hand those groups to it.
+
+Not emitted yet: ``target="cuda"`` (and operator calls outside a fused group, which
+the compiler does not produce for typed programs). A program that needs one of them is refused
+when it is built with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the
+construct (no silent fallback: the user asked for this executor).
 
 **Export** (``RelaxExecutable.export_library``, ``runtime.relax_export``): one standard TVM
 shared library; every global also has a plain entry under its own name (its parameters only,
@@ -65,6 +72,7 @@ import numpy as np
 
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import TensorType, TupleType, Type
+from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
 from relay_ir.runtime.vm import _is_static, _result_struct
 
@@ -164,7 +172,7 @@ class _Kernel:
     """A fused group compiled for its static parameter types."""
 
     __slots__ = ("symbol", "module", "consts", "outs", "result", "param_types", "label",
-                 "request")
+                 "request", "dyn")
 
     def __init__(self, symbol: str, module: Any, consts: list[np.ndarray],
                  outs: list[tuple[tuple, str]], result: Any, param_types: list[Type],
@@ -177,6 +185,7 @@ class _Kernel:
         self.outs = outs
         self.result = result            # int (one output) or nested lists of output indices
         self.param_types = param_types
+        self.dyn: Any = None            # relax_shapes.DynInfo: a symbolic kernel or host group
 
 
 # ============================================================================ emitting
@@ -275,6 +284,9 @@ class _Emitter:
 
     def emit_kernel(self, k: int, srcs: Sequence[int], dst: int | None, span: Any) -> int:
         kern = self.b.kernel(k, span)
+        if kern.dyn is not None:
+            from relay_ir.runtime import relax_shapes
+            return relax_shapes.emit_kernel(self, kern, srcs, dst, span)
         args: list[tuple] = []
         for r, t in zip(srcs, kern.param_types):
             if isinstance(t, TupleType):
@@ -569,13 +581,20 @@ class RelaxBackend:
         fn = self.cp.kernels[k]
         types = [p.type_annotation or p.checked_type_ for p in fn.params]
         label = "+".join(sorted({getattr(c, "name", "?") for c in _ops(fn)})) or f"group{k}"
+        from relay_ir.runtime import relax_shapes
         if not all(_is_static(t) for t in types):
-            raise _unsupported(f"a fused group ({label}) with '?' or symbolic dimensions",
-                               fn.span)
+            # NOTE: one kernel over symbolic shapes (or a host group): runtime.relax_shapes
+            got = self.kernels[k] = relax_shapes.dynamic_kernel(self, k, fn, types, label)
+            return got
         try:
             lowered = self.exe._lower(fn, types)
         except LoweringError as e:
-            raise _unsupported(f"the fused group {label}: {e.message}", fn.span) from None
+            if "has no TVM compute" not in e.message and not isinstance(e, DynamicShapeError):
+                raise _unsupported(f"the fused group {label}: {e.message}", fn.span) from None
+            # NOTE: no TVM compute, or a value-dependent output shape: run on the host
+            got = self.kernels[k] = relax_shapes.host_kernel(self, k, fn, types, label,
+                                                             e.message)
+            return got
         from relay_ir.runtime.executor import kernel_request
         req = kernel_request(lowered, self.exe.target)
         self.exe.cache.get([req], self.exe.target)
@@ -593,7 +612,7 @@ class RelaxBackend:
         from relay_ir.runtime.executor import alloc_failed
         best = None
         for k, kern in self.kernels.items():
-            for shape, dtype in kern.outs:
+            for shape, dtype in kern.outs:     # NOTE: static kernels only (dyn: no outs)
                 n = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
                 if best is None or n > best[0]:
                     best = (n, kern.label, shape, dtype, self.cp.kernels[k].span)
@@ -696,12 +715,13 @@ class RelaxBackend:
         libs = [_DEPTH_LIB[0]]
         seen = {id(_DEPTH_LIB[0])}
         for kern in self.kernels.values():
-            if kern.module is None:
-                raise DiagnosticError(f"executor='relax': the kernel {kern.symbol} has no "
-                                      f"loaded module")
-            if id(kern.module) not in seen:
-                seen.add(id(kern.module))
-                libs.append(kern.module)
+            for module in (kern.dyn.modules if kern.dyn is not None else [kern.module]):
+                if module is None:
+                    raise DiagnosticError(f"executor='relax': the kernel {kern.symbol} has no "
+                                          f"loaded module")
+                if id(module) not in seen:
+                    seen.add(id(module))
+                    libs.append(module)
         # NOTE: _vmlink is TVM's private link step (what relax.build does); used only here
         executable = vm_build._vmlink(eb, tvm.target.Target("llvm"), None, ext_libs=libs)
         self.executable = executable      # NOTE: relax_export writes its bytecode out
@@ -784,6 +804,11 @@ class RelaxExecutable:
             if t is np.ndarray or isinstance(x, np.generic):
                 if t is not np.ndarray or not x.flags.c_contiguous or not x.flags.writeable:
                     x = np.array(x, order="C")
+                if x.size == 0:
+                    # NOTE: numpy gives an empty array zero strides (a kernel wants compact)
+                    import tvm
+                    results.append(tvm.runtime.empty(x.shape, x.dtype))
+                    continue
                 results.append(wrap(x, require_alignment=0, require_contiguous=True))
                 continue
             kids = _in_kids(x)
@@ -920,6 +945,10 @@ class RelaxExecutable:
         try:
             return f(lim, *vals)
         except Exception as e:   # NOTE: the depth assertion arrives as a TVM error
+            from relay_ir.runtime.relax_shapes import run_error
+            err = run_error(e, self._backend)
+            if err is not None:
+                raise err from None
             if _DEPTH_MSG in str(e):
                 raise _DepthLimit() from None
             if _MATCH_MSG in str(e):

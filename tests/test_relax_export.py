@@ -530,3 +530,37 @@ def test_every_suite_program_it_emits_exports_and_agrees_after_loading(
         assert_values_close(m(*copy_value(args)), want, rtol=1e-4, atol=1e-5, what=name)
         agreed += 1
     assert agreed >= 240
+
+
+def test_a_symbolic_program_exports_and_runs_every_shape_after_loading(tmp_path: object) -> None:
+    """Symbolic kernels (one kernel for every n, shapes computed in the bytecode) export."""
+    import relay_ir as rly
+    from relay_ir import runtime
+    src = '#[version = "0.0.5"]\n' + """
+def @main[n](%x: Tensor[(n, 3), float32], %w: Tensor[(4, 3), float32]) {
+  nn.relu(nn.dense(tanh(%x), %w))
+}"""
+    exe = runtime.build(rly.parse(src), executor="relax")
+    path = os.path.join(str(tmp_path), "sym.so")
+    exe.export_library(path)
+    loaded = runtime.load_module(path)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3)).astype("float32")
+    for n in (1, 5, 64):
+        x = rng.standard_normal((n, 3)).astype("float32")
+        want = runtime.evaluate(rly.parse(src), x, w)
+        np.testing.assert_allclose(loaded(x, w), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_program_with_a_host_group_is_refused_by_export_by_name(tmp_path: object) -> None:
+    import relay_ir as rly
+    from relay_ir import runtime
+    src = '#[version = "0.0.5"]\n' + """
+def @main(%x: Tensor[(6), float32], %s: Tensor[(2), int64]) {
+  dyn.reshape(%x, %s)
+}"""
+    exe = runtime.build(rly.parse(src), executor="relax")
+    x = np.arange(6, dtype="float32")
+    np.testing.assert_array_equal(exe(x, np.array([2, 3])), x.reshape(2, 3))
+    with pytest.raises(rly.DiagnosticError, match="runs on the host"):
+        exe.export_library(os.path.join(str(tmp_path), "h.so"))

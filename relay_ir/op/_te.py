@@ -46,6 +46,35 @@ def fast_math(flag: bool | None) -> Iterator[None]:
         _FAST.reset(tok)
 
 
+_DIM: contextvars.ContextVar[Callable[[Any], Any] | None] = contextvars.ContextVar(
+    "relay_ir_symbolic_dim", default=None)
+
+
+@contextlib.contextmanager
+def symbolic_dims(dim: Callable[[Any], Any] | None) -> Iterator[None]:
+    """Within the block (a kernel lowered with symbolic shapes), :func:`symbolic_dim` turns a
+    type's dimension (int, ``ShapeVar`` or ``DimExpr``) into its TIR expression with ``dim``."""
+    tok = _DIM.set(dim)
+    try:
+        yield
+    finally:
+        _DIM.reset(tok)
+
+
+def symbolic_dim(d: Any) -> Any:
+    """The TIR expression of a symbolic type dimension, or None outside :func:`symbolic_dims`
+    (a compute then needs static shapes)."""
+    dim = _DIM.get()
+    return None if dim is None else dim(d)
+
+
+def out_shape(out_type: Any) -> list[Any]:
+    """A result type's shape for ``te.compute``: ints, and the TIR expressions of symbolic
+    dimensions inside :func:`symbolic_dims` (outside, a symbolic dimension stays as it is)."""
+    dim = _DIM.get()
+    return [d if isinstance(d, int) or dim is None else dim(d) for d in out_type.shape]
+
+
 def use_fast(op_name: str, dtype: str) -> bool:
     """Whether ``op_name`` computing in ``dtype`` uses its fast form under the current setting."""
     if dtype != "float32":

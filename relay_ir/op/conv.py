@@ -100,7 +100,7 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
         xs = T.shape_of(x)
         h, w = xs[lh], xs[lw]
         kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
-        oshape = list(out_type.shape)
+        oshape = T.out_shape(out_type)
         ry = te.reduce_axis((0, kh), name="ry")
         rx = te.reduce_axis((0, kw), name="rx")
 
@@ -837,7 +837,7 @@ def max_pool2d_gather_te(attrs: Attrs, inputs: list, out_type: TensorType) -> ob
     lp = _layout(attrs.layout, "NCHW", "layout")
     kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
     h, w = _canon(lp, T.shape_of(x))[2:]
-    pooled = list(out_type.shape)
+    pooled = T.out_shape(out_type)
     arg = _first_max_tap(x, attrs, pooled)
 
     def body(*oi):  # type: ignore[no-untyped-def]

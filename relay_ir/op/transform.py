@@ -61,7 +61,10 @@ def _reshape_to(x: object, shape: Sequence[object], name: str = "T_reshape") -> 
 
 
 def _te_dims(x: object, out_type: TensorType, what: str) -> list[object]:
-    """The result dims: static ones from ``out_type``; symbolic ones must be known."""
+    """The result dims: static ones from ``out_type``; symbolic ones as TIR expressions when
+    the kernel is lowered with symbolic shapes (``runtime.relax_shapes``)."""
+    if not out_type.is_static and T.symbolic_dim(0) is not None:
+        return [T.symbolic_dim(d) for d in out_type.shape]
     return _static_shape(out_type, what)
 
 
