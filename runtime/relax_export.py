@@ -200,9 +200,21 @@ def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str
                     f"built executable runs it in this process")
             # a symbolic kernel: its kernel, serial twin and shape/guard functions
             for m in dyn.modules:
-                if id(m) not in seen:
-                    seen.add(id(m))
-                    mods.append(m)
+                key = dyn.cache_keys.get(id(m))
+                obj = cache.object_of(key) if key and hasattr(cache, "object_of") else None
+                if obj is not None:
+                    if obj not in seen:
+                        seen.add(obj)
+                        objs.append(obj)
+                elif m is not None and m.kind == "llvm":
+                    if id(m) not in seen:
+                        seen.add(id(m))
+                        mods.append(m)
+                else:
+                    raise DiagnosticError(
+                        f"export_library: the symbolic kernel of {kern.label} was loaded "
+                        f"from a kernel-cache library without its object file; clear the "
+                        f"cache (rly cache --clear) and build again")
             continue
         # NOTE: an object file first: a module in memory is compiled to one again (LLVM's
         # code generation: 3-4x the time of the link alone)
