@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 from relay_ir.op import OpDef, OpPattern, list_ops, lookup_opdef
 
 #: The operator families, in document order: the modules ``relay_ir/op/<family>.py``.
-FAMILIES = ("tensor", "reduce", "transform", "indexing", "nn", "conv", "dyn", "annotation")
+FAMILIES = ("tensor", "reduce", "transform", "indexing", "nn", "conv", "dyn", "annotation",
+            "indexing_ext")
 
 REGENERATE = "python -m relay_ir.op.reference > docs/ops.md"
 
