@@ -653,11 +653,12 @@ def cumsum_te(attrs: Attrs, inputs: list, out_type: TensorType) -> Any:
             keep = k < j if attrs.exclusive else k <= j
         idx = list(o)
         idx[axis] = k
-        s = red(tirx.Select(keep, T.cast(x(*idx), dt), zero), axis=r)
-        if attrs.exclusive:
+        skip = zero
+        if attrs.exclusive and T.is_float(dt):
+            # NOTE: the empty sum at the edge is +0.0 (numpy's shifted scan): one +0.0 term
             edge = (d - 1) if attrs.reverse else 0
-            return tirx.Select(j == edge, T.const(0, dt), s)
-        return s
+            skip = tirx.Select(tirx.all(j == edge, k == edge), T.const(0.0, dt), zero)
+        return red(tirx.Select(keep, T.cast(x(*idx), dt), skip), axis=r)
     return te.compute(xs, body, name="T_cumsum")
 
 
