@@ -495,6 +495,15 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
         yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
         yield [np.array([-0.0, -0.0, 1.0], "float32")], {"axis": 0}
         yield [gen((2, 6), "float16")], {"axis": 1}
+    elif name == "cumprod":
+        y = gen((3, 4, 5), "float32", 0.5, 1.5)
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [y], {"axis": 1, "exclusive": ex, "reverse": rev}
+                yield [gen((7,), "int32", -3, 3)], {"axis": 0, "exclusive": ex, "reverse": rev}
+        yield [y], {}
+        yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
+        yield [np.array([2.0, 0.0, np.inf, -0.0, 3.0], "float32")], {"axis": 0}
     elif name == "arange":
         yield [], {"stop": 5.0}
         yield [], {"start": 1.0, "stop": 2.0, "step": 0.25, "dtype": "float64"}
@@ -515,7 +524,7 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
 
 
 for _n in ("gather", "gather_nd", "scatter_elements", "scatter_nd", "one_hot", "cumsum",
-           "arange", "einsum"):
+           "cumprod", "arange", "einsum"):
     CASES[_n] = (lambda n: lambda: indexing_ext_cases(n))(_n)
 
 

@@ -288,6 +288,14 @@ add("one_hot", np.array([1, 0], "int64"), np.asarray(0.7, "float32"),
 add("cumsum", away((3, 4)), axis=1)
 add("cumsum", away((3, 4)), axis=0, exclusive=True, reverse=True, tag="excl-rev")
 add("cumsum", away((2, 3)), tag="flat")
+add("cumprod", away((3, 4)), axis=1)
+add("cumprod", away((2, 3)), tag="flat")
+# NOTE: the rule is exact at exact zeros, its own derivative there is not (a branch on x == 0)
+add("cumprod", np.array([[0.5, 0.0, 1.5, -0.7], [0.0, 1.2, 0.0, 0.9]]), axis=1, tag="zeros",
+    second=False)
+add("cumprod", np.array([[0.5, 0.0, 1.5], [0.0, 1.2, 0.0], [0.8, -1.1, 0.0]]), axis=0,
+    exclusive=True, reverse=True, tag="zeros-excl-rev", second=False)
+add("cumprod", away((3, 4)), axis=0, exclusive=True, reverse=True, tag="excl-rev")
 add("einsum", (away((2, 3)), away((3, 4), seed=1)), equation="ij,jk->ik")
 add("einsum", (away((2, 3, 4)), away((4,), seed=1), away((2, 5), seed=2)),
     equation="bij,j,bk->ik", tag="three")

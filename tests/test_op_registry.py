@@ -196,6 +196,8 @@ SAMPLES.update({
                                                           "dtype": "float16"})],
     "cumsum": [([T(2, 3, 4)], {"axis": 1}), ([T(2, 3)], {}),
                ([I(5)], {"axis": 0, "exclusive": True, "reverse": True, "dtype": "int64"})],
+    "cumprod": [([T(2, 3, 4)], {"axis": -1, "exclusive": True}), ([I(2, 3)], {}),
+                ([T(5)], {"axis": 0, "reverse": True, "dtype": "float64"})],
     "arange": [([], {"stop": 5.0}), ([], {"start": 1.0, "stop": 2.0, "step": 0.25,
                                            "dtype": "float64"}),
                ([], {"start": 10.0, "stop": 1.0, "step": -3.0, "dtype": "int32"})],

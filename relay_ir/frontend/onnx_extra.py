@@ -1,7 +1,7 @@
 """ONNX converters written as compositions of relay_ir operators (losses, Hardmax, windows,
 LRN, quantization, and ReverseSequence and Compress, whose indices must be known when
 importing), and the ones that map onto the indexing and scan operators: OneHot,
-GatherElements, GatherND, CumSum, Einsum, ScatterElements/Scatter and ScatterND."""
+GatherElements, GatherND, CumSum, CumProd, Einsum, ScatterElements/Scatter and ScatterND."""
 from __future__ import annotations
 
 from typing import Any
@@ -177,11 +177,11 @@ def _gather_nd(g: Graph, n: Node) -> Value:
     return g.call("gather_nd", x, _tuples_first(g, idx), batch_dims=int(n.attr("batch_dims", 0)))
 
 
-@converter("CumSum")
+@converter("CumSum", "CumProd")
 def _cumsum(g: Graph, n: Node) -> Value:
     x = n.inputs[0]
     axis = _axis(int(np.asarray(n.static(1, "axis")).reshape(-1)[0]), x.ndim, n)
-    return g.call("cumsum", x, axis=axis, exclusive=bool(n.attr("exclusive", 0)),
+    return g.call(n.op_type.lower(), x, axis=axis, exclusive=bool(n.attr("exclusive", 0)),
                   reverse=bool(n.attr("reverse", 0)))
 
 

@@ -1,6 +1,6 @@
 """Indexing and scan operators (issue 23): ``gather``, ``gather_nd``, ``scatter_elements``,
-``scatter_nd``, ``one_hot``, ``cumsum``, ``arange`` and ``einsum``, with Relay's names and
-attributes.
+``scatter_nd``, ``one_hot``, ``cumsum``, ``cumprod``, ``arange`` and ``einsum``, with Relay's
+names and attributes.
 
 Index conventions shared by every operator here (integer indices of any width, int32 and int64
 alike): a negative index counts from the end of its dimension (``i + d``, as ONNX and numpy
@@ -584,82 +584,101 @@ defop("one_hot", 3, attrs=[F("depth", "int", 1, "the size of the new axis"),
       doc="One-hot encoding: on_value where the index matches, off_value elsewhere.")
 
 
-# ----------------------------------------------------------------------------- cumsum
-def _scan_axis(t: TensorType, attrs: Attrs) -> int | None:
-    return None if attrs.axis is None else norm_axis(attrs.axis, t.ndim)
+# ----------------------------------------------------------------------------- cumsum, cumprod
+def _scan_rel(name: str):  # type: ignore[no-untyped-def]
+    @tensor_rel("data")
+    def rel(x: TensorType, attrs: Attrs) -> Type | None:
+        axis = None if attrs.axis is None else norm_axis(attrs.axis, x.ndim)
+        dt = check_dtype(attrs.dtype or x.dtype)
+        if dt == "bool":
+            raise TypeInferenceError(f"{name}: the result dtype must be numeric, found bool")
+        if axis is None:
+            from relay_ir.op._rules import shape_size
+            return TensorType((shape_size(x.shape),), dt)
+        return TensorType(x.shape, dt)
+    what = "sums" if name == "cumsum" else "products"
+    rel.__doc__ = (f"``{name}(data, axis, dtype, exclusive, reverse)``: running {what} along "
+                   "``axis`` (None: the flattened data, a 1-D result); dtype \"\" keeps the "
+                   "data's; ``exclusive`` leaves out the element itself, ``reverse`` scans "
+                   "from the end (as ONNX CumSum/CumProd).")
+    return rel
 
 
-@tensor_rel("data")
-def cumsum_rel(x: TensorType, attrs: Attrs) -> Type | None:
-    """``cumsum(data, axis, dtype, exclusive, reverse)``: running sums along ``axis`` (None:
-    the flattened data, a 1-D result); dtype "" keeps the data's; ``exclusive`` leaves out the
-    element itself, ``reverse`` sums from the end (as ONNX CumSum)."""
-    axis = _scan_axis(x, attrs)
-    dt = check_dtype(attrs.dtype or x.dtype)
-    if dt == "bool":
-        raise TypeInferenceError("cumsum: the result dtype must be numeric, found bool")
-    if axis is None:
-        from relay_ir.op._rules import shape_size
-        return TensorType((shape_size(x.shape),), dt)
-    return TensorType(x.shape, dt)
+def _scan_ref(name: str):  # type: ignore[no-untyped-def]
+    np_scan, empty = (np.cumsum, 0) if name == "cumsum" else (np.cumprod, 1)
 
-
-def cumsum_ref(args: list, attrs: Attrs) -> np.ndarray:
-    """``np.cumsum`` in the result dtype, shifted for exclusive, flipped for reverse."""
-    x = args[0]
-    dt = np.dtype(attrs.dtype or x.dtype)
-    if attrs.axis is None:
-        x, axis = x.reshape(-1), 0
-    else:
-        axis = norm_axis(attrs.axis, x.ndim)
-    v = x.astype(dt)
-    if attrs.reverse:
-        v = np.flip(v, axis)
-    y = np.cumsum(v, axis=axis, dtype=dt)
-    if attrs.exclusive:
-        pad = np.zeros_like(np.take(y, [0], axis=axis))
-        y = np.concatenate([pad, np.take(y, np.arange(y.shape[axis] - 1), axis=axis)], axis)
-    if attrs.reverse:
-        y = np.flip(y, axis)
-    return wrap(np.ascontiguousarray(y), dt)
-
-
-def cumsum_te(attrs: Attrs, inputs: list, out_type: TensorType) -> Any:
-    """TE compute of ``cumsum``: a masked sum over the axis (``O(d^2)`` per line), summed in
-    the order numpy's scan adds (from the first element, the last for reverse), from ``-0.0``
-    (the additive identity of IEEE floats)."""
-    te, tirx = T.te_mod(), T.tir_mod()
-    x = inputs[0]
-    dt = out_type.dtype
-    if attrs.axis is None:
-        from relay_ir.op.transform import _reshape_to
-        x = _reshape_to(x, [T.shape_size(T.shape_of(x))], "T_flatten")
-        axis = 0
-    else:
-        axis = norm_axis(attrs.axis, len(T.shape_of(x)))
-    xs = T.shape_of(x)
-    d = xs[axis]
-    r = te.reduce_axis((0, d), name="r")
-    zero = T.const(-0.0 if T.is_float(dt) else 0, dt)
-    red = te.comm_reducer(lambda a, b: a + b, lambda t: T.const(-0.0 if T.is_float(t) else 0, t),
-                          name="cumsum")
-
-    def body(*o: Any) -> Any:
-        j = o[axis]
-        k = (d - 1 - r) if attrs.reverse else r
-        if attrs.reverse:
-            keep = k > j if attrs.exclusive else k >= j
+    def ref(args: list, attrs: Attrs) -> np.ndarray:
+        x = args[0]
+        dt = np.dtype(attrs.dtype or x.dtype)
+        if attrs.axis is None:
+            x, axis = x.reshape(-1), 0
         else:
-            keep = k < j if attrs.exclusive else k <= j
-        idx = list(o)
-        idx[axis] = k
-        skip = zero
-        if attrs.exclusive and T.is_float(dt):
-            # NOTE: the empty sum at the edge is +0.0 (numpy's shifted scan): one +0.0 term
-            edge = (d - 1) if attrs.reverse else 0
-            skip = tirx.Select(tirx.all(j == edge, k == edge), T.const(0.0, dt), zero)
-        return red(tirx.Select(keep, T.cast(x(*idx), dt), skip), axis=r)
-    return te.compute(xs, body, name="T_cumsum")
+            axis = norm_axis(attrs.axis, x.ndim)
+        v = x.astype(dt)
+        if attrs.reverse:
+            v = np.flip(v, axis)
+        y = np_scan(v, axis=axis, dtype=dt)
+        if attrs.exclusive:
+            pad = np.full_like(np.take(y, [0], axis=axis), empty)
+            y = np.concatenate([pad, np.take(y, np.arange(y.shape[axis] - 1), axis=axis)], axis)
+        if attrs.reverse:
+            y = np.flip(y, axis)
+        return wrap(np.ascontiguousarray(y), dt)
+    ref.__doc__ = (f"``np.{np_scan.__name__}`` in the result dtype, shifted (with {empty}) "
+                   "for exclusive, flipped for reverse.")
+    return ref
+
+
+def _scan_te(name: str):  # type: ignore[no-untyped-def]
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> Any:
+        te, tirx = T.te_mod(), T.tir_mod()
+        x = inputs[0]
+        dt = out_type.dtype
+        if attrs.axis is None:
+            from relay_ir.op.transform import _reshape_to
+            x = _reshape_to(x, [T.shape_size(T.shape_of(x))], "T_flatten")
+            axis = 0
+        else:
+            axis = norm_axis(attrs.axis, len(T.shape_of(x)))
+        xs = T.shape_of(x)
+        d = xs[axis]
+        r = te.reduce_axis((0, d), name="r")
+        if name == "cumsum":
+            ident = T.const(-0.0 if T.is_float(dt) else 0, dt)
+            red = te.comm_reducer(lambda a, b: a + b,
+                                  lambda t: T.const(-0.0 if T.is_float(t) else 0, t),
+                                  name="cumsum")
+        else:
+            ident = T.const(1, dt)
+            red = te.comm_reducer(lambda a, b: a * b, lambda t: T.const(1, t), name="cumprod")
+
+        def body(*o: Any) -> Any:
+            j = o[axis]
+            k = (d - 1 - r) if attrs.reverse else r
+            if attrs.reverse:
+                keep = k > j if attrs.exclusive else k >= j
+            else:
+                keep = k < j if attrs.exclusive else k <= j
+            idx = list(o)
+            idx[axis] = k
+            skip = ident
+            if name == "cumsum" and attrs.exclusive and T.is_float(dt):
+                # NOTE: the empty sum at the edge is +0.0 (numpy's shifted scan): one +0.0 term
+                edge = (d - 1) if attrs.reverse else 0
+                skip = tirx.Select(tirx.all(j == edge, k == edge), T.const(0.0, dt), ident)
+            return red(tirx.Select(keep, T.cast(x(*idx), dt), skip), axis=r)
+        return te.compute(xs, body, name=f"T_{name}")
+    compute.__doc__ = (f"TE compute of ``{name}``: a masked reduction over the axis (``O(d^2)`` "
+                       "per line) in the order numpy's scan takes the elements (from the "
+                       "first, the last for reverse); sums start from ``-0.0``, the additive "
+                       "identity of IEEE floats.")
+    return compute
+
+
+_SCAN_ATTRS = [F("axis", "int?", None, "the axis scanned (None: flattened)"),
+               F("dtype", "str", "", "the result dtype (\"\": the data's)"),
+               F("exclusive", "bool", False, "leave out the element itself"),
+               F("reverse", "bool", False, "scan from the end (ONNX CumSum/CumProd)")]
 
 
 @grad_rule
@@ -678,13 +697,74 @@ def cumsum_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (dx,)
 
 
-defop("cumsum", 1, attrs=[F("axis", "int?", None, "the axis scanned (None: flattened)"),
-                          F("dtype", "str", "", "the result dtype (\"\": the data's)"),
-                          F("exclusive", "bool", False, "leave out the element itself"),
-                          F("reverse", "bool", False, "scan from the end (ONNX CumSum)")],
-      attrs_type="ScanopAttrs", rel=cumsum_rel, impl=cumsum_ref, compute=cumsum_te,
-      grad=cumsum_grad, jvp=jvp_linear, pattern=OpPattern.OPAQUE,
-      doc="Cumulative sum along an axis.")
+defop("cumsum", 1, attrs=_SCAN_ATTRS, attrs_type="ScanopAttrs", rel=_scan_rel("cumsum"),
+      impl=_scan_ref("cumsum"), compute=_scan_te("cumsum"), grad=cumsum_grad, jvp=jvp_linear,
+      pattern=OpPattern.OPAQUE, doc="Cumulative sum along an axis.")
+
+
+def _cumprod_parts(call: Any, x: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """``(z, xt, P, C, scan)`` for ``cumprod(x)``: the zero mask, x with zeros replaced by
+    ones, ``cumprod(xt)`` and ``cumsum(z)`` (with the call's scan attributes), and those
+    attributes (axis 0 of the flattened data for axis None)."""
+    a = call.attrs
+    dt = tensor_type(x).dtype
+    if a.axis is None:
+        x = op("reshape", x, newshape=[-1])
+    scan = {"axis": 0 if a.axis is None else a.axis, "exclusive": a.exclusive,
+            "reverse": a.reverse}
+    z = op("equal", x, const(np.asarray(0, dt)))
+    xt = op("where", z, op("ones_like", x), x)
+    return (z, xt, op("cumprod", xt, **scan),
+            op("cumsum", op("cast", z, dtype="int32"), **scan), scan)
+
+
+def _count_is(c: Any, k: int) -> Any:
+    return op("equal", c, const(np.asarray(k, "int32")))
+
+
+@grad_rule
+def cumprod_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """With zeros counted (``z = x == 0``, ``xt = where(z, 1, x)``, ``P = cumprod(xt)``,
+    ``C = cumsum(z)``, same scan attributes): ``dx = where(z, S1, S0) / xt`` with
+    ``S_n = cumsum(where(C == n, g * P, 0))`` scanned the other way round; exact at zeros
+    (its own derivative is not, where an element is exactly zero)."""
+    x = call.args[0]
+    xdt = tensor_type(x).dtype
+    if tensor_type(out).dtype != xdt:
+        g = op("cast", g, dtype=xdt)
+    z, xt, p, c, scan = _cumprod_parts(call, x)
+    gp = op("multiply", g, p)
+    zero = op("zeros_like", gp)
+    back = dict(scan, reverse=not scan["reverse"])
+    s0 = op("cumsum", op("where", _count_is(c, 0), gp, zero), **back)
+    s1 = op("cumsum", op("where", _count_is(c, 1), gp, zero), **back)
+    dx = op("divide", op("where", z, s1, s0), xt)
+    if call.attrs.axis is None:
+        dx = op("reshape_like", dx, x)
+    return (dx,)
+
+
+def cumprod_jvp(call, out, tangents):  # type: ignore[no-untyped-def]
+    """``P * where(C == 0, cumsum(t / xt), where(C == 1, cumsum(where(z, t, 0)), 0))`` (the
+    names of the gradient rule; exact at zeros), in the result dtype."""
+    x, t = call.args[0], tangents[0]
+    z, xt, p, c, scan = _cumprod_parts(call, x)
+    if call.attrs.axis is None:
+        t = op("reshape", t, newshape=[-1])
+    none = op("cumsum", op("divide", t, xt), **scan)
+    one = op("cumsum", op("where", z, t, op("zeros_like", t)), **scan)
+    inner = op("where", _count_is(c, 0), none,
+               op("where", _count_is(c, 1), one, op("zeros_like", one)))
+    dy = op("multiply", p, inner)
+    odt = tensor_type(out).dtype
+    if odt != tensor_type(x).dtype:
+        dy = op("cast", dy, dtype=odt)
+    return dy
+
+
+defop("cumprod", 1, attrs=_SCAN_ATTRS, attrs_type="ScanopAttrs", rel=_scan_rel("cumprod"),
+      impl=_scan_ref("cumprod"), compute=_scan_te("cumprod"), grad=cumprod_grad,
+      jvp=cumprod_jvp, pattern=OpPattern.OPAQUE, doc="Cumulative product along an axis.")
 
 
 # ----------------------------------------------------------------------------- arange
