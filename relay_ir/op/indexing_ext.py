@@ -19,6 +19,7 @@ Scatters run as TE reductions: each output element looks at every update that ma
 from __future__ import annotations
 
 import math
+import string
 from typing import Any, Sequence
 
 import numpy as np
@@ -822,7 +823,7 @@ def parse_einsum(eq: str, ranks: Sequence[int]) -> tuple[list[list[str]], list[s
         raise TypeInferenceError(f"einsum: equation {eq!r} has {len(terms)} operands, the call "
                                  f"{len(ranks)}")
     for t in terms + ([rhs] if arrow else []):
-        bad = set(t.replace("...", "")) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        bad = set(t.replace("...", "")) - set(string.ascii_letters)
         if bad or t.count("...") > 1:
             raise TypeInferenceError(f"einsum: bad term {t!r} in equation {eq!r} (letters and "
                                      "at most one ellipsis)")
@@ -889,7 +890,8 @@ def _explicit(labels: list[list[str]], out: list[str]) -> str:
 def einsum_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``einsum(data, equation)``: ``data`` a tuple of tensors of one numeric dtype; numpy's
     einsum conventions (repeated labels read diagonals, an ellipsis stands for the remaining
-    dims, without ``->`` the labels seen once in alphabetical order)."""
+    dims, without ``->`` the labels seen once in alphabetical order); every occurrence of a
+    label, ellipsis dims included, has one size (no broadcasting of size-1 dims)."""
     ts = tuple_of_tensors(arg_types[0], "data")
     if ts is None:
         return None
@@ -913,8 +915,7 @@ def einsum_ref(args: list, attrs: Attrs) -> np.ndarray:
     xs = list(args[0])
     labels, out = parse_einsum(attrs.equation, [x.ndim for x in xs])
     letters = {c: c for lab in labels for c in lab if c.isascii()}
-    free = iter(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                if c not in letters)
+    free = iter(c for c in string.ascii_letters if c not in letters)
     for lab in labels:
         for c in lab:
             if c not in letters:
@@ -982,8 +983,7 @@ def einsum_grad(call, out, g):  # type: ignore[no-untyped-def]
 def _ascii_equation(eq: str) -> str:
     """``eq`` with the spare (ellipsis) labels renamed to unused ASCII letters."""
     used = set(eq)
-    free = iter(c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
-                if c not in used)
+    free = iter(c for c in reversed(string.ascii_letters) if c not in used)
     ren = {c: next(free) for c in dict.fromkeys(eq) if c in _SPARE}
     return "".join(ren.get(c, c) for c in eq)
 
