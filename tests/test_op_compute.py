@@ -467,6 +467,9 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
                 yield [d, gen((3, 5), "int64", -4, 3), gen((3, 5), dt)], {"reduction": red}
             yield [x, gen((3, 6, 2), "int32", -4, 3), gen((3, 6, 2), "float32")],\
                 {"axis": 1, "reduction": red}
+            # data far larger than the indices off the axis (the guarded reads)
+            yield [gen((300, 6), "float32"), gen((2, 3), "int64", -6, 5), gen((2, 3), "float32")],\
+                {"axis": 1, "reduction": red}
     elif name == "scatter_nd":
         for mode in ("update", "add", "mul", "min", "max"):
             for dt in ("float32", "int32"):
@@ -477,6 +480,10 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
         yield [x, gen((2,), "int64", 0, 2), gen((5,), "float32")], {}
         yield [gen((4, 5), "float64"), gen((3, 5), "int64", -4, 3), gen((3, 5), "float64")],\
             {"mode": "add"}
+        # -0.0 data no update hits stays -0.0; a NaN update propagates through max and min
+        z = np.array([[-0.0, -0.0], [1.0, -0.0]], "float32")
+        for mode in ("add", "mul", "max", "min"):
+            yield [z, np.array([[1]]), np.array([[np.nan, 2.0]], "float32")], {"mode": mode}
     elif name == "one_hot":
         for it in ("int32", "int64", "int8"):
             yield [gen((2, 3), it, -5, 5), np.array(2.5, "float32"), np.array(-1, "float32")],\
@@ -495,6 +502,13 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
         yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
         yield [np.array([-0.0, -0.0, 1.0], "float32")], {"axis": 0}
         yield [gen((2, 6), "float16")], {"axis": 1}
+        # a long axis: the blocked scan (a partial last block)
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [gen((2, 103, 3), "float32")], {"axis": 1, "exclusive": ex, "reverse": rev}
+        yield [gen((70,), "int64")], {"axis": 0, "exclusive": True}
+        yield [np.array([-0.0] * 80, "float32")], {"axis": 0}
+        yield [np.array([-0.0] * 80, "float32")], {"axis": 0, "exclusive": True}
     elif name == "cumprod":
         y = gen((3, 4, 5), "float32", 0.5, 1.5)
         for ex in (False, True):
@@ -504,6 +518,11 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
         yield [y], {}
         yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
         yield [np.array([2.0, 0.0, np.inf, -0.0, 3.0], "float32")], {"axis": 0}
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [gen((2, 3, 90), "float64", 0.9, 1.1)],\
+                    {"axis": -1, "exclusive": ex, "reverse": rev}
+        yield [gen((66,), "int32", -2, 2)], {"axis": 0, "reverse": True}
     elif name == "arange":
         yield [], {"stop": 5.0}
         yield [], {"start": 1.0, "stop": 2.0, "step": 0.25, "dtype": "float64"}

@@ -94,10 +94,11 @@ def _reducer(kind: str) -> Any:
                                name="scatter_add")
     if kind == "mul":
         return te.comm_reducer(lambda a, b: a * b, lambda t: T.const(1, t), name="scatter_mul")
+    # NOTE: T.maximum/T.minimum propagate NaN as numpy's maximum.at does (tirx.max drops it)
     if kind == "max":
-        return te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: T.min_value(t),
+        return te.comm_reducer(lambda a, b: T.maximum(a, b), lambda t: T.min_value(t),
                                name="scatter_max")
-    return te.comm_reducer(lambda a, b: tirx.min(a, b), lambda t: T.max_value(t),
+    return te.comm_reducer(lambda a, b: T.minimum(a, b), lambda t: T.max_value(t),
                            name="scatter_min")
 
 
@@ -341,22 +342,26 @@ def scatter_elements_te(attrs: Attrs, inputs: list, out_type: TensorType) -> Any
         return idx
 
     def hit(o: Sequence[Any]) -> Any:
-        return tirx.all(inside(o), _fix_te(ind(*at(o, r)), xs[axis]) == T.cast(o[axis], "int64"))
+        # NOTE: if_then_else, not Select: data may be larger than indices, and Select reads
+        # both sides (the simplifier drops the clamps of ``at`` under the guard)
+        return tirx.if_then_else(inside(o), _fix_te(ind(*at(o, r)), xs[axis])
+                                 == T.cast(o[axis], "int64"), tirx.const(False, "bool"))
 
-    last = te.compute(xs, lambda *o: te.max(tirx.Select(hit(o), T.cast(r, "int64"),
-                                                        T.const(-1, "int64")), axis=r),
-                      name="T_scatter_last")
     if mode == "update":
+        last = te.compute(xs, lambda *o: te.max(tirx.Select(hit(o), T.cast(r, "int64"),
+                                                            T.const(-1, "int64")), axis=r),
+                          name="T_scatter_last")
         return te.compute(xs, lambda *o: tirx.Select(
             last(*o) >= T.const(0, "int64"),
             upd(*at(o, T.cast(tirx.max(last(*o), T.const(0, "int64")), T.dtype_of(r)))),
             x(*o)), name="T_scatter_elements")
+    # NOTE: the reduction starts from its identity (-0.0, 1, -inf, +inf), which leaves an
+    # element no update hits exactly as it was (-0.0 included)
     red = _reducer(mode)
-    acc = te.compute(xs, lambda *o: red(tirx.Select(hit(o), upd(*at(o, r)),
-                                                    _reduction_init(mode, dt)), axis=r),
+    acc = te.compute(xs, lambda *o: red(tirx.if_then_else(hit(o), upd(*at(o, r)),
+                                                          _reduction_init(mode, dt)), axis=r),
                      name="T_scatter_acc")
-    return te.compute(xs, lambda *o: tirx.Select(last(*o) >= T.const(0, "int64"),
-                                                 _combine_te(mode, x(*o), acc(*o)), x(*o)),
+    return te.compute(xs, lambda *o: _combine_te(mode, x(*o), acc(*o)),
                       name="T_scatter_elements")
 
 
@@ -454,8 +459,8 @@ def scatter_nd_te(attrs: Attrs, inputs: list, out_type: TensorType) -> Any:
         out = []
         for k in range(len(ys) - 1, -1, -1):
             d = T.as_expr(ys[k], "int64")
-            out.append(tirx.floormod(lin, d))
-            lin = tirx.floordiv(lin, d)
+            out.append(tirx.truncmod(lin, d))  # NOTE: lin >= 0 (see _scan_te on floordiv)
+            lin = tirx.truncdiv(lin, d)
         return [T.cast(v, "int32") for v in reversed(out)]
 
     def reduce(fn: Any, red: Any, o: Sequence[Any]) -> Any:
@@ -464,20 +469,19 @@ def scatter_nd_te(attrs: Attrs, inputs: list, out_type: TensorType) -> Any:
     def max_red(v: Any, axis: Any) -> Any:
         return te.max(v, axis=axis)
 
-    last = te.compute(xs, lambda *o: reduce(
-        lambda r: tirx.Select(hit(o, r), linear(r), T.const(-1, "int64")), max_red, o),
-        name="T_scatter_last")
-    found = lambda o: last(*o) >= T.const(0, "int64")  # noqa: E731
     if mode == "update":
+        last = te.compute(xs, lambda *o: reduce(
+            lambda r: tirx.Select(hit(o, r), linear(r), T.const(-1, "int64")), max_red, o),
+            name="T_scatter_last")
         return te.compute(xs, lambda *o: tirx.Select(
-            found(o), upd(*unravel(tirx.max(last(*o), T.const(0, "int64"))), *o[m:]), x(*o)),
+            last(*o) >= T.const(0, "int64"),
+            upd(*unravel(tirx.max(last(*o), T.const(0, "int64"))), *o[m:]), x(*o)),
             name="T_scatter_nd")
-    red = _reducer(mode)
+    red = _reducer(mode)  # NOTE: from the identity: elements no update hits stay as they were
     acc = te.compute(xs, lambda *o: reduce(
         lambda r: tirx.Select(hit(o, r), upd(*r, *o[m:]), _reduction_init(mode, dt)), red, o),
         name="T_scatter_acc")
-    return te.compute(xs, lambda *o: tirx.Select(found(o), _combine_te(mode, x(*o), acc(*o)),
-                                                 x(*o)), name="T_scatter_nd")
+    return te.compute(xs, lambda *o: _combine_te(mode, x(*o), acc(*o)), name="T_scatter_nd")
 
 
 @grad_rule
@@ -630,6 +634,11 @@ def _scan_ref(name: str):  # type: ignore[no-untyped-def]
     return ref
 
 
+# NOTE: a scan axis at least this long is computed in blocks (O(d sqrt d) work), a shorter or
+# symbolic one as one masked reduction per element (O(d^2), numpy's summation order exactly)
+_BLOCKED_SCAN_MIN = 64
+
+
 def _scan_te(name: str):  # type: ignore[no-untyped-def]
     def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> Any:
         te, tirx = T.te_mod(), T.tir_mod()
@@ -643,7 +652,6 @@ def _scan_te(name: str):  # type: ignore[no-untyped-def]
             axis = norm_axis(attrs.axis, len(T.shape_of(x)))
         xs = T.shape_of(x)
         d = xs[axis]
-        r = te.reduce_axis((0, d), name="r")
         if name == "cumsum":
             ident = T.const(-0.0 if T.is_float(dt) else 0, dt)
             red = te.comm_reducer(lambda a, b: a + b,
@@ -653,26 +661,79 @@ def _scan_te(name: str):  # type: ignore[no-untyped-def]
             ident = T.const(1, dt)
             red = te.comm_reducer(lambda a, b: a * b, lambda t: T.const(1, t), name="cumprod")
 
-        def body(*o: Any) -> Any:
-            j = o[axis]
-            k = (d - 1 - r) if attrs.reverse else r
-            if attrs.reverse:
-                keep = k > j if attrs.exclusive else k >= j
-            else:
-                keep = k < j if attrs.exclusive else k <= j
+        def read(o: Sequence[Any], k: Any) -> Any:
+            """x at position k of the scan order (mirrored for reverse), in the result dtype."""
             idx = list(o)
-            idx[axis] = k
-            skip = ident
+            idx[axis] = (d - 1 - k) if attrs.reverse else k
+            return T.cast(x(*idx), dt)
+
+        def finish(j: Any, v: Any) -> Any:
+            # NOTE: the empty sum of an exclusive scan is +0.0, as numpy's shifted scan has it
             if name == "cumsum" and attrs.exclusive and T.is_float(dt):
-                # NOTE: the empty sum at the edge is +0.0 (numpy's shifted scan): one +0.0 term
-                edge = (d - 1) if attrs.reverse else 0
-                skip = tirx.Select(tirx.all(j == edge, k == edge), T.const(0.0, dt), ident)
-            return red(tirx.Select(keep, T.cast(x(*idx), dt), skip), axis=r)
-        return te.compute(xs, body, name=f"T_{name}")
-    compute.__doc__ = (f"TE compute of ``{name}``: a masked reduction over the axis (``O(d^2)`` "
-                       "per line) in the order numpy's scan takes the elements (from the "
-                       "first, the last for reverse); sums start from ``-0.0``, the additive "
-                       "identity of IEEE floats.")
+                return tirx.Select(j == 0, T.const(0.0, dt), v)
+            return v
+
+        def pos(o: Sequence[Any]) -> Any:
+            return (d - 1 - o[axis]) if attrs.reverse else o[axis]
+
+        if not isinstance(d, int) or d < _BLOCKED_SCAN_MIN:
+            r = te.reduce_axis((0, d), name="r")
+
+            def body(*o: Any) -> Any:
+                j = pos(o)
+                keep = r < j if attrs.exclusive else r <= j
+                skip = ident
+                if name == "cumsum" and attrs.exclusive and T.is_float(dt):
+                    # NOTE: one +0.0 term makes the empty sum +0.0 (see finish)
+                    skip = tirx.Select(tirx.all(j == 0, r == 0), T.const(0.0, dt), ident)
+                return red(tirx.Select(keep, read(o, r), skip), axis=r)
+            return te.compute(xs, body, name=f"T_{name}")
+        # blocks of b elements: a scan within each block, an exclusive scan of the block
+        # totals, and their combination
+        b = max(int(math.isqrt(d)), 1)
+        nb = -(-d // b)
+
+        def clamp(k: Any) -> Any:
+            return tirx.min(k, d - 1)
+        rb = te.reduce_axis((0, b), name="rb")
+
+        def inner(*o: Any) -> Any:
+            j = o[axis]
+            keep = rb < tirx.truncmod(j, b) if attrs.exclusive else rb <= tirx.truncmod(j, b)
+            k = tirx.truncdiv(j, b) * b + rb
+            return red(tirx.Select(keep, read(o, clamp(k)), ident), axis=rb)
+        part = te.compute(xs, inner, name=f"T_{name}_block")
+        rt = te.reduce_axis((0, b), name="rt")
+        tshape = list(xs)
+        tshape[axis] = nb
+
+        def total(*o: Any) -> Any:
+            k = o[axis] * b + rt
+            return red(tirx.if_then_else(k < d, read(o, clamp(k)), ident), axis=rt)
+        tot = te.compute(tshape, total, name=f"T_{name}_total")
+        rc = te.reduce_axis((0, nb), name="rc")
+
+        def before(*o: Any) -> Any:
+            idx = list(o)
+            idx[axis] = rc
+            return red(tirx.Select(rc < o[axis], tot(*idx), ident), axis=rc)
+        pre = te.compute(tshape, before, name=f"T_{name}_prefix")
+
+        def combine(*o: Any) -> Any:
+            j = pos(o)
+            pi, qi = list(o), list(o)
+            # NOTE: truncdiv (j >= 0): TVM 0.27 miscompiles floordiv(c - i, b) used as a
+            # buffer index (wrong blocks at some i; the same value computed is right)
+            pi[axis], qi[axis] = tirx.truncdiv(j, b), j
+            v = pre(*pi) + part(*qi) if name == "cumsum" else pre(*pi) * part(*qi)
+            return finish(j, v)
+        return te.compute(xs, combine, name=f"T_{name}")
+    compute.__doc__ = (f"TE compute of ``{name}``: a masked reduction per element (``O(d^2)`` "
+                       "per line, numpy's order exactly) for an axis shorter than "
+                       "``_BLOCKED_SCAN_MIN`` or symbolic, otherwise blocks of ``sqrt(d)``: "
+                       "scans within the blocks, an exclusive scan of the block totals and "
+                       "their combination (``O(d sqrt d)``); sums start from ``-0.0``, the "
+                       "additive identity of IEEE floats.")
     return compute
 
 
