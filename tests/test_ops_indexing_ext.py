@@ -400,3 +400,26 @@ def test_onnx_range_is_arange() -> None:
     mod, params = from_onnx(model)
     assert "arange(start=10f, stop=-2f, step=-3f, dtype=\"int32\")" in rly.astext(mod)
     np.testing.assert_array_equal(runtime.evaluate(mod, *params.values()), [10, 7, 4, 1])
+
+
+def test_einsum_matmul_shapes_get_the_matmul_schedule() -> None:
+    from relay_ir.op.indexing_ext import einsum_is_matmul
+    assert einsum_is_matmul("bij,bjk->bik", [3, 3])
+    assert einsum_is_matmul("ij,kj->ik", [2, 2])
+    assert einsum_is_matmul("bhqd,bhkd->bhqk", [4, 4])
+    assert not einsum_is_matmul("ij,j->i", [2, 1])      # matrix-vector: a row reduction
+    assert not einsum_is_matmul("ij,jk,k->i", [2, 2, 1])
+    assert not einsum_is_matmul("ii,ij->j", [2, 2])
+    assert not einsum_is_matmul("ij,ij->", [2, 2])
+    # and the scheduled kernel computes the same
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((2, 3, 40, 24)), rng.standard_normal((2, 3, 33, 24))
+    mod = rly.parse('#[version = "0.0.5"]\n'
+                    'def @main(%a: Tensor[(2, 3, 40, 24), float64], '
+                    '%b: Tensor[(2, 3, 33, 24), float64]) {\n'
+                    '  %0 = einsum((%a, %b), equation="bhqd,bhkd->bhqk");\n'
+                    '  tanh(%0)\n'
+                    '}\n')
+    got = runtime.build(mod, target="llvm")(a, b)
+    np.testing.assert_allclose(got, np.tanh(np.einsum("bhqd,bhkd->bhqk", a, b)), rtol=1e-10,
+                               atol=1e-13)

@@ -928,6 +928,21 @@ def parse_einsum(eq: str, ranks: Sequence[int]) -> tuple[list[list[str]], list[s
     return labels, out
 
 
+def einsum_is_matmul(equation: str, ranks: Sequence[int]) -> bool:
+    """Two operands, one summed label, and a kept label of its own in each operand: a
+    (batched) matmul, which the CPU lowering schedules as one (runtime/lower_tvm.py)."""
+    if len(ranks) != 2:
+        return False
+    try:
+        (a, b), out = parse_einsum(equation, ranks)
+    except TypeInferenceError:
+        return False
+    summed = {c for c in a + b if c not in out}
+    return (len(summed) == 1 and len(set(a)) == len(a) and len(set(b)) == len(b)
+            and any(c in out and c not in b for c in a)
+            and any(c in out and c not in a for c in b))
+
+
 def _label_sizes(labels: list[list[str]], shapes: Sequence[Sequence[Dim]], eq: str
                  ) -> dict[str, Dim]:
     sizes: dict[str, Dim] = {}
@@ -1068,4 +1083,4 @@ defop("einsum", 1, attrs=[F("equation", "str", None, "the einsum subscripts")],
       doc="Einstein summation over a tuple of tensors.")
 
 
-__all__ = ["parse_einsum"]
+__all__ = ["parse_einsum", "einsum_is_matmul"]
