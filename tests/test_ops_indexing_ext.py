@@ -132,6 +132,9 @@ ERRORS = [
      "gather: indices dimension 0 (5) exceeds the data's (3)"),
     ("gather_nd", [T(3, 4), T(3, 2, dtype="int32")], {}, TypeInferenceError,
      "gather_nd: 3 indexed dims after 0 batch dims exceed the data's rank 2"),
+    ("gather_nd", [T(3, 4), T(0, 2, dtype="int32")], {}, TypeInferenceError,
+     "gather_nd: the index tuple length (indices dimension 0) must be static and at least 1, "
+     "found 0"),
     ("gather_nd", [T(3, 4), T(1, 2, dtype="int32")], {"index_rank": 2}, TypeInferenceError,
      "gather_nd: index_rank 2 differs from the index tuple length 1"),
     ("gather_nd", [T(2, 4), T(1, 3, dtype="int32")], {"batch_dims": 1}, ShapeMismatchError,

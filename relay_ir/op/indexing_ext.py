@@ -191,9 +191,9 @@ def _nd_parts(x: TensorType, ind: TensorType, attrs: Attrs, name: str) -> tuple[
         raise TypeInferenceError(f"{name}: indices must have rank at least 1 (the index "
                                  "tuple first)")
     m = ind.shape[0]
-    if not isinstance(m, int):
+    if not isinstance(m, int) or m < 1:
         raise TypeInferenceError(f"{name}: the index tuple length (indices dimension 0) must "
-                                 f"be static, found {format_dim(m)}")
+                                 f"be static and at least 1, found {format_dim(m)}")
     b = getattr(attrs, "batch_dims", 0) or 0
     if b < 0 or b > ind.ndim - 1:
         raise TypeInferenceError(f"{name}: batch_dims {b} is out of range for indices of "
@@ -470,12 +470,14 @@ def scatter_nd_te(attrs: Attrs, inputs: list, out_type: TensorType) -> Any:
         return te.max(v, axis=axis)
 
     if mode == "update":
-        last = te.compute(xs, lambda *o: reduce(
-            lambda r: tirx.Select(hit(o, r), linear(r), T.const(-1, "int64")), max_red, o),
+        # NOTE: the last writer depends only on the m indexed coordinates: found once per
+        # slice, not per element
+        last = te.compute(xs[:m], lambda *p: reduce(
+            lambda r: tirx.Select(hit(p, r), linear(r), T.const(-1, "int64")), max_red, p),
             name="T_scatter_last")
         return te.compute(xs, lambda *o: tirx.Select(
-            last(*o) >= T.const(0, "int64"),
-            upd(*unravel(tirx.max(last(*o), T.const(0, "int64"))), *o[m:]), x(*o)),
+            last(*o[:m]) >= T.const(0, "int64"),
+            upd(*unravel(tirx.max(last(*o[:m]), T.const(0, "int64"))), *o[m:]), x(*o)),
             name="T_scatter_nd")
     red = _reducer(mode)  # NOTE: from the identity: elements no update hits stay as they were
     acc = te.compute(xs, lambda *o: reduce(
