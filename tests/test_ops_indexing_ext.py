@@ -426,3 +426,27 @@ def test_einsum_matmul_shapes_get_the_matmul_schedule() -> None:
     got = runtime.build(mod, target="llvm")(a, b)
     np.testing.assert_allclose(got, np.tanh(np.einsum("bhqd,bhkd->bhqk", a, b)), rtol=1e-10,
                                atol=1e-13)
+
+
+def test_unknown_leading_dim_compiles_once_and_runs_many() -> None:
+    mod = rly.parse('#[version = "0.0.5"]\n'
+                    'def @main(%x: Tensor[(?, 4), float32], %i: Tensor[(?, 2), int32],\n'
+                    '          %u: Tensor[(?, 2), float32], %w: Tensor[(4, 3), float32]) {\n'
+                    '  %0 = gather(%x, %i, axis=1);\n'
+                    '  %1 = cumsum(%x, axis=0);\n'
+                    '  %2 = einsum((%1, %w), equation="ij,jk->ik");\n'
+                    '  %3 = one_hot(%i, 1f, 0f, depth=4);\n'
+                    '  %4 = scatter_elements(%x, %i, %u, axis=1, reduction="add");\n'
+                    '  (%0, %2, %3, %4, cumsum(%x, axis=1, reverse=True))\n'
+                    '}\n')
+    exe = runtime.build(mod, target="llvm")
+    rng = np.random.default_rng(0)
+    for n in (1, 5, 70):
+        args = [rng.standard_normal((n, 4)).astype("float32"),
+                rng.integers(-4, 4, (n, 2)).astype("int32"),
+                rng.standard_normal((n, 2)).astype("float32"),
+                rng.standard_normal((4, 3)).astype("float32")]
+        want = runtime.evaluate(mod, *args)
+        for a, b in zip(exe(*args), want):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
