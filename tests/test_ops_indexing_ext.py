@@ -450,3 +450,25 @@ def test_unknown_leading_dim_compiles_once_and_runs_many() -> None:
         for a, b in zip(exe(*args), want):
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("begin,end,step", [(9, 0, -2), (-1, -67, -3), (65, 0, -8), (1, 60, 7)])
+def test_strided_slice_grad_kernel_with_negative_strides(begin: int, end: int,
+                                                          step: int) -> None:
+    """TVM 0.27's FlattenBuffer miscompiled the floordiv(i - start, step) index of this
+    kernel for a negative step (it read the neighbouring element): compiled against numpy."""
+    import tvm
+    from tvm import te
+    od = get_opdef("strided_slice_grad")
+    attrs = od.make_attrs({"begin": [begin], "end": [end], "strides": [step]})
+    n = len(range(*slice(begin, end, step).indices(66)))
+    g = np.arange(1, n + 1, dtype="float32")
+    like = np.zeros(66, "float32")
+    pg, pl = te.placeholder((n,), "float32", name="g"), te.placeholder((66,), "float32", name="l")
+    out = od.compute(attrs, [pg, pl], TensorType((66,), "float32"))
+    f = tvm.compile(te.create_prim_func([pg, pl, out]), target="llvm")
+    got = tvm.runtime.empty((66,), "float32")
+    f(tvm.runtime.tensor(g), tvm.runtime.tensor(like), got)
+    want = np.zeros(66, "float32")
+    want[begin:end:step] = g
+    np.testing.assert_array_equal(got.numpy(), want)
