@@ -462,7 +462,7 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
             yield [gen((4, 3), dt), gen((1, 5), "int32", -4, 3)], {}
     elif name == "scatter_elements":
         for red in ("update", "add", "mul", "min", "max"):
-            for dt in ("float32", "int32"):
+            for dt in ("float32", "int32") if red in ("update", "mul") else ("float32",):
                 d = gen((4, 5), dt)
                 yield [d, gen((3, 5), "int64", -4, 3), gen((3, 5), dt)], {"reduction": red}
             yield [x, gen((3, 6, 2), "int32", -4, 3), gen((3, 6, 2), "float32")],\
@@ -472,7 +472,7 @@ def indexing_ext_cases(name: str) -> Iterator[Case]:
                 {"axis": 1, "reduction": red}
     elif name == "scatter_nd":
         for mode in ("update", "add", "mul", "min", "max"):
-            for dt in ("float32", "int32"):
+            for dt in ("float32", "int32") if mode in ("update", "max") else ("float32",):
                 yield [gen((4, 5), dt), gen((1, 6), "int64", -4, 3), gen((6, 5), dt)],\
                     {"mode": mode}
             yield [x, gen((2, 2, 3), "int32", -3, 3), gen((2, 3, 5), "float32")], {"mode": mode}
