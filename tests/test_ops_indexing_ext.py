@@ -472,3 +472,25 @@ def test_strided_slice_grad_kernel_with_negative_strides(begin: int, end: int,
     want = np.zeros(66, "float32")
     want[begin:end:step] = g
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_onnx_tensor_scatter_compiled(mode: str) -> None:
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    from relay_ir.frontend import from_onnx
+    vi = helper.make_tensor_value_info
+    f = TensorProto.FLOAT
+    node = helper.make_node("TensorScatter", ["c", "u", "w"], ["y"], axis=2, mode=mode)
+    graph = helper.make_graph([node], "g", [vi("c", f, [2, 3, 6, 4]), vi("u", f, [2, 3, 3, 4]),
+                                            vi("w", TensorProto.INT64, [2])],
+                              [vi("y", f, [2, 3, 6, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    rng = np.random.default_rng(4)
+    feed = {"c": rng.standard_normal((2, 3, 6, 4)).astype("float32"),
+            "u": rng.standard_normal((2, 3, 3, 4)).astype("float32"),
+            "w": np.array([1, 3 if mode == "linear" else 5], "int64")}
+    want = ReferenceEvaluator(model).run(None, feed)[0]
+    mod, params = from_onnx(model)
+    got = runtime.build(mod, target="llvm", params=params)(feed["c"], feed["u"], feed["w"])
+    np.testing.assert_array_equal(got, want)

@@ -1,7 +1,8 @@
 """ONNX converters written as compositions of relay_ir operators (losses, Hardmax, windows,
 LRN, quantization, and ReverseSequence and Compress, whose indices must be known when
 importing), and the ones that map onto the indexing and scan operators: OneHot,
-GatherElements, GatherND, CumSum, CumProd, Einsum, ScatterElements/Scatter and ScatterND."""
+GatherElements, GatherND, CumSum, CumProd, Einsum, ScatterElements/Scatter, ScatterND and
+TensorScatter."""
 from __future__ import annotations
 
 from typing import Any
@@ -345,6 +346,32 @@ def _scatter_elements(g: Graph, n: Node) -> Value:
 def _scatter_nd(g: Graph, n: Node) -> Value:
     data, idx, updates = n.inputs[0], n.inputs[1], n.inputs[2]
     return g.call("scatter_nd", data, _tuples_first(g, idx), updates, mode=_reduction(n))
+
+
+@converter("TensorScatter")
+def _tensor_scatter(g: Graph, n: Node) -> Value:
+    """A KV-cache write: ``cache[b, ..., write_indices[b] + s, ...] = update[b, ..., s, ...]``
+    (indices modulo the cache length for ``mode="circular"``), as one ``scatter_elements``."""
+    cache, update, wi = n.inputs[0], n.inputs[1], n.input(2)
+    axis = _axis(n.attr("axis", -2), cache.ndim, n)
+    if axis == 0:
+        raise n.error("TensorScatter's axis must not be the batch axis 0")
+    ushape = _static_shape(update, n, "update")
+    cshape = _static_shape(cache, n)
+    mode = n.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise n.error(f"unknown mode {mode!r}")
+    shape = [1] * cache.ndim
+    shape[axis] = ushape[axis]
+    idx = g.const(np.arange(ushape[axis], dtype=np.int64).reshape(shape))
+    if wi is not None:
+        start = wi if wi.dtype == "int64" else g.call("cast", wi, dtype="int64")
+        start = g.call("reshape", start, newshape=[ushape[0]] + [1] * (cache.ndim - 1))
+        idx = g.call("add", idx, start)
+    if mode == "circular":
+        idx = g.call("floor_mod", idx, g.const(np.int64(cshape[axis])))
+    idx = g.call("broadcast_to", idx, shape=list(ushape))
+    return g.call("scatter_elements", cache, idx, update, axis=axis)
 
 
 @converter("ReverseSequence")
