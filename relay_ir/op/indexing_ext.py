@@ -6,15 +6,18 @@ Index conventions shared by every operator here (integer indices of any width, i
 alike): a negative index counts from the end of its dimension (``i + d``, as ONNX and numpy
 read it); an index still outside ``[0, d)`` after that is clamped to the nearest valid index
 (ONNX calls such indices an error, so this only fixes a behaviour where the standard leaves
-none). The reference implementation and the TVM compute follow the same rule.
+none). The reference implementation and the TVM compute follow the same rule. ``one_hot`` is
+the exception: as in ONNX, an index outside ``[-depth, depth)`` gives a row of off values.
 
 ``gather_nd`` and ``scatter_nd`` take their indices as Relay (and TOPI) do, the index tuple
 first: ``indices`` has shape ``(M, Y_0, ..., Y_{K-1})``; the ONNX converters move ONNX's
 last-axis tuples to the front.
 
-Scatters run as TE reductions: each output element looks at every update that may hit it
+Scatters and scans are TE reductions (TE has no sequential-write or scan primitive that also
+schedules for CUDA): each output element of a scatter looks at every update that may hit it
 (``scatter_elements``: the indexed axis of ``indices``; ``scatter_nd``: all of
-``Y_0 x ... x Y_{K-1}``), so their kernels cost ``O(out x hits)``.
+``Y_0 x ... x Y_{K-1}``, once per indexed slice for "update"), ``O(out x hits)``; a scan of a
+long axis runs in blocks, ``O(d sqrt d)`` (benchmarks/RESULTS.md has the figures).
 """
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ from relay_ir.op._grad import (GradientRuleError, field, grad_rule, op, tensor_t
                                zeros_for)
 from relay_ir.op._jvp import jvp_linear, jvp_linear_in
 from relay_ir.op._rules import (F, check_dtype, defop, dim_compatible, fmt_shape, is_any,
-                                is_int_dtype, norm_axis, ranked_arg, tensor_rel,
-                                tuple_of_tensors, wrap)
+                                is_int_dtype, norm_axis, ranked_arg, shape_size, tensor_args,
+                                tensor_rel, tuple_of_tensors, wrap)
 from relay_ir.ty import Dim, TensorType, Type, format_dim
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -88,7 +91,8 @@ def _combine_te(kind: str, a: Any, b: Any) -> Any:
 
 
 def _reducer(kind: str) -> Any:
-    te, tirx = T.te_mod(), T.tir_mod()
+    """The TE reducer of a scatter reduction, starting from its identity."""
+    te = T.te_mod()
     if kind == "add":
         return te.comm_reducer(lambda a, b: a + b, lambda t: _reduction_init("add", t),
                                name="scatter_add")
@@ -288,7 +292,6 @@ def scatter_elements_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None
     """``scatter_elements(data, indices, updates, axis, reduction)``: data with
     ``out[..., indices[i, j], ...] = updates[i, j]`` along ``axis`` (reduction update, add,
     mul, min, max as ONNX ScatterElements); indices and updates share a shape of data's rank."""
-    from relay_ir.op._rules import tensor_args
     ts = tensor_args(arg_types, ("data", "indices", "updates"))
     if ts is None:
         return None
@@ -406,7 +409,6 @@ def scatter_nd_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``scatter_nd(data, indices, updates, mode)``: indices ``(M, Y...)`` (tuples first),
     updates ``Y... + data.shape[M:]``; ``out[idx[:, y]] = updates[y]`` (mode update, add,
     mul, min, max)."""
-    from relay_ir.op._rules import tensor_args
     ts = tensor_args(arg_types, ("data", "indices", "updates"))
     if ts is None:
         return None
@@ -516,7 +518,6 @@ def one_hot_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``one_hot(indices, on_value, off_value, depth, axis, dtype)``: indices' shape with a
     ``depth`` axis inserted at ``axis``; on/off values are 0-d of one dtype; dtype "" keeps
     theirs. A negative index counts from ``depth``; one out of range gives all off values."""
-    from relay_ir.op._rules import tensor_args
     ts = tensor_args(arg_types, ("indices", "on_value", "off_value"))
     if ts is None:
         return None
@@ -600,7 +601,6 @@ def _scan_rel(name: str):  # type: ignore[no-untyped-def]
         if dt == "bool":
             raise TypeInferenceError(f"{name}: the result dtype must be numeric, found bool")
         if axis is None:
-            from relay_ir.op._rules import shape_size
             return TensorType((shape_size(x.shape),), dt)
         return TensorType(x.shape, dt)
     what = "sums" if name == "cumsum" else "products"
