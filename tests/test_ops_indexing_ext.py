@@ -494,3 +494,23 @@ def test_onnx_tensor_scatter_compiled(mode: str) -> None:
     mod, params = from_onnx(model)
     got = runtime.build(mod, target="llvm", params=params)(feed["c"], feed["u"], feed["w"])
     np.testing.assert_array_equal(got, want)
+
+
+def test_onnx_reverse_sequence_with_run_time_lengths() -> None:
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    from relay_ir.frontend import from_onnx
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=0, time_axis=1)
+    graph = helper.make_graph([node], "g", [vi("x", TensorProto.FLOAT, [3, 5, 2]),
+                                            vi("lens", TensorProto.INT64, [3])],
+                              [vi("y", TensorProto.FLOAT, [3, 5, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    mod, params = from_onnx(model)
+    x = np.arange(30, dtype="float32").reshape(3, 5, 2)
+    exe = runtime.build(mod, target="llvm", params=params)
+    for lens in ([1, 5, 3], [4, 2, 1]):
+        ln = np.array(lens, "int64")
+        want = ReferenceEvaluator(model).run(None, {"x": x, "lens": ln})[0]
+        np.testing.assert_array_equal(runtime.evaluate(mod, x, ln), want)
+        np.testing.assert_array_equal(exe(x, ln), want)

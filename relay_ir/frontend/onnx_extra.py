@@ -1,8 +1,7 @@
 """ONNX converters written as compositions of relay_ir operators (losses, Hardmax, windows,
-LRN, quantization, and ReverseSequence and Compress, whose indices must be known when
-importing), and the ones that map onto the indexing and scan operators: OneHot,
-GatherElements, GatherND, CumSum, CumProd, Einsum, ScatterElements/Scatter, ScatterND and
-TensorScatter."""
+LRN, quantization, and Compress, whose condition must be known when importing), and the ones
+that map onto the indexing and scan operators: OneHot, GatherElements, GatherND, CumSum,
+CumProd, Einsum, ScatterElements/Scatter, ScatterND, TensorScatter and ReverseSequence."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,7 +11,7 @@ import numpy as np
 from relay_ir.frontend.onnx import Graph, Node, Value, converter
 from relay_ir.frontend.onnx_nn import _conv_values, _matmul_values
 from relay_ir.frontend.onnx_ops import (_axis, _iota, _onnx_dtype, _round_even, _scalar,
-                                        _static_shape, _take_flat)
+                                        _static_shape)
 
 
 def _nll(g: Graph, n: Node, logp: Value, target: Value, weight: Value | None) -> Value:
@@ -376,15 +375,19 @@ def _tensor_scatter(g: Graph, n: Node) -> Value:
 
 @converter("ReverseSequence")
 def _reverse_sequence(g: Graph, n: Node) -> Value:
-    x = n.inputs[0]
-    lens = np.asarray(n.static(1, "sequence_lens")).astype(np.int64)
+    """``gather`` along the time axis at ``where(t < len[b], len[b] - 1 - t, t)``: the lengths
+    may be known only at run time."""
+    x, lens = n.inputs[0], n.inputs[1]
     shape = _static_shape(x, n)
     bax, tax = n.attr("batch_axis", 1), n.attr("time_axis", 0)
-    coords = list(np.indices(shape, dtype=np.int64))
-    t, b = coords[tax], coords[bax]
-    ln = lens[b]
-    coords[tax] = np.where(t < ln, ln - 1 - t, t)
-    return _take_flat(g, x, np.ravel_multi_index(coords, shape))
+    tshape, bshape = [1] * x.ndim, [1] * x.ndim
+    tshape[tax], bshape[bax] = shape[tax], shape[bax]
+    t = g.const(np.arange(shape[tax], dtype=np.int64).reshape(tshape))
+    ln = lens if lens.dtype == "int64" else g.call("cast", lens, dtype="int64")
+    ln = g.call("reshape", ln, newshape=bshape)
+    rev = g.call("subtract", g.call("subtract", ln, g.const(np.int64(1))), t)
+    idx = g.call("where", g.call("less", t, ln), rev, t)
+    return g.call("gather", x, g.call("broadcast_to", idx, shape=list(shape)), axis=tax)
 
 
 @converter("Compress")
