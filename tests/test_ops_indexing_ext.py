@@ -514,3 +514,21 @@ def test_onnx_reverse_sequence_with_run_time_lengths() -> None:
         want = ReferenceEvaluator(model).run(None, {"x": x, "lens": ln})[0]
         np.testing.assert_array_equal(runtime.evaluate(mod, x, ln), want)
         np.testing.assert_array_equal(exe(x, ln), want)
+
+
+@pytest.mark.parametrize("eq", ["ji,jk->ik", "ij,kj->ki", "bji,bjk->bki", "hbij,bjk->hbik",
+                                "bij,jk->bik"])
+def test_matmul_shaped_einsums_compiled_with_an_epilogue(eq: str) -> None:
+    """Transposed operands and outputs, broadcast batch labels: the matmul schedule keeps the
+    values (float64 against np.einsum)."""
+    sizes = dict(b=3, h=2, i=13, j=9, k=17)
+    terms = eq.split("->")[0].split(",")
+    shapes = [tuple(sizes[c] for c in t) for t in terms]
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s) for s in shapes]
+    params = ", ".join(f"%a{n}: Tensor[({', '.join(map(str, s))}), float64]"
+                       for n, s in enumerate(shapes))
+    mod = rly.parse('#[version = "0.0.5"]\ndef @main(' + params + ') {\n'
+                    f'  %0 = einsum((%a0, %a1), equation="{eq}");\n  add(%0, 1f64)\n}}\n')
+    got = runtime.build(mod, target="llvm")(*args)
+    np.testing.assert_allclose(got, np.einsum(eq, *args) + 1, rtol=1e-10, atol=1e-12)
