@@ -444,6 +444,109 @@ def grad_op_cases(name: str) -> Iterator[Case]:
 CASES = case_table()
 
 
+# opsa (issue 23): the indexing and scan operators of relay_ir/op/indexing_ext.py
+def indexing_ext_cases(name: str) -> Iterator[Case]:
+    x = gen((3, 4, 5), "float32")
+    if name == "gather":
+        for it in ("int32", "int64", "uint8"):
+            yield [x, gen((3, 6, 5), it, -4, 5)], {"axis": 1}  # negative and out of range
+        yield [x, gen((2, 2, 2), "int64", -5, 4)], {"axis": -1}
+        for dt in ALL:
+            yield [gen((4, 3), dt), gen((2, 3), "int32", -4, 3)], {"axis": 0}
+    elif name == "gather_nd":
+        yield [x, gen((2, 3, 2), "int32", -3, 3)], {}
+        yield [x, gen((3, 7), "int64", -3, 4)], {}
+        yield [x, gen((1, 3, 2), "int64", -4, 3)], {"batch_dims": 1}
+        yield [x, gen((2, 3, 4), "int32", -3, 4)], {"batch_dims": 1}
+        for dt in ("int8", "bool", "float64", "float16"):
+            yield [gen((4, 3), dt), gen((1, 5), "int32", -4, 3)], {}
+    elif name == "scatter_elements":
+        for red in ("update", "add", "mul", "min", "max"):
+            for dt in ("float32", "int32") if red in ("update", "mul") else ("float32",):
+                d = gen((4, 5), dt)
+                yield [d, gen((3, 5), "int64", -4, 3), gen((3, 5), dt)], {"reduction": red}
+            yield [x, gen((3, 6, 2), "int32", -4, 3), gen((3, 6, 2), "float32")],\
+                {"axis": 1, "reduction": red}
+            # data far larger than the indices off the axis (the guarded reads)
+            yield [gen((300, 6), "float32"), gen((2, 3), "int64", -6, 5), gen((2, 3), "float32")],\
+                {"axis": 1, "reduction": red}
+    elif name == "scatter_nd":
+        for mode in ("update", "add", "mul", "min", "max"):
+            for dt in ("float32", "int32") if mode in ("update", "max") else ("float32",):
+                yield [gen((4, 5), dt), gen((1, 6), "int64", -4, 3), gen((6, 5), dt)],\
+                    {"mode": mode}
+            yield [x, gen((2, 2, 3), "int32", -3, 3), gen((2, 3, 5), "float32")], {"mode": mode}
+            yield [x, gen((3, 4), "int32", -3, 2), gen((4,), "float32")], {"mode": mode}
+        yield [x, gen((2,), "int64", 0, 2), gen((5,), "float32")], {}
+        yield [gen((4, 5), "float64"), gen((3, 5), "int64", -4, 3), gen((3, 5), "float64")],\
+            {"mode": "add"}
+        # -0.0 data no update hits stays -0.0; a NaN update propagates through max and min
+        z = np.array([[-0.0, -0.0], [1.0, -0.0]], "float32")
+        for mode in ("add", "mul", "max", "min"):
+            yield [z, np.array([[1]]), np.array([[np.nan, 2.0]], "float32")], {"mode": mode}
+    elif name == "one_hot":
+        for it in ("int32", "int64", "int8"):
+            yield [gen((2, 3), it, -5, 5), np.array(2.5, "float32"), np.array(-1, "float32")],\
+                {"depth": 4}
+        yield [gen((3,), "int32", -3, 3), np.array(7, "int32"), np.array(1, "int32")],\
+            {"depth": 3, "axis": 0, "dtype": "float16"}
+        yield [gen((2, 2), "int64", 0, 3), np.array(1, "int8"), np.array(0, "int8")],\
+            {"depth": 3, "axis": 1}
+    elif name == "cumsum":
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [x], {"axis": 1, "exclusive": ex, "reverse": rev}
+                yield [gen((7,), "int32")], {"axis": 0, "exclusive": ex, "reverse": rev}
+        yield [x], {}
+        yield [x], {"axis": -1, "dtype": "float64"}
+        yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
+        yield [np.array([-0.0, -0.0, 1.0], "float32")], {"axis": 0}
+        yield [gen((2, 6), "float16")], {"axis": 1}
+        # a long axis: the blocked scan (a partial last block)
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [gen((2, 103, 3), "float32")], {"axis": 1, "exclusive": ex, "reverse": rev}
+        yield [gen((70,), "int64")], {"axis": 0, "exclusive": True}
+        yield [np.array([-0.0] * 80, "float32")], {"axis": 0}
+        yield [np.array([-0.0] * 80, "float32")], {"axis": 0, "exclusive": True}
+    elif name == "cumprod":
+        y = gen((3, 4, 5), "float32", 0.5, 1.5)
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [y], {"axis": 1, "exclusive": ex, "reverse": rev}
+                yield [gen((7,), "int32", -3, 3)], {"axis": 0, "exclusive": ex, "reverse": rev}
+        yield [y], {}
+        yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
+        yield [np.array([2.0, 0.0, np.inf, -0.0, 3.0], "float32")], {"axis": 0}
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [gen((2, 3, 90), "float64", 0.9, 1.1)],\
+                    {"axis": -1, "exclusive": ex, "reverse": rev}
+        yield [gen((66,), "int32", -2, 2)], {"axis": 0, "reverse": True}
+    elif name == "arange":
+        yield [], {"stop": 5.0}
+        yield [], {"start": 1.0, "stop": 2.0, "step": 0.25, "dtype": "float64"}
+        yield [], {"start": 10.0, "stop": 1.0, "step": -3.0, "dtype": "int32"}
+        yield [], {"start": -1.5, "stop": 3.0, "step": 0.5, "dtype": "float16"}
+        yield [], {"start": 0.0, "stop": 7.0, "step": 2.0, "dtype": "int64"}
+    elif name == "einsum":
+        a, b, c = gen((2, 3, 4), "float32"), gen((2, 4, 5), "float32"), gen((5,), "float32")
+        yield [(a, b)], {"equation": "bij,bjk->bik"}
+        yield [(a, b, c)], {"equation": "bij,bjk,k->bi"}
+        yield [(gen((3, 3), "float32"),)], {"equation": "ii"}
+        yield [(gen((3, 3), "float32"),)], {"equation": "ii->i"}
+        yield [(a,)], {"equation": "ijk->kji"}
+        yield [(a, gen((4, 5), "float32"))], {"equation": "...j,jk"}
+        yield [(gen((3,), "int32"), gen((4,), "int32"))], {"equation": "i,j->ij"}
+        yield [(gen((3, 4), "float16"), gen((4,), "float16"))], {"equation": "ij,j->i"}
+        yield [(gen((3, 4), "float64"), gen((3, 4), "float64"))], {"equation": "ij,ij->"}
+
+
+for _n in ("gather", "gather_nd", "scatter_elements", "scatter_nd", "one_hot", "cumsum",
+           "cumprod", "arange", "einsum"):
+    CASES[_n] = (lambda n: lambda: indexing_ext_cases(n))(_n)
+
+
 # ----------------------------------------------------------------------------- harness
 def _type_of(v: Any) -> Any:
     if isinstance(v, tuple):

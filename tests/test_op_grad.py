@@ -268,6 +268,40 @@ add("dyn.nn.pad", away((3, 4)), np.array([[1, 1], [2, 2]], "int64"), np.asarray(
 add("dyn.nn.pad_grad", away((3, 8)), away((2, 3), seed=1), np.array([[0, 1], [2, 3]], "int64"))
 
 
+# opsa (issue 23): the indexing and scan operators of relay_ir/op/indexing_ext.py
+add("gather", away((3, 4)), np.array([[0, 3, -1], [2, 2, 0]], "int32"), axis=1)
+add("gather", away((3, 4)), np.array([[2, -1, 0, 0], [1, 1, 2, 0]], "int64"), tag="axis0")
+add("gather_nd", away((3, 4, 2)), np.array([[0, 2, -1], [3, 1, 1]], "int64"))
+add("gather_nd", away((2, 3, 4)), np.array([[[2, 0], [1, 1]]], "int32"), batch_dims=1,
+    tag="batch")
+add("scatter_elements", away((3, 4)), np.array([[1, 3], [0, 2], [3, 1]], "int32"),
+    away((3, 2), seed=1), axis=1)
+add("scatter_elements", away((3, 4)), np.array([[1, 1], [0, 2], [-1, 1]], "int64"),
+    away((3, 2), seed=1), axis=1, reduction="add", tag="add")
+add("scatter_nd", away((4, 3)), np.array([[2, 0, -1]], "int32"), away((3, 3), seed=1))
+add("scatter_nd", away((4, 3)), np.array([[2, 0, 2], [1, 1, 1]], "int64"), away((3,), seed=1),
+    mode="add", tag="add")
+add("one_hot", np.array([[0, 2, -1], [5, 1, 1]], "int32"), np.asarray(0.7), np.asarray(-0.3),
+    depth=3)
+add("one_hot", np.array([1, 0], "int64"), np.asarray(0.7, "float32"),
+    np.asarray(-0.3, "float32"), depth=3, axis=0, dtype="float64", tag="cast")
+add("cumsum", away((3, 4)), axis=1)
+add("cumsum", away((3, 4)), axis=0, exclusive=True, reverse=True, tag="excl-rev")
+add("cumsum", away((2, 3)), tag="flat")
+add("cumprod", away((3, 4)), axis=1)
+add("cumprod", away((2, 3)), tag="flat")
+# NOTE: the rule is exact at exact zeros, its own derivative there is not (a branch on x == 0)
+add("cumprod", np.array([[0.5, 0.0, 1.5, -0.7], [0.0, 1.2, 0.0, 0.9]]), axis=1, tag="zeros",
+    second=False)
+add("cumprod", np.array([[0.5, 0.0, 1.5], [0.0, 1.2, 0.0], [0.8, -1.1, 0.0]]), axis=0,
+    exclusive=True, reverse=True, tag="zeros-excl-rev", second=False)
+add("cumprod", away((3, 4)), axis=0, exclusive=True, reverse=True, tag="excl-rev")
+add("einsum", (away((2, 3)), away((3, 4), seed=1)), equation="ij,jk->ik")
+add("einsum", (away((2, 3, 4)), away((4,), seed=1), away((2, 5), seed=2)),
+    equation="bij,j,bk->ik", tag="three")
+add("einsum", (away((2, 3, 4)),), equation="...j->j...", tag="ellipsis")
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_rule_against_finite_differences(case: Case) -> None:
     """``<rule(g), dx>`` equals ``<g, df(x)[dx]>`` by central differences in float64."""

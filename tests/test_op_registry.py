@@ -179,6 +179,34 @@ SAMPLES.update({
     "annotation.compiler_end": [([T(2, 3)], {"compiler": "ccompiler"})],
 })
 
+# opsa (issue 23): indexing and scan operators, relay_ir/op/indexing_ext.py
+SAMPLES.update({
+    "gather": [([T(4, 5), I(2, 5)], {"axis": 0}),
+               ([T(3, 4), TensorType((3, 2), "int64")], {"axis": -1})],
+    "gather_nd": [([T(4, 5, 6), I(2, 3)], {}), ([T(4, 5), I(1, 2, 3)], {}),
+                  ([T(2, 4, 5), TensorType((1, 2, 3), "int64")], {"batch_dims": 1})],
+    "scatter_elements": [([T(4, 5), I(2, 5), T(2, 5)], {"axis": 0}),
+                         ([I(4, 5), I(4, 2), I(4, 2)], {"axis": 1, "reduction": "add"}),
+                         ([T(4, 4), I(3, 3), T(3, 3)], {"axis": -1, "reduction": "max"})],
+    "scatter_nd": [([T(4, 5), I(1, 3), T(3, 5)], {}),
+                   ([T(4, 5), I(2, 3), T(3)], {"mode": "mul"}),
+                   ([I(4, 4, 2), I(2, 2, 2), I(2, 2, 2)], {"mode": "add"})],
+    "one_hot": [([I(2, 3), T(), T()], {"depth": 4}),
+                ([TensorType((3,), "int64"), I(), I()], {"depth": 5, "axis": 0,
+                                                          "dtype": "float16"})],
+    "cumsum": [([T(2, 3, 4)], {"axis": 1}), ([T(2, 3)], {}),
+               ([I(5)], {"axis": 0, "exclusive": True, "reverse": True, "dtype": "int64"})],
+    "cumprod": [([T(2, 3, 4)], {"axis": -1, "exclusive": True}), ([I(2, 3)], {}),
+                ([T(5)], {"axis": 0, "reverse": True, "dtype": "float64"})],
+    "arange": [([], {"stop": 5.0}), ([], {"start": 1.0, "stop": 2.0, "step": 0.25,
+                                           "dtype": "float64"}),
+               ([], {"start": 10.0, "stop": 1.0, "step": -3.0, "dtype": "int32"})],
+    "einsum": [([TupleType((T(2, 3), T(3, 4)))], {"equation": "ij,jk->ik"}),
+               ([TupleType((T(3, 3),))], {"equation": "ii"}),
+               ([TupleType((T(2, 3, 4), T(2, 4, 5), T(5)))], {"equation": "bij,bjk,k->bi"}),
+               ([TupleType((T(2, 3, 4), T(4, 5)))], {"equation": "...j,jk"})],
+})
+
 
 def _random(t: Type, rng: np.random.Generator) -> Any:
     if isinstance(t, TupleType):

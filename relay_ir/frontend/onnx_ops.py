@@ -700,8 +700,14 @@ def _where(g: Graph, n: Node) -> Value:
 
 @converter("Range")
 def _range(g: Graph, n: Node) -> Value:
-    start, limit, delta = (n.static(i, "start/limit/delta") for i in range(3))
-    return g.const(np.arange(start, limit, delta, dtype=np.asarray(start).dtype))
+    start, limit, delta = (np.asarray(n.static(i, "start/limit/delta")).reshape(())
+                           for i in range(3))
+    return g.call("arange", start=float(start), stop=float(limit), step=float(delta),
+                  dtype=_np_dtype_name(start.dtype))
+
+
+def _np_dtype_name(dt: Any) -> str:
+    return "bool" if np.dtype(dt) == np.bool_ else np.dtype(dt).name
 
 
 @converter("EyeLike")
