@@ -1,0 +1,618 @@
+"""Transposed and 1-d convolutions (``nn.conv2d_transpose``, ``nn.conv1d``,
+``nn.conv1d_transpose``), instance and group normalization (``nn.instance_norm``,
+``nn.group_norm``) and ``image.resize2d``.
+
+A transposed convolution is the adjoint (in its data) of a convolution: ``conv2d_transpose(x,
+w)`` is ``conv2d_backward_data`` of the convolution whose weight is ``w`` read as OIHW (Relay's
+transposed weight layout IOHW: ``I`` is the transposed op's input channels, the forward
+convolution's output channels). Its references and kernels are those of the conv2d gradient
+operators, and its gradient is a ``conv2d`` (data) and a ``conv2d_backward_weight`` (weight).
+The 1-d ops lift to their 2-d forms with a size-1 ``H`` axis inserted before ``W`` (layouts
+``NCW`` -> ``NCHW``, ``OIW`` -> ``OIHW``); their gradients are the 2-d rules between
+``expand_dims`` and ``squeeze``.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from relay_ir.attrs import Attrs
+from relay_ir.errors import DiagnosticError, ShapeMismatchError, TypeInferenceError
+from relay_ir.op import OpPattern, get_opdef
+from relay_ir.op import _te as T
+from relay_ir.op._grad import grad_rule, op, static_shape, tensor_type, zeros_for
+from relay_ir.op._jvp import jvp_multilinear
+from relay_ir.op._rules import (F, defop, dim_compatible, is_any, ranked_arg, tensor_arg,
+                                wrap)
+from relay_ir.op.conv import (_PADDING_DOC, _at, _canon, _conv_grad_setup, _gather_windows,
+                              _layout, _pair, _padding, conv2d_backward_data_ref, conv2d_ref,
+                              conv2d_rel, conv2d_te)
+from relay_ir.op.nn import _g_in, _is_unknown
+from relay_ir.ty import ANY, Dim, TensorType, Type, dim_add, dim_mul, format_dim
+
+
+def _swap_io(layout: str) -> str:
+    """A transposed-conv kernel layout as the forward convolution's (``I`` <-> ``O``)."""
+    return layout.translate(str.maketrans("IO", "OI"))
+
+
+def _rename(e: DiagnosticError, old: str, new: str) -> DiagnosticError:
+    """``e`` again with operator name ``old`` in its message replaced by ``new``."""
+    return type(e)(e.message.replace(old, new), e.span, e.notes)
+
+
+# ----------------------------------------------------------------------------- conv2d_transpose
+_CONVT_ATTRS = [F("strides", "ints", (1, 1), "step per spatial dim (h, w)"),
+                F("padding", "ints", (0, 0), _PADDING_DOC + " (removed from the output)"),
+                F("dilation", "ints", (1, 1), "kernel dilation per spatial dim (h, w)"),
+                F("groups", "int", 1, "channel groups"),
+                F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
+                F("kernel_size", "ints?", None, "(kh, kw) (with channels: infers weight)"),
+                F("data_layout", "str", "NCHW", "a permutation of NCHW"),
+                F("kernel_layout", "str", "IOHW", "a permutation of IOHW"),
+                F("out_layout", "str", "", "the result layout (\"\": data_layout)"),
+                F("output_padding", "ints", (0, 0), "rows/columns added at the bottom/right "
+                  "(each smaller than its stride)"),
+                F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
+
+
+def _conv_attrs_of(attrs: Attrs, name: str = "nn.conv2d_backward_data") -> Attrs:
+    """The attributes of the convolution whose adjoint ``attrs`` (a conv2d_transpose's) is."""
+    dl = attrs.data_layout
+    if attrs.out_layout and attrs.out_layout != dl:
+        raise TypeInferenceError(f"nn.conv2d_transpose: out_layout {attrs.out_layout!r} must "
+                                 f"equal data_layout {dl!r}")
+    return get_opdef(name).make_attrs({
+        "strides": attrs.strides, "padding": attrs.padding, "dilation": attrs.dilation,
+        "groups": attrs.groups, "data_layout": dl,
+        "kernel_layout": _swap_io(attrs.kernel_layout), "out_layout": dl})
+
+
+def _transpose_dim(d: Dim, stride: int, pad: int, k: Dim, dil: int, opad: int) -> Dim:
+    """``(d - 1) * stride - pad + dil * (k - 1) + opad + 1``."""
+    if is_any(d) or not isinstance(k, int):
+        return ANY
+    if stride <= 0 or dil <= 0:
+        raise TypeInferenceError("strides and dilation must be positive")
+    if isinstance(d, int):
+        r = (d - 1) * stride - pad + dil * (k - 1) + opad + 1
+        if r <= 0:
+            raise ShapeMismatchError(f"nn.conv2d_transpose: the padding ({pad}) removes the "
+                                     f"whole output (size {r + pad} before padding)")
+        return r
+    return dim_add(dim_mul(d, stride), dil * (k - 1) + opad + 1 - stride - pad)
+
+
+def conv2d_transpose_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+    """``nn.conv2d_transpose(data, weight)``: ``(N, channels, OH, OW)`` in the data layout,
+    ``OH = (H - 1) * sh - pad_h + dh * (kh - 1) + output_padding_h + 1``; the weight
+    (``IOHW``: input channels, output channels per group, kh, kw) is inferred from ``channels``
+    and ``kernel_size``."""
+    name = "nn.conv2d_transpose"
+    data = ranked_arg(arg_types[0], name, "data", 4)
+    if data is None:
+        return None
+    dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
+    ki, ko, kh_, kw_ = _layout(attrs.kernel_layout, "IOHW", "kernel_layout")
+    _conv_attrs_of(attrs)
+    g = attrs.groups
+    if g < 1:
+        raise TypeInferenceError(f"{name}: groups must be >= 1, found {g}")
+    c = data.shape[dc]
+    if isinstance(c, int) and c % g:
+        raise ShapeMismatchError(f"{name}: {c} input channels are not divisible by groups={g}")
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dlh, dlw = _pair(attrs.dilation, "dilation", 1)
+    oph, opw = _pair(attrs.output_padding, "output_padding", 0)
+    for o, s, dl, what in ((oph, sh, dlh, "h"), (opw, sw, dlw, "w")):
+        if not 0 <= o < s:
+            raise TypeInferenceError(f"{name}: output_padding ({o} in {what}) must be >= 0 and "
+                                     f"smaller than the stride ({s})")
+    pt, pl, pb, pr = _padding(attrs.padding)
+    if min(pt, pl, pb, pr) < 0:
+        raise TypeInferenceError(f"{name}: padding must not be negative")
+    refined = None
+    w_t = arg_types[1]
+    if _is_unknown(w_t):
+        if attrs.channels is None or attrs.kernel_size is None:
+            return None
+        kh, kw = _pair(attrs.kernel_size, "kernel_size", 1)
+        if attrs.channels % g:
+            raise ShapeMismatchError(f"{name}: channels={attrs.channels} is not divisible by "
+                                     f"groups={g}")
+        wshape: list[Dim] = [0, 0, 0, 0]
+        wshape[ki], wshape[ko], wshape[kh_], wshape[kw_] = c, attrs.channels // g, kh, kw
+        refined = [data, TensorType(tuple(wshape), data.dtype)]
+        oc: Dim = attrs.channels
+    else:
+        w = tensor_arg(w_t, "weight")
+        assert w is not None
+        if w.ndim != 4:
+            raise TypeInferenceError(f"{name}: weight must have rank 4, found rank {w.ndim}")
+        if w.dtype != data.dtype:
+            raise TypeInferenceError(f"{name}: data ({data.dtype}) and weight ({w.dtype}) "
+                                     f"must have one dtype")
+        if not dim_compatible(w.shape[ki], c):
+            raise ShapeMismatchError(f"{name}: data has {format_dim(c)} input channels, but the "
+                                     f"weight ({attrs.kernel_layout}) has {format_dim(w.shape[ki])}")
+        og = w.shape[ko]
+        oc = og * g if isinstance(og, int) else ANY
+        if attrs.channels is not None and not dim_compatible(oc, attrs.channels):
+            raise ShapeMismatchError(f"{name}: channels={attrs.channels} but the weight gives "
+                                     f"{format_dim(oc)} output channels (groups={g})")
+        kh, kw = w.shape[kh_], w.shape[kw_]
+        if attrs.kernel_size is not None:
+            ks = _pair(attrs.kernel_size, "kernel_size", 1)
+            if not (dim_compatible(ks[0], kh) and dim_compatible(ks[1], kw)):
+                raise ShapeMismatchError(f"{name}: kernel_size={tuple(attrs.kernel_size)} but the "
+                                         f"weight's kernel is ({format_dim(kh)}, {format_dim(kw)})")
+    oshape: list[Dim] = [0, 0, 0, 0]
+    oshape[dn], oshape[dc] = data.shape[dn], oc
+    oshape[dh] = _transpose_dim(data.shape[dh], sh, pt + pb, kh, dlh, oph)
+    oshape[dw] = _transpose_dim(data.shape[dw], sw, pl + pr, kw, dlw, opw)
+    dt = attrs.out_dtype or data.dtype
+    out = TensorType(tuple(oshape), dt)
+    return out if refined is None else (out, refined)
+
+
+def conv2d_transpose_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """The adjoint of the convolution with weight ``w`` (read as OIHW) applied to ``x``."""
+    x, w = args
+    dt = np.dtype(attrs.out_dtype or x.dtype)
+    out_t = conv2d_transpose_rel([TensorType(x.shape, str(x.dtype)),
+                                  TensorType(w.shape, str(w.dtype))], attrs)
+    like = np.empty(out_t.concrete_shape, dtype=np.float64)
+    r = conv2d_backward_data_ref([x.astype(np.float64), w.astype(np.float64), like],
+                                 _conv_attrs_of(attrs))
+    if dt.kind in "iu":
+        r = np.round(r)
+    return wrap(r, dt)
+
+
+def conv2d_transpose_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.conv2d_transpose``: each output pixel gathers the input taps that
+    reach it (the ``conv2d_backward_data`` kernel, output size from the attributes)."""
+    tirx = T.tir_mod()
+    x, w = inputs
+    dt = out_type.dtype
+    ca = _conv_attrs_of(attrs)
+    s = _conv_grad_setup(ca, x, w, dt)
+    dn, dc, dh, dw = s.dp
+    xs = T.shape_of(x)
+    kh, kw, sh, sw, dlh, dlw, pt, pl = s.win
+    _, _, pb, pr = _padding(attrs.padding)
+    oph, opw = _pair(attrs.output_padding, "output_padding", 0)
+    shape: list[object] = [0, 0, 0, 0]
+    shape[dn] = xs[dn]
+    shape[dc] = s.cg * attrs.groups if isinstance(s.cg, int) else s.cg * attrs.groups
+    shape[dh] = (xs[dh] - 1) * sh - pt - pb + dlh * (kh - 1) + oph + 1
+    shape[dw] = (xs[dw] - 1) * sw - pl - pr + dlw * (kw - 1) + opw + 1
+
+    def term(n, c, wy, wx, rq, ry, rx):  # type: ignore[no-untyped-def]
+        co = tirx.floordiv(c, s.cg) * s.og + rq
+        return None, T.cast(x(*_at(s.op_, [n, co, wy, wx])), s.acc) * \
+            T.cast(w(*_at(s.kp, [co, tirx.floormod(c, s.cg), ry, rx])), s.acc)
+    return _gather_windows(shape, s.dp, s.win, (s.oh, s.ow), s.acc, dt, term,
+                           "T_conv2d_transpose", "conv2d_grad", lead=[("rq", s.og)])
+
+
+@grad_rule
+def conv2d_transpose_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``conv2d_transpose(x, w)`` (the adjoint of ``conv2d(., w)``): ``dx = conv2d(g, w)``,
+    ``dw = conv2d_backward_weight(x, g, w)`` (the forward convolution's attributes)."""
+    x, w = call.args
+    g = _g_in(g, call)
+    at = dict(_conv_attrs_of(call.attrs))
+    return (op("nn.conv2d", g, w, **at), op("nn.conv2d_backward_weight", x, g, w, **at))
+
+
+defop("nn.conv2d_transpose", 2, attrs=_CONVT_ATTRS, attrs_type="Conv2DTransposeAttrs",
+      rel=conv2d_transpose_rel, impl=conv2d_transpose_ref, compute=conv2d_transpose_te,
+      grad=conv2d_transpose_grad, jvp=jvp_multilinear, pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      doc="2-d transposed convolution (the data adjoint of conv2d; weight IOHW).")
+
+
+# ----------------------------------------------------------------------------- 1-d convolutions
+def _lift_layout(layout: str, letters: str, what: str) -> str:
+    """A 1-d layout (a permutation of ``letters``) with ``H`` inserted before ``W``."""
+    _layout(layout, letters, what)
+    return layout.replace("W", "HW")
+
+
+def _h_pos(layout: str) -> int:
+    """Where the size-1 ``H`` axis goes in a 1-d tensor of ``layout``."""
+    return layout.index("W")
+
+
+def _one(v: Sequence[int], name: str, n: int, default: int) -> tuple[int, ...]:
+    if v is None or len(v) == 0:
+        return (default,) * n
+    if len(v) == 1:
+        return (v[0],) * n
+    if len(v) == n:
+        return tuple(v)
+    raise TypeInferenceError(f"{name} must have 1 or {n} values, found {len(v)}")
+
+
+def _attrs_2d(attrs: Attrs, name2d: str, transpose: bool) -> Attrs:
+    """The 2-d attributes of a 1-d convolution's (``H``: size 1, stride 1, no padding)."""
+    (s,) = _one(attrs.strides, "strides", 1, 1)
+    (d,) = _one(attrs.dilation, "dilation", 1, 1)
+    pl, pr = _one(attrs.padding, "padding", 2, 0)
+    klet = "IOW" if transpose else "OIW"
+    at: dict[str, Any] = {
+        "strides": (1, s), "dilation": (1, d), "padding": (0, pl, 0, pr),
+        "groups": attrs.groups, "channels": attrs.channels,
+        "kernel_size": None if attrs.kernel_size is None else
+        (1,) + _one(attrs.kernel_size, "kernel_size", 1, 1),
+        "data_layout": _lift_layout(attrs.data_layout, "NCW", "data_layout"),
+        "kernel_layout": _lift_layout(attrs.kernel_layout, klet, "kernel_layout"),
+        "out_layout": (_lift_layout(attrs.out_layout, "NCW", "out_layout")
+                       if attrs.out_layout else ""),
+        "out_dtype": attrs.out_dtype}
+    if transpose:
+        (op_,) = _one(attrs.output_padding, "output_padding", 1, 0)
+        at["output_padding"] = (0, op_)
+    return get_opdef(name2d).make_attrs(at)
+
+
+def _expand_t(t: TensorType, pos: int) -> TensorType:
+    return TensorType(t.shape[:pos] + (1,) + t.shape[pos:], t.dtype)
+
+
+def _squeeze_t(t: TensorType, pos: int) -> TensorType:
+    return TensorType(t.shape[:pos] + t.shape[pos + 1:], t.dtype)
+
+
+def _conv1d_family(name: str, name2d: str, transpose: bool) -> tuple:
+    """Relation, reference and compute of the 1-d op ``name`` lifted onto ``name2d``."""
+    od2 = get_opdef(name2d)
+    klet = "IOW" if transpose else "OIW"
+
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+        data = ranked_arg(arg_types[0], name, "data", 3)
+        if data is None:
+            return None
+        try:
+            a2 = _attrs_2d(attrs, name2d, transpose)
+            dp, kp = _h_pos(attrs.data_layout), _h_pos(attrs.kernel_layout)
+            wt = arg_types[1]
+            if not _is_unknown(wt):
+                w = ranked_arg(wt, name, "weight", 3)
+                wt = _expand_t(w, kp)
+            r = od2.type_rel([_expand_t(data, dp), wt], a2)
+        except DiagnosticError as e:
+            raise _rename(e, name2d, name) from None
+        if r is None:
+            return None
+        op_ = _h_pos(attrs.out_layout or attrs.data_layout)
+        if isinstance(r, tuple):
+            out, refined = r
+            return _squeeze_t(out, op_), [data, _squeeze_t(refined[1], kp)]
+        return _squeeze_t(r, op_)
+    rel.__doc__ = (f"``{name}(data, weight)``: the result of ``{name2d}`` on the inputs with a "
+                   f"size-1 H axis (layouts NCW / {klet}), that axis removed.")
+
+    def ref(args: list, attrs: Attrs) -> np.ndarray:
+        x, w = args
+        a2 = _attrs_2d(attrs, name2d, transpose)
+        r = od2.impl([np.expand_dims(x, _h_pos(attrs.data_layout)),
+                      np.expand_dims(w, _h_pos(attrs.kernel_layout))], a2)
+        return np.squeeze(r, _h_pos(attrs.out_layout or attrs.data_layout))
+    ref.__doc__ = f"``{name2d}`` of the inputs with a size-1 H axis, squeezed."
+
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te = T.te_mod()
+        x, w = inputs
+        a2 = _attrs_2d(attrs, name2d, transpose)
+
+        def expand(t: Any, pos: int, nm: str) -> Any:
+            shp = T.shape_of(t)
+            return te.compute(shp[:pos] + [1] + shp[pos:],
+                              lambda *i: t(*(i[:pos] + i[pos + 1:])), name=nm,
+                              tag="injective")
+        x4 = expand(x, _h_pos(attrs.data_layout), "T_expand_data")
+        w4 = expand(w, _h_pos(attrs.kernel_layout), "T_expand_weight")
+        op_ = _h_pos(attrs.out_layout or attrs.data_layout)
+        r = od2.compute(a2, [x4, w4], _expand_t(out_type, op_))
+        shp = T.shape_of(r)
+        zero = T.const(0, "int32")
+        return te.compute(shp[:op_] + shp[op_ + 1:],
+                          lambda *i: r(*(i[:op_] + (zero,) + i[op_:])), name="T_squeeze",
+                          tag="injective")
+    compute.__doc__ = f"TE compute of ``{name}``: ``{name2d}``'s between two reshapes."
+    return rel, ref, compute
+
+
+def _exp(e: Any, pos: int) -> Any:
+    return op("expand_dims", e, axis=pos)
+
+
+def _sq(e: Any, pos: int) -> Any:
+    return op("squeeze", e, axis=(pos,))
+
+
+@grad_rule
+def conv1d_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``conv1d(x, w)``: the conv2d gradient operators on the inputs with a size-1 H axis
+    (``expand_dims``), squeezed back."""
+    x, w = call.args
+    g = _g_in(g, call)
+    at = call.attrs
+    a2 = dict(_attrs_2d(at, "nn.conv2d", False))
+    a2["out_dtype"] = ""
+    dp, kp = _h_pos(at.data_layout), _h_pos(at.kernel_layout)
+    gp = _h_pos(at.out_layout or at.data_layout)
+    x4, w4, g4 = _exp(x, dp), _exp(w, kp), _exp(g, gp)
+    return (_sq(op("nn.conv2d_backward_data", g4, w4, x4, **a2), dp),
+            _sq(op("nn.conv2d_backward_weight", g4, x4, w4, **a2), kp))
+
+
+@grad_rule
+def conv1d_transpose_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``conv1d_transpose(x, w)``: ``conv2d_transpose``'s rule on the inputs with a size-1 H
+    axis, squeezed back."""
+    x, w = call.args
+    g = _g_in(g, call)
+    at = call.attrs
+    a2 = _attrs_2d(at, "nn.conv2d_transpose", True)
+    ca = dict(_conv_attrs_of(a2))
+    dp, kp = _h_pos(at.data_layout), _h_pos(at.kernel_layout)
+    x4, w4, g4 = _exp(x, dp), _exp(w, kp), _exp(g, dp)
+    return (_sq(op("nn.conv2d", g4, w4, **ca), dp),
+            _sq(op("nn.conv2d_backward_weight", x4, g4, w4, **ca), kp))
+
+
+_CONV1D_ATTRS = [F("strides", "ints", (1,), "step (w)"),
+                 F("padding", "ints", (0, 0), "1 (both sides) or 2 (left, right) values"),
+                 F("dilation", "ints", (1,), "kernel dilation (w)"),
+                 F("groups", "int", 1, "channel groups (input and output channels split evenly)"),
+                 F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
+                 F("kernel_size", "ints?", None, "(kw,) (with channels: infers weight)"),
+                 F("data_layout", "str", "NCW", "a permutation of NCW"),
+                 F("kernel_layout", "str", "OIW", "a permutation of OIW"),
+                 F("out_layout", "str", "", "the result layout (\"\": data_layout)"),
+                 F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
+_rel1, _ref1, _te1 = _conv1d_family("nn.conv1d", "nn.conv2d", False)
+defop("nn.conv1d", 2, attrs=_CONV1D_ATTRS, attrs_type="Conv1DAttrs", rel=_rel1, impl=_ref1,
+      compute=_te1, grad=conv1d_grad, jvp=jvp_multilinear,
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE, doc="1-d convolution (NCW data, OIW weight).")
+
+_CONV1DT_ATTRS = [F("strides", "ints", (1,), "step (w)"),
+                  F("padding", "ints", (0, 0), "1 (both sides) or 2 (left, right) values "
+                    "(removed from the output)"),
+                  F("dilation", "ints", (1,), "kernel dilation (w)"),
+                  F("groups", "int", 1, "channel groups"),
+                  F("channels", "int?", None, "output channels (with kernel_size: infers "
+                    "weight)"),
+                  F("kernel_size", "ints?", None, "(kw,) (with channels: infers weight)"),
+                  F("data_layout", "str", "NCW", "a permutation of NCW"),
+                  F("kernel_layout", "str", "IOW", "a permutation of IOW"),
+                  F("out_layout", "str", "", "the result layout (\"\": data_layout)"),
+                  F("output_padding", "ints", (0,), "columns added at the right (smaller than "
+                    "the stride)"),
+                  F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
+_rel1t, _ref1t, _te1t = _conv1d_family("nn.conv1d_transpose", "nn.conv2d_transpose", True)
+defop("nn.conv1d_transpose", 2, attrs=_CONV1DT_ATTRS, attrs_type="Conv1DTransposeAttrs",
+      rel=_rel1t, impl=_ref1t, compute=_te1t, grad=conv1d_transpose_grad, jvp=jvp_multilinear,
+      pattern=OpPattern.OUT_ELEMWISE_FUSABLE,
+      doc="1-d transposed convolution (NCW data, IOW weight).")
+
+
+# ----------------------------------------------------------------------------- instance/group norm
+# Both normalize groups of channels: group norm splits the channel axis into ``num_groups``
+# groups, instance norm is group norm with one channel per group. With the channel axis ``a``
+# split into ``(G, C/G)`` (a reshape ``-4``), the statistics run over every axis of the split
+# tensor but the batch axis 0 and the group axis ``a``.
+def _groups_of(call_or_attrs: Any, name: str, c: Dim) -> Dim:
+    """The number of groups: ``num_groups`` for group norm, the channel count otherwise."""
+    if name == "nn.group_norm":
+        return call_or_attrs.num_groups
+    return c
+
+
+def _gn_rel(name: str):  # type: ignore[no-untyped-def]
+    from relay_ir.op.nn import _per_channel_rel
+    from relay_ir.op._rules import norm_axis
+
+    def rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
+        data = tensor_arg(arg_types[0], "data")
+        if data is None:
+            return None
+        if data.ndim < 2:
+            raise TypeInferenceError(f"{name}: data must have rank >= 2 (batch, channels, ...), "
+                                     f"found rank {data.ndim}")
+        if not data.dtype.startswith("float"):
+            raise TypeInferenceError(f"{name}: data must be a float tensor, found {data.dtype}")
+        axis = norm_axis(attrs.axis, data.ndim)
+        if name == "nn.group_norm":
+            g = attrs.num_groups
+            c = data.shape[axis]
+            if g < 1:
+                raise TypeInferenceError(f"{name}: num_groups must be >= 1, found {g}")
+            if isinstance(c, int) and c % g:
+                raise ShapeMismatchError(f"{name}: {c} channels (axis {attrs.axis}) are not "
+                                         f"divisible by num_groups={g}")
+        return _per_channel_rel(name, arg_types, attrs.axis, ("gamma", "beta"))
+    rel.__doc__ = (f"``{name}(data, gamma, beta)``: the type of data; gamma and beta of shape "
+                   f"``(data.shape[axis],)``.")
+    return rel
+
+
+def _split_shape(shape: Sequence[int], axis: int, groups: int) -> tuple[int, ...]:
+    c = shape[axis]
+    return tuple(shape[:axis]) + (groups, c // groups) + tuple(shape[axis + 1:])
+
+
+def _stat_axes(ndim: int, axis: int) -> tuple[int, ...]:
+    """The statistics' axes of the split (rank ``ndim + 1``) tensor."""
+    return tuple(i for i in range(ndim + 1) if i != 0 and i != axis) if axis else \
+        tuple(range(1, ndim + 1))
+
+
+def _gn_ref(name: str):  # type: ignore[no-untyped-def]
+    from relay_ir.op.nn import _acc, _channel_view
+
+    def ref(args: list, attrs: Attrs) -> np.ndarray:
+        x, gm, bt = args
+        axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+        c = x.shape[axis]
+        g = attrs.num_groups if name == "nn.group_norm" else c
+        xa = _acc(x)
+        xr = xa.reshape(_split_shape(x.shape, axis, g))
+        ax = _stat_axes(x.ndim, axis)
+        m = np.mean(xr, axis=ax, keepdims=True)
+        v = np.mean((xr - m) ** 2, axis=ax, keepdims=True)
+        out = ((xr - m) / np.sqrt(v + np.asarray(attrs.epsilon, xa.dtype))).reshape(x.shape)
+        if attrs.scale:
+            out = out * _channel_view(_acc(gm), x.ndim, axis)
+        if attrs.center:
+            out = out + _channel_view(_acc(bt), x.ndim, axis)
+        return wrap(out, x.dtype)
+    ref.__doc__ = (f"``{name}``: ``(x - mean) / sqrt(var + eps) * gamma + beta``, the statistics "
+                   f"per batch and {'group' if name == 'nn.group_norm' else 'channel'}.")
+    return ref
+
+
+def _gn_te(name: str):  # type: ignore[no-untyped-def]
+    from relay_ir.op._rules import norm_axis
+    from relay_ir.op.nn import _norm_acc
+
+    def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+        te, tirx = T.te_mod(), T.tir_mod()
+        x, gm, bt = inputs
+        dt = T.dtype_of(x)
+        acc = _norm_acc(dt)
+        xs = T.shape_of(x)
+        nd = len(xs)
+        axis = norm_axis(attrs.axis, nd)
+        c = xs[axis]
+        g = attrs.num_groups if name == "nn.group_norm" else c
+        cpg = c // g if isinstance(c, int) and isinstance(g, int) else tirx.floordiv(c, g)
+        rshape = xs[:axis] + [g, cpg] + xs[axis + 1:]
+
+        def split_index(i: Sequence[Any]) -> list[Any]:
+            return list(i[:axis]) + [tirx.floordiv(i[axis], cpg), tirx.floormod(i[axis], cpg)] \
+                + list(i[axis + 1:])
+
+        def merge_index(j: Sequence[Any]) -> list[Any]:
+            return list(j[:axis]) + [j[axis] * cpg + j[axis + 1]] + list(j[axis + 2:])
+        xr = te.compute(rshape, lambda *j: x(*merge_index(j)), name="T_gn_split",
+                        tag="injective")
+        ax = list(_stat_axes(nd, axis))
+        count = T.as_expr(T.shape_size([rshape[a] for a in ax]), "int64")
+        s = T.reduce(xr, ax, True, "sum", acc_dtype=acc, name="T_gn_sum")
+        mean = T.elemwise(lambda u: u / T.cast(count, acc), s, name="T_gn_mean")
+
+        def dev(*j):  # type: ignore[no-untyped-def]
+            d = T.cast(xr(*j), acc) - T.bcast_index(mean, j)
+            return d * d
+        vs = T.reduce(xr, ax, True, "sum", acc_dtype=acc, fn=dev, name="T_gn_var")
+        eps = T.const(T.const_value(attrs.epsilon, acc), acc)
+
+        def body(*i):  # type: ignore[no-untyped-def]
+            j = split_index(i)
+            var = T.bcast_index(vs, j) / T.cast(count, acc)
+            r = (T.cast(x(*i), acc) - T.bcast_index(mean, j)) / tirx.sqrt(var + eps)
+            if attrs.scale:
+                r = r * T.cast(gm(i[axis]), acc)
+            if attrs.center:
+                r = r + T.cast(bt(i[axis]), acc)
+            return T.cast(r, dt)
+        return te.compute(xs, body, name="T_" + name.split(".")[-1], tag="elemwise")
+    compute.__doc__ = f"TE compute of ``{name}`` (two reductions over the split channel axis)."
+    return compute
+
+
+def _gn_parts(call: Any, name: str):  # type: ignore[no-untyped-def]
+    """What both derivative rules start from: the split ``reshape`` codes, the statistics'
+    axes, ``rstd`` and the split ``xh = (x - mean) rstd``."""
+    from relay_ir.op._grad import scalar
+    from relay_ir.op.nn import _axis_of
+    x = call.args[0]
+    nd = tensor_type(x).ndim
+    axis = _axis_of(call)
+    c = tensor_type(x).shape[axis]
+    g = call.attrs.num_groups if name == "nn.group_norm" else c
+    if not isinstance(g, int):
+        static_shape(x, call)  # NOTE: raises the "needs static shapes" diagnostic
+    codes = (0,) * axis + (-4, g, -1) + (0,) * (nd - axis - 1)
+    ax = _stat_axes(nd, axis)
+
+    def split(e: Any) -> Any:
+        return op("reshape", e, newshape=codes)
+    xr = split(x)
+    xc = op("subtract", xr, op("mean", xr, axis=ax, keepdims=True))
+    var = op("mean", op("multiply", xc, xc), axis=ax, keepdims=True)
+    rstd = op("rsqrt", op("add", var, scalar(call.attrs.epsilon, x)))
+    return nd, axis, ax, split, rstd, op("multiply", xc, rstd)
+
+
+def _gn_dxhat(split: Any, ax: tuple, rstd: Any, xhr: Any, d: Any) -> Any:
+    """``rstd (d - mean(d) - xh mean(d xh))`` on the split ``d``: the normalization's
+    (symmetric) Jacobian applied to ``d``."""
+    dr = split(d)
+    return op("multiply", rstd, op("subtract",
+                                   op("subtract", dr, op("mean", dr, axis=ax, keepdims=True)),
+                                   op("multiply", xhr, op("mean", op("multiply", dr, xhr),
+                                                          axis=ax, keepdims=True))))
+
+
+def _gn_grad(name: str):  # type: ignore[no-untyped-def]
+    from relay_ir.op.nn import _channel, _per_channel_sum
+
+    @grad_rule
+    def rule(call, out, g):  # type: ignore[no-untyped-def]
+        x, gamma, beta = call.args
+        at = call.attrs
+        nd, axis, ax, split, rstd, xhr = _gn_parts(call, name)
+        xh = op("reshape_like", xhr, x)
+        dxh = op("multiply", g, _channel(gamma, nd, axis)) if at.scale else g
+        dx = op("reshape_like", _gn_dxhat(split, ax, rstd, xhr, dxh), x)
+        dgamma = (_per_channel_sum(op("multiply", g, xh), axis) if at.scale
+                  else zeros_for(gamma))
+        dbeta = _per_channel_sum(g, axis) if at.center else zeros_for(beta)
+        return (dx, dgamma, dbeta)
+    rule.__doc__ = (f"``{name}(x, gamma, beta)``: with the split ``xh = (x - mean) rstd`` and "
+                    f"``dxh = g gamma``: ``dx = rstd (dxh - mean(dxh) - xh mean(dxh xh))`` over "
+                    f"the statistics' axes, ``dgamma = sum(g xh)``, ``dbeta = sum(g)``.")
+    return rule
+
+
+def _gn_jvp(name: str):  # type: ignore[no-untyped-def]
+    from relay_ir.op.nn import _channel
+
+    def rule(call, out, t):  # type: ignore[no-untyped-def]
+        x = call.args[0]
+        gamma = call.args[1]
+        at = call.attrs
+        nd, axis, ax, split, rstd, xhr = _gn_parts(call, name)
+        dy = op("reshape_like", _gn_dxhat(split, ax, rstd, xhr, t[0]), x)
+        if at.scale:
+            xh = op("reshape_like", xhr, x)
+            dy = op("add", op("multiply", dy, _channel(gamma, nd, axis)),
+                    op("multiply", xh, _channel(t[1], nd, axis)))
+        if at.center:
+            dy = op("add", dy, _channel(t[2], nd, axis))
+        return dy
+    rule.__doc__ = (f"``{name}(x, gamma, beta)``: ``dy = J(tx) gamma + xh t_gamma + t_beta`` "
+                    f"with ``J`` the normalization's Jacobian (see the gradient rule).")
+    return rule
+
+
+_GN_COMMON = [F("epsilon", "float", 1e-5, "added to the variance before the square root"),
+              F("center", "bool", True, "add beta (False: beta is ignored)"),
+              F("scale", "bool", True, "multiply by gamma (False: gamma is ignored)")]
+defop("nn.instance_norm", 3, attrs=[F("axis", "int", 1, "the channel axis")] + _GN_COMMON,
+      attrs_type="InstanceNormAttrs", rel=_gn_rel("nn.instance_norm"),
+      impl=_gn_ref("nn.instance_norm"), compute=_gn_te("nn.instance_norm"),
+      grad=_gn_grad("nn.instance_norm"), jvp=_gn_jvp("nn.instance_norm"),
+      pattern=OpPattern.OPAQUE,
+      doc="Instance normalization: per batch and channel over the other axes.")
+defop("nn.group_norm", 3, attrs=[F("num_groups", "int", 0, "channel groups (required, >= 1)"),
+                                 F("axis", "int", 1, "the channel axis")] + _GN_COMMON,
+      attrs_type="GroupNormAttrs", rel=_gn_rel("nn.group_norm"), impl=_gn_ref("nn.group_norm"),
+      compute=_gn_te("nn.group_norm"), grad=_gn_grad("nn.group_norm"),
+      jvp=_gn_jvp("nn.group_norm"), pattern=OpPattern.OPAQUE,
+      doc="Group normalization: per batch and channel group over the group and other axes.")
