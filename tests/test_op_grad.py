@@ -289,6 +289,13 @@ add("nn.group_norm", away((2, 6, 2, 3)), away((6,), seed=1), away((6,), seed=2),
     num_groups=3)
 add("nn.group_norm", away((2, 5, 4)), away((4,), seed=1), away((4,), seed=2), num_groups=2,
     axis=-1, scale=False, tag="last-noscale")
+add("image.resize2d", away((1, 2, 3, 4)), size=(5, 3))
+add("image.resize2d", away((1, 4, 3, 2)), size=(7, 2), layout="NHWC", method="cubic",
+    coordinate_transformation_mode="align_corners", tag="cubic-nhwc")
+add("image.resize2d", away((1, 2, 3, 4)), size=(6, 7), method="nearest_neighbor",
+    tag="nearest")
+add("image.resize2d", away((1, 1, 4, 4)), size=(3, 5), roi=(0.2, -0.3, 1.2, 0.9),
+    coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5, tag="crop")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

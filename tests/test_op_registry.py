@@ -351,4 +351,9 @@ SAMPLES.update({
     "nn.group_norm": [([T(2, 6, 4, 5), T(6), T(6)], {"num_groups": 3}),
                       ([T(2, 5, 4), T(4), T(4)], {"num_groups": 2, "axis": -1,
                                                    "scale": False})],
+    "image.resize2d": [([T(1, 3, 4, 5)], {"size": [8, 3]}),
+                       ([T(2, 4, 5, 3)], {"size": [2, 7], "layout": "NHWC",
+                                          "method": "cubic"}),
+                       ([I(1, 2, 3, 3)], {"size": [6, 6], "method": "nearest_neighbor",
+                                          "coordinate_transformation_mode": "asymmetric"})],
 })

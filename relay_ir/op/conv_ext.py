@@ -616,3 +616,319 @@ defop("nn.group_norm", 3, attrs=[F("num_groups", "int", 0, "channel groups (requ
       compute=_gn_te("nn.group_norm"), grad=_gn_grad("nn.group_norm"),
       jvp=_gn_jvp("nn.group_norm"), pattern=OpPattern.OPAQUE,
       doc="Group normalization: per batch and channel group over the group and other axes.")
+
+
+# ----------------------------------------------------------------------------- image.resize2d
+# Each resized axis is a linear map of that axis: output index ``o`` reads input coordinate
+# ``c(o)`` (the coordinate transformation; ``scale = out / in``), and the method turns ``c``
+# into taps: nearest one (rounded, clamped), linear two, cubic four (``floor(c) - 1 ..
+# floor(c) + 2``, Keys' kernel with ``cubic_alpha``; ``cubic_exclude`` drops the taps outside
+# the input and renormalizes). Taps outside the input read the edge. ``tf_crop_and_resize``
+# reads ``roi`` and writes ``extrapolation_value`` where a coordinate leaves ``[0, in - 1]``.
+_RESIZE_METHODS = ("nearest_neighbor", "linear", "cubic")
+_COORD_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                "tf_half_pixel_for_nn", "tf_crop_and_resize")
+_ROUNDING = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _resize_axes(layout: str) -> tuple[int, int]:
+    _, _, h, w = _layout(layout, "NCHW", "layout")
+    return h, w
+
+
+def resize2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
+    """``image.resize2d(data)``: data's shape with H, W = ``size`` (dtype ``out_dtype``)."""
+    name = "image.resize2d"
+    data = ranked_arg(arg_types[0], name, "data", 4)
+    if data is None:
+        return None
+    h, w = _resize_axes(attrs.layout)
+    size = attrs.size
+    if size is None or len(size) != 2 or min(size) < 1:
+        raise TypeInferenceError(f"{name}: size must be two positive integers (h, w), found "
+                                 f"{size!r}")
+    for what, v, allowed in (("method", attrs.method, _RESIZE_METHODS),
+                             ("coordinate_transformation_mode",
+                              attrs.coordinate_transformation_mode, _COORD_MODES),
+                             ("rounding_method", attrs.rounding_method, _ROUNDING)):
+        if v not in allowed:
+            raise TypeInferenceError(f"{name}: unknown {what} {v!r} (expected one of "
+                                     f"{', '.join(repr(a) for a in allowed)})")
+    if len(attrs.roi) != 4:
+        raise TypeInferenceError(f"{name}: roi must have 4 values (start_h, start_w, end_h, "
+                                 f"end_w), found {len(attrs.roi)}")
+    dt = attrs.out_dtype or data.dtype
+    if attrs.method != "nearest_neighbor" and not (data.dtype.startswith("float")
+                                                    and dt.startswith("float")):
+        raise TypeInferenceError(f"{name}: {attrs.method} resizing needs float data and result "
+                                 f"(found {data.dtype} -> {dt}); nearest_neighbor takes any")
+    for d, what in ((data.shape[h], "H"), (data.shape[w], "W")):
+        if isinstance(d, int) and d < 1:
+            raise ShapeMismatchError(f"{name}: the input's {what} axis is empty")
+    shape = list(data.shape)
+    shape[h], shape[w] = size
+    return TensorType(tuple(shape), dt)
+
+
+def _rounding(attrs: Attrs) -> str:
+    if attrs.rounding_method:
+        return attrs.rounding_method
+    return "round" if attrs.coordinate_transformation_mode == "align_corners" else "floor"
+
+
+def _coords(attrs: Attrs, n: int, m: int, k: int) -> np.ndarray:
+    """Input coordinates of the ``m`` outputs of spatial axis ``k`` (0: H, 1: W), float64,
+    in the operation order the TE compute uses."""
+    mode = attrs.coordinate_transformation_mode
+    o = np.arange(m, dtype=np.float64)
+    scale = float(m) / float(n)
+    if mode == "half_pixel":
+        return (o + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (o + 0.5) / scale - 0.5 if m > 1 else np.zeros(m)
+    if mode == "align_corners":
+        return o * float(n - 1) / float(m - 1) if m > 1 else np.zeros(m)
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (o + 0.5) / scale
+    start, end = float(attrs.roi[k]), float(attrs.roi[k + 2])
+    if m > 1:
+        return start * float(n - 1) + o * ((end - start) * float(n - 1)) / float(m - 1)
+    return np.full(m, 0.5 * (start + end) * float(n - 1))
+
+
+def _cubic(t: np.ndarray, a: float) -> list[np.ndarray]:
+    """Keys' cubic weights of the taps at distances ``t + 1, t, 1 - t, 2 - t``."""
+    def inner(d):  # type: ignore[no-untyped-def]
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+
+    def outer(d):  # type: ignore[no-untyped-def]
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return [outer(t + 1), inner(t), inner(1 - t), outer(2 - t)]
+
+
+def _round(c: np.ndarray, how: str) -> np.ndarray:
+    fl = np.floor(c)
+    half = (c - fl) == 0.5
+    if how == "floor":
+        return fl
+    if how == "ceil":
+        return np.ceil(c)
+    if how == "round_prefer_ceil":
+        return np.where(half, fl + 1, np.floor(c + 0.5))
+    if how == "round_prefer_floor":
+        return np.where(half, fl, np.floor(c + 0.5))
+    return np.where(half, np.where(c < 0, fl, fl + 1), np.floor(c + 0.5))  # half away from 0
+
+
+def resize_matrix(attrs: Attrs, n: int, m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(m, n)`` float64 map of spatial axis ``k`` (0: H, 1: W) of size ``n`` resized to
+    ``m``, and the ``(m,)`` mask of the outputs that ``tf_crop_and_resize`` extrapolates."""
+    c = _coords(attrs, n, m, k)
+    rows = np.arange(m)
+    mat = np.zeros((m, n))
+    if attrs.method == "nearest_neighbor":
+        idx = np.clip(_round(c, _rounding(attrs)), 0, n - 1).astype(np.int64)
+        mat[rows, idx] = 1.0
+    else:
+        fl = np.floor(c)
+        t = c - fl
+        if attrs.method == "linear":
+            offs, ws = (0, 1), [1 - t, t]
+        else:
+            offs, ws = (-1, 0, 1, 2), _cubic(t, float(attrs.cubic_alpha))
+        taps = [fl.astype(np.int64) + o for o in offs]
+        if attrs.method == "cubic" and attrs.cubic_exclude:
+            ws = [np.where((i >= 0) & (i < n), w, 0.0) for i, w in zip(taps, ws)]
+            total = sum(ws)
+            ws = [w / total for w in ws]
+        for i, w in zip(taps, ws):
+            np.add.at(mat, (rows, np.clip(i, 0, n - 1)), w)
+    if attrs.coordinate_transformation_mode == "tf_crop_and_resize":
+        outside = (c < 0) | (c > n - 1)
+    else:
+        outside = np.zeros(m, bool)
+    return mat, outside
+
+
+def resize2d_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """Both axis maps applied (float64), extrapolated outputs set, cast to the result dtype."""
+    x = args[0]
+    h, w = _resize_axes(attrs.layout)
+    mh, oh = resize_matrix(attrs, x.shape[h], attrs.size[0], 0)
+    mw, ow = resize_matrix(attrs, x.shape[w], attrs.size[1], 1)
+    dt = np.dtype(attrs.out_dtype or x.dtype)
+    if attrs.method == "nearest_neighbor":  # NOTE: exact for every dtype: a gather
+        r = np.take(np.take(x, np.argmax(mh, axis=1), axis=h), np.argmax(mw, axis=1), axis=w)
+    else:
+        xt = np.moveaxis(x.astype(np.float64), (h, w), (-2, -1))
+        r = np.moveaxis(mh @ xt @ mw.T, (-2, -1), (h, w))
+    if oh.any() or ow.any():
+        shape_h = [1] * 4
+        shape_h[h] = -1
+        shape_w = [1] * 4
+        shape_w[w] = -1
+        outside = oh.reshape(shape_h) | ow.reshape(shape_w)
+        r = np.where(outside, np.asarray(attrs.extrapolation_value).astype(r.dtype), r)
+    return wrap(r, dt)
+
+
+def _te_taps(attrs: Attrs, o: Any, n: Any, m: int, k: int) -> tuple[list, Any]:
+    """TIR taps ``[(index, weight or None)]`` of output index ``o`` of spatial axis ``k`` and
+    the "extrapolate" condition (None when never), mirroring :func:`resize_matrix`."""
+    tirx = T.tir_mod()
+    f64 = "float64"
+    of = T.cast(o, f64)
+    nf = T.const(float(n), f64) if isinstance(n, int) else T.cast(n, f64)
+    mode = attrs.coordinate_transformation_mode
+    scale = float(m) / nf
+
+    def cst(v: float) -> Any:
+        return T.const(v, f64)
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        c = (of + cst(0.5)) / scale - cst(0.5)
+        if mode == "pytorch_half_pixel" and m == 1:
+            c = cst(0.0)
+    elif mode == "align_corners":
+        c = of * (nf - cst(1.0)) / cst(float(m - 1)) if m > 1 else cst(0.0)
+    elif mode == "asymmetric":
+        c = of / scale
+    elif mode == "tf_half_pixel_for_nn":
+        c = (of + cst(0.5)) / scale
+    else:
+        start, end = float(attrs.roi[k]), float(attrs.roi[k + 2])
+        if m > 1:
+            c = cst(start) * (nf - cst(1.0)) + of * ((cst(end - start)) * (nf - cst(1.0))) / \
+                cst(float(m - 1))
+        else:
+            c = cst(0.5 * (start + end)) * (nf - cst(1.0))
+    outside = None
+    if mode == "tf_crop_and_resize":
+        outside = tirx.any(c < cst(0.0), c > nf - cst(1.0))
+    n64 = T.const(n, "int64") if isinstance(n, int) else T.cast(n, "int64")
+
+    def clamp(i: Any) -> Any:
+        return tirx.max(tirx.min(i, n64 - T.const(1, "int64")), T.const(0, "int64"))
+    fl = tirx.floor(c)
+    if attrs.method == "nearest_neighbor":
+        how = _rounding(attrs)
+        half = tirx.EQ(c - fl, cst(0.5))
+        up = tirx.floor(c + cst(0.5))
+        if how == "floor":
+            r = fl
+        elif how == "ceil":
+            r = tirx.ceil(c)
+        elif how == "round_prefer_ceil":
+            r = tirx.Select(half, fl + cst(1.0), up)
+        elif how == "round_prefer_floor":
+            r = tirx.Select(half, fl, up)
+        else:
+            r = tirx.Select(half, tirx.Select(c < cst(0.0), fl, fl + cst(1.0)), up)
+        return [(clamp(T.cast(r, "int64")), None)], outside
+    t = c - fl
+    base = T.cast(fl, "int64")
+    if attrs.method == "linear":
+        offs, ws = (0, 1), [cst(1.0) - t, t]
+    else:
+        offs, ws = (-1, 0, 1, 2), _cubic(t, float(attrs.cubic_alpha))  # type: ignore[arg-type]
+    idx = [base + T.const(off, "int64") for off in offs]
+    if attrs.method == "cubic" and attrs.cubic_exclude:
+        ws = [tirx.Select(tirx.all(i >= T.const(0, "int64"), i < n64), wt, cst(0.0))
+              for i, wt in zip(idx, ws)]
+        total = ws[0] + ws[1] + ws[2] + ws[3]
+        ws = [wt / total for wt in ws]
+    return [(clamp(i), wt) for i, wt in zip(idx, ws)], outside
+
+
+def resize2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``image.resize2d``: per output, the taps of both axes (float64
+    coordinates, as the reference), weighted and summed."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x = inputs[0]
+    xs = T.shape_of(x)
+    h, w = _resize_axes(attrs.layout)
+    dt = out_type.dtype
+    mh, mw = attrs.size
+    acc = "float64"
+
+    def body(*i):  # type: ignore[no-untyped-def]
+        th, oh = _te_taps(attrs, i[h], xs[h], mh, 0)
+        tw, ow = _te_taps(attrs, i[w], xs[w], mw, 1)
+        total = None
+        for ih, wh in th:
+            for iw, ww in tw:
+                idx = list(i)
+                idx[h], idx[w] = ih, iw
+                v = x(*idx)
+                if wh is None:
+                    term = v
+                else:
+                    term = T.cast(v, acc) * wh * ww
+                total = term if total is None else total + term
+        r = T.cast(total, dt)
+        conds = [c for c in (oh, ow) if c is not None]
+        if conds:
+            ext = T.const(T.const_value(attrs.extrapolation_value, dt), dt)
+            r = tirx.Select(tirx.any(*conds) if len(conds) > 1 else conds[0], ext, r)
+        return r
+    return te.compute(list(out_type.shape), body, name="T_resize2d", tag="injective")
+
+
+def _resize_apply(e: Any, call: Any, adjoint: bool) -> Any:
+    """``A_h e A_w^T`` over the spatial axes of ``e`` (the adjoint: ``A_h^T e A_w``), with the
+    call's constant axis maps (extrapolated outputs: zero rows)."""
+    from relay_ir.expr import const
+    x = call.args[0]
+    at = call.attrs
+    shape = static_shape(x, call)
+    h, w = _resize_axes(at.layout)
+    dt = tensor_type(x).dtype
+    mats = []
+    for k, ax in enumerate((h, w)):
+        mat, outside = resize_matrix(at, shape[ax], at.size[k], k)
+        mats.append(np.where(outside[:, None], 0.0, mat))
+    perm = [i for i in range(4) if i not in (h, w)] + [h, w]
+    inv = [perm.index(i) for i in range(4)]
+    y = op("transpose", e, axes=tuple(perm))
+    ah, aw = mats
+    if adjoint:
+        ah, aw = ah.T, aw.T
+    # NOTE: (.., H, W) @ aw^T contracts W; then H, by the same product on the swapped axes
+    y = op("nn.matmul", y, const(np.ascontiguousarray(aw.T).astype(dt)))
+    y = op("transpose", y, axes=(0, 1, 3, 2))
+    y = op("nn.matmul", y, const(np.ascontiguousarray(ah.T).astype(dt)))
+    y = op("transpose", y, axes=(0, 1, 3, 2))
+    return op("transpose", y, axes=tuple(inv))
+
+
+@grad_rule
+def resize2d_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``resize2d(x)`` (linear in x, extrapolated outputs constant): ``dx = A_h^T g A_w``."""
+    return (_resize_apply(g, call, True),)
+
+
+def resize2d_jvp(call, out, t):  # type: ignore[no-untyped-def]
+    """``resize2d(x)``: ``A_h t A_w^T`` (extrapolated outputs: zero)."""
+    return _resize_apply(t[0], call, False)
+
+
+defop("image.resize2d", 1,
+      attrs=[F("size", "ints", None, "the output (h, w)"),
+             F("roi", "floats", (0.0, 0.0, 0.0, 0.0), "(start_h, start_w, end_h, end_w), "
+               "normalized (tf_crop_and_resize)"),
+             F("layout", "str", "NCHW", "a permutation of NCHW"),
+             F("method", "str", "linear", "nearest_neighbor, linear or cubic"),
+             F("coordinate_transformation_mode", "str", "half_pixel",
+               "half_pixel, align_corners, asymmetric, pytorch_half_pixel, "
+               "tf_half_pixel_for_nn or tf_crop_and_resize"),
+             F("rounding_method", "str", "", "nearest: round (half away from zero), "
+               "round_prefer_floor, round_prefer_ceil, floor, ceil (\"\": round for "
+               "align_corners, else floor)"),
+             F("cubic_alpha", "float", -0.5, "the cubic kernel's coefficient"),
+             F("cubic_exclude", "int", 0, "1: cubic taps outside the input get no weight"),
+             F("extrapolation_value", "float", 0.0, "tf_crop_and_resize: the value outside"),
+             F("out_dtype", "str", "", "the result dtype (\"\": the input's)")],
+      attrs_type="Resize2DAttrs", rel=resize2d_rel, impl=resize2d_ref, compute=resize2d_te,
+      grad=resize2d_grad, jvp=resize2d_jvp, pattern=OpPattern.INJECTIVE, required=("size",),
+      doc="Resize the H and W axes (nearest, linear or cubic; ONNX coordinate modes).")
