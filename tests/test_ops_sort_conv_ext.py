@@ -186,7 +186,8 @@ def test_conv1d_and_conv1d_transpose_vs_naive():
 def test_conv2d_transpose_infers_its_weight_and_runs_from_text():
     src = """#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 4, 3, 3), float32], %w) {
-  %0 = nn.conv2d_transpose(%x, %w, strides=[2, 2], padding=[1, 1], output_padding=[1, 1], channels=6, kernel_size=[3, 3], groups=2);
+  %0 = nn.conv2d_transpose(%x, %w, strides=[2, 2], padding=[1, 1], output_padding=[1, 1],
+                           channels=6, kernel_size=[3, 3], groups=2);
   %1 = topk(%0, k=2, axis=1, ret_type="values");
   image.resize2d(%1, size=[3, 5], method="cubic", coordinate_transformation_mode="align_corners")
 }
@@ -278,7 +279,8 @@ def test_gradient_pass_through_the_new_ops_interpreted_and_compiled():
     """``passes.gradient`` of a program using every new differentiable op, interpreted and
     compiled, against central differences of its numpy value."""
     from util_grad import HEADER, grad_module
-    src = HEADER + """def @main(%x: Tensor[(1, 4, 3, 3), float64], %w: Tensor[(4, 2, 3, 3), float64],
+    src = HEADER + """def @main(%x: Tensor[(1, 4, 3, 3), float64],
+          %w: Tensor[(4, 2, 3, 3), float64],
           %v: Tensor[(6, 4, 2), float64]) {
   %0 = nn.conv2d_transpose(%x, %w, strides=[2, 2], padding=[1, 1], output_padding=[1, 1],
                            groups=2);

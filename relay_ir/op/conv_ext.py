@@ -25,9 +25,8 @@ from relay_ir.op._grad import grad_rule, op, static_shape, tensor_type, zeros_fo
 from relay_ir.op._jvp import jvp_multilinear
 from relay_ir.op._rules import (F, defop, dim_compatible, is_any, ranked_arg, tensor_arg,
                                 wrap)
-from relay_ir.op.conv import (_PADDING_DOC, _at, _canon, _conv_grad_setup, _gather_windows,
-                              _layout, _pair, _padding, conv2d_backward_data_ref, conv2d_ref,
-                              conv2d_rel, conv2d_te)
+from relay_ir.op.conv import (_PADDING_DOC, _at, _canon, _grad_acc, _layout, _pair, _padding,
+                              _tap, conv2d_backward_data_ref)
 from relay_ir.op.nn import _g_in, _is_unknown
 from relay_ir.ty import ANY, Dim, TensorType, Type, dim_add, dim_mul, format_dim
 
@@ -135,7 +134,8 @@ def conv2d_transpose_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
                                      f"must have one dtype")
         if not dim_compatible(w.shape[ki], c):
             raise ShapeMismatchError(f"{name}: data has {format_dim(c)} input channels, but the "
-                                     f"weight ({attrs.kernel_layout}) has {format_dim(w.shape[ki])}")
+                                     f"weight ({attrs.kernel_layout}) has "
+                                     f"{format_dim(w.shape[ki])}")
         og = w.shape[ko]
         oc = og * g if isinstance(og, int) else ANY
         if attrs.channels is not None and not dim_compatible(oc, attrs.channels):
@@ -171,30 +171,51 @@ def conv2d_transpose_ref(args: list, attrs: Attrs) -> np.ndarray:
 
 
 def conv2d_transpose_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
-    """TE compute of ``nn.conv2d_transpose``: each output pixel gathers the input taps that
-    reach it (the ``conv2d_backward_data`` kernel, output size from the attributes)."""
-    tirx = T.tir_mod()
+    """TE compute of ``nn.conv2d_transpose`` in two stages, as GEMM + col2im: ``cols[n, co,
+    ky, kx, iy, ix] = sum_ci w[ci, co, ky, kx] x[n, ci, iy, ix]`` (over the group's input
+    channels: a reduction whose inner loop runs along the input rows), then each output pixel
+    adds the ``kh * kw`` columns that land on it (``(oy + pad - ky * dil)`` a multiple of the
+    stride, inside the input): no multiply is spent on the zeros between strided taps."""
+    te, tirx = T.te_mod(), T.tir_mod()
     x, w = inputs
     dt = out_type.dtype
-    ca = _conv_attrs_of(attrs)
-    s = _conv_grad_setup(ca, x, w, dt)
-    dn, dc, dh, dw = s.dp
-    xs = T.shape_of(x)
-    kh, kw, sh, sw, dlh, dlw, pt, pl = s.win
-    _, _, pb, pr = _padding(attrs.padding)
+    acc = _grad_acc(dt)
+    dp = _layout(attrs.data_layout, "NCHW", "data_layout")
+    kp = _layout(attrs.kernel_layout, "IOHW", "kernel_layout")
+    xs, ws = T.shape_of(x), T.shape_of(w)
+    nb, ci, h, wd = _canon(dp, xs)
+    _, cog, kh, kw = _canon(kp, ws)
+    g = attrs.groups
+    cig = ci // g if isinstance(ci, int) else tirx.floordiv(ci, g)
+    sh, sw = _pair(attrs.strides, "strides", 1)
+    dlh, dlw = _pair(attrs.dilation, "dilation", 1)
+    pt, pl, pb, pr = _padding(attrs.padding)
     oph, opw = _pair(attrs.output_padding, "output_padding", 0)
-    shape: list[object] = [0, 0, 0, 0]
-    shape[dn] = xs[dn]
-    shape[dc] = s.cg * attrs.groups if isinstance(s.cg, int) else s.cg * attrs.groups
-    shape[dh] = (xs[dh] - 1) * sh - pt - pb + dlh * (kh - 1) + oph + 1
-    shape[dw] = (xs[dw] - 1) * sw - pl - pr + dlw * (kw - 1) + opw + 1
+    rc = te.reduce_axis((0, cig), name="rc")
 
-    def term(n, c, wy, wx, rq, ry, rx):  # type: ignore[no-untyped-def]
-        co = tirx.floordiv(c, s.cg) * s.og + rq
-        return None, T.cast(x(*_at(s.op_, [n, co, wy, wx])), s.acc) * \
-            T.cast(w(*_at(s.kp, [co, tirx.floormod(c, s.cg), ry, rx])), s.acc)
-    return _gather_windows(shape, s.dp, s.win, (s.oh, s.ow), s.acc, dt, term,
-                           "T_conv2d_transpose", "conv2d_grad", lead=[("rq", s.og)])
+    def cols_body(n, co, ky, kx, iy, ix):  # type: ignore[no-untyped-def]
+        c = rc if g == 1 else tirx.floordiv(co, cog) * cig + rc
+        cw = co if g == 1 else tirx.floormod(co, cog)
+        return te.sum(T.cast(x(*_at(dp, [n, c, iy, ix])), acc) *
+                      T.cast(w(*_at(kp, [c, cw, ky, kx])), acc), axis=[rc])
+    cols = te.compute([nb, cog * g, kh, kw, h, wd], cols_body, name="T_conv2d_transpose_cols")
+    oshape = [(h - 1) * sh - pt - pb + dlh * (kh - 1) + oph + 1,
+              (wd - 1) * sw - pl - pr + dlw * (kw - 1) + opw + 1]
+    shape: list[object] = [0, 0, 0, 0]
+    shape[dp[0]], shape[dp[1]], shape[dp[2]], shape[dp[3]] = nb, cog * g, *oshape
+
+    def out_body(*i):  # type: ignore[no-untyped-def]
+        n, co, oy, ox = _canon(dp, i)
+        total = T.const(0, acc)
+        for ky in range(kh):
+            oky, iy = _tap(oy, ky, sh, dlh, pt, h)
+            for kx in range(kw):
+                okx, ix = _tap(ox, kx, sw, dlw, pl, wd)
+                total = total + tirx.if_then_else(tirx.all(oky, okx),
+                                                  cols(n, co, ky, kx, iy, ix),
+                                                  T.const(0, acc))
+        return T.cast(total, dt)
+    return te.compute(shape, out_body, name="T_conv2d_transpose", tag="injective")
 
 
 @grad_rule

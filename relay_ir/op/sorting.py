@@ -167,13 +167,90 @@ def _sorted_te(x: Any, axis: int, ascend: bool, k: Any, idx_dtype: str,
     return out
 
 
+#: ``topk`` with at most this many (static) ``k`` selects them one after the other
+#: (``k`` reductions over the axis: O(k n)) instead of ranking every element (O(n^2)).
+SELECT_MAX_K = 32
+
+
+_PACKABLE = ("float16", "float32", "bool", "int8", "int16", "int32", "uint8", "uint16")
+
+
+def _selected_te(x: Any, axis: int, ascend: bool, k: int, idx_dtype: str,
+                 want: str) -> list:
+    """``topk`` by ``k`` chained reductions over one int64 per element, its 32-bit order key
+    above its index (descending: the index complemented), so that the order is the integer
+    order: selection ``r`` is the max (ascending: min) of the codes past selection ``r - 1``
+    (plain integer max/min reductions, which vectorize)."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    xs = T.shape_of(x)
+    n = xs[axis]
+    outer = list(xs[:axis]) + list(xs[axis + 1:])
+    i64 = "int64"
+    low = T.const((1 << 31) - 1, i64)  # NOTE: the index part, below bit 31 (n < 2^31)
+    shift = T.const(1 << 32, i64)
+
+    def code(*i):  # type: ignore[no-untyped-def]
+        key = T.cast(_key(x(*i)), i64)
+        j = T.cast(i[axis], i64)
+        return key * shift + (j if ascend else low - j)
+    codes = te.compute(xs, code, name="T_topk_code")
+
+    def at(o: Sequence[Any], j: Any) -> list[Any]:
+        return list(o[:axis]) + [j] + list(o[axis:])
+    picks: list[Any] = []
+    for r in range(k):
+        rj = te.reduce_axis((0, n), name=f"rj{r}")
+        prev = picks[-1] if picks else None
+        if ascend:
+            def body(*o, prev=prev, rj=rj):  # type: ignore[no-untyped-def]
+                c = codes(*at(o, rj))
+                if prev is not None:
+                    c = tirx.Select(c > prev(*o), c, tirx.max_value(i64))
+                return te.min(c, axis=[rj])
+        else:
+            def body(*o, prev=prev, rj=rj):  # type: ignore[no-untyped-def]
+                c = codes(*at(o, rj))
+                if prev is not None:
+                    c = tirx.Select(c < prev(*o), c, tirx.min_value(i64))
+                return te.max(c, axis=[rj])
+        picks.append(te.compute(outer, _positional(body, len(outer)), name=f"T_topk_pick{r}"))
+
+    def idx_body(*i):  # type: ignore[no-untyped-def]
+        o = list(i[:axis]) + list(i[axis + 1:])
+        c = picks[k - 1](*o)
+        for r in range(k - 2, -1, -1):
+            c = T.select(i[axis] == r, picks[r](*o), c)
+        j = tirx.bitwise_and(c, low)
+        return T.cast(j if ascend else low - j, idx_dtype)
+    oshape = list(xs[:axis]) + [k] + list(xs[axis + 1:])
+    idx = te.compute(oshape, idx_body, name="T_sort_indices", tag="injective")
+    out = []
+    if want in ("both", "values"):
+        out.append(te.compute(oshape, lambda *o: x(*(list(o[:axis]) + [idx(*o)] +
+                                                      list(o[axis + 1:]))),
+                              name="T_sort_values", tag="injective"))
+    if want in ("both", "indices"):
+        out.append(idx)
+    return out
+
+
+def _positional(fn: Any, n: int) -> Any:
+    """``fn`` (which takes keyword defaults) as a function of ``n`` positional indices (TE's
+    ``compute`` refuses keyword arguments)."""
+    return lambda *i: fn(*i)
+
+
 def topk_te(attrs: Attrs, inputs: list, out_type: Type) -> Any:
-    """TE compute of ``topk`` (rank by counting, then place; see the module docstring)."""
+    """TE compute of ``topk``: ``k`` chained selections for ``k <= SELECT_MAX_K``, else rank
+    by counting, then place (see the module docstring)."""
     x = inputs[0]
     xs = T.shape_of(x)
     axis = norm_axis(attrs.axis, len(xs))
     k = _k_of(attrs, xs[axis])
-    r = _sorted_te(x, axis, attrs.is_ascend, k, attrs.dtype, attrs.ret_type)
+    if isinstance(k, int) and k <= SELECT_MAX_K and T.dtype_of(x) in _PACKABLE:
+        r = _selected_te(x, axis, attrs.is_ascend, k, attrs.dtype, attrs.ret_type)
+    else:
+        r = _sorted_te(x, axis, attrs.is_ascend, k, attrs.dtype, attrs.ret_type)
     return r if attrs.ret_type == "both" else r[0]
 
 
