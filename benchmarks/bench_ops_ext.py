@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import relay_ir as rly  # noqa: E402
 from relay_ir import passes, runtime  # noqa: E402
+from relay_ir.op import sorting  # noqa: E402
 
 
 def _median_ms(fn, reps: int) -> float:  # type: ignore[no-untyped-def]
@@ -59,9 +60,19 @@ def @main(%x: Tensor[(1, 64, 32, 32), float32], %w: Tensor[(64, 32, 4, 4), float
 }"""))
     f = runtime.build(mod, target="llvm")
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])
-    rows.append(("conv2d_transpose 1x64x32x32, 64->32, 4x4 s2",
-                 _median_ms(lambda: f(x, w), reps),
-                 _median_ms(_ort(node, {"x": x, "w": w}, []), reps)))
+    ort_ct = _median_ms(_ort(node, {"x": x, "w": w}, []), reps)
+    rows.append(("conv2d_transpose 1x64x32x32, 64->32, 4x4 s2", _median_ms(lambda: f(x, w), reps),
+                 ort_ct))
+    # the kernel the ONNX importer used before: the conv2d data adjoint (a gather per pixel)
+    old = passes.InferType()(rly.parse("""#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 64, 32, 32), float32], %w: Tensor[(64, 32, 4, 4), float32]) {
+  nn.conv2d_backward_data(%x, %w, zeros(shape=[1, 32, 64, 64], dtype="float32"), strides=[2, 2],
+                          padding=[1, 1])
+}"""))
+    fo = runtime.build(old, target="llvm")
+    np.testing.assert_allclose(fo(x, w), f(x, w), rtol=1e-4, atol=1e-3)
+    rows.append(("  same via nn.conv2d_backward_data (before)", _median_ms(lambda: fo(x, w), reps),
+                 ort_ct))
 
     for n in (100, 1000, 4000):
         v = rng.standard_normal((8, n)).astype("float32")
@@ -70,8 +81,15 @@ def @main(%x: Tensor[(8, {n}), float32]) {{ topk(%x, k=10) }}"""))
         f = runtime.build(mod, target="llvm")
         node = helper.make_node("TopK", ["x", "k"], ["v", "i"])
         k = helper.make_tensor("k", TensorProto.INT64, [1], [10])
-        rows.append((f"topk k=10 of 8x{n}", _median_ms(lambda: f(v), reps),
-                     _median_ms(_ort(node, {"x": v}, [k], (1, TensorProto.INT64)), reps)))
+        ort_k = _median_ms(_ort(node, {"x": v}, [k], (1, TensorProto.INT64)), reps)
+        rows.append((f"topk k=10 of 8x{n}", _median_ms(lambda: f(v), reps), ort_k))
+        # the rank-by-counting kernel (what sort/argsort and k > SELECT_MAX_K use)
+        sorting.SELECT_MAX_K = 0
+        try:
+            fc = runtime.build(mod, target="llvm")
+            rows.append(("  same by counting (O(n^2))", _median_ms(lambda: fc(v), reps), ort_k))
+        finally:
+            sorting.SELECT_MAX_K = 32
 
     img = rng.standard_normal((1, 32, 64, 64)).astype("float32")
     for method, mode in (("linear", "linear"), ("cubic", "cubic")):
