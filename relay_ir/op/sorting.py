@@ -9,9 +9,12 @@ gradient to the selected indices along the axis (``sum(where(idx == iota, g, 0))
 ``k`` axis of a ``(.., k, n, ..)`` one-hot, built from registry operators); their tangent
 gathers the input tangent at those indices the same way.
 
-The TE computes rank every element by counting the elements ordered before it (a reduction
-over the axis, O(n^2) per row) and then place each element by its rank: exact, no extern
-sort, good for the short axes of model graphs.
+The TE computes use no extern sort. ``topk`` with a static ``k <= SELECT_MAX_K`` on data of at
+most 32 bits selects its ``k`` elements one after the other (``k`` integer max/min
+reductions over packed (key, index) codes: O(k n)). The others rank every element by
+counting the elements ordered before it (a reduction over the axis, O(n^2) per row) and then
+place each element by its rank: exact, good for the short axes of model graphs, slow for
+long ones.
 """
 from __future__ import annotations
 
