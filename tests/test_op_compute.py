@@ -547,6 +547,77 @@ for _n in ("gather", "gather_nd", "scatter_elements", "scatter_nd", "one_hot", "
     CASES[_n] = (lambda n: lambda: indexing_ext_cases(n))(_n)
 
 
+# ----------------------------------------------------------------------------- part opsb (issue 23)
+def opsb_cases(name: str) -> Iterator[Case]:
+    """Sorting, transposed/1-d convolutions, instance/group norm, resize."""
+    if name in ("topk", "argsort", "sort"):
+        ties = np.array([[1.0, 3.0, 3.0, -2.0, np.nan, 0.0, -0.0, 3.0],
+                         [2.0, 2.0, 0.5, 2.0, -np.inf, np.inf, 2.0, np.nan]], "float32")
+        for asc in (False, True):
+            if name == "topk":
+                yield [ties], {"k": 5, "is_ascend": asc}
+                yield [ties.astype("float64")], {"k": 3, "axis": 1, "is_ascend": asc,
+                                                  "ret_type": "values"}
+            else:
+                yield [ties], {"is_ascend": asc}
+            for dt in ("int8", "uint8", "int64", "float16", "bool"):
+                kw: dict[str, Any] = {"is_ascend": asc, "axis": 0}
+                if name == "topk":
+                    kw.update(k=2, ret_type="indices", dtype="int64")
+                yield [gen((5, 3), dt, -3, 3)], kw
+    elif name == "nn.conv2d_transpose":
+        x = _f(2, 4, 4, 5)
+        yield [x, _f(4, 3, 3, 3)], {}
+        yield [x, _f(4, 3, 3, 2)], {"strides": (2, 3), "padding": (1, 0, 2, 1),
+                                    "dilation": (1, 2), "output_padding": (1, 2), "groups": 2}
+        yield [x, _f(4, 1, 3, 3)], {"groups": 4, "strides": (2, 2), "padding": (1,)}
+        yield [x.transpose(0, 2, 3, 1).copy(), _f(3, 3, 2, 4)], \
+            {"data_layout": "NHWC", "kernel_layout": "HWOI", "strides": (2, 2)}
+        for dt in ("float16", "float64", "int32"):
+            yield [gen((1, 2, 3, 3), dt, -3, 3), gen((2, 2, 2, 2), dt, -3, 3)], {"strides": (2, 2)}
+    elif name == "nn.conv1d":
+        yield [_f(2, 4, 9), _f(6, 2, 3)], {"strides": (2,), "padding": (1, 2), "dilation": (2,),
+                                           "groups": 2}
+        yield [_f(1, 7, 3), _f(3, 3, 5)], {"data_layout": "NWC", "kernel_layout": "WIO",
+                                           "padding": (1,)}
+        yield [gen((1, 3, 6), "int8"), gen((2, 3, 2), "int8")], {"out_dtype": "int32"}
+    elif name == "nn.conv1d_transpose":
+        yield [_f(2, 4, 9), _f(4, 3, 3)], {"strides": (2,), "padding": (1, 2),
+                                           "output_padding": (1,), "groups": 2}
+        yield [_f(1, 3, 5), _f(3, 2, 4)], {"dilation": (2,)}
+    elif name in ("nn.instance_norm", "nn.group_norm"):
+        extra = {"num_groups": 3} if name == "nn.group_norm" else {}
+        for dt in FLOATS:
+            yield [gen((2, 6, 3, 4), dt), gen((6,), dt), gen((6,), dt)], dict(extra)
+        yield [_f(2, 5, 6), _f(6), _f(6)], dict(extra, axis=-1, center=False)
+        yield [_f(3, 6, 4), _f(6), _f(6)], dict(extra, scale=False, epsilon=0.1)
+    elif name == "image.resize2d":
+        x = _f(2, 3, 4, 5)
+        for method in ("nearest_neighbor", "linear", "cubic"):
+            for mode in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                         "tf_half_pixel_for_nn"):
+                yield [x], {"size": (7, 3), "method": method,
+                            "coordinate_transformation_mode": mode}
+        yield [x], {"size": (8, 10), "method": "cubic", "cubic_alpha": -0.75,
+                    "cubic_exclude": 1}
+        yield [x], {"size": (1, 1), "coordinate_transformation_mode": "pytorch_half_pixel"}
+        yield [x], {"size": (5, 4), "roi": (0.2, -0.3, 1.2, 0.9),
+                    "coordinate_transformation_mode": "tf_crop_and_resize",
+                    "extrapolation_value": 2.5}
+        for r in ("round", "round_prefer_floor", "round_prefer_ceil", "ceil"):
+            yield [x], {"size": (8, 10), "method": "nearest_neighbor", "rounding_method": r}
+        yield [x.transpose(0, 2, 3, 1).copy()], {"size": (6, 6), "layout": "NHWC"}
+        for dt in ALL:
+            yield [gen((1, 2, 3, 3), dt)], {"size": (5, 2), "method": "nearest_neighbor"}
+        for dt in ("float16", "float64"):
+            yield [gen((1, 2, 3, 3), dt)], {"size": (5, 2), "method": "cubic"}
+
+
+for _n in ("topk", "argsort", "sort", "nn.conv2d_transpose", "nn.conv1d", "nn.conv1d_transpose",
+           "nn.instance_norm", "nn.group_norm", "image.resize2d"):
+    CASES[_n] = (lambda n: lambda: opsb_cases(n))(_n)
+
+
 # ----------------------------------------------------------------------------- harness
 def _type_of(v: Any) -> Any:
     if isinstance(v, tuple):

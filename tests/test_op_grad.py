@@ -267,6 +267,36 @@ add("dyn.nn.pad", away((3, 4)), np.array([[1, 1], [2, 2]], "int64"), np.asarray(
     pad_mode="reflect", tag="reflect")
 add("dyn.nn.pad_grad", away((3, 8)), away((2, 3), seed=1), np.array([[0, 1], [2, 3]], "int64"))
 
+# part opsb (issue 23): sorting, transposed/1-d convolutions, instance/group norm, resize
+add("topk", distinct((3, 5)), k=2, tag="both")
+add("topk", distinct((4, 3)), k=2, axis=0, ret_type="values", is_ascend=True, tag="values")
+add("sort", distinct((3, 4)), axis=0, is_ascend=False)
+add("nn.conv2d_transpose", away((1, 4, 3, 4)), away((4, 3, 3, 2), seed=1))
+add("nn.conv2d_transpose", away((2, 4, 3, 4)), away((4, 2, 3, 2), seed=1), strides=(2, 3),
+    padding=(1, 0, 2, 1), dilation=(1, 2), output_padding=(1, 2), groups=2, tag="sdpog")
+add("nn.conv2d_transpose", away((1, 3, 4, 4)), away((2, 2, 3, 4), seed=1), strides=(2, 2),
+    padding=(1, 1), data_layout="NHWC", kernel_layout="HWOI", tag="nhwc")
+add("nn.conv1d", away((2, 4, 9)), away((6, 2, 3), seed=1), strides=(2,), padding=(1, 2),
+    dilation=(2,), groups=2)
+add("nn.conv1d", away((1, 7, 3)), away((3, 3, 5), seed=1), padding=(1,), data_layout="NWC",
+    kernel_layout="WIO", tag="nwc")
+add("nn.conv1d_transpose", away((2, 4, 5)), away((4, 3, 3), seed=1), strides=(2,),
+    padding=(1, 2), output_padding=(1,), groups=2)
+add("nn.instance_norm", away((2, 3, 4, 5)), away((3,), seed=1), away((3,), seed=2))
+add("nn.instance_norm", away((2, 4, 3)), away((3,), seed=1), away((3,), seed=2), axis=-1,
+    center=False, tag="last-nocenter")
+add("nn.group_norm", away((2, 6, 2, 3)), away((6,), seed=1), away((6,), seed=2),
+    num_groups=3)
+add("nn.group_norm", away((2, 5, 4)), away((4,), seed=1), away((4,), seed=2), num_groups=2,
+    axis=-1, scale=False, tag="last-noscale")
+add("image.resize2d", away((1, 2, 3, 4)), size=(5, 3))
+add("image.resize2d", away((1, 4, 3, 2)), size=(7, 2), layout="NHWC", method="cubic",
+    coordinate_transformation_mode="align_corners", tag="cubic-nhwc")
+add("image.resize2d", away((1, 2, 3, 4)), size=(6, 7), method="nearest_neighbor",
+    tag="nearest")
+add("image.resize2d", away((1, 1, 4, 4)), size=(3, 5), roi=(0.2, -0.3, 1.2, 0.9),
+    coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5, tag="crop")
+
 
 # opsa (issue 23): the indexing and scan operators of relay_ir/op/indexing_ext.py
 add("gather", away((3, 4)), np.array([[0, 3, -1], [2, 2, 0]], "int32"), axis=1)

@@ -350,3 +350,38 @@ def test_new_op_template_renders_a_working_operator():
     np.testing.assert_array_equal(captured["impl"]([x, x[0]], {}), x)
     assert mod.main(["add", "--dry-run"]) == 1  # already registered
     assert mod.main(["bad name", "--dry-run"]) == 2
+
+
+# ----------------------------------------------------------------------------- part opsb (issue 23)
+# sorting (relay_ir/op/sorting.py), transposed/1-d convolutions, instance/group norm, resize
+# (relay_ir/op/conv_ext.py)
+SAMPLES.update({
+    "topk": [([T(3, 5)], {"k": 2}), ([I(4, 3)], {"k": 2, "axis": 0, "ret_type": "values"}),
+             ([T(2, 6)], {"k": 0, "ret_type": "indices", "is_ascend": True,
+                          "dtype": "int64"})],
+    "argsort": [([T(3, 5)], {}), ([I(4, 3)], {"axis": 0, "is_ascend": False,
+                                               "dtype": "int64"})],
+    "sort": [([T(3, 5)], {}), ([I(4, 3)], {"axis": 0, "is_ascend": False})],
+    "nn.conv2d_transpose": [([T(1, 4, 5, 5), T(4, 3, 3, 3)], {}),
+                            ([T(2, 4, 4, 5), T(4, 3, 3, 2)],
+                             {"strides": [2, 3], "padding": [1, 0, 2, 1], "dilation": [1, 2],
+                              "output_padding": [1, 2], "groups": 2}),
+                            ([T(1, 5, 5, 4), T(3, 3, 2, 4)],
+                             {"data_layout": "NHWC", "kernel_layout": "HWOI"})],
+    "nn.conv1d": [([T(2, 4, 9), T(6, 2, 3)], {"strides": [2], "padding": [1, 2],
+                                                "dilation": [2], "groups": 2}),
+                  ([T(1, 7, 3), T(3, 3, 5)], {"data_layout": "NWC", "kernel_layout": "WIO"})],
+    "nn.conv1d_transpose": [([T(2, 4, 9), T(4, 3, 3)], {"strides": [2], "padding": [1, 2],
+                                                          "output_padding": [1],
+                                                          "groups": 2})],
+    "nn.instance_norm": [([T(2, 3, 4, 5), T(3), T(3)], {}),
+                         ([T(2, 4, 3), T(3), T(3)], {"axis": -1, "center": False})],
+    "nn.group_norm": [([T(2, 6, 4, 5), T(6), T(6)], {"num_groups": 3}),
+                      ([T(2, 5, 4), T(4), T(4)], {"num_groups": 2, "axis": -1,
+                                                   "scale": False})],
+    "image.resize2d": [([T(1, 3, 4, 5)], {"size": [8, 3]}),
+                       ([T(2, 4, 5, 3)], {"size": [2, 7], "layout": "NHWC",
+                                          "method": "cubic"}),
+                       ([I(1, 2, 3, 3)], {"size": [6, 6], "method": "nearest_neighbor",
+                                          "coordinate_transformation_mode": "asymmetric"})],
+})
