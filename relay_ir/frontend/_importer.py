@@ -101,8 +101,11 @@ class Graph:
         arr = np.asarray(array, dtype=dtype)
         return Value(Constant(arr), TensorType(arr.shape, np_to_rly_dtype(arr.dtype)), arr)
 
-    def call(self, op: str, *args: Value | Sequence[Value], **attrs: Any) -> Value:
-        """Emit ``op(args, attrs)``; a tuple argument is given as a list of Values."""
+    def call(self, op: str, *args: Value | Sequence[Value], fold: bool = True,
+             **attrs: Any) -> Value:
+        """Emit ``op(args, attrs)``; a tuple argument is given as a list of Values.
+
+        ``fold=False`` keeps a call on constants a call (``full`` of a large shape)."""
         od = get_opdef(op)
         exprs: list[Expr] = []
         types: list[Type] = []
@@ -123,7 +126,7 @@ class Graph:
             raise TypeInferenceError(f"{op}: could not infer the result type")
         # NOTE: a call without arguments (zeros(shape=...)) stays a call: it is cheap and
         # its constant would be as big as its result
-        if od.impl is not None and not od.effectful and consts and all(
+        if fold and od.impl is not None and not od.effectful and consts and all(
                 c is not None for c in consts):
             with np.errstate(all="ignore"):
                 out = od.impl(consts, call.attrs)
