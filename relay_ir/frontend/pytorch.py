@@ -26,6 +26,7 @@ from relay_ir.expr import Expr, Function, Tuple, Var
 from relay_ir.frontend._importer import (RLY_DTYPES, Graph, Names, Value, np_to_rly_dtype,
                                          unsupported_message)
 from relay_ir.module import IRModule
+from relay_ir.op import lookup_opdef
 from relay_ir.traversal import build_lets, free_vars
 from relay_ir.ty import ANY, ShapeVar, TensorType
 
@@ -108,13 +109,17 @@ def _static(d: Any) -> bool:
 
 Converter = Callable[[Graph, TNode], Any]
 _CONVERTERS: dict[str, Converter] = {}
+_NEEDS: dict[str, tuple[str, ...]] = {}
 
 
-def converter(*targets: str) -> Callable[[Converter], Converter]:
-    """Register a converter for ATen overloads ``targets`` (``"aten.relu.default"``)."""
+def converter(*targets: str, needs: Sequence[str] = ()) -> Callable[[Converter], Converter]:
+    """Register a converter for ATen overloads ``targets`` (``"aten.relu.default"``);
+    ``needs`` names relay_ir operators it emits that not every build registers."""
     def deco(fn: Converter) -> Converter:
         for t in targets:
             _CONVERTERS[t] = fn
+            if needs:
+                _NEEDS[t] = tuple(needs)
         return fn
     return deco
 
@@ -258,6 +263,10 @@ def _unsupported(nodes: Sequence[Any]) -> list[str]:
             t = _target(n)
             if t != "getitem" and t not in _IGNORED and t not in _CONVERTERS:
                 bad.append(f"node {i} ({n.name}): no converter for {t}")
+            missing = [op for op in _NEEDS.get(t, ()) if lookup_opdef(op) is None]
+            if missing:
+                bad.append(f"node {i} ({n.name}): {t} needs the relay_ir operator(s) "
+                           f"{', '.join(missing)}, not registered")
         elif n.op in ("call_module", "call_method", "get_attr"):
             bad.append(f"node {i} ({n.name}): {n.op} {n.target} is not supported")
     return bad

@@ -18,6 +18,7 @@ from relay_ir.frontend._importer import Graph, Value
 from relay_ir.frontend.onnx_nn import _drop_pad_windows
 from relay_ir.frontend.onnx_ops import _round_even
 from relay_ir.frontend.pytorch import TNode, converter, rly_dtype
+from relay_ir.ty import dim_add, dim_div_exact, dim_mul, dim_sub
 
 _BIG = 2 ** 62  # NOTE: slice ends at or past this are "to the end" (torch uses INT64_MAX)
 
@@ -109,8 +110,9 @@ for _t, _op in {"relu": "nn.relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": 
                 "floor": "floor", "trunc": "trunc", "sin": "sin", "cos": "cos", "tan": "tan",
                 "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
                 "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "sign": "sign",
-                "bitwise_not": "bitwise_not", "erf": "erf"}.items():
+                "bitwise_not": "bitwise_not"}.items():
     converter(f"aten.{_t}.default")(_unary(_op))
+converter("aten.erf.default", needs=["erf"])(_unary("erf"))
 
 
 @converter("aten.round.default")
@@ -298,7 +300,7 @@ def _silu(g: Graph, n: TNode) -> Value:
     return g.call("multiply", x, g.call("sigmoid", x))
 
 
-@converter("aten.gelu.default")
+@converter("aten.gelu.default", needs=["nn.gelu"])
 def _gelu(g: Graph, n: TNode) -> Value:
     return g.call("nn.gelu", n.args[0], approximate=str(n.arg(1, "approximate", "none")))
 
@@ -673,13 +675,13 @@ def _index(g: Graph, n: TNode) -> Value:
     return g.call("take", x, idx[k], axis=k, mode="wrap")
 
 
-@converter("aten.gather.default")
+@converter("aten.gather.default", needs=["gather"])
 def _gather(g: Graph, n: TNode) -> Value:
     x = n.args[0]
     return g.call("gather", x, n.args[2], axis=_axis(int(n.args[1]), x.ndim))
 
 
-@converter("aten.cumsum.default")
+@converter("aten.cumsum.default", needs=["cumsum"])
 def _cumsum(g: Graph, n: TNode) -> Value:
     x = _cast(g, n.args[0], n.out_dtype)
     return g.call("cumsum", x, axis=_axis(int(n.args[1]), x.ndim))
@@ -832,7 +834,7 @@ def _layer_norm(g: Graph, n: TNode) -> list[Value | None]:
     return [y, mean, rstd]
 
 
-@converter("aten.native_group_norm.default")
+@converter("aten.native_group_norm.default", needs=["nn.group_norm"])
 def _group_norm(g: Graph, n: TNode) -> list[Value | None]:
     x, w, b = n.args[0], n.args[1], n.args[2]
     groups, eps = int(n.args[6]), float(n.args[7])
@@ -915,3 +917,29 @@ def _adaptive_avg_pool(g: Graph, n: TNode) -> Value:
     if unbatched:
         y = g.call("squeeze", y, axis=[0])
     return y
+
+
+# ---------------------------------------------------------------------------- symbolic sizes
+
+@converter("aten.sym_size.int")
+def _sym_size(g: Graph, n: TNode) -> Any:
+    x = n.args[0]
+    return x.shape[_axis(int(n.args[1]), x.ndim)]
+
+
+def _sym_arith(fn: Any):  # type: ignore[no-untyped-def]
+    def conv(g: Graph, n: TNode) -> Any:
+        a, b = n.args[0], n.args[1]
+        if isinstance(a, int) and isinstance(b, int):
+            return fn[0](a, b)
+        out = fn[1](a, b)
+        if out is None:
+            raise n.error(f"cannot compute {a} {n.target} {b} on symbolic sizes")
+        return out
+    return conv
+
+
+converter("<built-in function mul>")(_sym_arith((lambda a, b: a * b, dim_mul)))
+converter("<built-in function add>")(_sym_arith((lambda a, b: a + b, dim_add)))
+converter("<built-in function sub>")(_sym_arith((lambda a, b: a - b, dim_sub)))
+converter("<built-in function floordiv>")(_sym_arith((lambda a, b: a // b, dim_div_exact)))
