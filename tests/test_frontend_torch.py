@@ -331,6 +331,24 @@ def test_dynamic_dims_through_views_in_a_tuple_spec() -> None:
         _check(runtime.evaluate(mod, xk.numpy(), yk.numpy()), _np(m(xk, yk)))
 
 
+@pytest.mark.tvm
+def test_encoder_layer_with_dynamic_batch_and_sequence_compiled() -> None:
+    # NOTE: torch decomposes attention with these sizes into expand and view to shapes such
+    # as (4*batch, seq, 8): zeros of that shape built from the inputs' dims, reshape_like
+    layer, (x,) = _encoder()
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    mod, params = from_pytorch(layer, (x,), dynamic_shapes=({0: batch, 1: seq},))
+    assert rly.astext(mod).splitlines()[1].startswith(
+        "def @main[batch, seq](%src: Tensor[(batch, seq, 32), float32]")
+    exe = runtime.build(mod, params=params)
+    for shape in [(1, 3, 32), (3, 9, 32)]:
+        xi = _r(*shape, seed=shape[1])
+        with torch.no_grad():
+            want = layer(xi).numpy()
+        _check(exe(xi.numpy()), want, 1e-4)
+        _check(runtime.evaluate(mod, xi.numpy(), *params.values()), want, 1e-4)
+
+
 def test_unsupported_operators_are_one_diagnostic_listing_each_node() -> None:
     m = Fn(lambda x: torch.log1p(torch.sort(x, -1).values) + torch.logcumsumexp(x, 0)).eval()
     with pytest.raises(TorchImportError) as e:

@@ -107,6 +107,15 @@ def _static(d: Any) -> bool:
         d.node.expr.is_number
 
 
+class TorchGraph(Graph):
+    """The :class:`Graph` converters emit into, plus where each symbolic dim can be read:
+    ``dim_sources[dim] = (value, axis)``, the first user input with that dim."""
+
+    def __init__(self, names: Names):
+        super().__init__(names)
+        self.dim_sources: dict[Any, tuple[Value, int]] = {}
+
+
 Converter = Callable[[Graph, TNode], Any]
 _CONVERTERS: dict[str, Converter] = {}
 _NEEDS: dict[str, tuple[str, ...]] = {}
@@ -336,7 +345,7 @@ def from_pytorch(model: Any, example_inputs: Any = None, *, dynamic_shapes: Any 
     dim_names = _dim_names(model, inputs_t, dynamic_shapes, user_nodes)
 
     names = Names()
-    g = Graph(names)
+    g = TorchGraph(names)
     env: dict[Any, Any] = {}
     syms: dict[Any, ShapeVar] = {}
     inputs: list[Var] = []
@@ -349,6 +358,9 @@ def from_pytorch(model: Any, example_inputs: Any = None, *, dynamic_shapes: Any 
         v = Var(names.make(n.name), ty)
         inputs.append(v)
         env[n] = Value(v, ty)
+        for axis, d in enumerate(ty.shape):
+            if isinstance(d, ShapeVar):
+                g.dim_sources.setdefault(d, (env[n], axis))
     weights: list[tuple[Var, np.ndarray]] = []
     for n in placeholders:
         if n in env:

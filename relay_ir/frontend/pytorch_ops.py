@@ -391,9 +391,10 @@ def _var(g: Graph, n: TNode) -> Value:
 
 # ---------------------------------------------------------------------------- shapes
 
-def _newshape(x: Value, shape: Sequence[Any], n: TNode) -> tuple[list[int], bool]:
+def _newshape(x: Value, shape: Sequence[Any], n: TNode) -> tuple[list[int] | None, bool]:
     """torch's target ``shape`` as a ``reshape`` newshape: symbolic sizes become Relay's 0
-    (copy the input's dim at that position) or -1 (inferred; at most one)."""
+    (copy the input's dim at that position) or -1 (inferred; at most one); None when that
+    cannot express it."""
     out: list[int] = []
     inferred = False
     allowzero = any(isinstance(d, int) and d == 0 for d in shape)
@@ -408,7 +409,7 @@ def _newshape(x: Value, shape: Sequence[Any], n: TNode) -> tuple[list[int], bool
             out.append(-1)
             inferred = True
         else:
-            raise n.error(f"cannot express the shape {list(shape)} (two unknown sizes)")
+            return None, allowzero  # NOTE: two unknown sizes: reshape_like instead
     return out, allowzero
 
 
@@ -419,6 +420,8 @@ def _view(g: Graph, n: TNode) -> Value:
     shape, allowzero = _newshape(x, n.args[1], n)
     if list(x.shape) == list(n.args[1]):
         return x
+    if shape is None:
+        return g.call("reshape_like", x, _like(g, n, n.args[1], x.dtype))
     return g.call("reshape", x, newshape=shape, allowzero=allowzero)
 
 
@@ -460,13 +463,7 @@ def _expand(g: Graph, n: TNode) -> Value:
     if target == list(x.shape):
         return x
     if not all(isinstance(d, int) for d in target):
-        # NOTE: symbolic sizes: broadcast against zeros of the target shape is not
-        # expressible with broadcast_to's static shape; only a leading-dims copy is
-        if all(isinstance(d, int) or (i >= lead and d == x.shape[i - lead])
-               for i, d in enumerate(target)) and lead == 0:
-            like = n.out_shape()
-            raise n.error(f"expanding {x.ty} to {like} with symbolic sizes is not supported")
-        raise n.error(f"expanding {x.ty} to a symbolic shape is not supported")
+        return g.call("broadcast_to_like", x, _like(g, n, target, x.dtype))
     return g.call("broadcast_to", x, shape=[int(d) for d in target])
 
 
@@ -689,6 +686,54 @@ def _cumsum(g: Graph, n: TNode) -> Value:
 
 # ---------------------------------------------------------------------------- creation
 
+def _factors(d: Any) -> list[Any] | None:
+    """A dim as a product of an int and symbolic dims (``4*batch`` -> [4, batch]); None for
+    sums."""
+    from relay_ir.ty import DimExpr, ShapeVar
+    if isinstance(d, int) or isinstance(d, ShapeVar):
+        return [d]
+    if isinstance(d, DimExpr) and len(d.terms) == 1:
+        (mono, c), = d.terms
+        return ([c] if c != 1 else []) + list(mono)
+    return None
+
+
+def _like(g: Graph, n: TNode, shape: Sequence[Any], dtype: str) -> Value:
+    """Zeros of ``shape``, whose symbolic dims are read from the user inputs that have them
+    (``broadcast_to`` takes only static shapes): static zeros broadcast against, per symbolic
+    dim, a zeroed (1, .., d, .., 1) slice of its input; a product dim (``4*batch``) is made
+    as one axis per factor, then merged (``reshape`` code -3)."""
+    sources = getattr(g, "dim_sources", {})
+    groups = []
+    for d in shape:
+        f = _factors(d)
+        if f is None:
+            raise n.error(f"the symbolic size {d} of {list(shape)} is not supported")
+        groups.append(f)
+    flat = [f for grp in groups for f in grp]
+    rank = len(flat)
+    like = g.call("zeros", shape=[d if isinstance(d, int) else 1 for d in flat], dtype=dtype)
+    for i, d in enumerate(flat):
+        if isinstance(d, int):
+            continue
+        if d not in sources:
+            raise n.error(f"the symbolic size {d} of {list(shape)} is not an input's dim")
+        src, axis = sources[d]
+        col = g.call("strided_slice", src, begin=[0] * src.ndim,
+                     end=[_BIG if k == axis else 1 for k in range(src.ndim)],
+                     strides=[1] * src.ndim, axes=list(range(src.ndim)))
+        col = g.call("reshape", col, newshape=[1] * i + [-1] + [1] * (rank - i - 1))
+        col = g.call("zeros_like", _cast(g, col, dtype))
+        like = g.call("add", like, col)
+    pos = 0
+    for grp in groups:
+        for _ in range(len(grp) - 1):
+            like = g.call("reshape", like,
+                          newshape=[0] * pos + [-3] + [0] * (like.ndim - pos - 2))
+        pos += 1
+    return like
+
+
 def _size(shape: Sequence[Any], n: TNode) -> list[int]:
     if not all(isinstance(d, int) for d in shape):
         raise n.error(f"creating a tensor of symbolic shape {list(shape)} is not supported")
@@ -698,6 +743,8 @@ def _size(shape: Sequence[Any], n: TNode) -> list[int]:
 @converter("aten.full.default")
 def _full(g: Graph, n: TNode) -> Value:
     dt = n.out_dtype
+    if not all(isinstance(d, int) for d in n.args[0]):
+        return g.call("full_like", _like(g, n, n.args[0], dt), _const(g, n.args[1], dt))
     shape = _size(n.args[0], n)
     value = _const(g, n.args[1], dt)
     if int(np.prod(shape)) <= 1:
