@@ -160,6 +160,11 @@ OPS: list[tuple[str, Callable[..., Any], tuple]] = [
     ("sdpa_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
      (_r(1, 2, 4, 8), _r(1, 2, 6, 8, seed=1), _r(1, 2, 6, 8, seed=2),
       torch.tensor([True, True, False, True, True, False]).expand(4, 6))),
+    ("upsample_nearest_bilinear", lambda x: (
+        F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(x, size=(7, 9)),
+        F.interpolate(x, size=(7, 3), mode="bilinear"),
+        F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+        F.interpolate(x, scale_factor=(1.5, 0.5), mode="bilinear")), (_r(1, 2, 4, 6),)),
     ("multiple_outputs_and_a_passthrough", lambda x, y: (x * 2, y, x - 1), (X, I64)),
 ]
 

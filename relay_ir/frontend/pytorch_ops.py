@@ -990,3 +990,59 @@ converter("<built-in function mul>")(_sym_arith((lambda a, b: a * b, dim_mul)))
 converter("<built-in function add>")(_sym_arith((lambda a, b: a + b, dim_add)))
 converter("<built-in function sub>")(_sym_arith((lambda a, b: a - b, dim_sub)))
 converter("<built-in function floordiv>")(_sym_arith((lambda a, b: a // b, dim_div_exact)))
+
+
+# ---------------------------------------------------------------------------- upsampling
+
+def _upsample_scale(n: TNode, k: int, size: int, out: int) -> float:
+    """torch's source step of spatial axis ``k``: 1 / scale_factor when given, else in/out."""
+    scales = n.args[-1] if n.target.endswith(".vec") else None
+    if scales:
+        return 1.0 / float(scales[k])
+    return size / out
+
+
+def _upsample_axis(g: Graph, x: Value, axis: int, out: int, step: float, mode: str,
+                   align: bool) -> Value:
+    """One spatial axis resized with constant maps (the nearest source index with ``take``;
+    bilinear as an (out, in) weight matrix contracted with ``nn.matmul``)."""
+    size = int(x.shape[axis])
+    dst = np.arange(out, dtype=np.float64)
+    if mode == "nearest":
+        # NOTE: torch computes the source index in float32
+        idx = np.minimum(np.floor(dst.astype(np.float32) * np.float32(step)), size - 1)
+        idx = idx.astype(np.int64)
+        return g.call("take", x, g.const(idx), axis=axis)
+    if align:
+        src = dst * (size - 1) / (out - 1) if out > 1 else np.zeros(out)
+    else:
+        src = np.maximum((dst + 0.5) * step - 0.5, 0.0)
+    x0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
+    x1 = np.minimum(x0 + 1, size - 1)
+    t = src - x0
+    m = np.zeros((out, size))
+    np.add.at(m, (np.arange(out), x0), 1 - t)
+    np.add.at(m, (np.arange(out), x1), t)
+    perm = [i for i in range(x.ndim) if i != axis] + [axis]
+    inv = [int(i) for i in np.argsort(perm)]
+    y = g.call("transpose", x, axes=perm)
+    y = g.call("nn.matmul", y, g.const(m.astype(x.dtype)), transpose_b=True)
+    return g.call("transpose", y, axes=inv)
+
+
+@converter("aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default",
+           "aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default")
+def _upsample(g: Graph, n: TNode) -> Value:
+    x = n.args[0]
+    mode = "nearest" if "nearest" in n.target else "bilinear"
+    align = bool(n.args[2]) if mode == "bilinear" and len(n.args) > 2 else False
+    out = n.out_shape()
+    _static_dims(x, n)
+    if not all(isinstance(d, int) for d in out):
+        raise n.error("upsampling needs static sizes")
+    for k, axis in enumerate((x.ndim - 2, x.ndim - 1)):
+        size, o = int(x.shape[axis]), int(out[axis])
+        if size != o or mode == "bilinear" and not align and \
+                _upsample_scale(n, k, size, o) != 1.0:
+            x = _upsample_axis(g, x, axis, o, _upsample_scale(n, k, size, o), mode, align)
+    return x
