@@ -225,6 +225,29 @@ def test_converter_needing_an_unregistered_op_is_listed() -> None:
         in str(e.value)
 
 
+def _flat(t: Any) -> list[Any]:
+    if isinstance(t, (tuple, list)):
+        return [y for x in t for y in _flat(x)]
+    return [t.detach().numpy()]
+
+
+@pytest.mark.parametrize("layer", [
+    lambda: nn.LSTM(8, 16, num_layers=2, batch_first=True),
+    lambda: nn.GRU(8, 16, bidirectional=True),
+    lambda: nn.RNN(8, 6, nonlinearity="relu")], ids=["lstm", "gru", "rnn"])
+def test_recurrent_layers_match_torch(layer: Callable[[], Any]) -> None:
+    # NOTE: torch.export unrolls them over the (static) sequence into mm, sigmoid, tanh, ...
+    torch.manual_seed(4)
+    m = layer().eval()
+    x = _r(3, 5, 8)
+    mod, params = from_pytorch(m, (x,))
+    got = runtime.evaluate(mod, x.numpy(), *params.values())
+    want = _flat(m(x))
+    assert isinstance(got, tuple) and len(got) == len(want)
+    for a, b in zip(got, want):
+        _check(a, b)
+
+
 # ------------------------------------------------------------------------------ whole models
 
 def _resnet() -> tuple[Any, tuple]:

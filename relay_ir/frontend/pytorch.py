@@ -98,13 +98,12 @@ class TNode:
 
 
 def _static(d: Any) -> bool:
-    try:
-        int(d)
-    except Exception:
-        return False
+    """Whether a size from torch's metadata is a number (never ``int()`` of a symbolic
+    SymInt: that would read its example value)."""
     import torch
-    return not isinstance(d, torch.SymInt) or d.node.is_constant() or \
-        d.node.expr.is_number
+    if isinstance(d, torch.SymInt):
+        return bool(d.node.expr.is_number)
+    return isinstance(d, int)
 
 
 class TorchGraph(Graph):
