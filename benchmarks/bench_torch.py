@@ -7,7 +7,7 @@ random weights (seed 0). relay_ir: ``from_pytorch`` then ``runtime.build(mod, "l
 params=params)``. Peers: torch eager under ``torch.no_grad()`` and ONNX Runtime on the model
 exported by ``torch.onnx.export(dynamo=False)`` (n/a where that exporter fails). Calls are
 interleaved, one per peer per round after a warm-up; the table gives median and best ms and
-the largest difference from torch.
+the largest differences of relay_ir's and ORT's outputs from torch's.
 
 Run: ``.venv/bin/python benchmarks/bench_torch.py [--threads 2] [--rounds 10] [--only resnet18]``
 """
@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     only = [s for s in args.only.split(",") if s]
     print(f"threads {THREADS}, rounds {args.rounds}, torch {torch.__version__}")
     print("| model | import s | build s | relay_ir median / best ms | torch eager median / best "
-          "ms | ORT median / best ms | relay_ir / torch | relay_ir / ORT | max abs diff |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "ms | ORT median / best ms | relay_ir / torch | relay_ir / ORT | max abs diff relay_ir, "
+          "ORT (vs torch) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, make in _models().items():
         if only and name not in only:
             continue
@@ -120,6 +121,9 @@ def main(argv: list[str] | None = None) -> None:
         ort_fn = _ort(model, x)
         if callable(ort_fn):
             peers["ort"] = ort_fn
+            ort_diff = f"{float(np.abs(ort_fn() - want).max()):.1e}"
+        else:
+            ort_diff = "n/a"
         for f in peers.values():
             f()
         times: dict[str, list[float]] = {k: [] for k in peers}
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
             (ort_fn if isinstance(ort_fn, str) else "n/a")
         print(f"| {name} | {t_import:.1f} | {t_build:.1f} | {cell('relay_ir')} | "
               f"{cell('torch')} | {cell('ort')} | {med['relay_ir'] / med['torch']:.2f}x | "
-              f"{ort_ratio} | {diff:.1e} |", flush=True)
+              f"{ort_ratio} | {diff:.1e}, {ort_diff} |", flush=True)
 
 
 if __name__ == "__main__":
