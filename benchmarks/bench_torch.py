@@ -9,7 +9,11 @@ exported by ``torch.onnx.export(dynamo=False)`` (n/a where that exporter fails).
 interleaved, one per peer per round after a warm-up; the table gives median and best ms and
 the largest differences of relay_ir's and ORT's outputs from torch's.
 
-Run: ``.venv/bin/python benchmarks/bench_torch.py [--threads 2] [--rounds 10] [--only resnet18]``
+``--blocks``: instead, the MobileNet's stages (stem, each block, last convolution) each imported
+and compiled alone, relay_ir against ORT on the same stage, median of ``--rounds``.
+
+Run: ``.venv/bin/python benchmarks/bench_torch.py [--threads 2] [--rounds 10] [--only resnet18]
+[--blocks]``
 """
 from __future__ import annotations
 
@@ -85,13 +89,47 @@ def _ort(model: Any, x: torch.Tensor) -> Callable[[], Any] | str:
     return lambda: sess.run(None, {"x": xn})[0]
 
 
+def _blocks(rounds: int) -> None:
+    model, x = _models()["mobilenet_v3_like"]()
+    stages = [("stem", model.stem)] + [(f"block{i}", b) for i, b in enumerate(model.blocks)] \
+        + [("last", model.last)]
+    print("| stage | input | relay_ir median ms | ORT median ms |")
+    print("|---|---|---:|---:|")
+    for name, stage in stages:
+        with torch.no_grad():
+            y = stage(x)
+        mod, params = from_pytorch(stage, (x,))
+        exe = runtime.build(mod, "llvm", params=params)
+        xn = x.numpy()
+        fs: dict[str, Callable[[], Any]] = {"relay_ir": lambda: exe(xn)}
+        ort_fn = _ort(stage, x)
+        if callable(ort_fn):
+            fs["ort"] = ort_fn
+        for f in fs.values():
+            f()
+        times: dict[str, list[float]] = {k: [] for k in fs}
+        for _ in range(rounds):
+            for k, f in fs.items():
+                t0 = time.perf_counter()
+                f()
+                times[k].append((time.perf_counter() - t0) * 1e3)
+        ort_ms = f"{np.median(times['ort']):.2f}" if "ort" in times else "n/a"
+        print(f"| {name} | {tuple(x.shape)} | {np.median(times['relay_ir']):.2f} | {ort_ms} |",
+              flush=True)
+        x = y
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--only", default="")
+    p.add_argument("--blocks", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(THREADS)
+    if args.blocks:
+        _blocks(args.rounds)
+        return
     only = [s for s in args.only.split(",") if s]
     print(f"threads {THREADS}, rounds {args.rounds}, torch {torch.__version__}")
     print("| model | import s | build s | relay_ir median / best ms | torch eager median / best "
