@@ -22,7 +22,8 @@ from relay_ir.frontend import from_onnx, from_pytorch  # noqa: E402
 from relay_ir.frontend.pytorch import SUPPORTED_OPS, TorchImportError  # noqa: E402
 from relay_ir.passes import InferType  # noqa: E402
 
-from torch_models import MobileNetV3Like, ResNetLike, randomize_batch_norms  # noqa: E402
+from torch_models import (GPTBlock, MobileNetV3Like, ResNetLike,  # noqa: E402
+                          randomize_batch_norms)
 
 # NOTE: torch.export's own deprecation warning (torch 2.13, from its pytree code)
 pytestmark = pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\)")
@@ -272,9 +273,16 @@ def _encoder_norm_first() -> tuple[Any, tuple]:
     return layer, (_r(7, 2, 32),)
 
 
+def _gpt_block() -> tuple[Any, tuple]:
+    torch.manual_seed(5)
+    idx = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(5))
+    return GPTBlock().eval(), (idx,)
+
+
 MODELS = {"resnet18_like": _resnet, "mobilenet_v3_like": _mobilenet,
           "transformer_encoder_layer": _encoder,
-          "transformer_encoder_layer_norm_first": _encoder_norm_first}
+          "transformer_encoder_layer_norm_first": _encoder_norm_first,
+          "gpt_block_int64_tokens": _gpt_block}
 
 
 @pytest.mark.tvm

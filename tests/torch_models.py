@@ -119,3 +119,35 @@ def randomize_batch_norms(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
                 m.bias.copy_(torch.rand(m.bias.shape, generator=g) - 0.5)
     return model
+
+
+class GPTBlock(nn.Module):
+    """A GPT-2-style block written out by hand (token and position embeddings, one fused
+    q/k/v projection split in three, a causal mask buffer applied with ``masked_fill(-inf)``,
+    pre-norm attention and MLP with residuals), ReLU in the MLP."""
+
+    def __init__(self, vocab: int = 100, d: int = 32, heads: int = 4, ctx: int = 16):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(ctx, d)
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+        self.heads = heads
+        self.register_buffer("mask", torch.tril(torch.ones(ctx, ctx)).view(1, 1, ctx, ctx))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        b, t = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        q, k, v = self.qkv(self.ln1(x)).split(x.shape[-1], dim=2)
+        q = q.view(b, t, self.heads, -1).transpose(1, 2)
+        k = k.view(b, t, self.heads, -1).transpose(1, 2)
+        v = v.view(b, t, self.heads, -1).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / k.size(-1) ** 0.5)
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, -1)
+        x = x + self.proj(y)
+        return x + self.fc2(F.relu(self.fc(self.ln2(x))))
