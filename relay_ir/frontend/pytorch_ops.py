@@ -1046,3 +1046,34 @@ def _upsample(g: Graph, n: TNode) -> Value:
                 _upsample_scale(n, k, size, o) != 1.0:
             x = _upsample_axis(g, x, axis, o, _upsample_scale(n, k, size, o), mode, align)
     return x
+
+
+# ---------------------------------------------------------------------------- sorting
+
+@converter("aten.topk.default", needs=["topk"])
+def _topk(g: Graph, n: TNode) -> list[Value | None]:
+    x = n.args[0]
+    k = n.args[1]
+    if not isinstance(k, int):
+        raise n.error("topk needs a static k")
+    axis = _axis(int(n.arg(2, "dim", -1)), x.ndim)
+    largest = bool(n.arg(3, "largest", True))
+    both = g.call("topk", x, k=k, axis=axis, ret_type="both", is_ascend=not largest,
+                  dtype="int64")
+    return [g.item(both, 0), g.item(both, 1)]
+
+
+@converter("aten.sort.default", "aten.sort.stable", needs=["sort", "argsort"])
+def _sort(g: Graph, n: TNode) -> list[Value | None]:
+    x = n.args[0]
+    if n.target == "aten.sort.stable":
+        dim, desc = n.kwargs.get("dim", -1), bool(n.kwargs.get("descending", False))
+    else:
+        dim, desc = n.arg(1, "dim", -1), bool(n.arg(2, "descending", False))
+    axis = _axis(int(dim), x.ndim)
+    out: list[Value | None] = [None, None]
+    if 0 in n.used_outputs or not n.used_outputs:
+        out[0] = g.call("sort", x, axis=axis, is_ascend=not desc)
+    if 1 in n.used_outputs:
+        out[1] = g.call("argsort", x, axis=axis, is_ascend=not desc, dtype="int64")
+    return out
