@@ -324,3 +324,25 @@ def test_symbolic_batch_dims():
     od = get_opdef("nn.conv1d")
     t = od.type_rel([TensorType((n, 4, 9), "float32"), T(6, 4, 3)], od.make_attrs({}))
     assert t == TensorType((n, 6, 7), "float32")
+
+
+@pytest.mark.parametrize("pads", [(0, 1, 3, 2), (1, 0, 0, 1)])
+def test_onnx_conv_transpose_output_padding_past_the_stride(pads):  # type: ignore[no-untyped-def]
+    """ONNX allows output_padding below the dilation too: the part at or past the stride comes
+    off the end padding (the op computes those rows) and the rest is zeros."""
+    from onnx import helper
+    from relay_ir.frontend import from_onnx
+    x = rng.standard_normal((1, 2, 3, 4)).astype("float32")
+    w = rng.standard_normal((2, 3, 2, 2)).astype("float32")
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 1],
+                            dilations=[3, 3], output_padding=[2, 1], pads=list(pads))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, x.shape),
+                                        helper.make_tensor_value_info("w", 1, w.shape)],
+                          [helper.make_tensor_value_info("y", 1, None)])
+    mod, params = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    got = runtime.evaluate(mod, x, w, *params.values())
+    p4 = (pads[0], pads[1], pads[2], pads[3])
+    want = _naive_conv_transpose(x.astype("float64"), w.astype("float64"), (2, 1), p4, (3, 3),
+                                 (2, 1), 1)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

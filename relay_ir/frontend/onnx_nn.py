@@ -173,9 +173,15 @@ def _conv_transpose(g: Graph, n: Node) -> Value:
         pads = [0] * (2 * k)
     else:
         pads = list(n.attr("pads", [0] * (2 * k)))
-    # NOTE: nn.conv*_transpose take output_padding below the stride; more is zero rows
+    # NOTE: nn.conv*_transpose take output_padding below the stride. The rest comes off the
+    # end padding (the op then computes those rows), and what remains past it lies after the
+    # last tap: zero rows
     opad = [min(outpad[i], strides[i] - 1) for i in range(k)]
-    extra = [extra[i] + outpad[i] - opad[i] for i in range(k)]
+    for i in range(k):
+        more = outpad[i] - opad[i]
+        take = min(more, pads[k + i])
+        pads[k + i] -= take
+        extra[i] += more - take
     name = "nn.conv1d_transpose" if k == 1 else "nn.conv2d_transpose"
     y = g.call(name, x, w, strides=strides, padding=pads, dilation=dil, groups=group,
                kernel_size=kernel, output_padding=opad, channels=wshape[1] * group)
