@@ -552,7 +552,8 @@ def fast_erf_tensor(x: Any, name: str = "T_fast_erf") -> Any:
     rational ``fast_erf`` (max relative error 3.7e-7 against ``math.erf``).
 
     ``fast_erf`` clamps its input to [-4, 4], so ``+-inf`` give ``+-1`` (exact in float32) but a
-    NaN would give 1: a select (:func:`not_nan`) puts the NaN back. ``-0.0`` keeps its sign (odd polynomial).
+    NaN would give 1: a select (:func:`not_nan`) puts the NaN back. ``-0.0`` keeps its sign
+    (an odd polynomial).
     """
     from tvm import topi
     te = te_mod()
@@ -560,6 +561,6 @@ def fast_erf_tensor(x: Any, name: str = "T_fast_erf") -> Any:
     xf = x if dt == "float32" else te.compute(x.shape, lambda *i: cast(x(*i), "float32"),
                                                name=f"{name}_in")
     e = topi.fast_erf(xf)
-    return te.compute(x.shape, lambda *i: cast(select(not_nan(xf(*i)), e(*i), xf(*i)), dt),
-                      name=name)
+    return te.compute(x.shape,
+                      lambda *i: cast(select(not_nan(xf(*i)), e(*i), xf(*i)), dt), name=name)
 
