@@ -125,6 +125,36 @@ def bench_model(name: str, rounds: int) -> None:
               f"{diff:.2g} (of {scale:.3g}) |")
 
 
+def bench_xfmr(name: str, rounds: int) -> None:
+    """A transformer layer (models.Transformer): compiled with its weights bound, against the
+    interpreter (values) and the peers (time)."""
+    net = M.XFMR_MODELS[name]()
+    x = net.input()
+    t = time.perf_counter()
+    mod = rly.parse(net.rly())
+    exe = runtime.build(mod, "llvm", params=net.weights, cache=KernelCache(use_disk=False))
+    cold = time.perf_counter() - t
+    print(f"\n### {name}: seq {net.seq}, hidden {net.hidden}, {net.heads} heads, FFN {net.ffn}, "
+          f"{net.flops / 1e9:.2f} GFLOP; {THREADS} threads\n")
+    ref = exe(x)
+    interp = runtime.evaluate(mod, x, *net.weights.values())
+    rel = float(np.abs(ref - interp).max() / np.abs(interp).max())
+    print(f"cold compile (parse + build, empty in-memory kernel cache): {cold:.1f} s; "
+          f"{exe.num_kernels()} kernels; max |compiled - interpreter| / max |interpreter| = "
+          f"{rel:.1e}\n")
+    fs, outs = _peers(net, exe, x)  # type: ignore[arg-type]
+    times = _race(fs, rounds)
+    base = {k: float(np.median(v)) for k, v in times.items()}
+    ours = base["relay_ir (compiled)"]
+    print("| peer | median ms | best ms | GFLOP/s (median) | x relay_ir | "
+          "max rel diff vs relay_ir |")
+    print("|---|---|---|---|---|---|")
+    for k, v in times.items():
+        diff = float(np.abs(outs[k] - ref).max() / np.abs(ref).max())
+        print(f"| {k} | {1e3 * base[k]:.2f} | {1e3 * min(v):.2f} | "
+              f"{net.flops / base[k] / 1e9:.0f} | {base[k] / ours:.2f} | {diff:.1e} |")
+
+
 CONV_SRC = M.HDR + """def @main(%x: Tensor[({n}, {c}, {h}, {w}), float32],
           %k: Tensor[({o}, {ci}, {kh}, {kw}), float32], %b: Tensor[({o}, 1, 1), float32]) {{
   nn.relu(add(nn.conv2d(%x, %k, strides=[{s}, {s}], padding=[{p}, {p}], groups={g}), %b))
@@ -187,18 +217,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--only", default=",".join(M.MODELS))
+    ap.add_argument("--only", default=",".join(M.MODELS),
+                    help="models, among " + ", ".join([*M.MODELS, *M.XFMR_MODELS]))
     ap.add_argument("--no-layers", action="store_true", help="skip the per-convolution table")
     args = ap.parse_args(argv)
     names = [s for s in args.only.split(",") if s]
     for n in names:
-        if n not in M.MODELS:
-            ap.error(f"unknown model {n!r} (known: {', '.join(M.MODELS)})")
+        if n not in M.MODELS and n not in M.XFMR_MODELS:
+            ap.error(f"unknown model {n!r} (known: {', '.join([*M.MODELS, *M.XFMR_MODELS])})")
     print(f"## bench_models: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{THREADS} threads, load average {os.getloadavg()[0]:.1f}")
     for n in names:
-        bench_model(n, args.rounds)
-    if not args.no_layers:
+        if n in M.XFMR_MODELS:
+            bench_xfmr(n, args.rounds)
+        else:
+            bench_model(n, args.rounds)
+    names = [n for n in names if n in M.MODELS]
+    if not args.no_layers and names:
         peaks = gemm_peak(args.rounds)
         print("\nGEMM 1024^3 fp32: " + ", ".join(f"{k} {v:.0f} GFLOP/s"
                                                 for k, v in peaks.items()))

@@ -449,6 +449,61 @@ class Transformer:
             return F.linear(g, w["fc2_w"], w["fc2_b"]) + a
         return f
 
+    def onnx_model(self) -> Any:
+        """The same layer as an ONNX ModelProto (opset 20: LayerNormalization, Gelu)."""
+        from onnx import TensorProto, helper, numpy_helper
+        s, h, nh = self.seq, self.hidden, self.heads
+        d = h // nh
+        nodes: list[Any] = []
+        inits = [numpy_helper.from_array(np.ascontiguousarray(v.T) if k.endswith("_w") else v,
+                                         k) for k, v in self.weights.items()]
+        consts = {"shape_heads": np.array([s, nh, d], np.int64),
+                  "shape_flat": np.array([s, h], np.int64),
+                  "scale": np.array(1.0 / np.sqrt(d), np.float32),
+                  "split3": np.array([h, h, h], np.int64)}
+        inits += [numpy_helper.from_array(v, k) for k, v in consts.items()]
+        count = [0]
+
+        def node(op: str, ins: list[str], **attrs: Any) -> str:
+            count[0] += 1
+            out = f"t{count[0]}"
+            nodes.append(helper.make_node(op, ins, [out], **attrs))
+            return out
+
+        def linear(x: str, n: str) -> str:
+            return node("Add", [node("MatMul", [x, f"{n}_w"]), f"{n}_b"])
+
+        def heads(x: str, perm: list[int]) -> str:
+            return node("Transpose", [node("Reshape", [x, "shape_heads"])], perm=perm)
+
+        def ln(x: str, n: str) -> str:
+            return node("LayerNormalization", [x, f"{n}_g", f"{n}_b"], axis=-1,
+                        epsilon=1e-12 if self.kind == "bert" else 1e-5)
+
+        def attend(q: str, k: str, v: str) -> str:
+            sc = node("Mul", [node("MatMul", [heads(q, [1, 0, 2]), heads(k, [1, 2, 0])]),
+                              "scale"])
+            if self.kind == "gpt2":
+                sc = node("Add", [sc, "mask"])
+            c = node("MatMul", [node("Softmax", [sc], axis=-1), heads(v, [1, 0, 2])])
+            return node("Reshape", [node("Transpose", [c], perm=[1, 0, 2]), "shape_flat"])
+        if self.kind == "bert":
+            c = attend(linear("data", "q"), linear("data", "k"), linear("data", "v"))
+            a = ln(node("Add", [linear(c, "o"), "data"]), "ln1")
+            g = node("Gelu", [linear(a, "fc1")])
+            out = ln(node("Add", [linear(g, "fc2"), a]), "ln2")
+        else:
+            qkv = linear(ln("data", "ln1"), "qkv")
+            nodes.append(helper.make_node("Split", [qkv, "split3"], ["q", "k", "v"], axis=1))
+            a = node("Add", [linear(attend("q", "k", "v"), "o"), "data"])
+            g = node("Gelu", [linear(ln(a, "ln2"), "fc1")], approximate="tanh")
+            out = node("Add", [linear(g, "fc2"), a])
+        graph = helper.make_graph(
+            nodes, self.name,
+            [helper.make_tensor_value_info("data", TensorProto.FLOAT, [s, h])],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [s, h])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
 
 def bert_layer(seq: int = 128, seed: int = 0) -> Transformer:
     """A BERT-base encoder layer: hidden 768, 12 heads, FFN 3072, erf GELU, post-LN."""
