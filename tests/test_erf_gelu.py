@@ -162,3 +162,23 @@ def test_gelu_fuses_into_the_dense_epilogue() -> None:
     got = exe(x, w, b)
     assert exe.num_kernels() == 1
     np.testing.assert_allclose(got, runtime.evaluate(m, x, w, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mcpu,reg", [("haswell", "%ymm"), ("skylake-avx512", "%zmm")])
+def test_avx2_and_avx512_targets_get_full_width_vector_code(mcpu: str, reg: str) -> None:
+    """Built for an AVX2 CPU the kernels use ymm registers, for AVX-512 zmm; no libm call."""
+    from relay_ir.runtime.kernel_cache import KernelCache
+    body = "; ".join(f"let %{k} = {TRANSCENDENTAL[k]}" for k in ("erf", "gelu", "gelu_tanh"))
+    m = rly.parse(HDR + f"def @main(%x: Tensor[(4096), float32]) {{ {body}; "
+                  "(%erf, %gelu, %gelu_tanh, exp(%x), sigmoid(%x)) }")
+    cache = KernelCache(use_disk=False)
+    exe = runtime.build(m, {"kind": "llvm", "mcpu": mcpu}, cache=cache)
+    if _vector_width() == 16 or mcpu == "haswell" and _vector_width() == 8:
+        exe(np.linspace(-4, 4, 4096).astype(np.float32))   # runs here: check it is compiled
+    else:
+        pytest.skip(f"this CPU cannot run {mcpu} code")
+    asm = "\n".join(mod.inspect_source("s") for mod in cache.modules.values())
+    assert asm.count(reg) > 50
+    if reg == "%ymm":
+        assert "%zmm" not in asm
+    assert not re.search(r"call\w*\s+\S*(exp|erf|tanh)", asm)
