@@ -420,6 +420,7 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
 def schedule_rowwise(sch: Any) -> None:
     """Softmax-like groups: rfactor reductions, compute all under the output row loop."""
     bs = blocks(sch)
+    inner = all(reduces_innermost(sch, b) for b in bs if _is_reduction(sch, b))
     for b in bs:
         if _is_reduction(sch, b) and reduces_innermost(sch, b):
             spatial, red = _split_loops(sch, b)
@@ -432,7 +433,11 @@ def schedule_rowwise(sch: Any) -> None:
     out = bs[-1]
     if _is_reduction(sch, out):
         raise ValueError("rowwise: the output is a reduction")
-    row = sch.get_loops(out)[0]
+    loops = sch.get_loops(out)
+    # NOTE: every reduction runs along the innermost axis: the output's other loops are all
+    # rows (12 x 128 attention rows as one loop of 1536, not 12 tasks each walking a 128 x 128
+    # plane, whose per-row reductions LLVM turned into gathers)
+    row = sch.fuse(*loops[:-1]) if inner and len(loops) > 2 else loops[0]
     for b in reversed(bs[:-1]):
         sch.compute_at(b, row, preserve_unit_loops=True)
     for b in blocks(sch):
