@@ -159,6 +159,11 @@ class DenseWeightPack(FunctionPass):
 
 
 class _DensePack(ExprMutator):
+    def __init__(self) -> None:
+        super().__init__()
+        # NOTE: one [1, M, K] view per input (q, k and v of a BERT layer read the same x)
+        self._batched: dict[int, Expr] = {}
+
     def visit_call(self, c: Call) -> Expr:
         from relay_ir.op._rules import make_call
         new = super().visit_call(c)
@@ -179,7 +184,10 @@ class _DensePack(ExprMutator):
         wp = Constant(data, span=w.span,
                       checked_type_=TensorType(tuple(data.shape), str(data.dtype)))
         span = new.span
-        x3 = make_call("reshape", new.args[0], newshape=[1, m, k], span=span)
+        x3 = self._batched.get(id(new.args[0]))
+        if x3 is None:
+            x3 = make_call("reshape", new.args[0], newshape=[1, m, k], span=span)
+            self._batched[id(new.args[0])] = x3
         prod = make_call("nn.batch_matmul", x3, wp, transpose_b=False, span=span)
         back = make_call("transpose", prod, axes=[1, 0, 2], span=span)
         return make_call("reshape", back, newshape=[m, n], span=span)
