@@ -15,9 +15,9 @@ here, in ``runtime.build``'s lowering, for that target only:
   (``schedules.schedule_conv_channels``).
   And ``dense-weight-pack``: a dense layer's constant ``[N, K]`` weight stored as the panels
   ``[N/nr, K, nr]`` the CPU matmul schedule would otherwise copy it into on every call (a
-  9.4 MB weight took ~6 ms per call to pack on one core, as long as the product itself), the
+  9.4 MB weight took ~5 ms per call to pack on one core, as long as the product itself), the
   product written as a ``batch_matmul`` over the panels (measured on the BERT and GPT-2 layers
-  of benchmarks/bench_models.py: 1.75x faster dense layers, bitwise the same results).
+  of benchmarks/bench_models.py: dense layers 1.8-1.9x faster, bitwise the same results).
 * every other target (``cuda``): nothing; these costs were not measured there.
 
 Before them, on every target: ``simplify-inference`` (batch norm with constant statistics to a
