@@ -445,9 +445,8 @@ def schedule_rowwise(sch: Any) -> None:
         if len(loops) < 2:
             continue
         if _is_reduction(sch, b):
-            it = _iter_types(sch, b)
-            if sch.get(b).name_hint.endswith("_rf") and it[-1] == 0:
-                pass
+            if sch.get(b).name_hint.endswith("_rf"):
+                _vectorize_lanes(sch, b, 1)
             continue
         name = sch.get(b).name_hint
         if name.endswith("_rf"):
@@ -460,6 +459,25 @@ def schedule_rowwise(sch: Any) -> None:
             _, v = sch.split(loops[-1], [None, LANES])
             sch.vectorize(v)
     _parallel(sch, row)
+
+
+def _vectorize_lanes(sch: Any, rf: Any, depth: int) -> None:
+    """An rfactor block under a row loop: its lane loop (the first spatial loop below the
+    ``depth`` outer loops) moved innermost, below the reduction, and vectorized: each step
+    then adds one contiguous vector of the row into the lane accumulators."""
+    loops = sch.get_loops(rf)[depth:]
+    itypes = _iter_types(sch, rf)
+    exts = [_extent(sch, lp) for lp in loops]
+    lanes = [lp for lp, e in zip(loops, exts) if e is not None and e > 1]
+    if len(lanes) != 2 or itypes[-1] != 2:
+        return
+    lane, red = lanes
+    sch.reorder(red, lane)
+    try:
+        sch.vectorize(lane)
+    except Exception as e:  # NOTE: an init the vectorizer refuses: leave it scalar
+        if not type(e).__module__.startswith("tvm"):
+            raise
 
 
 def schedule_generic(sch: Any) -> None:

@@ -73,3 +73,23 @@ def test_rowwise_3d_scores_no_gathers(op: str) -> None:
     ll = "\n".join(exe.kernel_sources())
     assert "gather" not in ll
     assert re.search(r"<(8|16) x float>", ll)
+
+
+@pytest.mark.parametrize("src,shapes", [
+    ("nn.layer_norm(%x, %g, %b)", [(12, 96), (96,), (96,)]),
+    ("nn.log_softmax(%x)", [(3, 4, 64)]),
+    ("nn.cross_entropy(nn.softmax(%x), %g)", [(8, 96), (8, 96)]),
+])
+def test_rowwise_lane_accumulators_are_vector_code(src: str, shapes: list) -> None:
+    """The rfactor lanes of each row reduction are one vector: no scalar lane loop."""
+    names = ["x", "g", "b"][:len(shapes)]
+    params = ", ".join(f"%{n}: Tensor[({', '.join(map(str, s))}), float32]"
+                       for n, s in zip(names, shapes))
+    m = rly.parse(f'#[version = "0.0.5"]\ndef @main({params}) {{ {src} }}')
+    rng = np.random.default_rng(4)
+    args = [np.abs(rng.standard_normal(s)).astype(np.float32) for s in shapes]
+    exe = runtime.build(m, "llvm", cache=KernelCache(use_disk=False))
+    np.testing.assert_allclose(exe(*args), runtime.evaluate(m, *args), rtol=1e-5, atol=1e-5)
+    ll = "\n".join(exe.kernel_sources())
+    # the lane accumulators: a vector fadd (sum) or a vector integer max (max keys)
+    assert re.search(r"fadd <16 x float>|fadd reassoc[^\n]*<16 x float>", ll)
