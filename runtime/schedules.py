@@ -18,8 +18,9 @@ of what is left:
 * any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
   tiled and vectorized inside the reduction loops, the next spatial axis unrolled by 4 for
   register reuse, the outer spatial loops fused and parallel;
-* several reductions in a row-wise group (softmax, log_softmax, layer_norm): each rfactored,
-  all blocks computed under the output's row loop, which runs in parallel.
+* several reductions in a row-wise group (softmax, log_softmax, layer_norm): each rfactored
+  into 16 vector lanes, all blocks computed under the output's row loop (every loop but the
+  reduced one when all reductions run along the innermost axis), which runs in parallel.
 
 Each step is tried on a fresh schedule and falls back to a simpler one on
 ``ScheduleError`` (a correct, parallel schedule always exists). :func:`schedule_cuda` runs
