@@ -136,15 +136,19 @@ PACK_MIN_ROWS = 16
 @dataclass(frozen=True)
 class DenseWeightPack(FunctionPass):
     """A dense layer's constant weight packed at compile time into the column panels the CPU
-    matmul schedule reads (``schedules.schedule_matmul`` copies a ``[N, K]`` weight into
-    ``[N/nr, K, nr]`` panels on every call)::
+    matmul schedule reads (``schedules.schedule_matmul`` copies a ``[N, K]`` weight, or a
+    ``[K, N]`` one over 2 MB, into ``[N/nr, K, nr]`` panels on every call)::
 
         nn.dense(x, W)  =>  reshape(transpose(nn.batch_matmul(reshape(x, [1, M, K]), Wp,
                                                               transpose_b=False),
                                               axes=[1, 0, 2]), [M, N])
         Wp[p, k, r] = W[p * nr + r, k]        (nr = 32, or 16 when 32 does not divide N)
 
-    for ``W`` a float32 constant, ``x`` of static shape ``[M, K]`` with ``M >=``
+    and the same for ``nn.matmul(x, W)`` (``W`` as ``[K, N]``: ``Wp[p, k, r] = W[k, p * nr +
+    r]``; with ``transpose_b`` as ``nn.dense``), the form ONNX ``MatMul`` imports to,
+
+    for ``W`` a float32 constant (no ``out_dtype``, no ``transpose_a``), ``x`` of static
+    shape ``[M, K]`` with ``M >=``
     :data:`PACK_MIN_ROWS`, and ``N`` a multiple of 16. Each panel ``Wp[p]`` is a ``[K, nr]``
     matrix read row by row, which the schedule uses in place. Values are unchanged: every
     output element is the same products summed in the same order. A layout for llvm only:
@@ -167,20 +171,32 @@ class _DensePack(ExprMutator):
     def visit_call(self, c: Call) -> Expr:
         from relay_ir.op._rules import make_call
         new = super().visit_call(c)
-        if type(new) is not Call or type(new.op) is not Op or new.op.name != "nn.dense":
+        if (type(new) is not Call or type(new.op) is not Op
+                or new.op.name not in ("nn.dense", "nn.matmul")):
             return new
+        at = new.attrs
         w = new.args[1]
         out = new.checked_type_
+        if new.op.name == "nn.dense":
+            nk = True
+        elif at.transpose_a:
+            return new
+        else:
+            nk = bool(at.transpose_b)     # nn.matmul: W is [N, K] with transpose_b, else [K, N]
         if (type(w) is not Constant or w.data.ndim != 2 or w.data.dtype != np.float32
-                or not isinstance(out, TensorType) or out.dtype != "float32"
-                or len(out.shape) != 2 or not all(type(d) is int for d in out.shape)):
+                or at.out_dtype not in ("", None) or not isinstance(out, TensorType)
+                or out.dtype != "float32" or len(out.shape) != 2
+                or not all(type(d) is int for d in out.shape)):
             return new
         m, n = out.shape
-        k = w.data.shape[1]
-        if m < PACK_MIN_ROWS or n % 16 != 0 or w.data.shape[0] != n:
+        k = w.data.shape[1] if nk else w.data.shape[0]
+        if m < PACK_MIN_ROWS or n % 16 != 0 or w.data.shape != ((n, k) if nk else (k, n)):
             return new
         nr = 32 if n % 32 == 0 else 16
-        data = np.ascontiguousarray(w.data.reshape(n // nr, nr, k).transpose(0, 2, 1))
+        if nk:
+            data = np.ascontiguousarray(w.data.reshape(n // nr, nr, k).transpose(0, 2, 1))
+        else:
+            data = np.ascontiguousarray(w.data.reshape(k, n // nr, nr).transpose(1, 0, 2))
         wp = Constant(data, span=w.span,
                       checked_type_=TensorType(tuple(data.shape), str(data.dtype)))
         span = new.span

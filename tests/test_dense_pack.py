@@ -80,3 +80,27 @@ def _with_const(m: int, k: int, w: np.ndarray) -> rly.IRModule:
     x = Var("x", TensorType((m, k), "float32"))
     body = make_call("nn.dense", x, Constant(w))
     return passes.InferType()(IRModule({"main": Function((x,), body)}))
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_matmul_with_a_constant_weight_is_packed_too(transpose_b: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``nn.matmul(x, W)`` (ONNX MatMul's import) with ``W`` as [K, N] or, transposed, [N, K]."""
+    m, n, k = 24, 48, 40
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    tb = "True" if transpose_b else "False"
+    mod = rly.parse(HDR + f"""def @main(%x: Tensor[({m}, {k}), float32],
+          %w: Tensor[({w.shape[0]}, {w.shape[1]}), float32]) {{
+  nn.relu(nn.matmul(%x, %w, transpose_b={tb}))
+}}""")
+    packed = runtime.build(mod, "llvm", params={"w": w}, cache=KernelCache(use_disk=False))
+    got = packed(x)
+    assert "nn.batch_matmul" in rly.astext(packed.module)
+    monkeypatch.setattr(TL, "PACK_MIN_ROWS", 1 << 30)
+    plain = runtime.build(mod, "llvm", params={"w": w}, cache=KernelCache(use_disk=False))
+    assert "nn.batch_matmul" not in rly.astext(plain.module)
+    np.testing.assert_array_equal(got, plain(x))
+    want = np.maximum(x @ (w.T if transpose_b else w), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
