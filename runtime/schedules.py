@@ -18,8 +18,9 @@ of what is left:
 * any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
   tiled and vectorized inside the reduction loops, the next spatial axis unrolled by 4 for
   register reuse, the outer spatial loops fused and parallel;
-* several reductions in a row-wise group (softmax, log_softmax, layer_norm): each rfactored,
-  all blocks computed under the output's row loop, which runs in parallel.
+* several reductions in a row-wise group (softmax, log_softmax, layer_norm): each rfactored
+  into 16 vector lanes, all blocks computed under the output's row loop (every loop but the
+  reduced one when all reductions run along the innermost axis), which runs in parallel.
 
 Each step is tried on a fresh schedule and falls back to a simpler one on
 ``ScheduleError`` (a correct, parallel schedule always exists). :func:`schedule_cuda` runs
@@ -425,6 +426,7 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
 def schedule_rowwise(sch: Any) -> None:
     """Softmax-like groups: rfactor reductions, compute all under the output row loop."""
     bs = blocks(sch)
+    inner = all(reduces_innermost(sch, b) for b in bs if _is_reduction(sch, b))
     for b in bs:
         if _is_reduction(sch, b) and reduces_innermost(sch, b):
             spatial, red = _split_loops(sch, b)
@@ -437,7 +439,11 @@ def schedule_rowwise(sch: Any) -> None:
     out = bs[-1]
     if _is_reduction(sch, out):
         raise ValueError("rowwise: the output is a reduction")
-    row = sch.get_loops(out)[0]
+    loops = sch.get_loops(out)
+    # NOTE: every reduction runs along the innermost axis: the output's other loops are all
+    # rows (12 x 128 attention rows as one loop of 1536, not 12 tasks each walking a 128 x 128
+    # plane, whose per-row reductions LLVM turned into gathers)
+    row = sch.fuse(*loops[:-1]) if inner and len(loops) > 2 else loops[0]
     for b in reversed(bs[:-1]):
         sch.compute_at(b, row, preserve_unit_loops=True)
     for b in blocks(sch):
@@ -445,9 +451,8 @@ def schedule_rowwise(sch: Any) -> None:
         if len(loops) < 2:
             continue
         if _is_reduction(sch, b):
-            it = _iter_types(sch, b)
-            if sch.get(b).name_hint.endswith("_rf") and it[-1] == 0:
-                pass
+            if sch.get(b).name_hint.endswith("_rf"):
+                _vectorize_lanes(sch, b, 1)
             continue
         name = sch.get(b).name_hint
         if name.endswith("_rf"):
@@ -460,6 +465,25 @@ def schedule_rowwise(sch: Any) -> None:
             _, v = sch.split(loops[-1], [None, LANES])
             sch.vectorize(v)
     _parallel(sch, row)
+
+
+def _vectorize_lanes(sch: Any, rf: Any, depth: int) -> None:
+    """An rfactor block under a row loop: its lane loop (the first spatial loop below the
+    ``depth`` outer loops) moved innermost, below the reduction, and vectorized: each step
+    then adds one contiguous vector of the row into the lane accumulators."""
+    loops = sch.get_loops(rf)[depth:]
+    itypes = _iter_types(sch, rf)
+    exts = [_extent(sch, lp) for lp in loops]
+    lanes = [lp for lp, e in zip(loops, exts) if e is not None and e > 1]
+    if len(lanes) != 2 or itypes[-1] != 2:
+        return
+    lane, red = lanes
+    sch.reorder(red, lane)
+    try:
+        sch.vectorize(lane)
+    except Exception as e:  # NOTE: an init the vectorizer refuses: leave it scalar
+        if not type(e).__module__.startswith("tvm"):
+            raise
 
 
 def schedule_generic(sch: Any) -> None:

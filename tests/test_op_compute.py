@@ -55,7 +55,8 @@ _UNARY_DOMAIN = {
 _UNARY = ["exp", "log", "log2", "log10", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "cos", "tan",
           "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "negative", "abs",
           "floor", "ceil", "trunc", "round", "sign", "copy", "logical_not", "bitwise_not",
-          "zeros_like", "ones_like", "stop_gradient", "isnan", "isinf", "isfinite", "nn.relu"]
+          "zeros_like", "ones_like", "stop_gradient", "isnan", "isinf", "isfinite", "nn.relu",
+          "erf"]
 
 
 def unary_cases(name: str) -> Iterator[Case]:
@@ -65,7 +66,7 @@ def unary_cases(name: str) -> Iterator[Case]:
             x = gen(shape, dt, lo, hi)
             if name == "round" and dt in FLOATS:
                 x = np.concatenate([x.reshape(-1), np.array([2.5, -2.5, 0.5, -1.5], dt)])
-            if name in ("isnan", "isinf", "isfinite") and dt in FLOATS:
+            if name in ("isnan", "isinf", "isfinite", "erf") and dt in FLOATS:
                 x = np.concatenate([x.reshape(-1), np.array([np.nan, np.inf, -np.inf], dt)])
             yield [x], {}
 
@@ -305,6 +306,11 @@ def nn_cases(name: str) -> Iterator[Case]:
         for dt in ALL:
             yield [gen((3, 4), dt, -6, 6)], {"alpha": 0.25}
         yield [_f(5)], {}
+    elif name == "nn.gelu":
+        for dt in FLOATS:
+            for mode in ("none", "tanh"):
+                yield [gen((3, 17), dt, -6, 6)], {"approximate": mode}
+        yield [_f(2, 3, 4) * 30], {}
     elif name in ("nn.softmax", "nn.log_softmax"):
         for dt in FLOATS + ("int32",):
             yield [gen((3, 5), dt, -4, 4)], {}
@@ -395,7 +401,7 @@ def case_table() -> dict[str, Callable[[], Iterator[Case]]]:
         t[n] = (lambda n: lambda: transform_cases(n))(n)
     for n in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
         t[n] = (lambda n: lambda: matmul_cases(n))(n)
-    for n in ("nn.bias_add", "nn.prelu", "nn.leaky_relu", "nn.softmax", "nn.log_softmax",
+    for n in ("nn.bias_add", "nn.prelu", "nn.leaky_relu", "nn.gelu", "nn.softmax", "nn.log_softmax",
               "nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d",
               "nn.global_max_pool2d", "nn.batch_flatten", "nn.pad", "nn.layer_norm",
               "nn.batch_norm", "nn.dropout", "nn.cross_entropy"):

@@ -95,6 +95,9 @@ add("clip", away((3, 4)), a_min=-0.7, a_max=0.9)
 add("cast", away(S).astype("float32"), dtype="float64")
 add("cast_like", away(S).astype("float32"), away((1,)))
 add("nn.leaky_relu", away(S), alpha=0.2)
+add("erf", away(S))
+add("nn.gelu", away(S) * 2.0)
+add("nn.gelu", away(S) * 2.0, approximate="tanh", tag="tanh")
 
 # broadcasting binary
 _BCAST = [((2, 3), (2, 3), "same"), ((2, 3), (3,), "row"), ((4, 1, 3), (2, 1), "both"),

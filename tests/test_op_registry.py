@@ -33,7 +33,7 @@ Sample = tuple[list[Any], dict[str, Any]]
 UNARY = ["abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "copy", "cos", "cosh",
          "exp", "floor", "isfinite", "isinf", "isnan", "log", "log10", "log2", "negative",
          "nn.relu", "ones_like", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt",
-         "stop_gradient", "tan", "tanh", "trunc", "zeros_like", "nn.leaky_relu"]
+         "stop_gradient", "tan", "tanh", "trunc", "zeros_like", "nn.leaky_relu", "erf"]
 BINARY = ["add", "divide", "equal", "floor_divide", "floor_mod", "greater", "greater_equal",
           "less", "less_equal", "maximum", "minimum", "mod", "multiply", "not_equal", "power",
           "subtract"]
@@ -54,6 +54,8 @@ for _n in REDUCE:
     SAMPLES[_n] = [([T(2, 3, 4)], {}), ([T(2, 3, 4)], {"axis": [1], "keepdims": True}),
                    ([I(2, 3, 4)], {"axis": [0, -1], "exclude": True}),
                    ([T(5, dtype="float16")], {"axis": [0]})]
+SAMPLES["nn.gelu"] = [([T(2, 3)], {}), ([T(dtype="float16")], {"approximate": "tanh"}),
+                     ([T(4, 1, 3, dtype="float64")], {"approximate": "none"})]
 SAMPLES.update({
     # gradient operators (relay_ir/op/nn.py, conv.py, indexing.py): out_grad first
     "nn.conv2d_backward_data": [([T(1, 4, 6, 6), T(4, 3, 3, 3), T(1, 3, 8, 8)], {}),
