@@ -280,6 +280,33 @@ def _unsupported(nodes: Sequence[Any]) -> list[str]:
     return bad
 
 
+def _nest(results: list[Expr], spec: Any) -> Expr:
+    """The entry's result: the flat outputs nested as the module returned them (tuples,
+    lists and torch's named tuples such as ``torch.sort``'s become tuples), from the exported
+    program's output tree spec; flat when it is unavailable or does not fit."""
+    if spec is None or getattr(spec, "num_leaves", -1) != len(results):
+        return results[0] if len(results) == 1 else Tuple(tuple(results))
+    leaves = iter(results)
+    # NOTE: an explicit stack (output trees are small, but no recursion by habit)
+    done: list[list[Expr]] = [[]]
+    todo: list[Any] = [(spec, False)]
+    while todo:
+        node, closing = todo.pop()
+        kids = list(node.children()) if hasattr(node, "children") else list(
+            node.children_specs)
+        if node.type is None or not kids and node.num_leaves == 1:
+            done[-1].append(next(leaves))
+        elif closing:
+            items = done.pop()
+            done[-1].append(Tuple(tuple(items)))
+        else:
+            done.append([])
+            todo.append((node, True))
+            todo.extend((c, False) for c in reversed(kids))
+    out = done[0][0]
+    return out
+
+
 def _check_output(tn: TNode, res: Any) -> None:
     """A converter's result against torch's metadata (static dims and dtype): a mismatch is a
     bug in the converter."""
@@ -429,7 +456,7 @@ def from_pytorch(model: Any, example_inputs: Any = None, *, dynamic_shapes: Any 
             raise TorchImportError(f"output {k}: only tensor outputs are supported (got "
                                    f"{o!r})")
         results.append(v.expr)
-    body_out: Expr = results[0] if len(results) == 1 else Tuple(tuple(results))
+    body_out = _nest(results, getattr(getattr(ep, "call_spec", None), "out_spec", None))
     body = build_lets(g.bindings, body_out)
     fv = set(free_vars(body))
     params: dict[str, np.ndarray] = {}
