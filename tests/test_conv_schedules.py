@@ -56,7 +56,29 @@ CASES = [
     (1, 32, 7, 7, 32, 3, 2, 1, 1, 32),
     (3, 16, 10, 10, 24, 3, 1, 1, 1, 4),
     (1, 8, 5, 9, 4, 5, 1, 0, 1, 1),
+    # depthwise (conv-depthwise): MobileNet's widths and strides, odd widths, no padding,
+    # a 5x5 and a dilated window, batch > 1
+    (1, 16, 56, 56, 16, 3, 1, 1, 1, 16),
+    (1, 8, 28, 28, 8, 3, 2, 1, 1, 8),
+    (1, 16, 14, 14, 16, 3, 2, 1, 1, 16),
+    (2, 4, 7, 7, 4, 3, 1, 1, 1, 4),
+    (1, 8, 112, 112, 8, 3, 2, 1, 1, 8),
+    (1, 4, 15, 13, 4, 3, 2, 1, 1, 4),
+    (2, 6, 9, 11, 6, 5, 1, 2, 1, 6),
+    (1, 4, 12, 12, 4, 3, 1, 0, 1, 4),
+    (1, 4, 13, 13, 4, 3, 1, 2, 2, 4),
+    (1, 4, 20, 40, 4, 3, 1, 1, 1, 4),
+    # a channel multiplier (two outputs per input channel): not depthwise, conv-channels;
+    # a prime output width above 16 (no vector width divides it): conv-channels
+    (1, 8, 14, 14, 16, 3, 1, 1, 1, 8),
+    (1, 4, 17, 17, 4, 3, 1, 1, 1, 4),
 ]
+
+
+def _expected_strategy(case: tuple) -> str:
+    n, c, h, w, o, k, s, p, d, g = case
+    ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
+    return "conv-depthwise" if g == c == o and ow != 17 else "conv-channels"
 
 
 def _src(case: tuple, epilogue: str) -> str:
@@ -90,7 +112,7 @@ def test_conv_matches_numpy(case: tuple) -> None:
     n, c, h, w, o, k, s, p, d, g = case
     epilogue = ("none", "bias-relu", "residual", "clip")[sum(case) % 4]
     src = _src(case, epilogue)
-    assert _strategy(src) == "conv-channels"
+    assert _strategy(src) == _expected_strategy(case)
     rng = np.random.default_rng(sum(case))
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
@@ -151,3 +173,28 @@ def test_constant_weights_take_the_ihwo_layout_and_keep_values() -> None:
     assert _strategy(ihwo) == "conv-channels"
     got = runtime.build(rly.parse(ihwo), "llvm")(x, wt.transpose(1, 2, 3, 0).copy(), b, r)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_keeps_ieee_values_of_the_interpreter(stride: int) -> None:
+    # inf, nan and -0.0 in the input and the weights: the padded plane and the window sums
+    # give what the interpreter gives (inf * 0 = nan, -0.0 + -0.0 = -0.0, inf - inf = nan)
+    from util_diff import assert_same_results
+    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32], %w: Tensor[(4, 1, 3, 3), float32]) {{
+  nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding=[1, 1], groups=4)
+}}"""
+    assert _strategy(src) == "conv-depthwise"
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 4, 14, 14)).astype(np.float32)
+    x[0, 0, 3, 4], x[0, 1, 0, 0], x[0, 2, 7, 7], x[0, 3, 13, 12] = np.inf, np.nan, -np.inf, np.inf
+    x[0, 3, 5:8, 5:8] = -0.0
+    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    w[0, 0, 1, 1] = 0.0        # inf * 0 at the window's centre
+    w[3] = np.abs(w[3])        # -0.0 * positive weights: -0.0 sums
+    mod = rly.parse(src)
+    exe = runtime.build(mod, "llvm", params={"w": w})
+    [(want, got)] = assert_same_results(mod, mod, inputs=[x, w], rtol=1e-5, atol=1e-5,
+                                        run_b=lambda m, x_, w_: exe(x_))
+    want, got = np.asarray(want), np.asarray(got)
+    assert np.isnan(got).any() and np.isinf(got).any()
+    np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
