@@ -498,6 +498,67 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     sch.decompose_reduction(blk, rc)
 
 
+# Register tile of the 1x1 convolution as a GEMM: rows (output channels) by preference, and
+# the vector columns (pixels) per tile.
+GEMM_ROWS = (6, 8, 4, 5, 3, 2, 1)
+GEMM_COLS = (32, 16)
+
+
+def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
+    """A 1x1, stride-1, unpadded NCHW conv2d as a GEMM ``out[co, p] = sum_ci w[co, ci] x[ci, p]``
+    over the flattened pixels ``p = y * W + x``: a register tile of 6 (8, 4, ...) output channels
+    by 32 (16) pixels, vectorized over the pixels (each input row segment loaded once, each
+    weight broadcast), the input channels in order inside, the epilogue at the tile, parallel
+    over (image, pixel panel); the output-channel tiles run inside a pixel panel so that its
+    input panel stays in L1. Raises ``ValueError`` when ``blk`` is not such a convolution or
+    the pixel count is not a multiple of 16.
+    """
+    layout = _conv_nchw(sch, blk)
+    if layout is None:
+        raise ValueError("not an NCHW conv2d block")
+    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    data = stmt.reads[0].region
+    from tvm.sym import analyzer as arith
+    eq = arith.Analyzer().can_prove_equal
+    if _extent(sch, ry) != 1 or _extent(sch, rx) != 1 or len(data) != 4 or \
+            not eq(data[2].min, ivs[2] + ivs[5]) or not eq(data[3].min, ivs[3] + ivs[6]) or \
+            not eq(data[1].min, ivs[4]):
+        raise ValueError("not a 1x1 stride-1 unpadded convolution")
+    oc, hw = _extent(sch, co), (_extent(sch, y) or 0) * (_extent(sch, x) or 0)
+    nr = next((c for c in GEMM_COLS if hw % c == 0), None)
+    if oc is None or nr is None:
+        raise ValueError("pixels not a multiple of 16")
+    mr = next(r for r in GEMM_ROWS if oc % r == 0)
+    wd = _extent(sch, x)
+    # NOTE: the pixels become one iterator of the convolution, of its result and of the
+    # epilogue (a fused loop alone would make the epilogue's region at a tile whole rows)
+    consumers = sch.get_consumers(blk)
+    if any(len(sch.get_loops(c)) != 4 for c in consumers):
+        raise ValueError("an epilogue not over the output's four axes")
+    sch.transform_layout(blk, ("write", 0), lambda a, b, c, d: (a, b, c * wd + d))
+    sch.transform_block_layout(blk, lambda a, b, c, d, e, f, g: (a, b, c * wd + d, e, f, g))
+    for c in consumers:
+        sch.transform_block_layout(c, lambda a, b, c, d: (a, b, c * wd + d))
+    n_, co, p, rc, ry, rx = sch.get_loops(blk)
+    p_o, p_i = sch.split(p, [None, nr])
+    co_o, co_i = sch.split(co, [None, mr])
+    sch.reorder(n_, p_o, co_o, rc, ry, rx, co_i, p_i)
+    acc = sch.cache_write(blk, 0, "local")
+    consumers = sch.get_consumers(acc)
+    sch.reverse_compute_at(acc, co_o)
+    _try_vectorize(sch, sch.get_loops(acc)[-1])
+    for c in consumers:
+        sch.reverse_compute_at(c, co_o)
+        _try_vectorize(sch, sch.get_loops(c)[-1])
+    par = sch.fuse(n_, p_o)
+    sch.unroll(co_i)
+    sch.vectorize(p_i)
+    _parallel(sch, par)
+    sch.decompose_reduction(blk, rc)
+
+
 def schedule_rowwise(sch: Any) -> None:
     """Softmax-like groups: rfactor reductions, compute all under the output row loop."""
     bs = blocks(sch)
@@ -604,6 +665,14 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
         _SERIAL[0] = False
 
 
+def _gemm_plan(sch: Any) -> None:
+    inline_all(sch)
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    schedule_conv1x1_gemm(sch, reds[0])
+
+
 def _depthwise_plan(sch: Any) -> None:
     inline_all(sch, keep=("T_pad",))
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
@@ -625,6 +694,7 @@ def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
         ("conv-depthwise", _depthwise_plan),
+        ("conv-gemm", _gemm_plan),
         ("conv-channels", _conv_plan)] if kind == "conv" else []
     strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),

@@ -68,6 +68,12 @@ CASES = [
     (1, 4, 12, 12, 4, 3, 1, 0, 1, 4),
     (1, 4, 13, 13, 4, 3, 1, 2, 2, 4),
     (1, 4, 20, 40, 4, 3, 1, 1, 1, 4),
+    # 1x1, stride 1, unpadded, pixels a multiple of 16 (conv-gemm): 56x56, 28x28, 4x8, batch 2,
+    # output channels that 6 divides and that it does not
+    (1, 16, 56, 56, 24, 1, 1, 0, 1, 1),
+    (2, 12, 28, 28, 16, 1, 1, 0, 1, 1),
+    (1, 5, 4, 8, 7, 1, 1, 0, 1, 1),
+    (1, 32, 8, 4, 12, 1, 1, 0, 1, 1),
     # a channel multiplier (two outputs per input channel): not depthwise, conv-channels;
     # a prime output width above 16 (no vector width divides it): conv-channels
     (1, 8, 14, 14, 16, 3, 1, 1, 1, 8),
@@ -78,7 +84,12 @@ CASES = [
 def _expected_strategy(case: tuple) -> str:
     n, c, h, w, o, k, s, p, d, g = case
     ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
-    return "conv-depthwise" if g == c == o and ow != 17 else "conv-channels"
+    if g == c == o and ow != 17:
+        return "conv-depthwise"
+    oh = (h + 2 * p - d * (k - 1) - 1) // s + 1
+    if k == 1 and s == 1 and p == 0 and g == 1 and (oh * ow) % 16 == 0:
+        return "conv-gemm"
+    return "conv-channels"
 
 
 def _src(case: tuple, epilogue: str) -> str:
