@@ -368,7 +368,26 @@ def _conv_nchw(sch: Any, blk: Any) -> str | None:
     for layout, order in (("OIHW", (1, 4, 5, 6)), ("IHWO", (4, 5, 6, 1))):
         if len(w) == 4 and all(m.same_as(ivs[i]) for m, i in zip(w, order)):
             return layout
+    block = _weight_block(stmt)
+    if block and all(m.same_as(ivs[i]) for m, i in zip(w[1:4], (4, 5, 6))):
+        return f"OIHW{block}o"
     return None
+
+
+def _weight_block(stmt: Any) -> int:
+    """``b`` when the block's weight (second read) is a blocked ``OIHW<b>o`` kernel read at
+    ``[co // b, .., .., .., co % b]``; else 0."""
+    from tvm import tirx
+    reg = stmt.reads[1].region if len(stmt.reads) > 1 else []
+    if len(reg) != 5:
+        return 0
+    co = stmt.iter_vars[1].var
+    first, last = reg[0].min, reg[4].min
+    if isinstance(first, tirx.FloorDiv) and isinstance(last, tirx.FloorMod) and \
+            first.a.same_as(co) and last.a.same_as(co) and hasattr(first.b, "value") and \
+            hasattr(last.b, "value") and int(first.b.value) == int(last.b.value) > 0:
+        return int(first.b.value)
+    return 0
 
 
 def schedule_conv_channels(sch: Any, blk: Any) -> None:
@@ -391,6 +410,12 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
     ow = _extent(sch, x)
     if lanes is None or ow is None:
         raise ValueError("output channels not a multiple of 4")
+    if layout.endswith("o"):
+        # NOTE: a blocked kernel (OIHW16o, conv-weight-layout) is read in place: one vector per
+        # (channel block, rc, ry, rx), contiguous along rc, ry, rx
+        lanes = int(layout[4:-1])
+        if lanes not in (LANES, 8, 4):
+            raise ValueError("a kernel block that is not a vector width")
     tile = next(d for d in CONV_TILES if ow % d == 0)
     co_o, co_i = sch.split(co, [None, lanes])
     x_o, x_i = sch.split(x, [None, tile])

@@ -84,6 +84,11 @@ def _same(a: IRModule, b: IRModule) -> bool:
         a.functions[k] is b.functions[k] for k in a.functions)
 
 
+# output-channel blocks of the constant convolution weights, by preference (the vector widths
+# of schedules.schedule_conv_channels)
+WEIGHT_BLOCKS = (16, 8, 4)
+
+
 @dataclass(frozen=True)
 class ConvWeightLayout(FunctionPass):
     """A convolution's constant weight transposed at compile time to the layout the CPU
@@ -113,8 +118,17 @@ class _ConvLayout(ExprMutator):
         if (type(w) is not Constant or w.data.ndim != 4 or at.kernel_layout != "OIHW"
                 or at.data_layout != "NCHW" or at.out_layout not in ("", "NCHW")):
             return new
-        data = np.ascontiguousarray(w.data.transpose(1, 2, 3, 0))
+        o, cg = w.data.shape[:2]
+        block = next((b for b in WEIGHT_BLOCKS if o % b == 0), 0)
+        if block and not (cg == 1 and at.groups == o):
+            # [O/b, I, H, W, b]: w[o, i, h, w] at [o // b, i, h, w, o % b]
+            data = np.ascontiguousarray(
+                w.data.reshape(o // block, block, *w.data.shape[1:]).transpose(0, 2, 3, 4, 1))
+            layout = f"OIHW{block}o"
+        else:
+            data = np.ascontiguousarray(w.data.transpose(1, 2, 3, 0))
+            layout = "IHWO"
         wt = Constant(data, span=w.span,
                       checked_type_=TensorType(tuple(data.shape), str(data.dtype)))
-        return Call(new.op, (new.args[0], wt), at.with_changes(kernel_layout="IHWO"),
+        return Call(new.op, (new.args[0], wt), at.with_changes(kernel_layout=layout),
                     new.type_args, span=new.span, checked_type_=new.checked_type_)

@@ -107,9 +107,16 @@ def _src(case: tuple, epilogue: str) -> str:
                      f"%r: Tensor[({n}, {o}, {oh}, {ow}), float32]) {{\n  {body}\n}}")
 
 
-def _strategy(src: str) -> str:
+def _strategy(src: str, params: dict | None = None) -> str:
+    """The CPU schedule the (first) fused group of ``src`` gets; with ``params``: after
+    binding them and the llvm target rewrites (the weight layouts ``runtime.build`` gives)."""
     from relay_ir.runtime import lower_tvm, schedules
-    mod = fuse_ops(InferType()(rly.parse(src)))
+    from relay_ir.runtime.executor import bind_params
+    from relay_ir.runtime.target_lowering import target_rewrites
+    mod = rly.parse(src)
+    if params:
+        mod = target_rewrites(InferType()(bind_params(mod, "main", params)), "llvm")
+    mod = fuse_ops(InferType()(mod))
     fn = next(f for f in post_order(mod["main"])
               if type(f) is Function and f is not mod["main"])
     group = lower_tvm.lower_group(fn, [p.checked_type_ for p in fn.params])
@@ -134,6 +141,7 @@ def test_conv_matches_numpy(case: tuple) -> None:
         want = np.clip(want + b, 0, 6)
     elif epilogue != "none":
         want = np.maximum(want + b + (r if epilogue == "residual" else 0), 0)
+    assert _strategy(src, {"w": wt}) == _expected_strategy(case)
     got = runtime.build(rly.parse(src), "llvm", params={"w": wt})(x, b, r)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -162,28 +170,83 @@ def test_layouts_it_does_not_cover_fall_back_with_the_same_values() -> None:
                                want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
 
 
-def test_constant_weights_take_the_ihwo_layout_and_keep_values() -> None:
-    case = (1, 8, 14, 14, 16, 3, 2, 1, 1, 2)
+def _conv_calls(exe: object) -> list:
+    return [n for n in post_order(exe.module["main"])  # type: ignore[attr-defined]
+            if type(n).__name__ == "Call" and getattr(n.op, "name", "") == "nn.conv2d"]
+
+
+@pytest.mark.parametrize("case, layout", [
+    ((1, 8, 14, 14, 16, 3, 2, 1, 1, 2), "OIHW16o"),
+    ((1, 8, 14, 14, 24, 3, 1, 1, 1, 1), "OIHW8o"),
+    ((1, 4, 9, 9, 12, 3, 1, 1, 1, 1), "OIHW4o"),
+    ((1, 8, 14, 14, 8, 3, 1, 1, 1, 8), "IHWO"),      # depthwise
+    ((1, 4, 9, 9, 6, 3, 1, 1, 1, 1), "IHWO"),        # no block divides 6
+])
+def test_constant_weights_take_a_packed_layout_and_keep_values(case: tuple, layout: str) -> None:
+    n, c, h, w, o, k, s, p, d, g = case
     src = _src(case, "bias-relu")
     rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
+    b = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    want = np.maximum(conv_np(x, wt, s, p, d, g) + b, 0)
+    r = np.zeros(want.shape, np.float32)
+    exe = runtime.build(rly.parse(src), "llvm", params={"w": wt})
+    convs = _conv_calls(exe)
+    assert [cv.attrs.kernel_layout for cv in convs] == [layout]
+    packed = convs[0].args[1].data
+    if layout == "IHWO":
+        np.testing.assert_array_equal(packed, wt.transpose(1, 2, 3, 0))
+    else:
+        blk = int(layout[4:-1])
+        assert packed.shape == (o // blk, c // g, k, k, blk)
+        # w[o, i, y, x] at [o // blk, i, y, x, o % blk]
+        for oo in (0, o - 1, o // 2 + 1):
+            np.testing.assert_array_equal(packed[oo // blk, ..., oo % blk], wt[oo])
+    np.testing.assert_allclose(exe(x, b, r), want, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_kernel_layouts_are_read_in_place_and_interpret_the_same() -> None:
+    # the layouts conv-weight-layout gives, written in the source: scheduled without packing
+    # (conv-channels), and the interpreter computes the same function as with OIHW
+    case = (1, 8, 14, 14, 16, 3, 2, 1, 1, 2)
+    src = _src(case, "bias-relu")
+    rng = np.random.default_rng(6)
     x = rng.standard_normal((1, 8, 14, 14)).astype(np.float32)
     wt = rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
     b = rng.standard_normal((16, 1, 1)).astype(np.float32)
     r = np.zeros((1, 16, 7, 7), np.float32)
-    exe = runtime.build(rly.parse(src), "llvm", params={"w": wt})
-    convs = [n for n in post_order(exe.module["main"])
-             if type(n).__name__ == "Call" and getattr(n.op, "name", "") == "nn.conv2d"]
-    assert [c.attrs.kernel_layout for c in convs] == ["IHWO"]
-    np.testing.assert_array_equal(convs[0].args[1].data, wt.transpose(1, 2, 3, 0))
     want = np.maximum(conv_np(x, wt, 2, 1, 1, 2) + b, 0)
-    np.testing.assert_allclose(exe(x, b, r), want, rtol=1e-4, atol=1e-4)
-    # the layout the pass gives is scheduled in place (no per-call packing)
     ihwo = src.replace("%w: Tensor[(16, 4, 3, 3), float32]",
                        "%w: Tensor[(4, 3, 3, 16), float32]").replace(
         "groups=2)", "groups=2, kernel_layout=\"IHWO\")")
-    assert _strategy(ihwo) == "conv-channels"
-    got = runtime.build(rly.parse(ihwo), "llvm")(x, wt.transpose(1, 2, 3, 0).copy(), b, r)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    blocked = src.replace("%w: Tensor[(16, 4, 3, 3), float32]",
+                          "%w: Tensor[(2, 4, 3, 3, 8), float32]").replace(
+        "groups=2)", "groups=2, kernel_layout=\"OIHW8o\")")
+    w8 = np.ascontiguousarray(wt.reshape(2, 8, 4, 3, 3).transpose(0, 2, 3, 4, 1))
+    from relay_ir.runtime.interpreter import evaluate
+    for text, weight in ((ihwo, np.ascontiguousarray(wt.transpose(1, 2, 3, 0))),
+                         (blocked, w8)):
+        assert _strategy(text) == "conv-channels"
+        mod = rly.parse(text)
+        got = runtime.build(mod, "llvm")(x, weight, b, r)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        interp = evaluate(mod, x, weight, b, r)
+        np.testing.assert_allclose(np.asarray(interp), want, rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_kernel_layout_errors() -> None:
+    from relay_ir.errors import DiagnosticError
+    bad_block = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32], %w: Tensor[(2, 8, 3, 3, 4), float32]) {
+  nn.conv2d(%x, %w, kernel_layout="OIHW8o")
+}"""
+    with pytest.raises(DiagnosticError, match="last weight dimension of 8"):
+        InferType()(rly.parse(bad_block))
+    bad_rank = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32], %w: Tensor[(16, 8, 3, 3), float32]) {
+  nn.conv2d(%x, %w, kernel_layout="OIHW8o")
+}"""
+    with pytest.raises(DiagnosticError, match="rank 5"):
+        InferType()(rly.parse(bad_rank))
 
 
 @pytest.mark.parametrize("stride", [1, 2])
