@@ -74,6 +74,8 @@ CASES = [
     (2, 12, 28, 28, 16, 1, 1, 0, 1, 1),
     (1, 5, 4, 8, 7, 1, 1, 0, 1, 1),
     (1, 32, 8, 4, 12, 1, 1, 0, 1, 1),
+    # an input larger than L2 (rows outside the channel blocks: schedules._rows_outer)
+    (1, 64, 96, 96, 16, 1, 2, 0, 1, 1),
     # a channel multiplier (two outputs per input channel): not depthwise, conv-channels;
     # a prime output width above 16 (no vector width divides it): conv-channels
     (1, 8, 14, 14, 16, 3, 1, 1, 1, 8),
