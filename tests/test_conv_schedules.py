@@ -274,3 +274,28 @@ def test_depthwise_keeps_ieee_values_of_the_interpreter(stride: int) -> None:
     want, got = np.asarray(want), np.asarray(got)
     assert np.isnan(got).any() and np.isinf(got).any()
     np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+
+
+def test_classifier_head_is_a_row_reduction_with_the_same_values() -> None:
+    # dense(x[1, K], W[N, K]) + b: one dot product per output (schedules._matrix_vector), not
+    # the GEMM schedule that packs all of W per call; inf and nan propagate as in numpy
+    from relay_ir.runtime import lower_tvm, schedules
+    src = HEADER + """def @main(%x: Tensor[(1, 160), float32], %w: Tensor[(100, 160), float32],
+          %b: Tensor[(100), float32]) {
+  nn.bias_add(nn.dense(%x, %w), %b)
+}"""
+    mod = fuse_ops(InferType()(rly.parse(src)))
+    fn = next(f for f in post_order(mod["main"]) if type(f) is Function and f is not mod["main"])
+    group = lower_tvm.lower_group(fn, [p.checked_type_ for p in fn.params])
+    sch_mod = schedules.schedule_cpu(group.prim_func, group.kind)
+    assert "_rf" in str(sch_mod)  # the rfactored row reduction
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 160)).astype(np.float32)
+    w = rng.standard_normal((100, 160)).astype(np.float32)
+    b = rng.standard_normal(100).astype(np.float32)
+    w[3, 7], w[5, 9], w[5, 10] = np.nan, np.inf, -np.inf
+    with np.errstate(invalid="ignore"):
+        want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    got = runtime.build(rly.parse(src), "llvm", params={"w": w, "b": b})(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert np.isnan(got[0, 3]) and np.isnan(got[0, 5])
