@@ -252,22 +252,25 @@ def test_blocked_kernel_layout_errors() -> None:
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_keeps_ieee_values_of_the_interpreter(stride: int) -> None:
-    # inf, nan and -0.0 in the input and the weights: the padded plane and the window sums
-    # give what the interpreter gives (inf * 0 = nan, -0.0 + -0.0 = -0.0, inf - inf = nan)
+@pytest.mark.parametrize("groups", [4, 1])
+def test_convolutions_keep_ieee_values_of_the_interpreter(stride: int, groups: int) -> None:
+    # inf, nan and -0.0 in the input and the weights: the padded input (staged in a buffer by
+    # conv-depthwise and conv-channels) and the window sums give what the interpreter gives
+    # (inf * 0 = nan, inf - inf = nan, the sign of zero sums)
     from util_diff import assert_same_results
-    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32], %w: Tensor[(4, 1, 3, 3), float32]) {{
-  nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding=[1, 1], groups=4)
+    cg = 4 // groups
+    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32], %w: Tensor[(4, {cg}, 3, 3), float32]) {{
+  nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding=[1, 1], groups={groups})
 }}"""
-    assert _strategy(src) == "conv-depthwise"
     rng = np.random.default_rng(7)
     x = rng.standard_normal((1, 4, 14, 14)).astype(np.float32)
     x[0, 0, 3, 4], x[0, 1, 0, 0], x[0, 2, 7, 7], x[0, 3, 13, 12] = np.inf, np.nan, -np.inf, np.inf
-    x[0, 3, 5:8, 5:8] = -0.0
-    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    x[0, :, 5:8, 5:8] = -0.0
+    w = rng.standard_normal((4, cg, 3, 3)).astype(np.float32)
     w[0, 0, 1, 1] = 0.0        # inf * 0 at the window's centre
     w[3] = np.abs(w[3])        # -0.0 * positive weights: -0.0 sums
     mod = rly.parse(src)
+    assert _strategy(src, {"w": w}) == ("conv-depthwise" if groups == 4 else "conv-channels")
     exe = runtime.build(mod, "llvm", params={"w": w})
     [(want, got)] = assert_same_results(mod, mod, inputs=[x, w], rtol=1e-5, atol=1e-5,
                                         run_b=lambda m, x_, w_: exe(x_))
