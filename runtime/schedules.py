@@ -494,6 +494,7 @@ def _conv_depthwise(sch: Any, blk: Any) -> bool:
 # Vector widths of the depthwise schedule along the output row, by preference: whole 512-bit
 # vectors, else the widths of MobileNet's odd maps (56 = 4 x 14, 28 = 2 x 14, 7).
 DW_LANES = (16, 14, 8, 7, 12, 10, 6, 5, 4)
+DW_PAD_BY_PARITY = True
 
 
 def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
@@ -540,13 +541,19 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
         sch.reverse_compute_at(c, x_o)
         _try_vectorize(sch, sch.get_loops(c)[-1])
     if pad is not None:
-        sch.compute_at(pad, plane)
-        if stride > 1 and ow > 8:
+        wp = _extent(sch, sch.get_loops(pad)[-1]) or 0
+        parity = stride > 1 and ow > 8
+        if parity:
             # NOTE: measured on MobileNet v2's strided layers: the parity split wins 1.4-4x
             # for outputs 14-56 wide and loses 2x at 7 wide (one 7-lane vector per row)
             sch.transform_layout(pad, ("write", 0),
                                  lambda a, b, c, d: (a, b, c, d % stride, d // stride))
-        if stride == 1:
+            if DW_PAD_BY_PARITY and wp % stride == 0:
+                # the copy iterates the stored order: contiguous vector stores
+                sch.transform_block_layout(
+                    pad, lambda a, b, c, d: (a, b, c, d % stride, d // stride))
+        sch.compute_at(pad, plane)
+        if stride == 1 or (parity and DW_PAD_BY_PARITY and wp % stride == 0):
             _try_vectorize(sch, sch.get_loops(pad)[-1])
     sch.unroll(ry)
     sch.unroll(rx)
