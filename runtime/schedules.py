@@ -10,11 +10,15 @@ of what is left:
   parallel over tiles (TVM_NOTES section 4b);
 * a reduction over the contiguous (innermost) axes: rfactor into 16 lanes, vectorized,
   parallel over rows, the epilogue computed at the row loop (section 4c);
-* a conv2d with NCHW output (``kind="conv"``, :func:`schedule_conv_channels`): vectorized
-  over a block of 16 (8, 4) output channels, the weight read in place (``IHWO``) or packed
-  ``[O/16, I, kh, kw, 16]`` per call (``OIHW``), a register tile of up to 8 output columns, kernel loops inside, parallel over
-  (batch, channel block, row), the epilogue computed per tile; any width, stride, padding,
-  dilation and groups;
+* a conv2d with NCHW output (``kind="conv"``), the first that applies of:
+  :func:`schedule_conv_depthwise` (depthwise: vectorized along output rows, a zero-padded
+  input plane per channel, split by column parity for stride 2),
+  :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels)
+  and :func:`schedule_conv_channels` (vectorized over a block of 16 (8, 4) output channels,
+  the weight read in place (``OIHW16o``, ``IHWO``) or packed ``[O/16, I, kh, kw, 16]`` per
+  call (``OIHW``), the zero-padded input staged once, a register tile of up to 8 output
+  columns, kernel loops inside, parallel over (batch, channel block, row), the epilogue
+  computed per tile; any width, stride, padding, dilation and groups);
 * any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
   tiled and vectorized inside the reduction loops, the next spatial axis unrolled by 4 for
   register reuse, the outer spatial loops fused and parallel;
@@ -395,12 +399,15 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
 
     ``co`` is split by 16 (8, 4) lanes and ``x`` by a register tile (:data:`CONV_TILES`); the
     order is ``(n, co/16, y) parallel, x/tile, rc, ry, rx, x-tile unrolled, co-lanes
-    vectorized``: each data element is loaded once and broadcast to 16 channels, each weight
-    vector is read contiguously: in place from an ``IHWO`` weight (constant weights get that
-    layout at compile time, ``conv-weight-layout``), else from a copy of the ``OIHW`` weight
-    packed ``[O/16, I, kh, kw, 16]`` at the start of the call (in parallel), and the 16 x tile accumulators stay in registers (a local cache
-    written back per tile, where the fused epilogue runs, vectorized along the columns). Raises ``ValueError`` when ``blk``
-    is not such a convolution or the output channels are not a multiple of 4.
+    vectorized`` (rows outside the channel blocks when :func:`_rows_outer`): each data
+    element is loaded once and broadcast to 16 channels, each weight vector is read
+    contiguously: in place from a blocked ``OIHW16o`` (``8o``, ``4o``) or an ``IHWO`` weight
+    (constant weights get one of them at compile time, ``conv-weight-layout``), else from a
+    copy of the ``OIHW`` weight packed ``[O/16, I, kh, kw, 16]`` at the start of the call (in
+    parallel), and the 16 x tile accumulators stay in registers (a local cache written back
+    per tile, where the fused epilogue runs, vectorized along the columns). Raises
+    ``ValueError`` when ``blk`` is not such a convolution or the output channels are not a
+    multiple of 4.
     """
     layout = _conv_nchw(sch, blk)
     if layout is None:
