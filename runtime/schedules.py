@@ -594,7 +594,8 @@ def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
     from tvm.sym import analyzer as arith
     eq = arith.Analyzer().can_prove_equal
     if _extent(sch, ry) != 1 or _extent(sch, rx) != 1 or len(data) != 4 or \
-            not eq(data[2].min, ivs[2] + ivs[5]) or not eq(data[3].min, ivs[3] + ivs[6]) or \
+            not (eq(data[2].min, ivs[2] + ivs[5]) or eq(data[2].min, ivs[2])) or \
+            not (eq(data[3].min, ivs[3] + ivs[6]) or eq(data[3].min, ivs[3])) or \
             not eq(data[1].min, ivs[4]):
         raise ValueError("not a 1x1 stride-1 unpadded convolution")
     oc, hw = _extent(sch, co), (_extent(sch, y) or 0) * (_extent(sch, x) or 0)
@@ -749,11 +750,50 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
         _SERIAL[0] = False
 
 
+# Copy the input of a strided 1x1 convolution subsampled (a dense NCHW buffer) before the
+# convolution, which then runs as a stride-1 one (conv-gemm where the pixels allow)
+SUBSAMPLE_STRIDED = True
+
+
+def _subsample_strided_1x1(sch: Any, blk: Any) -> Any | None:
+    """For a 1x1, unpadded NCHW convolution with a stride above 1: a block copying the pixels
+    it reads, ``x[n, c, s*y, s*x]``, into a dense ``[N, C, OH, OW]`` buffer that the
+    convolution reads instead (returned, scheduled: parallel over (image, channel)); else
+    None."""
+    if not SUBSAMPLE_STRIDED or _conv_nchw(sch, blk) is None:
+        return None
+    loops = sch.get_loops(blk)
+    if _extent(sch, loops[5]) != 1 or _extent(sch, loops[6]) != 1:
+        return None
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    data = stmt.reads[0].region
+    if len(data) != 4 or not data[1].min.same_as(ivs[4]):
+        return None
+    from tvm.sym import analyzer as arith
+    ana = arith.Analyzer()
+    stride = None
+    for st in (2, 3, 4):
+        if ana.can_prove_equal(data[2].min, ivs[2] * st + ivs[5]) and \
+                ana.can_prove_equal(data[3].min, ivs[3] * st + ivs[6]):
+            stride = st
+    if stride is None:
+        return None
+    rb = sch.reindex(blk, ("read", 0))
+    # NOTE: reindex lays the copy out by the convolution's iterators, [n, y, x, c]
+    sch.transform_layout(rb, ("write", 0), lambda n, y, x, c: (n, c, y, x))
+    n_, y, x, c = sch.get_loops(rb)
+    sch.reorder(n_, c, y, x)
+    _parallel(sch, sch.fuse(n_, c))
+    return rb
+
+
 def _gemm_plan(sch: Any) -> None:
     inline_all(sch)
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
     if len(reds) != 1:
         raise ValueError("not one reduction")
+    _subsample_strided_1x1(sch, reds[0])
     schedule_conv1x1_gemm(sch, reds[0])
 
 
@@ -778,6 +818,7 @@ def _conv_plan(sch: Any) -> None:
     if len(reds) != 1:
         raise ValueError("not one reduction")
     pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    _subsample_strided_1x1(sch, reds[0])
     schedule_conv_channels(sch, reds[0])
     if pad is not None:
         loops = sch.get_loops(pad)
