@@ -1,10 +1,13 @@
-"""The CPU convolution schedule against numpy over a table of shapes.
+"""The CPU convolution schedules against numpy over a table of shapes.
 
 Odd widths (7, 14, 28, 56), strides, padding, dilation, groups, depthwise, batch > 1, with
 the fused epilogues (bias + relu, residual add, clip); compiled through ``runtime.build`` (the
-kernel cache makes reruns fast). Each NCHW case must get the channel-vectorized schedule
-(``conv-channels``), not a silent fallback; the layouts it does not cover fall back and
-still compute the same values.
+kernel cache makes reruns fast). Each NCHW case must get the schedule meant for it
+(``conv-depthwise``, ``conv-gemm`` for 1x1 convolutions, ``conv-channels``), with the weights
+as given and with the packed layouts ``runtime.build`` gives constant weights (``OIHW16o``,
+``IHWO``), not a silent fallback; the layouts they do not cover fall back and still compute the
+same values. Packed-layout programs equal the original ones (compiled and interpreted), IEEE
+inf/nan/-0.0 flow as in the interpreter, and the classifier head keeps its values.
 """
 from __future__ import annotations
 
@@ -242,12 +245,14 @@ def test_packed_kernel_layouts_are_read_in_place_and_interpret_the_same() -> Non
 
 def test_blocked_kernel_layout_errors() -> None:
     from relay_ir.errors import DiagnosticError
-    bad_block = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32], %w: Tensor[(2, 8, 3, 3, 4), float32]) {
+    bad_block = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32],
+          %w: Tensor[(2, 8, 3, 3, 4), float32]) {
   nn.conv2d(%x, %w, kernel_layout="OIHW8o")
 }"""
     with pytest.raises(DiagnosticError, match="last weight dimension of 8"):
         InferType()(rly.parse(bad_block))
-    bad_rank = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32], %w: Tensor[(16, 8, 3, 3), float32]) {
+    bad_rank = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32],
+          %w: Tensor[(16, 8, 3, 3), float32]) {
   nn.conv2d(%x, %w, kernel_layout="OIHW8o")
 }"""
     with pytest.raises(DiagnosticError, match="rank 5"):
@@ -262,7 +267,8 @@ def test_convolutions_keep_ieee_values_of_the_interpreter(stride: int, groups: i
     # (inf * 0 = nan, inf - inf = nan, the sign of zero sums)
     from util_diff import assert_same_results
     cg = 4 // groups
-    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32], %w: Tensor[(4, {cg}, 3, 3), float32]) {{
+    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32],
+          %w: Tensor[(4, {cg}, 3, 3), float32]) {{
   nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding=[1, 1], groups={groups})
 }}"""
     rng = np.random.default_rng(7)
