@@ -598,15 +598,21 @@ def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
             not (eq(data[3].min, ivs[3] + ivs[6]) or eq(data[3].min, ivs[3])) or \
             not eq(data[1].min, ivs[4]):
         raise ValueError("not a 1x1 stride-1 unpadded convolution")
-    oc, hw = _extent(sch, co), (_extent(sch, y) or 0) * (_extent(sch, x) or 0)
-    nr = next((c for c in GEMM_COLS if hw % c == 0), None)
-    if oc is None or nr is None:
+    oc, oh, wd = _extent(sch, co), _extent(sch, y), _extent(sch, x)
+    if oc is None or oh is None or wd is None:
+        raise ValueError("symbolic extents")
+    nr = next((c for c in GEMM_COLS if (oh * wd) % c == 0), None)
+    if nr is None:
         raise ValueError("pixels not a multiple of 16")
     mr = next(r for r in GEMM_ROWS if oc % r == 0)
-    wd = _extent(sch, x)
     # NOTE: the pixels become one iterator of the convolution, of its result and of the
     # epilogue (a fused loop alone would make the epilogue's region at a tile whole rows)
     consumers = sch.get_consumers(blk)
+    if not consumers:
+        # NOTE: the convolution writes the kernel's output itself: its buffer is a parameter,
+        # whose shape must stay; the pixel-indexed result goes to an intermediate, then a copy
+        sch.cache_write(blk, 0, "global")
+        consumers = sch.get_consumers(blk)
     if any(len(sch.get_loops(c)) != 4 for c in consumers):
         raise ValueError("an epilogue not over the output's four axes")
     sch.transform_layout(blk, ("write", 0), lambda a, b, c, d: (a, b, c * wd + d))

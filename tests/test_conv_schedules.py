@@ -77,6 +77,8 @@ CASES = [
     (2, 12, 28, 28, 16, 1, 1, 0, 1, 1),
     (1, 5, 4, 8, 7, 1, 1, 0, 1, 1),
     (1, 32, 8, 4, 12, 1, 1, 0, 1, 1),
+    (1, 10, 16, 16, 16, 1, 1, 0, 1, 1),     # clip epilogue
+    (1, 11, 16, 16, 16, 1, 1, 0, 1, 1),     # no epilogue
     # an input larger than L2 (rows outside the channel blocks: schedules._rows_outer)
     (1, 64, 96, 96, 16, 3, 1, 1, 1, 1),
     # strided 1x1: the input subsampled first, then conv-gemm (8x8 pixels) or conv-channels
