@@ -472,7 +472,11 @@ def _rows_outer(sch: Any, blk: Any) -> bool:
         buf = region.source if hasattr(region, "source") else None
         if buf is None:
             return None
-        n = 4
+        import tvm_ffi
+        try:
+            n = max(1, int(tvm_ffi.dtype(str(buf.dtype)).bits) // 8)
+        except Exception:  # NOTE: a source without a dtype: count float32 elements
+            n = 4
         for d in buf.shape:
             if not hasattr(d, "value"):
                 return None
