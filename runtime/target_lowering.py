@@ -9,9 +9,10 @@ here, in ``runtime.build``'s lowering, for that target only:
   and ``share-weight-transpose`` (a weight read ``transpose_b`` by two or more products of at
   most 32 rows is transposed once: TVM's CPU dense schedule repacks it per call), then CSE and
   DCE over what they leave. Measured on W4 and W7 (benchmarks/run_workloads.py).
-  Then ``conv-weight-layout``: a convolution's constant OIHW weight stored IHWO (transposed
-  at compile time), so that the CPU schedule, vectorized over output channels, reads each
-  weight vector contiguously without packing it on every call
+  Then ``conv-weight-layout``: a convolution's constant OIHW weight stored blocked by 16 (8,
+  4) output channels, ``OIHW16o`` (IHWO, transposed, for depthwise weights and channel counts
+  no block divides), at compile time, so that the CPU schedule, vectorized over output
+  channels, reads each weight vector in place, contiguously, without packing it on every call
   (``schedules.schedule_conv_channels``).
   And ``dense-weight-pack``: a dense layer's constant ``[N, K]`` weight stored as the panels
   ``[N/nr, K, nr]`` the CPU matmul schedule would otherwise copy it into on every call (a
@@ -90,16 +91,26 @@ def _same(a: IRModule, b: IRModule) -> bool:
         a.functions[k] is b.functions[k] for k in a.functions)
 
 
+# output-channel blocks of the constant convolution weights, by preference (the vector widths
+# of schedules.schedule_conv_channels)
+WEIGHT_BLOCKS = (16, 8, 4)
+
+
 @dataclass(frozen=True)
 class ConvWeightLayout(FunctionPass):
-    """A convolution's constant weight transposed at compile time to the layout the CPU
-    convolution schedule reads contiguously (output channels innermost)::
+    """A convolution's constant weight laid out at compile time the way the CPU convolution
+    schedules read it (a block of output channels innermost)::
 
+        nn.conv2d(x, W)  =>  nn.conv2d(x, W', kernel_layout="OIHW16o")
+            W'[o // 16, i, h, w, o % 16] = W[o, i, h, w]     (8o, 4o when 16 does not divide O)
         nn.conv2d(x, W)  =>  nn.conv2d(x, W', kernel_layout="IHWO")   W' = transpose(W, 1, 2, 3, 0)
+            for depthwise weights and channel counts that no block divides
 
-    for ``W`` a constant in ``OIHW`` and NCHW data and output. Values are unchanged (the same
-    products summed in the same order). A layout for llvm only: ``runtime.build`` applies it
-    in its CPU lowering (:data:`TARGET_PASSES`).
+    for ``W`` a constant in ``OIHW`` and NCHW data and output. Blocked, each 16-channel weight
+    vector of the schedule's inner loop follows the previous one in memory; IHWO puts O floats
+    between them (L1 set conflicts for O of 512-2048). Values are unchanged (the same products
+    summed in the same order). A layout for llvm only: ``runtime.build`` applies it in its CPU
+    lowering (:data:`TARGET_PASSES`).
     """
 
     name: ClassVar[str] = "conv-weight-layout"
@@ -119,10 +130,19 @@ class _ConvLayout(ExprMutator):
         if (type(w) is not Constant or w.data.ndim != 4 or at.kernel_layout != "OIHW"
                 or at.data_layout != "NCHW" or at.out_layout not in ("", "NCHW")):
             return new
-        data = np.ascontiguousarray(w.data.transpose(1, 2, 3, 0))
+        o, cg = w.data.shape[:2]
+        block = next((b for b in WEIGHT_BLOCKS if o % b == 0), 0)
+        if block and not (cg == 1 and at.groups == o):
+            # [O/b, I, H, W, b]: w[o, i, h, w] at [o // b, i, h, w, o % b]
+            data = np.ascontiguousarray(
+                w.data.reshape(o // block, block, *w.data.shape[1:]).transpose(0, 2, 3, 4, 1))
+            layout = f"OIHW{block}o"
+        else:
+            data = np.ascontiguousarray(w.data.transpose(1, 2, 3, 0))
+            layout = "IHWO"
         wt = Constant(data, span=w.span,
                       checked_type_=TensorType(tuple(data.shape), str(data.dtype)))
-        return Call(new.op, (new.args[0], wt), at.with_changes(kernel_layout="IHWO"),
+        return Call(new.op, (new.args[0], wt), at.with_changes(kernel_layout=layout),
                     new.type_args, span=new.span, checked_type_=new.checked_type_)
 
 
