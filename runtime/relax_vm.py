@@ -61,6 +61,7 @@ import numpy as np
 from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import TensorType, TupleType, Type
 from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
+from relay_ir.runtime import relax_plan
 from relay_ir.runtime.vm import _is_static, _result_struct
 
 # Depth limits of non-tail calls. A VM call takes 2-6 KiB of C++ stack (measured: a 64 MiB
@@ -185,6 +186,7 @@ class _Emitter:
         self.nfix = cf.nparams + cf.ncap
         self.nregs = self.nfix + len(cf.init)
         self.ops: list[tuple] = []
+        self.prologue: list[tuple] = []    # ops before the first instruction (relax_plan)
         # captured slots that point back at this function's own closure (let %f = fn ... %f)
         self.self_slots = {cf.nparams + i for i in backend.selfs.get(index, ())}
 
@@ -325,7 +327,7 @@ class _Emitter:
         if target[0] == "direct":
             extra = [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
                      for r in target[2]]
-            ins = ("call", self.b.name_of(target[1]), args + extra, dst)
+            ins = ("call", *relax_plan.direct_call(self.b, target[1], args + extra), dst)
         else:
             ins = ("call", "vm.builtin.invoke_closure", [("vm",), ("r", target[1]), *args], dst)
         self.ops.append(("call", _ENTER, [depth], None))
@@ -440,20 +442,10 @@ class _Emitter:
             elif tag == "tailcall":
                 _, f, srcs = ins
                 target = self.callee(f, span)
-                if target[0] == "direct" and target[1] == self.index:
-                    # a self tail call is a jump: parallel move of the arguments, then goto 0
-                    tmps = []
-                    for i, r in enumerate(srcs):
-                        if r == i:
-                            tmps.append(None)
-                            continue
-                        t = self.tmp()
-                        self.ops.append(("call", "vm.builtin.copy", [self.operand(r, span)], t))
-                        tmps.append(t)
-                    for i, t in enumerate(tmps):
-                        if t is not None:
-                            self.ops.append(("call", "vm.builtin.copy", [("r", t)], i))
-                    self.ops.append(("goto", 0))
+                if target[0] == "direct" and relax_plan.jumps_to(self, target[1]):
+                    # a tail call of this function (or of a member of its tail group) is a
+                    # jump: a parallel move of the arguments, then a goto (relax_plan)
+                    relax_plan.emit_jump(self, target[1], srcs, span)
                 else:
                     t = self.tmp()
                     self.call(target, srcs, t, span)
@@ -461,12 +453,15 @@ class _Emitter:
             else:
                 raise _unsupported(_CONSTRUCT.get(tag, f"the instruction {tag!r}"), span)
 
-    def write(self, eb: Any, name: str, consts: dict) -> None:
-        """Emit the abstract ops into ExecBuilder ``eb`` as function ``name``."""
+    def write(self, eb: Any, name: str, consts: dict, ops: list | None = None,
+              nin: int | None = None, names: list | None = None) -> None:
+        """Emit the abstract ops (``ops``: this function's own by default) into ExecBuilder
+        ``eb`` as function ``name`` with ``nin`` inputs."""
         import tvm
+        ops = relax_plan.expand(self.prologue + self.ops if ops is None else ops)
         pos: dict[Any, int] = {}
         n = 0
-        for op in self.ops:
+        for op in ops:
             if op[0] == "label":
                 pos[op[1]] = n
             else:
@@ -490,10 +485,11 @@ class _Emitter:
                 got = consts[key[:2]] = eb.convert_constant(self.b.constant_value(key))
             return got
 
-        names = list(self.cf.params) + [f"captured{i}" for i in range(self.cf.ncap)]
-        with eb.function(name, self.nfix, names):
+        if names is None:
+            names = list(self.cf.params) + [f"captured{i}" for i in range(self.cf.ncap)]
+        with eb.function(name, self.nfix if nin is None else nin, names):
             i = 0
-            for op in self.ops:
+            for op in ops:
                 tag = op[0]
                 if tag == "label":
                     continue
@@ -533,6 +529,8 @@ class RelaxBackend:
         self.kernels: dict[int, _Kernel] = {}
         self.names: dict[int, str] = {}
         self.todo: list[int] = []
+        self.groups: dict[int, Any] = {}     # tail-group members (relax_plan.TailGroup)
+        self.plan_stats: dict[int, dict] = {}  # memory plan figures per function
 
     def name_of(self, fidx: int) -> str:
         name = self.names.get(fidx)
@@ -611,7 +609,7 @@ class RelaxBackend:
             # constants of equal content, so the counter starts out as a value no program
             # holds (a zeros constant of the program would otherwise be the counter)
             return tvm.runtime.tensor(np.array(_COUNTER_INIT, np.int64))
-        raise AssertionError(kind)
+        return relax_plan.constant_value(key)
 
     def build(self) -> Any:
         """Emit every global (and the inner functions they call); link; return the VM."""
@@ -624,21 +622,25 @@ class RelaxBackend:
             for ins in cf.code:
                 if ins[0] == "closure" and ins[4]:
                     self.selfs.setdefault(ins[2], set()).update(ins[4])
+        self.groups = relax_plan.tail_groups(self)
         emitters = []
         while self.todo:
             fidx = self.todo.pop()
             em = _Emitter(self, fidx)
             em.run()
+            self.plan_stats[fidx] = relax_plan.plan_memory(em, True if fidx in self.groups
+                                                           else None)
             emitters.append(em)
         eb = relax.ExecBuilder()
         vm_func = relax.exec_builder.VMFuncKind.VM_FUNC
         for em in emitters:
             eb.declare_function(self.names[em.index], vm_func)
+        for name in relax_plan.declarations(self, emitters):
+            eb.declare_function(name, vm_func)
         for name in self.con_fns.values():
             eb.declare_function(name, vm_func)
         consts: dict = {}
-        for em in emitters:
-            em.write(eb, self.names[em.index], consts)
+        relax_plan.write_functions(self, eb, emitters, consts)
         for con, name in self.con_fns.items():
             n = len(self.cp.cons[con].inputs)
             with eb.function(name, n):

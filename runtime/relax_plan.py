@@ -1,0 +1,538 @@
+"""Tail groups and static memory planning for the Relax VM backend (``runtime.relax_vm``).
+
+Two rewrites of the abstract ops of ``relax_vm._Emitter`` (see that class for the op forms),
+kept here so that the emitter itself stays small:
+
+**Tail groups (mutual tail recursion in constant stack).** The functions that tail-call each
+other directly (globals and closed inner functions: ``@even`` / ``@odd``) form the strongly
+connected components of the direct tail-call graph. Each component of two or more functions
+becomes ONE VM function ``__rly_group<k>(index, a0, ..., a<W-1>)``: a dispatch on ``index`` at
+its top (an ``If`` on an int read from a constant table), then every member's code one after
+the other with its registers renumbered (a member's parameters are the shared registers
+``a0...``, its other registers a range of its own). A tail call between members is a parallel
+move of the arguments into ``a0...`` and a ``Goto`` to the callee's first instruction, so
+``@even``/``@odd`` recursion of any length runs in one VM frame. Every member keeps a VM function
+under its own name (an entry stub: ``index`` and the padding added, then a call of the group), so
+closures of a member, Python entries and calls from outside still work; direct calls emitted by
+the backend call the group function itself (no stub in between).
+
+Self tail calls (a function or a closure calling itself in tail position) are jumps too, as
+before; all jumps go through :func:`emit_jump` (``("jump", moves, label, post)``), expanded
+when written into the fewest register copies (a parallel move: a copy through a temporary only
+where a cycle needs one).
+
+**Static memory planning of first-order regions.** Every kernel output used to get its own
+``alloc_storage`` + ``alloc_tensor`` per call. :func:`plan_memory` finds the outputs that
+live in one straight-line stretch of a function (defined once; every use in the same basic
+block, after the definition) and whose uses are kernel inputs, a branch condition or the
+function's return (the activation ends there). Values that escape (passed to a call, captured
+by a closure, put in a tuple, an ADT, a reference, moved into another register) keep their own
+allocation. The planned values are given offsets in ONE storage per activation, allocated at
+the function's entry (before the first instruction, so that a self tail jump keeps it): a
+value's slot is reused by later values once its last use has passed (best fit, growing a free
+slot rather than opening a new one; a kernel never writes a slot one of its inputs occupies).
+In a function that loops (a tail jump to itself or within its group) the tensors themselves
+(``alloc_tensor`` views of the storage) are made at entry too, so an iteration allocates
+nothing for them; elsewhere each planned value takes a view of the shared storage where it is
+defined (one VM call instead of two).
+
+**Loop-carried values.** A kernel output whose only uses besides kernel inputs are the move into
+the parameter ``p`` of a self tail jump (``@loop(%i - 1, tanh(%x))``) is double-buffered when
+``p`` itself is used only by kernels, conditions, the return and such moves: two buffers made
+at entry, the kernel writes the one ``p`` does not hold, and the jump swaps them (two register
+copies). The parameter's first value (the caller's) is never written.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+ALIGN = 64
+_GROUP = "__rly_group"
+
+
+# ============================================================================ tail groups
+class TailGroup:
+    """Functions merged into one VM function (see the module docstring)."""
+
+    def __init__(self, name: str, members: list[int], width: int):
+        self.name = name
+        self.members = members
+        self.index = {f: i for i, f in enumerate(members)}
+        self.width = width
+
+
+def _direct_tail_targets(backend: Any, fidx: int) -> list[int]:
+    """The functions ``fidx`` tail-calls directly (statically known callees, itself excluded)."""
+    cp = backend.cp
+    cf = cp.functions[fidx]
+    nfix = cf.nparams + cf.ncap
+    out = []
+    for ins in cf.code:
+        if ins[0] != "tailcall":
+            continue
+        r = ins[1]
+        if r < nfix:
+            continue
+        init = cf.init[r - nfix]
+        if init is None:
+            continue
+        if init[0] == "global" and init[1] in cp.globals:
+            g = cp.globals[init[1]]
+        elif init[0] == "fn":
+            g = init[1]
+        else:
+            continue
+        if g != fidx:
+            out.append(g)
+    return out
+
+
+def tail_groups(backend: Any) -> dict[int, TailGroup]:
+    """The tail groups of the program (strongly connected components of two or more functions
+    of the direct tail-call graph; iterative Tarjan), keyed by member."""
+    cp = backend.cp
+    n = len(cp.functions)
+    succ = [_direct_tail_targets(backend, f) for f in range(n)]
+    index = [-1] * n
+    low = [0] * n
+    on = [False] * n
+    stack: list[int] = []
+    comps: list[list[int]] = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0 or not succ[root]:
+            continue
+        work = [(root, 0)]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on[root] = True
+        while work:
+            v, i = work[-1]
+            if i < len(succ[v]):
+                work[-1] = (v, i + 1)
+                w = succ[v][i]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on[w] = True
+                    work.append((w, 0))
+                elif on[w]:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on[w] = False
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    comps.append(sorted(comp))
+    groups: dict[int, TailGroup] = {}
+    for k, comp in enumerate(comps):
+        if any(cp.functions[f].ncap for f in comp):
+            continue        # NOTE: cannot happen (a capturing function is never a direct callee)
+        g = TailGroup(f"{_GROUP}{k}", comp, max(cp.functions[f].nparams for f in comp))
+        for f in comp:
+            groups[f] = g
+    return groups
+
+
+def direct_call(backend: Any, fidx: int, args: list) -> tuple[str, list]:
+    """``(VM function name, arguments)`` of a direct call of function ``fidx``: a member of a
+    tail group is called through its group (index first, padding last)."""
+    g = backend.groups.get(fidx)
+    if g is None:
+        return backend.name_of(fidx), args
+    for m in g.members:
+        backend.name_of(m)
+    return g.name, [("i", g.index[fidx]), *args, *[("i", 0)] * (g.width - len(args))]
+
+
+def jumps_to(em: Any, fidx: int) -> bool:
+    """Whether a tail call of ``fidx`` from emitter ``em``'s function is a jump."""
+    if fidx == em.index:
+        return True
+    g = em.b.groups.get(em.index)
+    return g is not None and em.b.groups.get(fidx) is g
+
+
+def emit_jump(em: Any, fidx: int, srcs: list, span: Any) -> None:
+    """A tail call that is a jump: ``("jump", moves, label, post)`` (moves: ``(dst, operand,
+    temporary)``; the destination ``("P", i)`` is the group's i-th shared parameter)."""
+    if fidx == em.index:
+        moves = [(i, em.operand(r, span), em.tmp()) for i, r in enumerate(srcs)]
+        em.ops.append(("jump", moves, 0, []))
+        return
+    em.b.name_of(fidx)
+    moves = [(("P", i), em.operand(r, span), em.tmp()) for i, r in enumerate(srcs)]
+    em.ops.append(("jump", moves, ("m", fidx, 0), []))
+
+
+def expand(ops: list) -> list:
+    """The ops with every ``jump`` written as register copies and a ``goto``."""
+    if not any(op[0] == "jump" for op in ops):
+        return ops
+    out: list = []
+    for op in ops:
+        if op[0] != "jump":
+            out.append(op)
+            continue
+        _, moves, label, post = op
+        pending = [[d, s, t] for d, s, t in moves if s != ("r", d)]
+        while pending:
+            reads = {m[1][1] for m in pending if m[1][0] == "r"}
+            for m in pending:
+                if m[0] not in reads:
+                    out.append(("call", "vm.builtin.copy", [m[1]], m[0]))
+                    pending.remove(m)
+                    break
+            else:
+                # NOTE: a cycle: the first destination's value moves to its temporary first
+                d, _, t = pending[0]
+                out.append(("call", "vm.builtin.copy", [("r", d)], t))
+                for m in pending:
+                    if m[1] == ("r", d):
+                        m[1] = ("r", t)
+        for d, s in post:
+            out.append(("call", "vm.builtin.copy", [("r", s)], d))
+        out.append(("goto", label))
+    return out
+
+
+# ============================================================================ writing
+def _remap_ops(ops: list, fidx: int, nfix: int, base: int) -> list:
+    """A member's ops in its group's register and label numbering."""
+    def reg(r: Any) -> Any:
+        if type(r) is tuple:
+            return 1 + r[1]                    # ("P", i): the group's i-th parameter
+        return 1 + r if r < nfix else base + r - nfix
+
+    def label(k: Any) -> Any:
+        return k if type(k) is tuple and k[0] == "m" and len(k) == 3 else ("m", fidx, k)
+
+    def arg(a: tuple) -> tuple:
+        return ("r", reg(a[1])) if a[0] == "r" else a
+
+    out: list = []
+    for op in ops:
+        tag = op[0]
+        if tag == "call":
+            out.append(("call", op[1], [arg(a) for a in op[2]],
+                        None if op[3] is None else reg(op[3])))
+        elif tag == "label":
+            out.append(("label", label(op[1])))
+        elif tag == "goto":
+            out.append(("goto", label(op[1])))
+        elif tag == "if":
+            out.append(("if", reg(op[1]), label(op[2])))
+        elif tag == "ret":
+            out.append(("ret", reg(op[1])))
+        else:   # jump
+            _, moves, lab, post = op
+            out.append(("jump", [(reg(d), arg(s), reg(t)) for d, s, t in moves], label(lab),
+                        [(reg(d), reg(s)) for d, s in post]))
+    return out
+
+
+def declarations(backend: Any, emitters: list) -> list[str]:
+    """The names of the group functions to declare (besides every emitter's own)."""
+    seen: list[str] = []
+    for em in emitters:
+        g = backend.groups.get(em.index)
+        if g is not None and g.name not in seen:
+            seen.append(g.name)
+    return seen
+
+
+def write_functions(backend: Any, eb: Any, emitters: list, consts: dict) -> None:
+    """Write every emitted function: plain ones as they are, group members as entry stubs
+    plus one function per group."""
+    by_index = {em.index: em for em in emitters}
+    done: set[str] = set()
+    for em in emitters:
+        name = backend.names[em.index]
+        g = backend.groups.get(em.index)
+        if g is None:
+            em.write(eb, name, consts)
+            continue
+        n = em.nfix
+        with eb.function(name, n, list(em.cf.params)):
+            eb.emit_call(g.name, [eb.imm(g.index[em.index]), *[eb.r(i) for i in range(n)],
+                                  *[eb.imm(0)] * (g.width - n)], eb.r(n))
+            eb.emit_ret(eb.r(n))
+        if g.name in done:
+            continue
+        done.add(g.name)
+        members = [by_index[f] for f in g.members]
+        base = 1 + g.width
+        prologue: list = []
+        bodies: list = []
+        for m in members:
+            body = list(m.ops)
+            prologue += _remap_ops(getattr(m, "prologue", []), m.index, m.nfix, base)
+            bodies += _remap_ops(body, m.index, m.nfix, base)
+            base += m.nregs - m.nfix
+        dispatch: list = []
+        for j, m in enumerate(members[:-1]):
+            c = base
+            base += 1
+            table = tuple(int(i == j) for i in range(len(members)))
+            dispatch.append(("call", "vm.builtin.tuple_getitem", [("c", ("ints", table)),
+                                                                  ("r", 0)], c))
+            dispatch.append(("if", c, ("dispatch", j + 1)))
+            dispatch.append(("goto", ("m", m.index, 0)))
+            dispatch.append(("label", ("dispatch", j + 1)))
+        dispatch.append(("goto", ("m", members[-1].index, 0)))
+        names = ["index"] + [f"a{i}" for i in range(g.width)]
+        members[0].write(eb, g.name, consts, ops=prologue + dispatch + bodies, nin=1 + g.width,
+                         names=names)
+
+
+def constant_value(key: tuple) -> Any:
+    """The executable constants this module introduces."""
+    if key[0] == "ints":
+        import tvm_ffi
+        return tvm_ffi.Array(list(key[1]))
+    raise AssertionError(key[0])
+
+
+# ============================================================================ memory planning
+def _uses(op: Any):
+    """``(register, kind)`` for every register ``op`` reads."""
+    tag = op[0]
+    if tag == "call":
+        name = op[1]
+        if name.startswith("k_"):
+            kind = "kernel"
+        elif name == "vm.builtin.read_if_cond":
+            kind = "cond"
+        else:
+            kind = "escape"
+        for a in op[2]:
+            if a[0] == "r":
+                yield a[1], kind
+    elif tag == "if":
+        yield op[1], "cond"
+    elif tag == "ret":
+        yield op[1], "ret"
+    elif tag == "jump":
+        for d, s, _t in op[1]:
+            if s[0] == "r":
+                yield s[1], ("jump", d) if op[2] == 0 else "escape"
+
+
+def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
+    """Plan the kernel outputs of emitter ``em`` (see the module docstring); rewrites
+    ``em.ops`` and sets ``em.prologue``. Returns figures: planned values, arena bytes, the
+    bytes they took unplanned."""
+    ops = em.ops
+    em.prologue = []
+    stats = {"planned": 0, "arena": 0, "unplanned_bytes": 0, "double": 0}
+    targeted: set = set()
+    for op in ops:
+        if op[0] == "if":
+            targeted.add(op[2])
+        elif op[0] in ("goto", "jump"):
+            targeted.add(op[1] if op[0] == "goto" else op[2])
+    block = [0] * len(ops)
+    b = 0
+    for i, op in enumerate(ops):
+        if op[0] == "label" and op[1] in targeted:
+            b += 1
+        block[i] = b
+        if op[0] in ("if", "goto", "ret", "jump"):
+            b += 1
+    defs: dict[int, list[int]] = {}
+    uses: dict[int, list[tuple[int, Any]]] = {}
+    for i, op in enumerate(ops):
+        if op[0] == "call" and op[3] is not None:
+            defs.setdefault(op[3], []).append(i)
+        elif op[0] == "jump":
+            for d, _s, t in op[1]:
+                defs.setdefault(d, []).append(i)
+                defs.setdefault(t, []).append(i)
+        for r, kind in _uses(op):
+            uses.setdefault(r, []).append((i, kind))
+    if loops is None:
+        loops = any(op[0] == "jump" for op in ops)
+    # candidates: (start, end, nbytes, shape, dtype, alloc index, out register, jump param)
+    cands: list[list] = []
+    jump_vals: dict[int, list[int]] = {}      # param -> candidate indices moved into it
+    for i, op in enumerate(ops):
+        if not (op[0] == "call" and op[1] == "vm.builtin.alloc_tensor" and i > 0):
+            continue
+        args, out = op[2], op[3]
+        prev = ops[i - 1]
+        st = args[0][1]
+        if not (prev[0] == "call" and prev[1] == "vm.builtin.alloc_storage" and prev[3] == st
+                and len(uses.get(st, ())) == 1 and defs.get(st) == [i - 1]
+                and args[1] == ("i", 0)):
+            continue
+        shape, dtype = args[2][1][1], args[3][1]
+        nbytes = prev[2][1][1][1][0]
+        if defs.get(out) != [i] or out < em.nfix:
+            continue
+        ok, end, param = True, i, None
+        for u, kind in uses.get(out, ()):
+            if u <= i or block[u] != block[i]:
+                ok = False
+            elif type(kind) is tuple:
+                if param is not None or type(kind[1]) is not int:
+                    ok = False
+                param = kind[1]
+            elif kind == "escape":
+                ok = False
+            end = max(end, u)
+        if not ok:
+            continue
+        if param is not None:
+            jump_vals.setdefault(param, []).append(len(cands))
+        cands.append([i, end, nbytes, shape, dtype, i, out, param])
+    # a parameter carrying planned values across a jump: its own uses must not escape
+    bad_params = set()
+    ptypes = _param_types(em)
+    for p, idxs in jump_vals.items():
+        want = ptypes.get(p)
+        good = want is not None and all((cands[c][3], cands[c][4]) == want for c in idxs)
+        for _u, kind in uses.get(p, ()):
+            if kind == "escape" or (type(kind) is tuple and kind[1] != p):
+                good = False
+        if len(defs.get(p, ())) != len([op for op in ops if op[0] == "jump" and op[2] == 0
+                                        and any(d == p for d, s, _t in op[1]
+                                                if s != ("r", p))]):
+            good = False
+        if not good:
+            bad_params.add(p)
+    cands = [c for c in cands if c[7] is None or c[7] not in bad_params]
+    if not cands:
+        return stats
+    # slots: best fit among the free ones, else grow the largest free one, else a new one
+    slots: list[list[int]] = []      # [size, busy until]
+    assign: list[int] = []
+    for c in cands:
+        start, end, nbytes = c[0], c[1], _round(c[2])
+        if c[7] is not None:
+            assign.append(-1)        # NOTE: double-buffered: two buffers of its own
+            continue
+        free = [k for k, s in enumerate(slots) if s[1] < start]
+        fit = [k for k in free if slots[k][0] >= nbytes]
+        if fit:
+            k = min(fit, key=lambda k: slots[k][0])
+        elif free:
+            k = max(free, key=lambda k: slots[k][0])
+            slots[k][0] = nbytes
+        else:
+            slots.append([nbytes, end])
+            k = len(slots) - 1
+        slots[k][1] = end
+        assign.append(k)
+    # NOTE: one storage per slot (TVM's kernels take tensors at byte offset 0 only)
+    sizes = [s[0] for s in slots]
+    pairs: dict[int, tuple[int, int]] = {}   # param -> (slot A, slot B)
+    for p in sorted({c[7] for c in cands if c[7] is not None}):
+        size = _round(cands[jump_vals[p][0]][2])
+        pairs[p] = (len(sizes), len(sizes) + 1)
+        sizes += [size, size]
+    prologue = []
+    storages = []
+    for size in sizes:
+        st = em.tmp()
+        prologue.append(("call", "vm.builtin.alloc_storage",
+                         [("vm",), ("c", ("shape", (size,))), ("i", 0), ("dt", "uint8"),
+                          ("c", ("str", "global"))], st))
+        storages.append(st)
+    total = sum(sizes)
+    rename: dict[int, int] = {}
+    drop: set[int] = set()
+    views: dict[tuple, int] = {}
+    buffers: dict[int, tuple[int, int]] = {}   # param -> (register written, the other)
+    for p, (oa, ob) in pairs.items():
+        shape, dtype = ptypes[p]
+        regs = []
+        for slot in (oa, ob):
+            v = em.tmp()
+            prologue.append(("call", "vm.builtin.alloc_tensor",
+                             [("r", storages[slot]), ("i", 0), ("c", ("shape", shape)), ("dt", dtype)], v))
+            regs.append(v)
+        buffers[p] = (regs[0], regs[1])
+    for c, k in zip(cands, assign):
+        i, out, shape, dtype = c[5], c[6], c[3], c[4]
+        stats["planned"] += 1
+        stats["unplanned_bytes"] += _round(c[2])
+        if c[7] is not None:
+            stats["double"] += 1
+            rename[out] = buffers[c[7]][0]
+            drop.update((i - 1, i))
+            continue
+        if loops:
+            key = (k, shape, dtype)
+            v = views.get(key)
+            if v is None:
+                v = views[key] = em.tmp()
+                prologue.append(("call", "vm.builtin.alloc_tensor",
+                                 [("r", storages[k]), ("i", 0), ("c", ("shape", shape)),
+                                  ("dt", dtype)], v))
+            rename[out] = v
+            drop.update((i - 1, i))
+        else:
+            drop.add(i - 1)
+            ops[i] = ("call", "vm.builtin.alloc_tensor",
+                      [("r", storages[k]), ("i", 0), ("c", ("shape", shape)), ("dt", dtype)],
+                      out)
+    stats["arena"] = total
+
+    def arg(a: tuple) -> tuple:
+        return ("r", rename.get(a[1], a[1])) if a[0] == "r" else a
+
+    body = []
+    for i, op in enumerate(ops):
+        if i in drop:
+            continue
+        tag = op[0]
+        if tag == "call" and rename:
+            op = ("call", op[1], [arg(a) for a in op[2]], op[3])
+        elif tag == "ret" and op[1] in rename:
+            op = ("ret", rename[op[1]])
+        elif tag == "jump":
+            moves = [(d, arg(s), t) for d, s, t in op[1]]
+            post = list(op[3])
+            for d, s, _t in moves:
+                if type(d) is int and d in buffers and s == ("r", buffers[d][0]):
+                    # NOTE: the parameter now holds the written buffer: the other one is
+                    # written next
+                    post += [(buffers[d][0], buffers[d][1]), (buffers[d][1], d)]
+            op = ("jump", moves, op[2], post)
+        body.append(op)
+    em.ops = body
+    em.prologue = prologue
+    return stats
+
+
+def _round(n: int) -> int:
+    return max(ALIGN, (n + ALIGN - 1) // ALIGN * ALIGN)
+
+
+def _param_types(em: Any) -> dict[int, tuple]:
+    """Parameter register -> (shape, dtype) for the statically shaped tensor parameters."""
+    from relay_ir.ty import TensorType
+    out: dict[int, tuple] = {}
+    fn = em.cf.func
+    if fn is None:
+        return out
+    for i, p in enumerate(fn.params):
+        t = p.checked_type_ or p.type_annotation
+        if isinstance(t, TensorType) and t.is_static:
+            out[i] = (tuple(int(d) for d in t.shape), str(t.dtype))
+    return out
+
+
+__all__ = ["TailGroup", "tail_groups", "direct_call", "jumps_to", "emit_jump", "expand",
+           "plan_memory", "write_functions", "declarations", "constant_value"]
