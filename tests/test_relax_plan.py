@@ -1,0 +1,314 @@
+"""Tail groups and static memory planning of the Relax VM executor (``runtime.relax_plan``).
+
+Mutual tail recursion (``@even``/``@odd``, three-way cycles, through closed inner functions) and
+a closure calling itself run in constant stack and agree with the interpreter; kernel outputs of
+straight-line regions share storage, values that escape (returned in tuples, captured, passed to
+calls, carried across loop iterations) are never overwritten, and the caller's arguments are
+never written.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import relay_ir as rly
+from relay_ir import runtime
+from relay_ir.runtime import relax_plan
+
+pytestmark = pytest.mark.tvm
+
+HEADER = '#[version = "0.0.5"]\n'
+
+
+def parse(text: str) -> rly.IRModule:
+    return rly.parse(HEADER + text)
+
+
+EVEN_ODD = """
+def @even(%n: int64, %acc: float32) -> float32 {
+  if (%n == 0i64) { %acc } else { @odd(%n - 1i64, %acc + 1f) }
+}
+def @odd(%n: int64, %acc: float32) -> float32 {
+  if (%n == 0i64) { %acc * -1f } else { @even(%n - 1i64, %acc) }
+}
+def @main(%n: int64) -> float32 { @even(%n, 0f) }
+"""
+
+
+def _even_odd(n: int) -> float:
+    # n steps alternate even/odd; the accumulator grows on the even steps
+    acc = (n + 1) // 2
+    return float(acc if n % 2 == 0 else -acc)
+
+
+def test_even_odd_are_one_tail_group_and_agree_with_the_interpreter() -> None:
+    mod = parse(EVEN_ODD)
+    exe = runtime.build(mod, executor="relax")
+    groups = exe._backend.groups
+    assert len(groups) == 2 and len({id(g) for g in groups.values()}) == 1
+    for n in (0, 1, 2, 7, 10):
+        got = exe(np.array(n, "int64"))
+        want = runtime.evaluate(mod, np.array(n, "int64"))
+        assert got.dtype == np.float32 and float(got) == float(want) == _even_odd(n)
+    # the members stay callable as entries of their own (their entry stubs)
+    got = exe(np.array(5, "int64"), np.float32(2), entry="odd")
+    assert float(got) == float(runtime.evaluate(mod, np.array(5, "int64"), np.float32(2),
+                                                entry="odd"))
+
+
+def test_even_odd_100k_steps_in_constant_stack() -> None:
+    exe = runtime.build(parse(EVEN_ODD), executor="relax")
+    assert float(exe(np.array(100_000, "int64"))) == _even_odd(100_000)
+    assert float(exe(np.array(100_001, "int64"))) == _even_odd(100_001)
+    # NOTE: the depth limit counts non-tail calls only: none was made
+    assert not exe._deep
+
+
+@pytest.mark.stress
+def test_even_odd_1m_steps() -> None:
+    exe = runtime.build(parse(EVEN_ODD), executor="relax")
+    assert float(exe(np.array(1_000_000, "int64"))) == _even_odd(1_000_000)
+    assert not exe._deep
+
+
+THREE_WAY = """
+def @a(%n: int64, %x: Tensor[(3), float32]) -> Tensor[(3), float32] {
+  if (%n <= 0i64) { %x } else { @b(%n - 1i64, %x + 1f) }
+}
+def @b(%n: int64, %x: Tensor[(3), float32]) -> Tensor[(3), float32] {
+  if (%n <= 0i64) { %x * 2f } else { @c(%n - 1i64, %x * 0.5f, 3i64) }
+}
+def @c(%n: int64, %x: Tensor[(3), float32], %k: int64) -> Tensor[(3), float32] {
+  if (%n <= 0i64) { %x - 1f } else { @a(%n - %k + 2i64, negative(%x)) }
+}
+def @main(%n: int64, %x: Tensor[(3), float32]) -> (Tensor[(3), float32], Tensor[(3), float32]) {
+  let %f = @b;
+  (add(@a(%n, %x), @c(2i64, %x, 1i64)), %f(%n, %x))
+}
+"""
+
+
+def test_three_way_cycle_with_different_arities_non_tail_calls_and_member_as_value() -> None:
+    mod = parse(THREE_WAY)
+    exe = runtime.build(mod, executor="relax")
+    b = exe._backend
+    # NOTE: the optimizer may inline @c into @b; @a and @b always tail-call each other
+    assert {"a", "b"} <= {b.cp.functions[f].name for f in b.groups}
+    x = np.float32([0.5, -1.5, 2.0])
+    for n in (0, 1, 2, 3, 4, 9, 30):
+        got = exe(np.array(n, "int64"), x.copy())
+        want = runtime.evaluate(mod, np.array(n, "int64"), x.copy())
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    got = exe(np.array(30_000, "int64"), x.copy())
+    np.testing.assert_allclose(got[1], runtime.evaluate(mod, np.array(30_000, "int64"),
+                                                        x.copy())[1], rtol=1e-4)
+    assert not exe._deep
+
+
+def test_tail_cycle_through_a_closed_inner_function() -> None:
+    mod = parse("""
+def @loop(%n: int64, %acc: int64) -> int64 {
+  let %step = fn (%m: int64, %a: int64) -> int64 { @loop(%m - 1i64, %a + %m) };
+  if (%n == 0i64) { %acc } else { %step(%n, %acc) }
+}
+def @main(%n: int64) -> int64 { @loop(%n, 0i64) }
+""")
+    # NOTE: opt_level=0 keeps %step (the optimizer would inline it: a self tail call)
+    exe = runtime.build(mod, executor="relax", opt_level=0)
+    assert len(exe._backend.groups) == 2
+    assert int(exe(np.array(10, "int64"))) == int(runtime.evaluate(mod, np.array(10, "int64")))
+    n = 200_000
+    assert int(exe(np.array(n, "int64"))) == n * (n + 1) // 2
+    assert not exe._deep
+
+
+CLOSURE_LOOP = """
+def @main(%n: int64, %x: float32) -> float32 {
+  let %f = fn (%i: int64, %acc: float32) -> float32 {
+    if (%i == 0i64) { %acc } else { %f(%i - 1i64, %acc + %x) }
+  };
+  %f(%n, 0f)
+}
+"""
+
+
+def test_closure_calling_itself_agrees() -> None:
+    mod = parse(CLOSURE_LOOP)
+    exe = runtime.build(mod, executor="relax")
+    for n in (0, 1, 5):
+        args = (np.array(n, "int64"), np.float32(0.25))
+        assert float(exe(*args)) == float(runtime.evaluate(mod, *args)) == 0.25 * n
+    assert float(exe(np.array(100_000, "int64"), np.float32(0.5))) == 50_000.0
+
+
+@pytest.mark.stress
+def test_closure_calling_itself_1m_steps() -> None:
+    exe = runtime.build(parse(CLOSURE_LOOP), executor="relax")
+    assert float(exe(np.array(1_000_000, "int64"), np.float32(0.5))) == 500_000.0
+    assert not exe._deep
+
+
+# ----------------------------------------------------------------------------- memory planning
+MLP = """
+def @main(%x: Tensor[(8, 64), float32], %w1: Tensor[(64, 64), float32],
+          %w2: Tensor[(64, 64), float32], %w3: Tensor[(64, 64), float32],
+          %w4: Tensor[(64, 64), float32]) -> Tensor[(8, 64), float32] {
+  %0 = nn.relu(nn.dense(%x, %w1));
+  %1 = nn.relu(nn.dense(%0, %w2));
+  %2 = nn.relu(nn.dense(%1, %w3));
+  %3 = nn.relu(nn.dense(%2, %w4));
+  nn.dense(%3, %w1)
+}
+"""
+
+
+def _mlp_args(seed: int = 0) -> tuple:
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(s).astype("float32") * 0.2
+                 for s in ((8, 64), (64, 64), (64, 64), (64, 64), (64, 64)))
+
+
+def _stats(exe: runtime.RelaxExecutable, name: str = "main") -> dict:
+    b = exe._backend
+    return b.plan_stats[b.cp.globals[name]]
+
+
+def test_mlp_intermediates_share_storage_and_agree() -> None:
+    mod = parse(MLP)
+    exe = runtime.build(mod, executor="relax")
+    args = _mlp_args()
+    got = exe(*args)
+    want = runtime.evaluate(mod, *args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    st = _stats(exe)
+    # five kernels, each (8, 64) float32 = 2 KiB: two slots suffice (a kernel never writes
+    # the slot its input occupies), against five allocations unplanned
+    assert st["planned"] == 5
+    assert st["unplanned_bytes"] == 5 * 2048
+    assert st["arena"] == 2 * 2048
+    # a second call with other inputs: no state left from the first
+    args2 = _mlp_args(1)
+    np.testing.assert_allclose(exe(*args2), runtime.evaluate(mod, *args2), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)   # the first result intact
+
+
+ESCAPES = """
+def @id(%a: Tensor[(8, 64), float32]) -> Tensor[(8, 64), float32] { %a }
+def @main(%x: Tensor[(8, 64), float32], %w1: Tensor[(64, 64), float32],
+          %w2: Tensor[(64, 64), float32], %w3: Tensor[(64, 64), float32],
+          %w4: Tensor[(64, 64), float32]) {
+  let %h0 = nn.relu(nn.dense(%x, %w1));
+  let %h1 = nn.relu(nn.dense(%h0, %w2));
+  let %g = fn () -> Tensor[(8, 64), float32] { %h1 };
+  let %h2 = nn.relu(nn.dense(%h1, %w3));
+  let %h3 = @id(%h2);
+  let %h4 = nn.relu(nn.dense(%h3, %w4));
+  let %h5 = nn.relu(nn.dense(%h4, %w1));
+  let %h6 = nn.relu(nn.dense(%h5, %w2));
+  (%h0, %g(), %h3, %h6, nn.dense(%h6, %w3))
+}
+"""
+
+
+def test_escaping_values_keep_their_own_storage() -> None:
+    mod = parse(ESCAPES)
+    exe = runtime.build(mod, executor="relax")
+    args = _mlp_args(2)
+    got = exe(*args)
+    want = runtime.evaluate(mod, *args)
+    assert len(got) == 5
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    st = _stats(exe)
+    # %h0 (returned in the tuple), %h1 (captured), %h2 (passed to @id, or returned when the
+    # optimizer inlines it), %h6 and the last dense (in the tuple) escape: only %h4 and %h5
+    # are planned
+    assert st["planned"] == 2, st
+
+
+DISPATCH = """
+def @loop(%i: int64, %x: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  if (%i > 0i64) { @loop(%i - 1i64, tanh(%x) * 0.9f + 0.1f) } else { %x }
+}
+def @main(%n: int64, %x: Tensor[(4), float32]) -> (Tensor[(4), float32], Tensor[(4), float32]) {
+  let %a = @loop(%n, %x);
+  let %b = @loop(%n, %a);
+  (%a, %b)
+}
+"""
+
+
+def test_loop_carried_values_are_double_buffered_and_inputs_untouched() -> None:
+    mod = parse(DISPATCH)
+    exe = runtime.build(mod, executor="relax")
+    st = _stats(exe, "loop")
+    assert st["double"] == 2, st      # the counter and the vector
+    x = np.float32([0.1, -0.2, 0.3, 2.0])
+    keep = x.copy()
+
+    def ref(v: np.ndarray, n: int) -> np.ndarray:
+        for _ in range(n):
+            v = np.tanh(v) * np.float32(0.9) + np.float32(0.1)
+        return v
+
+    for n in (0, 1, 2, 3, 50):
+        a, b = exe(np.array(n, "int64"), x)
+        np.testing.assert_array_equal(x, keep)      # the caller's argument is never written
+        np.testing.assert_allclose(a, ref(keep, n), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b, ref(keep, 2 * n), rtol=1e-5, atol=1e-6)
+        want = runtime.evaluate(mod, np.array(n, "int64"), x.copy())
+        np.testing.assert_allclose(a, want[0], rtol=1e-5, atol=1e-6)
+    # results of earlier calls stay intact
+    a1, _ = exe(np.array(3, "int64"), x)
+    exe(np.array(4, "int64"), x)
+    np.testing.assert_allclose(a1, ref(keep, 3), rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_carried_parameter_that_escapes_is_not_double_buffered() -> None:
+    mod = parse("""
+def @loop(%i: int64, %x: Tensor[(4), float32], %r: ref(Tensor[(4), float32])) -> () {
+  ref_write(%r, %x);
+  if (%i > 0i64) { @loop(%i - 1i64, %x * 2f, %r) } else { () }
+}
+def @main(%n: int64, %x: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  let %r = ref(%x);
+  @loop(%n, %x, %r);
+  ref_read(%r)
+}
+""")
+    exe = runtime.build(mod, executor="relax")
+    assert _stats(exe, "loop")["double"] == 1     # the counter only: %x escapes into %r
+    x = np.float32([1, 2, 3, 4])
+    for n in (0, 1, 5):
+        np.testing.assert_allclose(exe(np.array(n, "int64"), x), x * 2 ** n)
+
+
+def test_parallel_move_breaks_cycles() -> None:
+    mod = parse("""
+def @swap(%n: int64, %a: int64, %b: int64, %c: int64) -> (int64, int64, int64) {
+  if (%n == 0i64) { (%a, %b, %c) } else { @swap(%n - 1i64, %b, %c, %a) }
+}
+def @main(%n: int64) -> (int64, int64, int64) { @swap(%n, 1i64, 2i64, 3i64) }
+""")
+    exe = runtime.build(mod, executor="relax")
+    for n in range(7):
+        got = tuple(int(v) for v in exe(np.array(n, "int64")))
+        want = [1, 2, 3]
+        for _ in range(n):
+            want = want[1:] + want[:1]
+        assert got == tuple(want), n
+
+
+def test_expand_parallel_move() -> None:
+    # a <- b, b <- a (a cycle) and c <- a: c must see the old a
+    ops = [("jump", [(0, ("r", 1), 10), (1, ("r", 0), 11), (2, ("r", 0), 12)], 0, [])]
+    out = relax_plan.expand(ops)
+    regs = {0: "A", 1: "B", 2: "C", 10: None, 11: None, 12: None}
+    for op in out[:-1]:
+        assert op[1] == "vm.builtin.copy"
+        regs[op[3]] = regs[op[2][0][1]]
+    assert (regs[0], regs[1], regs[2]) == ("B", "A", "A")
+    assert out[-1] == ("goto", 0)
+    assert len(out) <= 5      # three moves, at most one through a temporary, the goto
