@@ -47,6 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 ALIGN = 64
+ENABLED = True       # memory planning on (benchmarks turn it off to compare side by side)
 _GROUP = "__rly_group"
 
 
@@ -336,6 +337,8 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
     ops = em.ops
     em.prologue = []
     stats = {"planned": 0, "arena": 0, "unplanned_bytes": 0, "double": 0}
+    if not ENABLED:
+        return stats
     targeted: set = set()
     for op in ops:
         if op[0] == "if":
@@ -365,7 +368,7 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
         loops = any(op[0] == "jump" for op in ops)
     # candidates: (start, end, nbytes, shape, dtype, alloc index, out register, jump param)
     cands: list[list] = []
-    jump_vals: dict[int, list[int]] = {}      # param -> candidate indices moved into it
+    jump_vals: dict[int, list[list]] = {}     # param -> the candidates moved into it
     for i, op in enumerate(ops):
         if not (op[0] == "call" and op[1] == "vm.builtin.alloc_tensor" and i > 0):
             continue
@@ -393,15 +396,16 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
             end = max(end, u)
         if not ok:
             continue
+        cand = [i, end, nbytes, shape, dtype, i, out, param]
         if param is not None:
-            jump_vals.setdefault(param, []).append(len(cands))
-        cands.append([i, end, nbytes, shape, dtype, i, out, param])
+            jump_vals.setdefault(param, []).append(cand)
+        cands.append(cand)
     # a parameter carrying planned values across a jump: its own uses must not escape
     bad_params = set()
     ptypes = _param_types(em)
     for p, idxs in jump_vals.items():
         want = ptypes.get(p)
-        good = want is not None and all((cands[c][3], cands[c][4]) == want for c in idxs)
+        good = want is not None and all((c[3], c[4]) == want for c in idxs)
         for _u, kind in uses.get(p, ()):
             if kind == "escape" or (type(kind) is tuple and kind[1] != p):
                 good = False
@@ -438,7 +442,7 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
     sizes = [s[0] for s in slots]
     pairs: dict[int, tuple[int, int]] = {}   # param -> (slot A, slot B)
     for p in sorted({c[7] for c in cands if c[7] is not None}):
-        size = _round(cands[jump_vals[p][0]][2])
+        size = _round(jump_vals[p][0][2])
         pairs[p] = (len(sizes), len(sizes) + 1)
         sizes += [size, size]
     prologue = []
@@ -469,7 +473,6 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
         stats["unplanned_bytes"] += _round(c[2])
         if c[7] is not None:
             stats["double"] += 1
-            rename[out] = buffers[c[7]][0]
             drop.update((i - 1, i))
             continue
         if loops:
@@ -489,29 +492,46 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
                       out)
     stats["arena"] = total
 
-    def arg(a: tuple) -> tuple:
-        return ("r", rename.get(a[1], a[1])) if a[0] == "r" else a
+    doubled = {c[6]: p for p, cs in jump_vals.items() if p in buffers for c in cs}
 
-    body = []
-    for i, op in enumerate(ops):
-        if i in drop:
-            continue
-        tag = op[0]
-        if tag == "call" and rename:
-            op = ("call", op[1], [arg(a) for a in op[2]], op[3])
-        elif tag == "ret" and op[1] in rename:
-            op = ("ret", rename[op[1]])
-        elif tag == "jump":
-            moves = [(d, arg(s), t) for d, s, t in op[1]]
-            post = list(op[3])
-            for d, s, _t in moves:
-                if type(d) is int and d in buffers and s == ("r", buffers[d][0]):
-                    # NOTE: the parameter now holds the written buffer: the other one is
-                    # written next
-                    post += [(buffers[d][0], buffers[d][1]), (buffers[d][1], d)]
-            op = ("jump", moves, op[2], post)
-        body.append(op)
-    em.ops = body
+    def copy(half: int) -> list:
+        """The body with the double-buffered values in buffer ``half``; with two halves the
+        body is written twice (unrolled by two): each half's tail jumps go to the other half,
+        so the buffers alternate with no register swaps."""
+        ren = dict(rename)
+        for out, p in doubled.items():
+            ren[out] = buffers[p][half]
+
+        def arg(a: tuple) -> tuple:
+            return ("r", ren.get(a[1], a[1])) if a[0] == "r" else a
+
+        def lab(k: Any) -> Any:
+            return ("u", k) if half else k
+
+        out_ops = []
+        for i, op in enumerate(ops):
+            if i in drop:
+                continue
+            tag = op[0]
+            if tag == "call":
+                op = ("call", op[1], [arg(a) for a in op[2]], op[3])
+            elif tag == "ret":
+                op = ("ret", ren.get(op[1], op[1]))
+            elif tag == "label":
+                op = ("label", lab(op[1]))
+            elif tag == "goto":
+                op = ("goto", lab(op[1]))
+            elif tag == "if":
+                op = ("if", op[1], lab(op[2]))
+            elif tag == "jump":
+                target = op[2]
+                if buffers and target == 0:
+                    target = 0 if half else ("u", 0)
+                op = ("jump", [(d, arg(s), t) for d, s, t in op[1]], target, list(op[3]))
+            out_ops.append(op)
+        return out_ops
+
+    em.ops = copy(0) + copy(1) if buffers else copy(0)
     em.prologue = prologue
     return stats
 
