@@ -207,7 +207,9 @@ def @main(%x: Tensor[(8, 64), float32], %w1: Tensor[(64, 64), float32],
   let %h4 = nn.relu(nn.dense(%h3, %w4));
   let %h5 = nn.relu(nn.dense(%h4, %w1));
   let %h6 = nn.relu(nn.dense(%h5, %w2));
-  (%h0, %g(), %h3, %h6, nn.dense(%h6, %w3))
+  let %h7 = nn.relu(nn.dense(%h6, %w3));
+  let %h8 = nn.relu(nn.dense(%h7, %w4));
+  (%h0, %g(), %h3, %h8, nn.dense(%h8, %w3))
 }
 """
 
@@ -223,9 +225,9 @@ def test_escaping_values_keep_their_own_storage() -> None:
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     st = _stats(exe)
     # %h0 (returned in the tuple), %h1 (captured), %h2 (passed to @id, or returned when the
-    # optimizer inlines it), %h6 and the last dense (in the tuple) escape: only %h4 and %h5
-    # are planned
-    assert st["planned"] == 2, st
+    # optimizer inlines it), %h8 and the last dense (in the tuple) escape: %h4 to %h7 are
+    # planned, in two slots of 2 KiB
+    assert st["planned"] == 4 and st["arena"] == 2 * 2048, st
 
 
 DISPATCH = """
@@ -312,3 +314,25 @@ def test_expand_parallel_move() -> None:
     assert (regs[0], regs[1], regs[2]) == ("B", "A", "A")
     assert out[-1] == ("goto", 0)
     assert len(out) <= 5      # three moves, at most one through a temporary, the goto
+
+
+def test_an_output_too_large_to_allocate_is_a_diagnostic() -> None:
+    from relay_ir.errors import DiagnosticError
+    mod = parse("""
+def @main(%x: Tensor[(1), float32], %c: bool) -> Tensor[(1099511627776), float32] {
+  if (%c) { broadcast_to(%x, shape=[1099511627776]) } else { %x * 2f }
+}""")
+    exe = runtime.build(mod, executor="relax")
+    with pytest.raises(DiagnosticError, match="cannot allocate"):
+        exe(np.float32([1]), np.array(True))
+
+
+def test_unused_pure_results_are_dropped() -> None:
+    ops = [("call", "vm.builtin.make_tuple", [], 5),                   # unit of a ref_write
+           ("call", "vm.builtin.tuple_getitem", [("r", 0), ("i", 0)], 6),
+           ("call", "vm.builtin.copy", [("r", 6)], 7),                 # dead, so 6 dies too
+           ("call", "ffi.ListSetItem", [("r", 1), ("i", 0), ("r", 0)], None),
+           ("call", "vm.builtin.tuple_getitem", [("r", 0), ("i", 1)], 8),
+           ("ret", 8)]
+    kept = relax_plan._drop_dead(ops, 2)
+    assert kept == [ops[3], ops[4], ops[5]]
