@@ -320,7 +320,8 @@ def test_an_output_too_large_to_allocate_is_a_diagnostic() -> None:
     from relay_ir.errors import DiagnosticError
     mod = parse("""
 def @main(%x: Tensor[(1), float32], %c: bool) -> Tensor[(1099511627776), float32] {
-  if (%c) { broadcast_to(%x, shape=[1099511627776]) } else { %x * 2f }
+  if (%c) { broadcast_to(%x, shape=[1099511627776]) }
+  else { broadcast_to(%x * 2f, shape=[1099511627776]) }
 }""")
     exe = runtime.build(mod, executor="relax")
     with pytest.raises(DiagnosticError, match="cannot allocate"):
