@@ -209,6 +209,196 @@ def expand(ops: list) -> list:
     return out
 
 
+# ============================================================================ closure calls
+def is_tramp(backend: Any, fidx: int) -> bool:
+    """Whether function ``fidx`` returns by the closure convention ``(flag, payload)``: every
+    inner function (closures and closed inner functions) outside a tail group."""
+    return backend.cp.functions[fidx].name == "" and fidx not in backend.groups
+
+
+def closure_name(backend: Any, fidx: int) -> str:
+    """The VM function a closure of ``fidx`` calls: ``fidx`` itself when it follows the
+    closure convention, else a wrapper ``__rly_clo<fidx>`` that returns ``(0, value)``."""
+    name = backend.name_of(fidx)
+    if is_tramp(backend, fidx):
+        return name
+    backend.clo_wrappers.add(fidx)
+    return f"__rly_clo{fidx}"
+
+
+def _depth_names() -> tuple[str, str]:
+    from relay_ir.runtime.relax_vm import _ENTER, _LEAVE
+    return _ENTER, _LEAVE
+
+
+def unwrap(ops: list, tmp: Any, r: int, dst: int) -> None:
+    """Append the trampoline: while the result ``r`` of a closure is a bounce ``(1, c)`` (a
+    tail call of the closure ``c`` with no arguments) or ``(2, thunk)`` (with arguments),
+    invoke it; then ``dst`` = the value of ``(0, value)``. A thunk adds a VM frame: its
+    invocation is counted by the depth counter; ``c`` runs where its caller's frame was."""
+    enter, leave = _depth_names()
+    depth = ("c", ("depth",))
+    key = ("tramp", len(ops), r)
+    top, done, bare = key + ("top",), key + ("done",), key + ("bare",)
+    f, p, t = tmp(), tmp(), tmp()
+    ops += [("label", top),
+            ("call", "vm.builtin.tuple_getitem", [("r", r), ("i", 0)], f),
+            ("if", f, done),
+            ("call", "vm.builtin.tuple_getitem", [("r", r), ("i", 1)], p),
+            ("call", "vm.builtin.tuple_getitem", [("c", ("ints", (0, 0, 1))), ("r", f)], t),
+            ("if", t, bare),
+            ("call", enter, [depth], None),
+            ("call", "vm.builtin.invoke_closure", [("vm",), ("r", p)], r),
+            ("call", leave, [depth], None),
+            ("goto", top),
+            ("label", bare),
+            ("call", "vm.builtin.invoke_closure", [("vm",), ("r", p)], r),
+            ("goto", top),
+            ("label", done),
+            ("call", "vm.builtin.tuple_getitem", [("r", r), ("i", 1)], dst)]
+
+
+def emit_call(em: Any, target: tuple, args: list, dst: int) -> None:
+    """A non-tail call (between the depth counter's calls): a direct call, or an invocation
+    of a closure; a result in the closure convention is unwrapped into ``dst``."""
+    if target[0] == "direct":
+        name, a = direct_call(em.b, target[1], args)
+        if not is_tramp(em.b, target[1]):
+            em.ops.append(("call", name, a, dst))
+            return
+    else:
+        name, a = "vm.builtin.invoke_closure", [("vm",), ("r", target[1]), *args]
+    r = em.tmp()
+    em.ops.append(("call", name, a, r))
+    unwrap(em.ops, em.tmp, r, dst)
+
+
+def emit_bounce(em: Any, target: tuple, srcs: list, span: Any) -> bool:
+    """A tail call of a closure value from a function of the closure convention: return a
+    bounce to the caller's trampoline (constant stack: the backpropagator chains of
+    reverse-mode AD are such calls). False where the call is emitted as call + return."""
+    if target[0] != "closure" or not is_tramp(em.b, em.index):
+        return False
+    args = [em.operand(r, span) for r in srcs]
+    t = em.tmp()
+    if not args:
+        em.ops.append(("call", "vm.builtin.make_tuple", [("i", 1), ("r", target[1])], t))
+    else:
+        em.b.apply_arities.add(len(args))
+        th = em.tmp()
+        em.ops.append(("call", "vm.builtin.make_closure",
+                       [("f", f"__rly_apply{len(args)}"), ("r", target[1]), *args], th))
+        em.ops.append(("call", "vm.builtin.make_tuple", [("i", 2), ("r", th)], t))
+    em.ops.append(("rawret", t))
+    return True
+
+
+def _returns(em: Any, ops: list) -> list:
+    """A function of the closure convention returns ``(0, value)``; bounces (``rawret``)
+    as they are."""
+    tramp = is_tramp(em.b, em.index)
+    out: list = []
+    for op in ops:
+        if op[0] == "ret" and tramp:
+            t = em.tmp()
+            out.append(("call", "vm.builtin.make_tuple", [("i", 0), ("r", op[1])], t))
+            out.append(("ret", t))
+        elif op[0] == "rawret":
+            out.append(("ret", op[1]))
+        else:
+            out.append(op)
+    return out
+
+
+def write_invoke(em: Any, eb: Any, name: str, n: int, consts: dict) -> None:
+    """``(limits, closure, args...)``: reset the depth counter, invoke the closure, unwrap its
+    result (how Python calls a function value the program returned)."""
+    from relay_ir.runtime.relax_vm import _RESET
+    regs = [n + 2]
+
+    def tmp() -> int:
+        regs[0] += 1
+        return regs[0]
+    ops: list = [("call", _RESET, [("c", ("depth",)), ("r", 0)], None),
+                 ("call", "vm.builtin.invoke_closure",
+                  [("vm",), ("r", 1), *[("r", i + 2) for i in range(n)]], n + 2)]
+    dst = tmp()
+    unwrap(ops, tmp, n + 2, dst)
+    ops.append(("ret", dst))
+    em.write(eb, name, consts, ops=ops, nin=n + 2,
+             names=["limits", "closure"] + [f"a{i}" for i in range(n)])
+
+
+def write_helpers(backend: Any, eb: Any, em: Any, consts: dict) -> None:
+    """The closure wrappers of functions outside the closure convention and the thunks of
+    bounced calls with arguments."""
+    enter, leave = _depth_names()
+    depth = ("c", ("depth",))
+    for fidx in sorted(backend.clo_wrappers):
+        n = backend.cp.functions[fidx].nparams
+        name, args = direct_call(backend, fidx, [("r", i) for i in range(n)])
+        ops = [("call", enter, [depth], None),
+               ("call", name, args, n),
+               ("call", leave, [depth], None),
+               ("call", "vm.builtin.make_tuple", [("i", 0), ("r", n)], n + 1),
+               ("ret", n + 1)]
+        em.write(eb, f"__rly_clo{fidx}", consts, ops=ops, nin=n,
+                 names=[f"a{i}" for i in range(n)])
+    for n in sorted(backend.apply_arities):
+        ops = [("call", "vm.builtin.invoke_closure",
+                [("vm",), ("r", 0), *[("r", i + 1) for i in range(n)]], n + 1),
+               ("ret", n + 1)]
+        em.write(eb, f"__rly_apply{n}", consts, ops=ops, nin=n + 1,
+                 names=["closure"] + [f"a{i}" for i in range(n)])
+
+
+def helper_names(backend: Any) -> list[str]:
+    """The names :func:`write_helpers` writes (to declare first)."""
+    return [f"__rly_clo{f}" for f in sorted(backend.clo_wrappers)] + \
+        [f"__rly_apply{n}" for n in sorted(backend.apply_arities)]
+
+
+def builds_chains(backend: Any) -> bool:
+    """Whether some closure of the program captures a function value (a backpropagator
+    capturing the previous one): such chains can be long, and TVM releases a chain of nested
+    closures recursively in C++ (a 100,000-long one overflowed an 8 MiB stack)."""
+    from relay_ir.ty import FuncType
+    from relay_ir.traversal import free_vars
+    for cf in backend.cp.functions:
+        if not cf.ncap or cf.func is None:
+            continue
+        fvs = backend.cp.free_vars.get(cf.func)
+        if fvs is None:
+            fvs = free_vars(cf.func)
+        for v in fvs:
+            t = v.checked_type_ or v.type_annotation
+            if t is None or _has_func(t, FuncType):
+                return True
+    return False
+
+
+def _has_func(t: Any, func_type: type) -> bool:
+    from relay_ir.ty import TupleType
+    stack = [t]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, func_type):
+            return True
+        if isinstance(x, TupleType):
+            stack.extend(x.fields)
+        elif type(x).__name__ in ("RefType", "TypeCall"):
+            return True        # NOTE: a reference or an ADT may hold a function: assume so
+    return False
+
+
+def release_on(worker: Any, holder: Any) -> None:
+    """Drop ``holder.obj`` on ``worker``'s large-stack thread (without waiting)."""
+    import threading
+    box = [holder.obj]
+    holder.obj = None
+    worker.jobs.put((box.clear, [], threading.Event()))
+
+
 # ============================================================================ writing
 def _remap_ops(ops: list, fidx: int, nfix: int, base: int) -> list:
     """A member's ops in its group's register and label numbering."""
@@ -251,13 +441,15 @@ def declarations(backend: Any, emitters: list) -> list[str]:
         g = backend.groups.get(em.index)
         if g is not None and g.name not in seen:
             seen.append(g.name)
-    return seen
+    return seen + helper_names(backend)
 
 
 def write_functions(backend: Any, eb: Any, emitters: list, consts: dict) -> None:
     """Write every emitted function: plain ones as they are, group members as entry stubs
     plus one function per group."""
     by_index = {em.index: em for em in emitters}
+    if emitters:
+        write_helpers(backend, eb, emitters[0], consts)
     done: set[str] = set()
     for em in emitters:
         name = backend.names[em.index]
@@ -328,6 +520,8 @@ def _uses(op: Any):
         yield op[1], "cond"
     elif tag == "ret":
         yield op[1], "ret"
+    elif tag == "rawret":
+        yield op[1], "escape"
     elif tag == "jump":
         for d, s, _t in op[1]:
             if s[0] == "r":
@@ -341,12 +535,13 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
     em.prologue = []
     stats = {"planned": 0, "arena": 0, "unplanned_bytes": 0, "double": 0}
     if not ENABLED:
+        em.ops = _returns(em, em.ops)
         return stats
     ops = em.ops = _drop_dead(em.ops, em.nfix)
     try:
         return _plan(em, ops, loops, stats)
     finally:
-        em.ops = _one_call_allocs(em.ops)
+        em.ops = _returns(em, _one_call_allocs(em.ops))
 
 
 _PURE = frozenset(("vm.builtin.make_tuple", "vm.builtin.tuple_getitem", "vm.builtin.copy",
@@ -415,7 +610,7 @@ def _plan(em: Any, ops: list, loops: bool | None, stats: dict) -> dict:
         if op[0] == "label" and op[1] in targeted:
             b += 1
         block[i] = b
-        if op[0] in ("if", "goto", "ret", "jump"):
+        if op[0] in ("if", "goto", "ret", "rawret", "jump"):
             b += 1
     defs: dict[int, list[int]] = {}
     uses: dict[int, list[tuple[int, Any]]] = {}

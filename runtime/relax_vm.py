@@ -236,7 +236,8 @@ class _Emitter:
         elif self.b.cp.functions[fidx].ncap:
             raise AssertionError("a capturing function is made a closure by its instruction")
         t = self.tmp()
-        self.ops.append(("call", "vm.builtin.make_closure", [("f", self.b.name_of(fidx)), *caps],
+        self.ops.append(("call", "vm.builtin.make_closure",
+                         [("f", relax_plan.closure_name(self.b, fidx)), *caps],
                          t))
         return t
 
@@ -325,13 +326,10 @@ class _Emitter:
         args = [self.operand(r, span) for r in srcs]
         depth = ("c", ("depth",))
         if target[0] == "direct":
-            extra = [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
+            args += [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
                      for r in target[2]]
-            ins = ("call", *relax_plan.direct_call(self.b, target[1], args + extra), dst)
-        else:
-            ins = ("call", "vm.builtin.invoke_closure", [("vm",), ("r", target[1]), *args], dst)
         self.ops.append(("call", _ENTER, [depth], None))
-        self.ops.append(ins)
+        relax_plan.emit_call(self, target, args, dst)    # (a closure's result unwrapped)
         self.ops.append(("call", _LEAVE, [depth], None))
 
     def match(self, src: int, table: list, span: Any) -> None:
@@ -422,7 +420,7 @@ class _Emitter:
                 self.match(src, table, span)
             elif tag == "closure":
                 _, dst, fn, caps, selfs = ins
-                args: list[tuple] = [("f", self.b.name_of(fn))]
+                args: list[tuple] = [("f", relax_plan.closure_name(self.b, fn))]
                 for i, r in enumerate(caps):
                     args.append(("r", self.null()) if i in selfs else self.operand(r, span))
                 self.ops.append(("call", "vm.builtin.make_closure", args, dst))
@@ -446,7 +444,7 @@ class _Emitter:
                     # a tail call of this function (or of a member of its tail group) is a
                     # jump: a parallel move of the arguments, then a goto (relax_plan)
                     relax_plan.emit_jump(self, target[1], srcs, span)
-                else:
+                elif not relax_plan.emit_bounce(self, target, srcs, span):
                     t = self.tmp()
                     self.call(target, srcs, t, span)
                     self.ops.append(("ret", t))
@@ -530,6 +528,8 @@ class RelaxBackend:
         self.names: dict[int, str] = {}
         self.todo: list[int] = []
         self.groups: dict[int, Any] = {}     # tail-group members (relax_plan.TailGroup)
+        self.clo_wrappers: set[int] = set()  # functions given a closure wrapper (relax_plan)
+        self.apply_arities: set[int] = set()  # thunks of bounced tail calls (relax_plan)
         self.plan_stats: dict[int, dict] = {}  # memory plan figures per function
 
     def name_of(self, fidx: int) -> str:
@@ -644,9 +644,11 @@ class RelaxBackend:
         for con, name in self.con_fns.items():
             n = len(self.cp.cons[con].inputs)
             with eb.function(name, n):
+                # NOTE: a function value: its result is (0, value) (relax_plan)
                 eb.emit_call("vm.builtin.make_tuple", [eb.imm(con)] + [eb.r(i) for i in range(n)],
                              eb.r(n))
-                eb.emit_ret(eb.r(n))
+                eb.emit_call("vm.builtin.make_tuple", [eb.imm(0), eb.r(n)], eb.r(n + 1))
+                eb.emit_ret(eb.r(n + 1))
         # the program's own constants, returned together: the runner copies a result that is
         # one of them (the VM hands out the constant itself; a caller writing into it would
         # change later runs)
@@ -672,12 +674,7 @@ class RelaxBackend:
             # Python calls a function value the program returned
             name = f"{_INVOKE}{n}"
             eb.declare_function(name, relax.exec_builder.VMFuncKind.VM_FUNC)
-            with eb.function(name, n + 2):
-                eb.emit_call(_RESET, [depth, eb.r(0)])
-                eb.emit_call("vm.builtin.invoke_closure",
-                             [eb.vm_state(), eb.r(1), *[eb.r(i + 2) for i in range(n)]],
-                             eb.r(n + 2))
-                eb.emit_ret(eb.r(n + 2))
+            relax_plan.write_invoke(emitters[0], eb, name, n, consts)
         if not _DEPTH_LIB:
             _DEPTH_LIB.append(_depth_module())
         libs = [_DEPTH_LIB[0]]
@@ -721,6 +718,10 @@ class RelaxExecutable:
         self._con_ids = {c.name_hint: k for k, c in enumerate(self._backend.cp.cons)}
         self._ref_args: list[tuple[RefValue, Any]] = []   # (argument, its cell) of a call
         self._deep: set[Any] = set()     # entries that ran past MAIN_DEPTH once
+        # NOTE: a program whose closures capture function values can build chains of
+        # closures (backpropagators) whose release recurses in C++: it always runs on the
+        # large-stack thread (relax_plan.builds_chains)
+        self._all_deep = relax_plan.builds_chains(self._backend)
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self._limits: dict[int, Any] = {}
@@ -853,7 +854,7 @@ class RelaxExecutable:
         # NOTE: references passed in: the run writes to cells of its own, and a retry on the
         # large-stack thread starts from fresh cells; the final contents are written back
         try:
-            if f in self._deep:
+            if self._all_deep or f in self._deep:
                 raise _DepthLimit()
             out = self._run(f, vals, MAIN_DEPTH)
         except _DepthLimit:
@@ -867,7 +868,7 @@ class RelaxExecutable:
         return self._result(out)
 
     def _call(self, f: Any, vals: list) -> Any:
-        if f in self._deep:
+        if self._all_deep or f in self._deep:
             return self._result(self._run_deep(f, vals))
         try:
             out = self._run(f, vals, MAIN_DEPTH)
@@ -981,6 +982,10 @@ class _VMClosure:
     def __init__(self, exe: RelaxExecutable, obj: Any):
         self.exe = exe
         self.obj = obj
+
+    def __del__(self) -> None:
+        if getattr(self, "obj", None) is not None and self.exe._all_deep:
+            relax_plan.release_on(_deep_worker(), self)
 
     def __call__(self, *args: Any) -> Any:
         exe = self.exe
