@@ -533,7 +533,7 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
     ``em.ops`` and sets ``em.prologue``. Returns figures: planned values, arena bytes, the
     bytes they took unplanned."""
     em.prologue = []
-    stats = {"planned": 0, "arena": 0, "unplanned_bytes": 0, "double": 0}
+    stats = {"planned": 0, "arena": 0, "unplanned_bytes": 0, "double": 0, "own_bytes": 0}
     if not ENABLED:
         em.ops = _returns(em, em.ops)
         return stats
@@ -542,6 +542,9 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
         return _plan(em, ops, loops, stats)
     finally:
         em.ops = _returns(em, _one_call_allocs(em.ops))
+        # NOTE: the bytes of the outputs that keep their own allocation (per execution)
+        stats["own_bytes"] = sum(_round(_nbytes(op[2][0][1][1], op[2][1][1])) for op in em.ops
+                                 if op[0] == "call" and op[1] == "runtime.TVMTensorAllocWithScope")
 
 
 _PURE = frozenset(("vm.builtin.make_tuple", "vm.builtin.tuple_getitem", "vm.builtin.copy",
@@ -808,6 +811,11 @@ def _plan(em: Any, ops: list, loops: bool | None, stats: dict) -> dict:
     em.ops = copy(0) + copy(1) if buffers else copy(0)
     em.prologue = prologue
     return stats
+
+
+def _nbytes(shape: tuple, dtype: str) -> int:
+    import numpy as np
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def _round(n: int) -> int:
