@@ -1,6 +1,6 @@
-"""Tail groups and static memory planning for the Relax VM backend (``runtime.relax_vm``).
+"""Tail calls and static memory planning for the Relax VM backend (``runtime.relax_vm``).
 
-Two rewrites of the abstract ops of ``relax_vm._Emitter`` (see that class for the op forms),
+Rewrites of the abstract ops of ``relax_vm._Emitter`` (see that class for the op forms),
 kept here so that the emitter itself stays small:
 
 **Tail groups (mutual tail recursion in constant stack).** The functions that tail-call each
@@ -21,26 +21,41 @@ before; all jumps go through :func:`emit_jump` (``("jump", moves, label, post)``
 when written into the fewest register copies (a parallel move: a copy through a temporary only
 where a cycle needs one).
 
+**Closure tail calls (a trampoline).** Inner functions (closures and closed inner functions
+outside tail groups: :func:`is_tramp`) return ``(0, value)``, or a bounce: ``(1, c)`` for a tail
+call of the closure ``c`` with no arguments, ``(2, thunk)`` with arguments (``thunk`` a closure
+of ``__rly_apply<n>`` over ``c`` and the arguments). Every caller of such a function (closure
+invocations, direct calls of inner functions, Python's ``__rly_invoke<n>``) runs
+:func:`unwrap`: it invokes bounces until a value comes back, so a chain of closures each ending
+in a call of the previous one (reverse-mode AD's backpropagators) runs at constant depth. A
+closure of a function outside the convention (a global, a group member, a constructor) calls a
+wrapper (``__rly_clo<f>``) that returns ``(0, value)``. TVM frees a chain of nested closures
+recursively in C++, so programs that can build chains (:func:`builds_chains`) run on the large
+stack thread of ``relax_vm``.
+
 **Static memory planning of first-order regions.** Every kernel output used to get its own
 ``alloc_storage`` + ``alloc_tensor`` per call. :func:`plan_memory` finds the outputs that
 live in one straight-line stretch of a function (defined once; every use in the same basic
 block, after the definition) and whose uses are kernel inputs, a branch condition or the
 function's return (the activation ends there). Values that escape (passed to a call, captured
 by a closure, put in a tuple, an ADT, a reference, moved into another register) keep their own
-allocation. The planned values are given offsets in ONE storage per activation, allocated at
+allocation. The planned values are given slots of storage per activation, allocated at
 the function's entry (before the first instruction, so that a self tail jump keeps it): a
 value's slot is reused by later values once its last use has passed (best fit, growing a free
 slot rather than opening a new one; a kernel never writes a slot one of its inputs occupies).
 In a function that loops (a tail jump to itself or within its group) the tensors themselves
 (``alloc_tensor`` views of the storage) are made at entry too, so an iteration allocates
 nothing for them; elsewhere each planned value takes a view of the shared storage where it is
-defined (one VM call instead of two).
+defined (one VM call instead of two) where a slot holds two or more values; the other
+outputs are allocated with one call (``runtime.TVMTensorAllocWithScope``). TVM kernels take
+tensors at byte offset 0 only, so each slot is a storage of its own.
 
 **Loop-carried values.** A kernel output whose only uses besides kernel inputs are the move into
 the parameter ``p`` of a self tail jump (``@loop(%i - 1, tanh(%x))``) is double-buffered when
 ``p`` itself is used only by kernels, conditions, the return and such moves: two buffers made
-at entry, the kernel writes the one ``p`` does not hold, and the jump swaps them (two register
-copies). The parameter's first value (the caller's) is never written.
+at entry, and the function body written twice (unrolled by two), each half writing its own
+buffer and jumping to the other half, so ``p`` never holds the buffer being written and no
+register swaps are needed. The parameter's first value (the caller's) is never written.
 """
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ between kernel calls.
 What is emitted (the first milestone of issue 21):
 
 * kernel calls (``kernel`` / ``kernel_ret``): every output allocated with
-  ``vm.builtin.alloc_storage`` + ``vm.builtin.alloc_tensor``, then one call of the kernel with
+  ``vm.builtin.alloc_storage`` + ``vm.builtin.alloc_tensor`` (``relax_plan`` then plans
+  them: shared storage, views made once in loops, one-call allocation of the rest), then one
+  call of the kernel with
   its flattened inputs, its large constants and its outputs; tuple arguments are taken apart
   with ``tuple_getitem`` and tuple results built with ``make_tuple``. Every group is a TVM
   kernel here, scalar groups included (no host numpy code);
@@ -18,8 +20,10 @@ What is emitted (the first milestone of issue 21):
   projections, constants (executable constants);
 * calls of globals and of closed inner functions (a direct VM Call). A **self tail call** is a
   jump: the arguments are moved into the parameter registers and control goes back to the
-  first instruction, so a loop of any length runs in constant stack. Other tail calls are
-  calls followed by a return (for now);
+  first instruction, so a loop of any length runs in constant stack. Mutual tail calls are
+  jumps within one merged VM function and closure tail calls bounce to the caller's
+  trampoline (``runtime.relax_plan``); the remaining tail calls (of globals, from globals)
+  are calls followed by a return;
 * closures: ``vm.builtin.make_closure`` over the captured values (a VM function's inputs are
   its parameters, then its captured values, the compiler's register layout) and
   ``invoke_closure`` for calls of function values; a closure's slot that points back at itself
