@@ -64,6 +64,7 @@ from typing import Any
 ALIGN = 64
 ENABLED = True       # memory planning on (benchmarks turn it off to compare side by side)
 SHARE_MIN = 256      # outside loops, smaller values keep their own allocations
+ONE_CALL_MAX = 64 << 10   # own allocations up to this size take one call (not pooled)
 _GROUP = "__rly_group"
 
 
@@ -595,7 +596,9 @@ def _drop_dead(ops: list, nfix: int) -> list:
 
 def _one_call_allocs(ops: list) -> list:
     """An output that keeps its own allocation: one ``runtime.TVMTensorAllocWithScope`` call
-    in place of ``alloc_storage`` + ``alloc_tensor`` (measured: 150 ns against 266 ns)."""
+    in place of ``alloc_storage`` + ``alloc_tensor`` (measured: 150 ns against 266 ns), for
+    outputs up to ONE_CALL_MAX bytes (that call allocates from the system every time; larger
+    ones stay with the VM's pooled allocator, which keeps the pages of earlier calls)."""
     out: list = []
     i = 0
     n = len(ops)
@@ -603,7 +606,8 @@ def _one_call_allocs(ops: list) -> list:
         op = ops[i]
         if (i + 1 < n and op[0] == "call" and op[1] == "vm.builtin.alloc_storage"
                 and ops[i + 1][0] == "call" and ops[i + 1][1] == "vm.builtin.alloc_tensor"
-                and ops[i + 1][2][0] == ("r", op[3]) and ops[i + 1][2][1] == ("i", 0)):
+                and ops[i + 1][2][0] == ("r", op[3]) and ops[i + 1][2][1] == ("i", 0)
+                and op[2][1][1][1][0] <= ONE_CALL_MAX):
             nxt = ops[i + 1]
             out.append(("call", "runtime.TVMTensorAllocWithScope",
                         [nxt[2][2], nxt[2][3], ("c", ("device",)), ("c", ("str", "global"))],
