@@ -758,7 +758,8 @@ def _plan(em: Any, ops: list, loops: bool | None, stats: dict) -> dict:
         for slot in (oa, ob):
             v = em.tmp()
             prologue.append(("call", "vm.builtin.alloc_tensor",
-                             [("r", storages[slot]), ("i", 0), ("c", ("shape", shape)), ("dt", dtype)], v))
+                             [("r", storages[slot]), ("i", 0), ("c", ("shape", shape)),
+                              ("dt", dtype)], v))
             regs.append(v)
         buffers[p] = (regs[0], regs[1])
     for c, k in zip(cands, assign):
