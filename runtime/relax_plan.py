@@ -607,7 +607,8 @@ def _one_call_allocs(ops: list) -> list:
         if (i + 1 < n and op[0] == "call" and op[1] == "vm.builtin.alloc_storage"
                 and ops[i + 1][0] == "call" and ops[i + 1][1] == "vm.builtin.alloc_tensor"
                 and ops[i + 1][2][0] == ("r", op[3]) and ops[i + 1][2][1] == ("i", 0)
-                and op[2][1][1][1][0] <= ONE_CALL_MAX):
+                and _const_shape(ops[i + 1][2][2]) is not None
+                and (_const_shape(op[2][1]) or (ONE_CALL_MAX + 1,))[0] <= ONE_CALL_MAX):
             nxt = ops[i + 1]
             out.append(("call", "runtime.TVMTensorAllocWithScope",
                         [nxt[2][2], nxt[2][3], ("c", ("device",)), ("c", ("str", "global"))],
@@ -660,8 +661,11 @@ def _plan(em: Any, ops: list, loops: bool | None, stats: dict) -> dict:
                 and len(uses.get(st, ())) == 1 and defs.get(st) == [i - 1]
                 and args[1] == ("i", 0)):
             continue
-        shape, dtype = args[2][1][1], args[3][1]
-        nbytes = prev[2][1][1][1][0]
+        shape, dtype = _const_shape(args[2]), args[3][1]
+        size = _const_shape(prev[2][1])
+        if shape is None or size is None:
+            continue        # NOTE: a symbolic shape (relax_shapes): computed at run time
+        nbytes = size[0]
         if defs.get(out) != [i] or out < em.nfix:
             continue
         ok, end, param = True, i, None
@@ -831,6 +835,13 @@ def _plan(em: Any, ops: list, loops: bool | None, stats: dict) -> dict:
     em.ops = copy(0) + copy(1) if buffers else copy(0)
     em.prologue = prologue
     return stats
+
+
+def _const_shape(a: tuple) -> tuple | None:
+    """The shape of operand ``a`` when it is a constant shape, else None."""
+    if a[0] == "c" and type(a[1]) is tuple and a[1][0] == "shape":
+        return tuple(a[1][1])
+    return None
 
 
 def _nbytes(shape: tuple, dtype: str) -> int:
