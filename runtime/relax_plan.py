@@ -46,8 +46,7 @@ slot rather than opening a new one; a kernel never writes a slot one of its inpu
 In a function that loops (a tail jump to itself or within its group) the tensors themselves
 (``alloc_tensor`` views of the storage) are made at entry too, so an iteration allocates
 nothing for them; elsewhere each planned value takes a view of the shared storage where it is
-defined (one VM call instead of two) where a slot holds two or more values; the other
-outputs are allocated with one call (``runtime.TVMTensorAllocWithScope``). TVM kernels take
+defined (one VM call instead of two) where a slot holds two or more values. TVM kernels take
 tensors at byte offset 0 only, so each slot is a storage of its own.
 
 **Loop-carried values.** A kernel output whose only uses besides kernel inputs are the move into
@@ -64,7 +63,6 @@ from typing import Any
 ALIGN = 64
 ENABLED = True       # memory planning on (benchmarks turn it off to compare side by side)
 SHARE_MIN = 256      # outside loops, smaller values keep their own allocations
-ONE_CALL_MAX = 64 << 10   # own allocations up to this size take one call (not pooled)
 _GROUP = "__rly_group"
 
 
@@ -511,9 +509,6 @@ def constant_value(key: tuple) -> Any:
     if key[0] == "ints":
         import tvm_ffi
         return tvm_ffi.Array(list(key[1]))
-    if key[0] == "device":
-        import tvm
-        return tvm.cpu()
     raise AssertionError(key[0])
 
 
@@ -557,10 +552,12 @@ def plan_memory(em: Any, loops: bool | None = None) -> dict[str, int]:
     try:
         return _plan(em, ops, loops, stats)
     finally:
-        em.ops = _returns(em, _one_call_allocs(em.ops))
+        em.ops = _returns(em, em.ops)
         # NOTE: the bytes of the outputs that keep their own allocation (per execution)
-        stats["own_bytes"] = sum(_round(_nbytes(op[2][0][1][1], op[2][1][1])) for op in em.ops
-                                 if op[0] == "call" and op[1] == "runtime.TVMTensorAllocWithScope")
+        stats["own_bytes"] = sum(
+            _round(_const_shape(op[2][1])[0]) for op in em.ops  # type: ignore[index]
+            if op[0] == "call" and op[1] == "vm.builtin.alloc_storage"
+            and _const_shape(op[2][1]) is not None)
 
 
 _PURE = frozenset(("vm.builtin.make_tuple", "vm.builtin.tuple_getitem", "vm.builtin.copy",
@@ -592,32 +589,6 @@ def _drop_dead(ops: list, nfix: int) -> list:
             for r, _kind in _uses(op):
                 count[r] -= 1
     return [op for i, op in enumerate(ops) if not dead[i]]
-
-
-def _one_call_allocs(ops: list) -> list:
-    """An output that keeps its own allocation: one ``runtime.TVMTensorAllocWithScope`` call
-    in place of ``alloc_storage`` + ``alloc_tensor`` (measured: 150 ns against 266 ns), for
-    outputs up to ONE_CALL_MAX bytes (that call allocates from the system every time; larger
-    ones stay with the VM's pooled allocator, which keeps the pages of earlier calls)."""
-    out: list = []
-    i = 0
-    n = len(ops)
-    while i < n:
-        op = ops[i]
-        if (i + 1 < n and op[0] == "call" and op[1] == "vm.builtin.alloc_storage"
-                and ops[i + 1][0] == "call" and ops[i + 1][1] == "vm.builtin.alloc_tensor"
-                and ops[i + 1][2][0] == ("r", op[3]) and ops[i + 1][2][1] == ("i", 0)
-                and _const_shape(ops[i + 1][2][2]) is not None
-                and (_const_shape(op[2][1]) or (ONE_CALL_MAX + 1,))[0] <= ONE_CALL_MAX):
-            nxt = ops[i + 1]
-            out.append(("call", "runtime.TVMTensorAllocWithScope",
-                        [nxt[2][2], nxt[2][3], ("c", ("device",)), ("c", ("str", "global"))],
-                        nxt[3]))
-            i += 2
-            continue
-        out.append(op)
-        i += 1
-    return out
 
 
 def _plan(em: Any, ops: list, loops: bool | None, stats: dict) -> dict:
@@ -842,11 +813,6 @@ def _const_shape(a: tuple) -> tuple | None:
     if a[0] == "c" and type(a[1]) is tuple and a[1][0] == "shape":
         return tuple(a[1][1])
     return None
-
-
-def _nbytes(shape: tuple, dtype: str) -> int:
-    import numpy as np
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def _round(n: int) -> int:
