@@ -380,10 +380,13 @@ def builds_chains(backend: Any) -> bool:
     closures recursively in C++ (a 100,000-long one overflowed an 8 MiB stack)."""
     from relay_ir.ty import FuncType
     from relay_ir.traversal import free_vars
-    for cf in backend.cp.functions:
+    cp = getattr(backend, "cp", None)
+    if cp is None:
+        return False       # NOTE: a module loaded from a file: its program is not known here
+    for cf in cp.functions:
         if not cf.ncap or cf.func is None:
             continue
-        fvs = backend.cp.free_vars.get(cf.func)
+        fvs = cp.free_vars.get(cf.func)
         if fvs is None:
             fvs = free_vars(cf.func)
         for v in fvs:
