@@ -989,7 +989,10 @@ class _VMClosure:
 
     def __del__(self) -> None:
         if getattr(self, "obj", None) is not None and self.exe._all_deep:
-            relax_plan.release_on(_deep_worker(), self)
+            try:
+                relax_plan.release_on(_deep_worker(), self)
+            except Exception:    # NOTE: at interpreter exit no thread can start: freed here
+                pass
 
     def __call__(self, *args: Any) -> Any:
         exe = self.exe
