@@ -414,3 +414,27 @@ def @main(%v: int64) -> (int64, int64, Box) {
     got = exe(np.array(4, "int64"))
     assert int(got[0]) == 5 and int(got[1]) == 10
     assert got[2].constructor.name_hint == "Box" and int(got[2].fields[0]) == 4
+
+
+def test_group_member_with_a_self_loop_and_planned_values() -> None:
+    mod = parse("""
+def @a(%n: int64, %x: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  if (%n <= 0i64) { %x } else {
+    let %y = tanh(%x) * 0.5f;
+    if (%n == 5i64) { @b(%n - 1i64, %y * 2f) } else { @a(%n - 1i64, %y + %x) }
+  }
+}
+def @b(%n: int64, %x: Tensor[(4), float32]) -> Tensor[(4), float32] {
+  if (%n <= 0i64) { %x } else { @a(%n - 1i64, %x + 1f) }
+}
+def @main(%n: int64, %x: Tensor[(4), float32]) -> Tensor[(4), float32] { @a(%n, %x) }
+""")
+    exe = runtime.build(mod, executor="relax")
+    assert len(exe._backend.groups) == 2
+    x = np.float32([0.5, -1.0, 2.0, 0.25])
+    keep = x.copy()
+    for n in (0, 1, 4, 5, 6, 9, 40):
+        got = exe(np.array(n, "int64"), x)
+        np.testing.assert_array_equal(x, keep)
+        np.testing.assert_allclose(got, runtime.evaluate(mod, np.array(n, "int64"), keep.copy()),
+                                   rtol=1e-5, atol=1e-6)
