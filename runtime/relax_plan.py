@@ -226,15 +226,38 @@ def expand(ops: list) -> list:
 # ============================================================================ closure calls
 def is_tramp(backend: Any, fidx: int) -> bool:
     """Whether function ``fidx`` returns by the closure convention ``(flag, payload)``: every
-    inner function (closures and closed inner functions) outside a tail group."""
-    return backend.cp.functions[fidx].name == "" and fidx not in backend.groups
+    inner function (closures and closed inner functions) outside a tail group, in a program
+    where some inner function tail-calls a closure value (:func:`needs_trampoline`)."""
+    return backend.tramp and backend.cp.functions[fidx].name == "" and \
+        fidx not in backend.groups
+
+
+def needs_trampoline(backend: Any) -> bool:
+    """Whether some inner function calls a closure value in tail position (not itself): only
+    then do inner functions return by the closure convention (other programs keep plain
+    results, and pay nothing)."""
+    cp = backend.cp
+    for f, cf in enumerate(cp.functions):
+        if cf.name != "" or f in backend.groups:
+            continue
+        nfix = cf.nparams + cf.ncap
+        selfs = {cf.nparams + i for i in backend.selfs.get(f, ())}
+        for ins in cf.code:
+            if ins[0] != "tailcall":
+                continue
+            r = ins[1]
+            if r in selfs:
+                continue
+            if r < nfix or cf.init[r - nfix] is None:
+                return True
+    return False
 
 
 def closure_name(backend: Any, fidx: int) -> str:
     """The VM function a closure of ``fidx`` calls: ``fidx`` itself when it follows the
     closure convention, else a wrapper ``__rly_clo<fidx>`` that returns ``(0, value)``."""
     name = backend.name_of(fidx)
-    if is_tramp(backend, fidx):
+    if not backend.tramp or is_tramp(backend, fidx):
         return name
     backend.clo_wrappers.add(fidx)
     return f"__rly_clo{fidx}"
@@ -284,6 +307,9 @@ def emit_call(em: Any, target: tuple, args: list, dst: int) -> None:
             return
     else:
         name, a = "vm.builtin.invoke_closure", [("vm",), ("r", target[1]), *args]
+        if not em.b.tramp:
+            em.ops.append(("call", name, a, dst))
+            return
     r = em.tmp()
     em.ops.append(("call", name, a, r))
     unwrap(em.ops, em.tmp, r, dst)
@@ -338,8 +364,10 @@ def write_invoke(em: Any, eb: Any, name: str, n: int, consts: dict) -> None:
     ops: list = [("call", _RESET, [("c", ("depth",)), ("r", 0)], None),
                  ("call", "vm.builtin.invoke_closure",
                   [("vm",), ("r", 1), *[("r", i + 2) for i in range(n)]], n + 2)]
-    dst = tmp()
-    unwrap(ops, tmp, n + 2, dst)
+    dst = n + 2
+    if em.b.tramp:
+        dst = tmp()
+        unwrap(ops, tmp, n + 2, dst)
     ops.append(("ret", dst))
     em.write(eb, name, consts, ops=ops, nin=n + 2,
              names=["limits", "closure"] + [f"a{i}" for i in range(n)])

@@ -534,6 +534,7 @@ class RelaxBackend:
         self.groups: dict[int, Any] = {}     # tail-group members (relax_plan.TailGroup)
         self.clo_wrappers: set[int] = set()  # functions given a closure wrapper (relax_plan)
         self.apply_arities: set[int] = set()  # thunks of bounced tail calls (relax_plan)
+        self.tramp = False                   # inner functions return (flag, value) (relax_plan)
         self.plan_stats: dict[int, dict] = {}  # memory plan figures per function
 
     def name_of(self, fidx: int) -> str:
@@ -627,6 +628,7 @@ class RelaxBackend:
                 if ins[0] == "closure" and ins[4]:
                     self.selfs.setdefault(ins[2], set()).update(ins[4])
         self.groups = relax_plan.tail_groups(self)
+        self.tramp = relax_plan.needs_trampoline(self)
         emitters = []
         while self.todo:
             fidx = self.todo.pop()
@@ -648,11 +650,13 @@ class RelaxBackend:
         for con, name in self.con_fns.items():
             n = len(self.cp.cons[con].inputs)
             with eb.function(name, n):
-                # NOTE: a function value: its result is (0, value) (relax_plan)
                 eb.emit_call("vm.builtin.make_tuple", [eb.imm(con)] + [eb.r(i) for i in range(n)],
                              eb.r(n))
-                eb.emit_call("vm.builtin.make_tuple", [eb.imm(0), eb.r(n)], eb.r(n + 1))
-                eb.emit_ret(eb.r(n + 1))
+                if self.tramp:
+                    # NOTE: a function value's result is (0, value) (relax_plan)
+                    eb.emit_call("vm.builtin.make_tuple", [eb.imm(0), eb.r(n)], eb.r(n + 1))
+                    n += 1
+                eb.emit_ret(eb.r(n))
         # the program's own constants, returned together: the runner copies a result that is
         # one of them (the VM hands out the constant itself; a caller writing into it would
         # change later runs)

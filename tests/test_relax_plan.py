@@ -405,15 +405,25 @@ def test_closures_of_globals_and_constructors_keep_working() -> None:
 type Box { Box(int64) }
 def @inc(%v: int64) -> int64 { %v + 1i64 }
 def @apply(%f: fn (int64) -> int64, %v: int64) -> int64 { %f(%v) }
-def @main(%v: int64) -> (int64, int64, Box) {
-  let %box = Box;
-  (@apply(@inc, %v), @apply(fn (%w: int64) -> int64 { @inc(%w) * 2i64 }, %v), %box(%v))
+def @main(%v: int64) -> (int64, int64, Box, Box) {
+  let %tc = fn (%g: fn (int64) -> Box, %w: int64) -> Box { %g(%w) };
+  (@apply(@inc, %v), @apply(fn (%w: int64) -> int64 { @inc(%w) * 2i64 }, %v), Box(%v),
+   %tc(Box, %v))
 }
 """)
-    exe = runtime.build(mod, executor="relax")
+    # NOTE: %tc calls a closure value in tail position: the closure convention is on
+    exe = runtime.build(mod, executor="relax", opt_level=0)
+    assert exe._backend.tramp
     got = exe(np.array(4, "int64"))
     assert int(got[0]) == 5 and int(got[1]) == 10
-    assert got[2].constructor.name_hint == "Box" and int(got[2].fields[0]) == 4
+    for box in got[2:]:
+        assert box.constructor.name_hint == "Box" and int(box.fields[0]) == 4
+
+
+def test_programs_without_closure_tail_calls_keep_plain_results() -> None:
+    assert not runtime.build(parse(CLOSURE_LOOP), executor="relax")._backend.tramp
+    assert not runtime.build(parse(MLP), executor="relax")._backend.tramp
+    assert runtime.build(parse(CHAIN), executor="relax")._backend.tramp
 
 
 def test_group_member_with_a_self_loop_and_planned_values() -> None:
