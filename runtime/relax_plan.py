@@ -21,8 +21,10 @@ before; all jumps go through :func:`emit_jump` (``("jump", moves, label, post)``
 when written into the fewest register copies (a parallel move: a copy through a temporary only
 where a cycle needs one).
 
-**Closure tail calls (a trampoline).** Inner functions (closures and closed inner functions
-outside tail groups: :func:`is_tramp`) return ``(0, value)``, or a bounce: ``(1, c)`` for a tail
+**Closure tail calls (a trampoline).** In a program where some inner function calls a closure
+value in tail position (:func:`needs_trampoline`; other programs keep plain results), inner
+functions (closures and closed inner functions outside tail groups: :func:`is_tramp`) return
+``(0, value)``, or a bounce: ``(1, c)`` for a tail
 call of the closure ``c`` with no arguments, ``(2, thunk)`` with arguments (``thunk`` a closure
 of ``__rly_apply<n>`` over ``c`` and the arguments). Every caller of such a function (closure
 invocations, direct calls of inner functions, Python's ``__rly_invoke<n>``) runs
