@@ -48,7 +48,8 @@ slot rather than opening a new one; a kernel never writes a slot one of its inpu
 In a function that loops (a tail jump to itself or within its group) the tensors themselves
 (``alloc_tensor`` views of the storage) are made at entry too, so an iteration allocates
 nothing for them; elsewhere each planned value takes a view of the shared storage where it is
-defined (one VM call instead of two) where a slot holds two or more values. TVM kernels take
+defined (one VM call instead of two, plus one per slot) where a slot holds two or more
+values. TVM kernels take
 tensors at byte offset 0 only, so each slot is a storage of its own.
 
 **Loop-carried values.** A kernel output whose only uses besides kernel inputs are the move into
@@ -64,7 +65,6 @@ from typing import Any
 
 ALIGN = 64
 ENABLED = True       # memory planning on (benchmarks turn it off to compare side by side)
-SHARE_MIN = 256      # outside loops, smaller values keep their own allocations
 _GROUP = "__rly_group"
 
 
@@ -726,16 +726,16 @@ def _plan(em: Any, ops: list, loops: bool | None, stats: dict) -> dict:
         slots[k][1] = end
         assign.append(k)
     # NOTE: one storage per slot (TVM's kernels take tensors at byte offset 0 only). Outside
-    # loops a slot costs a call per activation plus one per value; an own allocation is one
-    # call per value: a slot is kept only where it saves memory (two or more values of at
-    # least SHARE_MIN bytes)
+    # loops a slot costs a call per activation plus one per value; an own allocation two
+    # calls per value: a slot is kept where it holds two or more values (a single value
+    # alone in its slot saves neither memory nor calls)
     kept = [True] * len(slots)
     if not loops:
         uses_of = [0] * len(slots)
         for k in assign:
             if k >= 0:
                 uses_of[k] += 1
-        kept = [uses_of[k] >= 2 and slots[k][0] >= SHARE_MIN for k in range(len(slots))]
+        kept = [uses_of[k] >= 2 for k in range(len(slots))]
     sizes = [s[0] if keep else 0 for s, keep in zip(slots, kept)]
     pairs: dict[int, tuple[int, int]] = {}   # param -> (slot A, slot B)
     for p in sorted({c[7] for c in cands if c[7] is not None}):
