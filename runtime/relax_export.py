@@ -64,8 +64,7 @@ from typing import Any, Iterator
 
 
 from relay_ir.errors import DiagnosticError, LoweringError
-from relay_ir.runtime.relax_vm import (_DEPTH_LIB, _ENTRY, PLAIN_DEPTH, RelaxExecutable,
-                                       _depth_module)
+from relay_ir.runtime.relax_vm import _ENTRY, PLAIN_DEPTH, RelaxExecutable
 from relay_ir.runtime.vm import ModuleFileError, _type_from_json, _type_to_json
 
 TRAILER_MAGIC = b"RLYRELAX"
@@ -156,15 +155,14 @@ def _link(backend: Any, work: str) -> bytes:
     code = os.path.join(work, "bytecode.vmexec")
     backend.executable.mod.write_to_file(code)
     fresh = tvm_ffi.get_global_func("ffi.Module.load_from_file.relax.VMExecutable")
-    if not _DEPTH_LIB:
-        _DEPTH_LIB.append(_depth_module())
+    depth_lib = backend.depth_library()
     so = os.path.join(work, "module.so")
     kernels = list(backend.kernels.values())
     target = backend.exe.target
     first_try = _kernel_code(kernels, target, backend.exe.cache)
     for attempt in (first_try, None):
         exec_mod = fresh(code)
-        exec_mod.import_module(_DEPTH_LIB[0])
+        exec_mod.import_module(depth_lib)
         mods, objs = attempt if attempt is not None else (_recompiled(kernels, target), [])
         for m in mods:
             exec_mod.import_module(m)
@@ -296,6 +294,9 @@ def _metadata(rexe: RelaxExecutable, entry: str) -> dict:
             "target": target_description(rexe.target), "tvm_version": tvm.__version__,
             "default_entry": entry, "entries": entries, "constructors": cons,
             "plain_depth": PLAIN_DEPTH,
+            # NOTE: the depth counter in static words of rly_depth (runtime.relax_cuda): the
+            # entries take the limit as an int
+            "static_depth": bool(rexe._backend.static_depth),
             "kernels": sorted({k.symbol for k in rexe._backend.kernels.values()})}
 
 
@@ -412,7 +413,11 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
         try:
             with _tvm_log_filtered():
                 mod = tvm.runtime.load_module(tmp)
-                vm = tvm.relax.VirtualMachine(mod, tvm.cpu())
+                if str(tgt.kind.name) == "cuda":
+                    from relay_ir.runtime.relax_cuda import devices
+                    vm = tvm.relax.VirtualMachine(mod, devices())
+                else:
+                    vm = tvm.relax.VirtualMachine(mod, tvm.cpu())
         except Exception as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModuleFileError(f"{path}: cannot load the module's library: {msg}") \
@@ -437,6 +442,8 @@ def _constructors(table: list) -> list:
 class _LoadedBackend:
     """What the runner asks of a backend, for a loaded module (no program, no kernels)."""
 
+    static_depth = False
+
     def alloc_error(self) -> DiagnosticError:
         return DiagnosticError("executor='relax': out of memory (an output of the loaded "
                                "module could not be allocated)")
@@ -459,6 +466,7 @@ class LoadedRelaxModule(RelaxExecutable):
         self.metadata = meta
         self._entries = entries
         self._backend = _LoadedBackend()  # type: ignore[assignment]
+        self._backend.static_depth = bool(meta.get("static_depth", False))
         self._cons = cons
         self.constructors = {c.name_hint: c for c in cons}
         self._init_state()
