@@ -4,7 +4,7 @@
 writes **one shared library** that plain TVM runs, without relay_ir::
 
     lib = tvm.runtime.load_module(path)
-    vm = tvm.relax.VirtualMachine(lib, tvm.cpu())
+    vm = tvm.relax.VirtualMachine(lib, tvm.cpu())     # target cuda: tvm.cuda(0)
     out = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
 
 The library holds the Relax VM bytecode (TVM's own serialization of the executable, packed
@@ -23,7 +23,8 @@ scheduled TIR.
   holds), so past that depth a call fails with a TVM error saying
   ``relay_ir: recursion depth limit reached`` instead of overflowing the stack.
 * ``__rly_entry_<global>`` (the same with a first argument ``[0, limit]`` int64, the depth
-  limit: how relay_ir's loader calls it, on a large-stack thread when needed),
+  limit -- an int for a cuda module, whose counter is static: ``runtime.relax_cuda`` -- how
+  relay_ir's loader calls it, on a large-stack thread when needed),
   ``__rly_fn_<global>`` (the global's own function) and other ``__rly_*`` helpers.
 
 **Calling convention** (what ``vm[name]`` takes and returns): a tensor is a
