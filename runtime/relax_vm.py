@@ -832,8 +832,12 @@ class RelaxExecutable:
     def kernel_sources(self) -> list[str]:
         """The generated source of every linked kernel: CUDA C for ``target="cuda"``, else
         LLVM IR (a symbolic kernel: its kernel module's)."""
+        kernels = getattr(self._backend, "kernels", None)
+        if kernels is None:
+            raise DiagnosticError("kernel_sources(): a loaded module keeps no kernel sources "
+                                  "(build the program to see them)")
         out = []
-        for kern in self._backend.kernels.values():
+        for kern in kernels.values():
             mods = kern.dyn.modules[:1] if kern.dyn is not None else [kern.module]
             for m in mods:
                 if m is None:
@@ -953,11 +957,11 @@ class RelaxExecutable:
         return results[0]
 
     def __call__(self, *args: Any, entry: str | None = None) -> Any:
+        if self.vm is None:          # NOTE: target cuda on a machine without a GPU
+            from relay_ir.runtime.relax_cuda import no_gpu_error
+            raise no_gpu_error()
         if self._static_depth:
             from relay_ir.runtime.relax_cuda import RUN_LOCK
-            if self.vm is None:
-                from relay_ir.runtime.relax_cuda import no_gpu_error
-                raise no_gpu_error()
             with RUN_LOCK:     # NOTE: one depth counter per process (runtime.relax_cuda)
                 return self._call_entry(args, entry)
         return self._call_entry(args, entry)

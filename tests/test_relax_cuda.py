@@ -132,7 +132,8 @@ def test_export_writes_the_cuda_source_and_loading_needs_a_gpu(tmp_path: object)
         data = f.read()
     assert len(data) > 1000 and data.startswith(b"\x7fELF")
     assert b"__global__" in data                 # the CUDA module (its source) is inside
-    meta = runtime.relax_export.read_metadata(path)
+    from relay_ir.runtime.relax_export import read_metadata
+    meta = read_metadata(path)
     assert meta["target"]["config"]["kind"] == "cuda" and meta["static_depth"] is True
     if _gpu():
         m = runtime.load_module(path)
@@ -197,6 +198,8 @@ def test_static_depth_module_exports_and_plain_tvm_runs_it(static_depth: None,
     runtime.build(mod, executor="relax").export_library(path)
     m = runtime.load_module(path)
     assert m._static_depth and int(m(np.array(500, "int64"))) == 125_250
+    with pytest.raises(DiagnosticError, match="loaded module keeps no kernel sources"):
+        m.kernel_sources()
     vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
     assert int(vm["main"](tvm.runtime.tensor(np.array(100, "int64"))).numpy()) == 5050
     with pytest.raises(Exception, match="recursion depth limit reached"):
