@@ -4,7 +4,7 @@
 writes **one shared library** that plain TVM runs, without relay_ir::
 
     lib = tvm.runtime.load_module(path)
-    vm = tvm.relax.VirtualMachine(lib, tvm.cpu())
+    vm = tvm.relax.VirtualMachine(lib, tvm.cpu())     # target cuda: tvm.cuda(0)
     out = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
 
 The library holds the Relax VM bytecode (TVM's own serialization of the executable, packed
@@ -23,7 +23,8 @@ scheduled TIR.
   holds), so past that depth a call fails with a TVM error saying
   ``relay_ir: recursion depth limit reached`` instead of overflowing the stack.
 * ``__rly_entry_<global>`` (the same with a first argument ``[0, limit]`` int64, the depth
-  limit: how relay_ir's loader calls it, on a large-stack thread when needed),
+  limit -- an int for a cuda module, whose counter is static: ``runtime.relax_cuda`` -- how
+  relay_ir's loader calls it, on a large-stack thread when needed),
   ``__rly_fn_<global>`` (the global's own function) and other ``__rly_*`` helpers.
 
 **Calling convention** (what ``vm[name]`` takes and returns): a tensor is a
@@ -64,8 +65,7 @@ from typing import Any, Iterator
 
 
 from relay_ir.errors import DiagnosticError, LoweringError
-from relay_ir.runtime.relax_vm import (_DEPTH_LIB, _ENTRY, PLAIN_DEPTH, RelaxExecutable,
-                                       _depth_module)
+from relay_ir.runtime.relax_vm import _ENTRY, PLAIN_DEPTH, RelaxExecutable
 from relay_ir.runtime.vm import ModuleFileError, _type_from_json, _type_to_json
 
 TRAILER_MAGIC = b"RLYRELAX"
@@ -156,15 +156,14 @@ def _link(backend: Any, work: str) -> bytes:
     code = os.path.join(work, "bytecode.vmexec")
     backend.executable.mod.write_to_file(code)
     fresh = tvm_ffi.get_global_func("ffi.Module.load_from_file.relax.VMExecutable")
-    if not _DEPTH_LIB:
-        _DEPTH_LIB.append(_depth_module())
+    depth_lib = backend.depth_library()
     so = os.path.join(work, "module.so")
     kernels = list(backend.kernels.values())
     target = backend.exe.target
     first_try = _kernel_code(kernels, target, backend.exe.cache)
     for attempt in (first_try, None):
         exec_mod = fresh(code)
-        exec_mod.import_module(_DEPTH_LIB[0])
+        exec_mod.import_module(depth_lib)
         mods, objs = attempt if attempt is not None else (_recompiled(kernels, target), [])
         for m in mods:
             exec_mod.import_module(m)
@@ -296,6 +295,9 @@ def _metadata(rexe: RelaxExecutable, entry: str) -> dict:
             "target": target_description(rexe.target), "tvm_version": tvm.__version__,
             "default_entry": entry, "entries": entries, "constructors": cons,
             "plain_depth": PLAIN_DEPTH,
+            # NOTE: the depth counter in static words of rly_depth (runtime.relax_cuda): the
+            # entries take the limit as an int
+            "static_depth": bool(rexe._backend.static_depth),
             "kernels": sorted({k.symbol for k in rexe._backend.kernels.values()})}
 
 
@@ -412,7 +414,11 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
         try:
             with _tvm_log_filtered():
                 mod = tvm.runtime.load_module(tmp)
-                vm = tvm.relax.VirtualMachine(mod, tvm.cpu())
+                if str(tgt.kind.name) == "cuda":
+                    from relay_ir.runtime.relax_cuda import devices
+                    vm = tvm.relax.VirtualMachine(mod, devices())
+                else:
+                    vm = tvm.relax.VirtualMachine(mod, tvm.cpu())
         except Exception as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModuleFileError(f"{path}: cannot load the module's library: {msg}") \
@@ -437,6 +443,8 @@ def _constructors(table: list) -> list:
 class _LoadedBackend:
     """What the runner asks of a backend, for a loaded module (no program, no kernels)."""
 
+    static_depth = False
+
     def alloc_error(self) -> DiagnosticError:
         return DiagnosticError("executor='relax': out of memory (an output of the loaded "
                                "module could not be allocated)")
@@ -459,6 +467,7 @@ class LoadedRelaxModule(RelaxExecutable):
         self.metadata = meta
         self._entries = entries
         self._backend = _LoadedBackend()  # type: ignore[assignment]
+        self._backend.static_depth = bool(meta.get("static_depth", False))
         self._cons = cons
         self.constructors = {c.name_hint: c for c in cons}
         self._init_state()

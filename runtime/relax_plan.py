@@ -265,18 +265,19 @@ def closure_name(backend: Any, fidx: int) -> str:
     return f"__rly_clo{fidx}"
 
 
-def _depth_names() -> tuple[str, str]:
+def _depth_ops(backend: Any) -> tuple[tuple, tuple]:
+    """The abstract ops entering and leaving a counted frame (the backend's depth counter:
+    a tensor constant, or the static host counter of CUDA executables)."""
     from relay_ir.runtime.relax_vm import _ENTER, _LEAVE
-    return _ENTER, _LEAVE
+    return backend.depth_op(_ENTER), backend.depth_op(_LEAVE)
 
 
-def unwrap(ops: list, tmp: Any, r: int, dst: int) -> None:
+def unwrap(backend: Any, ops: list, tmp: Any, r: int, dst: int) -> None:
     """Append the trampoline: while the result ``r`` of a closure is a bounce ``(1, c)`` (a
     tail call of the closure ``c`` with no arguments) or ``(2, thunk)`` (with arguments),
     invoke it; then ``dst`` = the value of ``(0, value)``. A thunk adds a VM frame: its
     invocation is counted by the depth counter; ``c`` runs where its caller's frame was."""
-    enter, leave = _depth_names()
-    depth = ("c", ("depth",))
+    enter, leave = _depth_ops(backend)
     key = ("tramp", len(ops), r)
     top, done, thunk = key + ("top",), key + ("done",), key + ("thunk",)
     f, p, t = tmp(), tmp(), tmp()
@@ -291,9 +292,9 @@ def unwrap(ops: list, tmp: Any, r: int, dst: int) -> None:
             ("call", "vm.builtin.invoke_closure", [("vm",), ("r", p)], r),
             ("goto", top),
             ("label", thunk),
-            ("call", enter, [depth], None),
+            enter,
             ("call", "vm.builtin.invoke_closure", [("vm",), ("r", p)], r),
-            ("call", leave, [depth], None),
+            leave,
             ("goto", top),
             ("label", done),
             ("call", "vm.builtin.tuple_getitem", [("r", r), ("i", 1)], dst)]
@@ -314,7 +315,7 @@ def emit_call(em: Any, target: tuple, args: list, dst: int) -> None:
             return
     r = em.tmp()
     em.ops.append(("call", name, a, r))
-    unwrap(em.ops, em.tmp, r, dst)
+    unwrap(em.b, em.ops, em.tmp, r, dst)
 
 
 def emit_bounce(em: Any, target: tuple, srcs: list, span: Any) -> bool:
@@ -357,19 +358,18 @@ def _returns(em: Any, ops: list) -> list:
 def write_invoke(em: Any, eb: Any, name: str, n: int, consts: dict) -> None:
     """``(limits, closure, args...)``: reset the depth counter, invoke the closure, unwrap its
     result (how Python calls a function value the program returned)."""
-    from relay_ir.runtime.relax_vm import _RESET
     regs = [n + 2]
 
     def tmp() -> int:
         regs[0] += 1
         return regs[0]
-    ops: list = [("call", _RESET, [("c", ("depth",)), ("r", 0)], None),
+    ops: list = [em.b.reset_op(("r", 0)),
                  ("call", "vm.builtin.invoke_closure",
                   [("vm",), ("r", 1), *[("r", i + 2) for i in range(n)]], n + 2)]
     dst = n + 2
     if em.b.tramp:
         dst = tmp()
-        unwrap(ops, tmp, n + 2, dst)
+        unwrap(em.b, ops, tmp, n + 2, dst)
     ops.append(("ret", dst))
     em.write(eb, name, consts, ops=ops, nin=n + 2,
              names=["limits", "closure"] + [f"a{i}" for i in range(n)])
@@ -378,14 +378,13 @@ def write_invoke(em: Any, eb: Any, name: str, n: int, consts: dict) -> None:
 def write_helpers(backend: Any, eb: Any, em: Any, consts: dict) -> None:
     """The closure wrappers of functions outside the closure convention and the thunks of
     bounced calls with arguments."""
-    enter, leave = _depth_names()
-    depth = ("c", ("depth",))
+    enter, leave = _depth_ops(backend)
     for fidx in sorted(backend.clo_wrappers):
         n = backend.cp.functions[fidx].nparams
         name, args = direct_call(backend, fidx, [("r", i) for i in range(n)])
-        ops = [("call", enter, [depth], None),
+        ops = [enter,
                ("call", name, args, n),
-               ("call", leave, [depth], None),
+               leave,
                ("call", "vm.builtin.make_tuple", [("i", 0), ("r", n)], n + 1),
                ("ret", n + 1)]
         em.write(eb, f"__rly_clo{fidx}", consts, ops=ops, nin=n,

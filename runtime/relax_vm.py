@@ -47,10 +47,14 @@ implementations; such an executable runs only in the process that built it). Bot
 :mod:`relay_ir.runtime.relax_shapes`; :meth:`RelaxBackend.kernel` and
 :meth:`_Emitter.emit_kernel` hand those groups to it.
 
-Not emitted yet: ``target="cuda"`` (and operator calls outside a fused group, which
-the compiler does not produce for typed programs). A program that needs one of them is refused
-when it is built with a :class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the
-construct (no silent fallback: the user asked for this executor).
+``target="cuda"``: the same bytecode with device-resident tensors (the VM's device 0 is the
+GPU) and the depth counter in static words of a host function; groups with ``?`` dimensions
+and host groups are refused there (:mod:`relay_ir.runtime.relax_cuda`).
+
+Not emitted yet: operator calls outside a fused group (which the compiler does not produce for
+typed programs). A program that needs one is refused when it is built with a
+:class:`RelaxUnsupportedError` (a ``DiagnosticError``) naming the construct (no silent
+fallback: the user asked for this executor).
 
 **Export** (``RelaxExecutable.export_library``, ``runtime.relax_export``): one standard TVM
 shared library; every global also has a plain entry under its own name (its parameters only,
@@ -116,6 +120,9 @@ _FN = "__rly_fn_"             # prefix of the globals' own VM functions (the pla
 _INVOKE = "__rly_invoke"      # + arity: the wrappers that invoke a closure from Python
 _CONSTANTS = "__rly_constants"  # () -> the program's constants (results aliasing one are copied)
 _INVOKE_ARITY = 8
+# None: the depth counter is a tensor constant on the CPU and static words (runtime.relax_cuda)
+# on cuda; True/False forces one (tests run the static counter on the CPU)
+STATIC_DEPTH: bool | None = None
 
 
 class RelaxUnsupportedError(DiagnosticError):
@@ -351,13 +358,12 @@ class _Emitter:
 
     def call(self, target: tuple, srcs: Sequence[int], dst: int, span: Any) -> None:
         args = [self.operand(r, span) for r in srcs]
-        depth = ("c", ("depth",))
         if target[0] == "direct":
             args += [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
                      for r in target[2]]
-        self.ops.append(("call", _ENTER, [depth], None))
+        self.ops.append(self.b.depth_op(_ENTER))
         relax_plan.emit_call(self, target, args, dst)    # (a closure's result unwrapped)
-        self.ops.append(("call", _LEAVE, [depth], None))
+        self.ops.append(self.b.depth_op(_LEAVE))
 
     def match(self, src: int, table: list, span: Any) -> None:
         """Clauses in order: the pattern's tests jump to the next clause on failure; the
@@ -368,7 +374,7 @@ class _Emitter:
             self.pattern(pat, v, fail)
             self.ops.append(("goto", pc))
             self.ops.append(("label", fail))
-        self.ops.append(("call", _FAIL, [("c", ("depth",))], None))
+        self.ops.append(self.b.depth_op(_FAIL))
         self.ops.append(("ret", v))        # NOTE: not reached (the call above fails)
 
     def pattern(self, pat: list, v: int, fail: Any) -> None:
@@ -536,8 +542,10 @@ class RelaxBackend:
     def __init__(self, exe: Any):
         from relay_ir.runtime.compiler import CompiledProgram
         from relay_ir.runtime.lower_tvm import is_cuda
-        if is_cuda(exe.target):
-            raise _unsupported("target cuda")
+        self.cuda = is_cuda(exe.target)
+        # NOTE: the depth counter in static words of a host function (runtime.relax_cuda)
+        # where a tensor constant would live on the device; STATIC_DEPTH forces either way
+        self.static_depth = self.cuda if STATIC_DEPTH is None else bool(STATIC_DEPTH)
         self.exe = exe
         self.cp = CompiledProgram(exe.module, kernels=True).compile_all()
         # every constructor of the module gets its tag (its index in the table) up front, so
@@ -558,6 +566,30 @@ class RelaxBackend:
         self.apply_arities: set[int] = set()  # thunks of bounced tail calls (relax_plan)
         self.tramp = False                   # inner functions return (flag, value) (relax_plan)
         self.plan_stats: dict[int, dict] = {}  # memory plan figures per function
+
+    def depth_op(self, kind: str) -> tuple:
+        """The abstract op of a depth-counter call (``_ENTER``, ``_LEAVE``, ``_FAIL``)."""
+        if not self.static_depth:
+            return ("call", kind, [("c", ("depth",))], None)
+        from relay_ir.runtime import relax_cuda as rc
+        mode = {_ENTER: rc.ENTER, _LEAVE: rc.LEAVE, _FAIL: rc.FAIL}[kind]
+        return ("call", rc.DEPTH_FN, [("i", mode), ("i", 0), ("i", 0)], None)
+
+    def reset_op(self, limits: tuple) -> tuple:
+        """The abstract op resetting the depth counter to the limit operand ``limits``."""
+        if not self.static_depth:
+            return ("call", _RESET, [("c", ("depth",)), limits], None)
+        from relay_ir.runtime import relax_cuda as rc
+        return ("call", rc.DEPTH_FN, [("i", rc.RESET), ("i", 0), limits], None)
+
+    def depth_library(self) -> Any:
+        """The host module of the depth functions this executable calls."""
+        if self.static_depth:
+            from relay_ir.runtime.relax_cuda import static_depth_module
+            return static_depth_module()
+        if not _DEPTH_LIB:
+            _DEPTH_LIB.append(_depth_module())
+        return _DEPTH_LIB[0]
 
     def name_of(self, fidx: int) -> str:
         name = self.names.get(fidx)
@@ -585,6 +617,9 @@ class RelaxBackend:
         types = [p.type_annotation or p.checked_type_ for p in fn.params]
         label = "+".join(sorted({getattr(c, "name", "?") for c in _ops(fn)})) or f"group{k}"
         from relay_ir.runtime import relax_shapes
+        if self.cuda and not all(_is_static(t) for t in types):
+            raise _unsupported(f"the fused group {label} with `?` or symbolic dimensions on "
+                               f"target cuda", fn.span)
         if not all(_is_static(t) for t in types):
             # NOTE: one kernel over symbolic shapes (or a host group): runtime.relax_shapes
             got = self.kernels[k] = relax_shapes.dynamic_kernel(self, k, fn, types, label)
@@ -595,6 +630,9 @@ class RelaxBackend:
             if "has no TVM compute" not in e.message and not isinstance(e, DynamicShapeError):
                 raise _unsupported(f"the fused group {label}: {e.message}", fn.span) from None
             # NOTE: no TVM compute, or a value-dependent output shape: run on the host
+            if self.cuda:
+                raise _unsupported(f"the fused group {label} on target cuda ({e.message}: it "
+                                   f"would run on the host)", fn.span) from None
             got = self.kernels[k] = relax_shapes.host_kernel(self, k, fn, types, label,
                                                              e.message)
             return got
@@ -691,24 +729,36 @@ class RelaxBackend:
             held = [c for k, c in consts.items() if k[0] == "const"]
             eb.emit_call("vm.builtin.make_tuple", held, eb.r(0))
             eb.emit_ret(eb.r(0))
-        depth = consts.get(("depth",))
-        if depth is None:
-            depth = consts[("depth",)] = eb.convert_constant(self.constant_value(("depth",)))
-        plain = eb.convert_constant(tvm.runtime.tensor(np.array([0, PLAIN_DEPTH], np.int64)))
+        if self.static_depth:
+            from relay_ir.runtime import relax_cuda as rc
+
+            def reset(limits: Any) -> None:
+                eb.emit_call(rc.DEPTH_FN, [eb.imm(rc.RESET), eb.imm(0), limits])
+            plain = eb.imm(PLAIN_DEPTH)
+        else:
+            depth = consts.get(("depth",))
+            if depth is None:
+                depth = consts[("depth",)] = eb.convert_constant(
+                    self.constant_value(("depth",)))
+
+            def reset(limits: Any) -> None:
+                eb.emit_call(_RESET, [depth, limits])
+            plain = eb.convert_constant(tvm.runtime.tensor(np.array([0, PLAIN_DEPTH],
+                                                                    np.int64)))
         for name in self.cp.mod:
             # the entry wrapper: (limits, args...) -> reset the depth counter, call the global
             fidx = self.cp.compile_global(name)
             n = self.cp.functions[fidx].nparams
             eb.declare_function(_ENTRY + name, relax.exec_builder.VMFuncKind.VM_FUNC)
             with eb.function(_ENTRY + name, n + 1):
-                eb.emit_call(_RESET, [depth, eb.r(0)])
+                reset(eb.r(0))
                 eb.emit_call(self.names[fidx], [eb.r(i + 1) for i in range(n)], eb.r(n + 1))
                 eb.emit_ret(eb.r(n + 1))
             # the plain entry, named after the global: (args...) -> the same with the
             # calling thread's default limit (how plain TVM calls an exported module)
             eb.declare_function(name, relax.exec_builder.VMFuncKind.VM_FUNC)
             with eb.function(name, n, list(self.cp.functions[fidx].params)):
-                eb.emit_call(_RESET, [depth, plain])
+                reset(plain)
                 eb.emit_call(self.names[fidx], [eb.r(i) for i in range(n)], eb.r(n))
                 eb.emit_ret(eb.r(n))
         for n in range(_INVOKE_ARITY + 1):
@@ -717,10 +767,8 @@ class RelaxBackend:
             name = f"{_INVOKE}{n}"
             eb.declare_function(name, relax.exec_builder.VMFuncKind.VM_FUNC)
             relax_plan.write_invoke(emitters[0], eb, name, n, consts)
-        if not _DEPTH_LIB:
-            _DEPTH_LIB.append(_depth_module())
-        libs = [_DEPTH_LIB[0]]
-        seen = {id(_DEPTH_LIB[0])}
+        libs = [self.depth_library()]
+        seen = {id(libs[0])}
         for kern in self.kernels.values():
             for module in (kern.dyn.modules if kern.dyn is not None else [kern.module]):
                 if module is None:
@@ -735,6 +783,9 @@ class RelaxBackend:
         # NOTE: the link step adds an empty "c" module, which would make VirtualMachine
         # export and reload the whole executable (impossible for kernels loaded from the
         # cache's libraries); every function the bytecode names is already runnable
+        if self.cuda:
+            from relay_ir.runtime.relax_cuda import make_vm
+            return make_vm(executable.mod)      # NOTE: None without a GPU
         return relax.VirtualMachine(executable.mod, tvm.cpu())
 
 
@@ -771,6 +822,9 @@ class RelaxExecutable:
         # closures (backpropagators) whose release recurses in C++: it always runs on the
         # large-stack thread (relax_plan.builds_chains)
         self._all_deep = relax_plan.builds_chains(self._backend)
+        from relay_ir.runtime.lower_tvm import is_cuda
+        self._cuda = is_cuda(self.target)   # tensors on the GPU (runtime.relax_cuda)
+        self._static_depth = bool(getattr(self._backend, "static_depth", False))
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self._limits: dict[int, Any] = {}
@@ -792,6 +846,26 @@ class RelaxExecutable:
     def num_compiled(self) -> int:
         """The number of compiled kernels the executable links."""
         return len(self._backend.kernels)
+
+    def kernel_sources(self) -> list[str]:
+        """The generated source of every linked kernel: CUDA C for ``target="cuda"``, else
+        LLVM IR (a symbolic kernel: its kernel module's)."""
+        kernels = getattr(self._backend, "kernels", None)
+        if kernels is None:
+            raise DiagnosticError("kernel_sources(): a loaded module keeps no kernel sources "
+                                  "(build the program to see them)")
+        out = []
+        for kern in kernels.values():
+            mods = kern.dyn.modules[:1] if kern.dyn is not None else [kern.module]
+            for m in mods:
+                if m is None:
+                    continue
+                if self._cuda:
+                    from relay_ir.runtime.relax_cuda import kernel_source
+                    out.append(kernel_source(m))
+                else:
+                    out.append(m.inspect_source("ll"))
+        return out
 
     def export_library(self, path: str, entry: str | None = None) -> None:
         """Write one standard TVM shared library (bytecode + kernels) with relay_ir's trailer:
@@ -815,6 +889,12 @@ class RelaxExecutable:
             if t is np.ndarray or isinstance(x, np.generic):
                 if t is not np.ndarray or not x.flags.c_contiguous or not x.flags.writeable:
                     x = np.array(x, order="C")
+                if self._cuda:
+                    # NOTE: uploaded here (the VM would copy a host tensor in a tuple, but not
+                    # one in a reference cell)
+                    from relay_ir.runtime.relax_cuda import to_device
+                    results.append(to_device(x))
+                    continue
                 if x.size == 0:
                     # NOTE: numpy gives an empty array zero strides (a kernel wants compact)
                     import tvm
@@ -860,6 +940,9 @@ class RelaxExecutable:
         stack: list[tuple[Any, bool]] = [(v, False)]
         while stack:
             x, done = stack.pop()
+            if isinstance(x, tvm.runtime.Tensor) and self._cuda:
+                results.append(x.numpy())       # NOTE: a device-to-host copy of its own
+                continue
             if isinstance(x, tvm.runtime.Tensor):
                 # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive;
                 # a program constant is copied
@@ -892,6 +975,16 @@ class RelaxExecutable:
         return results[0]
 
     def __call__(self, *args: Any, entry: str | None = None) -> Any:
+        if self.vm is None:          # NOTE: target cuda on a machine without a GPU
+            from relay_ir.runtime.relax_cuda import no_gpu_error
+            raise no_gpu_error()
+        if self._static_depth:
+            from relay_ir.runtime.relax_cuda import RUN_LOCK
+            with RUN_LOCK:     # NOTE: one depth counter per process (runtime.relax_cuda)
+                return self._call_entry(args, entry)
+        return self._call_entry(args, entry)
+
+    def _call_entry(self, args: tuple, entry: str | None) -> Any:
         entry = entry or self.entry
         fast = self._static.get(entry)
         if fast is not None and len(args) == len(fast[1]):
@@ -950,9 +1043,12 @@ class RelaxExecutable:
         return self._result(out)
 
     def _run(self, f: Any, vals: list, limit: int) -> Any:
-        lim = self._limits.get(limit)
-        if lim is None:
-            lim = self._limits[limit] = self._from_dlpack(np.array([0, limit], np.int64))
+        if self._static_depth:
+            lim: Any = limit            # NOTE: rly_depth takes the limit as an int
+        else:
+            lim = self._limits.get(limit)
+            if lim is None:
+                lim = self._limits[limit] = self._from_dlpack(np.array([0, limit], np.int64))
         try:
             return f(lim, *vals)
         except Exception as e:   # NOTE: the depth assertion arrives as a TVM error
@@ -1075,6 +1171,10 @@ class _VMClosure:
         if exe._ref_args:
             raise DiagnosticError("executor='relax': a function value returned by the program "
                                   "does not take references from Python")
+        if exe._static_depth:
+            from relay_ir.runtime.relax_cuda import RUN_LOCK
+            with RUN_LOCK:
+                return exe._call(exe.vm[f"{_INVOKE}{len(args)}"], [self.obj, *vals])
         return exe._call(exe.vm[f"{_INVOKE}{len(args)}"], [self.obj, *vals])
 
 
