@@ -47,8 +47,9 @@ loader maps the library by its program headers and ignores trailing bytes)::
 
 :func:`load_module` checks the magic, the version, the sizes, both checksums, the metadata and
 the target **before** anything is handed to ``dlopen`` (a truncated library crashes the
-process), then loads a private copy of the verified bytes. Module files of the older
-executor (``runtime.vm``, magic ``RLYMOD``) still load, routed by their magic.
+process), then loads a private copy of the verified bytes. Module files of the old Python VM
+(magic ``RLYMOD``) load on the legacy VM only while ``target="cuda"`` builds there
+(``executor._LEGACY_CUDA``); then they are refused ("rebuild it").
 """
 from __future__ import annotations
 
@@ -359,19 +360,27 @@ def _verify(path: str, data: bytes) -> tuple[dict, bytes]:
 
 
 def load_module(path: str, target: Any = None) -> Any:
-    """Load a module file: a Relax VM module (:class:`LoadedRelaxModule`) or a file of the
-    older executor (``runtime.vm.load_module``), told apart by content.
+    """Load a module file written by ``export_library`` / ``rly build``: a
+    :class:`LoadedRelaxModule`.
 
     A missing, truncated, corrupt, wrong-version or wrong-target file is a
     :class:`~relay_ir.runtime.vm.ModuleFileError` (a ``DiagnosticError``); nothing is handed
-    to the dynamic loader before every check passed.
+    to the dynamic loader before every check passed. A file of the old Python VM (magic
+    ``RLYMOD``) loads on the legacy VM while ``target="cuda"`` builds there
+    (``executor._LEGACY_CUDA``); after that it is a ``ModuleFileError`` ("made by an older
+    relay_ir; rebuild it").
     """
     from relay_ir.runtime import vm as vm_mod
     path = os.fspath(path)
     data = _read(path)
     if data.startswith(vm_mod.MAGIC) or (not is_relax_module(data) and
-                                         not data.startswith(b"\x7fELF")):
-        return vm_mod.load_module(path, target)
+                                         vm_mod.MAGIC.startswith(data[:8]) and data):
+        from relay_ir.runtime import executor
+        if not executor._LEGACY_CUDA:
+            raise ModuleFileError(f"{path}: a module file made by an older relay_ir (its "
+                                  f"Python VM); rebuild it (rly build / export_library)")
+        from relay_ir.runtime import legacy_vm    # NOTE: LEGACY: goes with _LEGACY_CUDA
+        return legacy_vm.load_module(path, target)
     meta, lib = _verify(path, data)
     del data
     return _load(path, meta, lib)
@@ -492,6 +501,22 @@ class LoadedRelaxModule(RelaxExecutable):
 
     def num_compiled(self) -> int:
         return len(self.metadata.get("kernels", ()))
+
+    def num_kernels(self) -> int:
+        """The number of distinct kernels the file links (no host groups: export refuses
+        them)."""
+        return len(self.metadata.get("kernels", ()))
+
+    def host_kernels(self) -> list[str]:
+        return []           # NOTE: export refuses programs with host groups
+
+    def kernel_sources(self) -> list[str]:
+        """Nothing: a loaded shared library keeps no kernel source."""
+        return []
+
+    @property
+    def cache(self) -> Any:
+        return None         # NOTE: a loaded module never compiles
 
     def export_library(self, path: str, entry: str | None = None) -> None:
         raise DiagnosticError("a loaded module cannot be exported again; export the "

@@ -782,6 +782,48 @@ class RelaxExecutable:
         """The number of compiled kernels the executable links."""
         return len(self._backend.kernels)
 
+    # ------------------------------------------------------------------ inspection (API)
+    @property
+    def cache(self) -> Any:
+        """The kernel cache the kernels were compiled through."""
+        return self._backend.exe.cache
+
+    def num_kernels(self) -> int:
+        """The number of **distinct fused groups** the executable runs as kernels: static and
+        symbolic TVM kernels and host groups (every group is compiled at build time, whatever
+        the entry or the control flow). For a straight-line program (each group called once
+        per run) it is also the number of kernel calls per run; groups that lower to the same
+        code share one library but count once each."""
+        return len(self._backend.kernels)
+
+    def host_kernels(self) -> list[str]:
+        """Labels (``host:`` + the operators) of the fused groups that run on the host with
+        the numpy reference implementations (no TVM compute, or a value-dependent output
+        shape), in group order."""
+        return [f"host:{kern.label}" for _, kern in sorted(self._backend.kernels.items())
+                if kern.dyn is not None and kern.dyn.mode == "host"]
+
+    def kernel_sources(self) -> list[str]:
+        """The LLVM IR of each TVM kernel, one string per fused group in group order (host
+        groups have none; a symbolic group's variants are joined). A kernel the kernel cache
+        loaded from its disk store (a shared library) has no source left and is skipped."""
+        out = []
+        for _, kern in sorted(self._backend.kernels.items()):
+            mods = kern.dyn.modules if kern.dyn is not None else [kern.module]
+            texts = []
+            for m in mods:
+                if m is None:
+                    continue
+                try:
+                    text = m.inspect_source("ll")
+                except Exception:        # NOTE: a library loaded from disk keeps no source
+                    text = ""
+                if text:
+                    texts.append(text)
+            if texts:
+                out.append("\n".join(texts))
+        return out
+
     def export_library(self, path: str, entry: str | None = None) -> None:
         """Write one standard TVM shared library (bytecode + kernels) with relay_ir's trailer:
         ``tvm.runtime.load_module`` + ``relax.VirtualMachine`` run it without relay_ir;
