@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from relay_ir.errors import DiagnosticError
+from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import AnyDim, DimExpr, ShapeVar, TensorType, TupleType, Type
 
 HOST_FUNC = "relay_ir.host.group"
@@ -99,7 +99,12 @@ def dynamic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str)
 def host_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str,
                 reason: str) -> Any:
     """The kernel record of group ``k`` run on the host by ``relay_ir.host.group``."""
-    from relay_ir.runtime.relax_vm import _Kernel
+    from relay_ir.op import get_opdef
+    from relay_ir.runtime.relax_vm import _Kernel, _ops
+    for op in _ops(fn):
+        if get_opdef(op.name).impl is None:
+            raise LoweringError(f"operator `{op.name}` has neither a TVM compute nor a "
+                                f"reference implementation", fn.span)
     info = DynInfo("host", reason)
     info.key = _host_group(backend, k, label)
     kern = _Kernel(HOST_FUNC, None, [], [], 0, types, label)
