@@ -486,6 +486,19 @@ class _Emitter:
     def write(self, eb: Any, name: str, consts: dict) -> None:
         """Emit the abstract ops into ExecBuilder ``eb`` as function ``name``."""
         import tvm
+        # NOTE: a jump to itself (`def @f(%x) { @f(%x) }`: a self tail call with nothing
+        # before it) is a Goto of offset 0, which the ExecBuilder refuses: a no-op goes first
+        ops: list[tuple] = []
+        fresh: set[Any] = set()          # labels with no instruction after them yet
+        for op in self.ops:
+            if op[0] == "label":
+                fresh.add(op[1])
+            else:
+                if op[0] == "goto" and op[1] in fresh:
+                    ops.append(("call", "vm.builtin.null_value", [], self.tmp()))
+                fresh.clear()
+            ops.append(op)
+        self.ops = ops
         pos: dict[Any, int] = {}
         n = 0
         for op in self.ops:
