@@ -333,7 +333,10 @@ def _verify(path: str, data: bytes) -> tuple[dict, bytes]:
                 f"{path}: a shared library that does not end with relay_ir's trailer: a plain "
                 f"shared library, a module file cut short (truncated), or one with bytes "
                 f"appended; write module files with exe.export_library or `rly build`")
-        raise ModuleFileError(f"{path}: not a relay_ir module file (no relay_ir trailer)")
+        if not data:
+            raise ModuleFileError(f"{path}: the module file is empty")
+        raise ModuleFileError(f"{path}: not a relay_ir module file (bad magic: no shared "
+                              f"library with relay_ir's trailer)")
     if len(data) < _FOOTER.size:
         raise ModuleFileError(f"{path}: the module file is truncated ({len(data)} bytes)")
     version, _ = _TAIL.unpack_from(data, len(data) - _TAIL.size)
