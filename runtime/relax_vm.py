@@ -568,6 +568,7 @@ class RelaxBackend:
         self.kernels: dict[int, _Kernel] = {}
         self.names: dict[int, str] = {}
         self.todo: list[int] = []
+        self._fetched: dict[int, Any] = {}     # group -> its request, compiled by precompile
 
     def name_of(self, fidx: int) -> str:
         name = self.names.get(fidx)
@@ -609,8 +610,10 @@ class RelaxBackend:
                                                              e.message)
             return got
         from relay_ir.runtime.executor import kernel_request
-        req = kernel_request(lowered, self.exe.target)
-        self.exe.cache.get([req], self.exe.target)
+        req = self._fetched.get(k)
+        if req is None:
+            req = kernel_request(lowered, self.exe.target)
+            self.exe.cache.get([req], self.exe.target)
         key = req.key
         module = self.exe.cache.modules.get(key)
         got = self.kernels[k] = _Kernel(
@@ -652,11 +655,30 @@ class RelaxBackend:
             return tvm.runtime.tensor(np.array(_COUNTER_INIT, np.int64))
         raise AssertionError(kind)
 
+    def precompile(self) -> None:
+        """Compile every static group's kernel in one batch through the kernel cache (one
+        library, one link), before :meth:`kernel` asks for them one by one (memory hits)."""
+        from relay_ir.runtime.executor import kernel_request
+        reqs = []
+        for k, fn in enumerate(self.cp.kernels):
+            types = [p.type_annotation or p.checked_type_ for p in fn.params]
+            if not all(_is_static(t) for t in types):
+                continue
+            try:
+                lowered = self.exe._lower(fn, types)
+            except LoweringError:
+                continue           # NOTE: a host group, or an error kernel() reports
+            reqs.append((k, kernel_request(lowered, self.exe.target)))
+        if len(reqs) > 1:
+            self.exe.cache.get([r for _, r in reqs], self.exe.target)
+            self._fetched = dict(reqs)     # NOTE: kernel() takes these without a second get
+
     def build(self) -> Any:
         """Emit every global (and the inner functions they call); link; return the VM."""
         import tvm
         from tvm import relax
         from tvm.relax import vm_build
+        self.precompile()
         for name in self.cp.mod:
             self.name_of(self.cp.compile_global(name))
         for cf in self.cp.functions:
