@@ -61,6 +61,7 @@ import shutil
 import struct
 import sys
 import tempfile
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 
@@ -211,6 +212,13 @@ def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str
                     if id(m) not in seen:
                         seen.add(id(m))
                         mods.append(m)
+                elif key and id(m) in getattr(dyn, "requests", {}):
+                    # NOTE: a library of the kernel cache without its object file (written
+                    # by an older relay_ir): compiled again from its request
+                    if key not in seen:
+                        seen.add(key)
+                        rest.append(SimpleNamespace(symbol="k_" + key, label=kern.label,
+                                                    request=dyn.requests[id(m)]))
                 else:
                     raise DiagnosticError(
                         f"export_library: the symbolic kernel of {kern.label} was loaded "

@@ -71,6 +71,7 @@ class DynInfo:
         self.outs: list[tuple[list[tuple[int, int]], str]] = []  # (make_shape codes, dtype)
         self.modules: list[Any] = []                    # libraries to link
         self.cache_keys: dict[int, str] = {}            # id(module) -> its kernel-cache key
+        self.requests: dict[int, Any] = {}              # id(module) -> its kernel request
         self.prim_func: Any = None                      # the unscheduled symbolic PrimFunc
         self.messages: list[str] = []                   # per flattened input: mismatch text
         # speculation: pairs of heap slots that must hold equal dims for the kernel to run
@@ -231,6 +232,7 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
     info.prim_func = lowered.prim_func
     info.modules.append(module)
     info.cache_keys[id(module)] = req.key
+    info.requests[id(module)] = req
     volume = _volume(lowered.prim_func, {v.name: slots[d] for d, v in tir_vars.items()})
     if volume is not None and any(mono for _, mono in volume):
         # NOTE: a static kernel below SERIAL_BELOW iterations runs on one thread (waking the
@@ -250,6 +252,7 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
             info.serial_symbol = "k_" + req1.key
             info.modules.append(exe.cache.modules.get(req1.key))
             info.cache_keys[id(info.modules[-1])] = req1.key
+            info.requests[id(info.modules[-1])] = req1
             info.small_symbol = f"rly_small_{k}_{req.key[:16]}"
             info.modules.append(_small_function(info.small_symbol, info.heap, volume,
                                                 SERIAL_BELOW))
