@@ -315,7 +315,8 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     default; ``relay_ir.op._te``). ``cache``: a
     :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one).
     ``executor``: ``None`` or ``"relax"`` (the same: there is one compiled executor; the name
-    is still accepted). Anything else is a ``DiagnosticError``.
+    is still accepted; while ``target="cuda"`` builds on the legacy path, ``"relax"`` by name
+    refuses it). Anything else is a ``DiagnosticError``.
 
     Everything compiles here: the bytecode of every global and the kernel of every fused
     group (static groups for their shapes, ``?`` and symbolic groups once over symbolic
@@ -339,7 +340,8 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     opt = target_rewrites(refine_types(opt), target, opt_level)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
-    if _LEGACY_CUDA and is_cuda(resolve_target(target)):
+    if _LEGACY_CUDA and executor is None and is_cuda(resolve_target(target)):
+        # NOTE: LEGACY: executor="relax" asked by name refuses cuda (RelaxUnsupportedError)
         from relay_ir.runtime.legacy import Executable
         exe = Executable(fused, target, cache, fast_math)
         exe.entry = entry
