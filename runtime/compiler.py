@@ -48,7 +48,8 @@ the function's instruction list; a step without a target continues at the next o
 ``("kernel_ret", k, srcs)``                      return ``kernels[k](srcs)`` (tail position)
 ===============================================  =============================================
 
-With ``CompiledProgram(mod, kernels=True)`` (the compiled executor, ``runtime.relax_vm``) a call of a
+With ``CompiledProgram(mod, kernels=True)`` (the compiled executor, ``runtime.relax_vm``) a
+call of a
 ``Primitive=1`` function -- a fused group of ``fuse-ops``, let-bound or literal -- becomes an
 invoke-kernel instruction instead of a closure call. ``CompiledProgram.kernels[k]`` is the
 group's :class:`~relay_ir.expr.Function` and ``kernel_fns[k]`` the index of its body compiled as

@@ -1,7 +1,7 @@
-"""The Relax VM backend (experimental): the instruction program as TVM Relax VM bytecode.
+"""The compiled executor: the instruction program as TVM Relax VM bytecode.
 
-``runtime.build(mod, executor="relax")`` compiles the plain-data instruction program of
-``runtime.compiler`` (the one the interpreter and ``runtime.vm`` run) to the bytecode of TVM's
+``runtime.build(mod)`` compiles the plain-data instruction program of
+``runtime.compiler`` (the one the reference interpreter runs) to the bytecode of TVM's
 C++ virtual machine (``tvm.relax.VirtualMachine``): four opcodes (Call, Ret, Goto, If) plus
 calls of ``vm.builtin.*`` functions, emitted with ``tvm.relax.ExecBuilder`` and linked with the
 fused groups' compiled TIR kernels into one executable. Control never returns to Python
@@ -774,8 +774,8 @@ def _ops(fn: Any) -> list:
 
 # ============================================================================ running
 class RelaxExecutable:
-    """A module built with ``runtime.build(..., executor="relax")``: ``exe(*args,
-    entry="main")`` runs an entry on TVM's Relax VM; numpy arrays and tuples in and out."""
+    """A module built with ``runtime.build(...)``: ``exe(*args, entry="main")`` runs an entry
+    on TVM's Relax VM; numpy arrays and tuples in and out."""
 
     def __init__(self, exe: Any):
         self.module = exe.module
