@@ -44,7 +44,7 @@ bench: $(STAMP)
 	$(VPY) benchmarks/run_workloads.py $(BENCH_ARGS)
 
 bench-peers: $(STAMP)
-	$(VPY) -m pip install -q -e ".[bench]" --extra-index-url https://download.pytorch.org/whl/cpu
+	$(VPY) -m pip install -q -e ".[bench]"
 
 bench-all: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done

@@ -14,8 +14,13 @@ epilogue as the model fuses it (``relu(conv2d(x, w) + b)``, weights bound), in G
 to the best fp32 GEMM of the same run (relay_ir's compiled ``nn.dense`` and numpy's BLAS,
 1024^3, the same thread count): the fraction of the machine's measured peak each layer gets.
 
+Transformer layers (``--only bert_layer,gpt2_block``): a BERT-base encoder layer and a GPT-2
+block (models.Transformer, seq 128), checked against the interpreter, timed against torch
+eager and ONNX Runtime; ``--profile`` adds each kernel's CPU time, ``--no-dense-pack`` builds
+without the compile-time weight packing (for before/after figures).
+
 Run: ``.venv/bin/python benchmarks/bench_models.py [--threads 2] [--rounds 10]
-[--only resnet50_v1,mobilenet_v2] [--no-layers]``
+[--only resnet50_v1,mobilenet_v2] [--no-layers] [--profile] [--no-dense-pack]``
 """
 from __future__ import annotations
 
@@ -125,6 +130,70 @@ def bench_model(name: str, rounds: int) -> None:
               f"{diff:.2g} (of {scale:.3g}) |")
 
 
+def profile_kernels(exe: Any, x: np.ndarray, rounds: int) -> None:
+    """CPU time of each static kernel of ``exe`` (``time.thread_time`` around it: at one
+    thread the kernel runs on the calling thread), called alone on random inputs of its
+    parameter types, medians over ``rounds`` calls. NOTE: the Relax VM calls kernels from
+    C++, so they are timed outside the program (runtime internals: ``exe._backend.kernels``);
+    ``x`` is unused."""
+    import tvm
+    from relay_ir.runtime.lower_tvm import flatten_type
+    rng = np.random.default_rng(0)
+    times: dict[str, list[float]] = {}
+    for k, kern in sorted(exe._backend.kernels.items()):
+        if kern.dyn is not None or kern.module is None:
+            continue
+        ins = [tvm.runtime.tensor(np.asarray(rng.standard_normal(
+            tuple(int(d) for d in leaf.concrete_shape)), dtype=leaf.dtype))
+            for t in kern.param_types for leaf in flatten_type(t)]
+        ins += [tvm.runtime.tensor(c) for c in kern.consts]
+        ins += [tvm.runtime.empty(shape, dtype) for shape, dtype in kern.outs]
+        f = kern.module[kern.symbol]
+        f(*ins)
+        for _ in range(rounds):
+            t = time.thread_time()
+            f(*ins)
+            times.setdefault(f"{k:02d} {kern.label}", []).append(time.thread_time() - t)
+    print("\n| kernel | CPU ms (median) |\n|---|---|")
+    total = 0.0
+    for k, v in sorted(times.items()):
+        total += float(np.median(v))
+        print(f"| {k} | {1e3 * float(np.median(v)):.3f} |")
+    print(f"| sum | {1e3 * total:.2f} |")
+
+
+def bench_xfmr(name: str, rounds: int, profile: bool = False) -> None:
+    """A transformer layer (models.Transformer): compiled with its weights bound, against the
+    interpreter (values) and the peers (time); ``profile``: each kernel's CPU time too."""
+    net = M.XFMR_MODELS[name]()
+    x = net.input()
+    t = time.perf_counter()
+    mod = rly.parse(net.rly())
+    exe = runtime.build(mod, "llvm", params=net.weights, cache=KernelCache(use_disk=False))
+    cold = time.perf_counter() - t
+    print(f"\n### {name}: seq {net.seq}, hidden {net.hidden}, {net.heads} heads, FFN {net.ffn}, "
+          f"{net.flops / 1e9:.2f} GFLOP; {THREADS} threads\n")
+    ref = exe(x)
+    interp = runtime.evaluate(mod, x, *net.weights.values())
+    rel = float(np.abs(ref - interp).max() / np.abs(interp).max())
+    print(f"cold compile (parse + build, empty in-memory kernel cache): {cold:.1f} s; "
+          f"{exe.num_kernels()} kernels; max |compiled - interpreter| / max |interpreter| = "
+          f"{rel:.1e}\n")
+    fs, outs = _peers(net, exe, x)  # type: ignore[arg-type]
+    times = _race(fs, rounds)
+    base = {k: float(np.median(v)) for k, v in times.items()}
+    ours = base["relay_ir (compiled)"]
+    print("| peer | median ms | best ms | GFLOP/s (median) | x relay_ir | "
+          "max rel diff vs relay_ir |")
+    print("|---|---|---|---|---|---|")
+    for k, v in times.items():
+        diff = float(np.abs(outs[k] - ref).max() / np.abs(ref).max())
+        print(f"| {k} | {1e3 * base[k]:.2f} | {1e3 * min(v):.2f} | "
+              f"{net.flops / base[k] / 1e9:.0f} | {base[k] / ours:.2f} | {diff:.1e} |")
+    if profile:
+        profile_kernels(exe, x, rounds)
+
+
 CONV_SRC = M.HDR + """def @main(%x: Tensor[({n}, {c}, {h}, {w}), float32],
           %k: Tensor[({o}, {ci}, {kh}, {kw}), float32], %b: Tensor[({o}, 1, 1), float32]) {{
   nn.relu(add(nn.conv2d(%x, %k, strides=[{s}, {s}], padding=[{p}, {p}], groups={g}), %b))
@@ -187,18 +256,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--only", default=",".join(M.MODELS))
+    ap.add_argument("--only", default=",".join(M.MODELS),
+                    help="models, among " + ", ".join([*M.MODELS, *M.XFMR_MODELS]))
     ap.add_argument("--no-layers", action="store_true", help="skip the per-convolution table")
+    ap.add_argument("--profile", action="store_true",
+                    help="transformer layers: each kernel's CPU time (use --threads 1)")
+    ap.add_argument("--no-dense-pack", action="store_true",
+                    help="build without dense-weight-pack (the per-call weight packing)")
     args = ap.parse_args(argv)
     names = [s for s in args.only.split(",") if s]
+    if args.no_dense_pack:
+        from relay_ir.runtime import target_lowering
+        target_lowering.PACK_MIN_ROWS = 1 << 62
     for n in names:
-        if n not in M.MODELS:
-            ap.error(f"unknown model {n!r} (known: {', '.join(M.MODELS)})")
+        if n not in M.MODELS and n not in M.XFMR_MODELS:
+            ap.error(f"unknown model {n!r} (known: {', '.join([*M.MODELS, *M.XFMR_MODELS])})")
     print(f"## bench_models: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{THREADS} threads, load average {os.getloadavg()[0]:.1f}")
     for n in names:
-        bench_model(n, args.rounds)
-    if not args.no_layers:
+        if n in M.XFMR_MODELS:
+            bench_xfmr(n, args.rounds, args.profile)
+        else:
+            bench_model(n, args.rounds)
+    names = [n for n in names if n in M.MODELS]
+    if not args.no_layers and names:
         peaks = gemm_peak(args.rounds)
         print("\nGEMM 1024^3 fp32: " + ", ".join(f"{k} {v:.0f} GFLOP/s"
                                                 for k, v in peaks.items()))

@@ -298,3 +298,221 @@ def mobilenet_v2(batch: int = 1, size: int = 224, seed: int = 0) -> Net:
 
 
 MODELS = {"resnet50_v1": resnet50_v1, "mobilenet_v2": mobilenet_v2}
+
+
+# ----------------------------------------------------------------------------- transformers
+@dataclass
+class Transformer:
+    """One transformer layer, batch 1: a BERT-base encoder layer (post-LN, erf GELU) or a GPT-2
+    block (pre-LN, causal mask, tanh GELU). Input ``(seq, hidden)``; weights as ``torch``'s
+    ``nn.Linear`` stores them (``(out, in)``, so ``nn.dense`` and ``F.linear`` take them as
+    they are); random with a fixed seed (N(0, 0.02) as both models initialize)."""
+
+    name: str
+    kind: str            # "bert" | "gpt2"
+    seq: int = 128
+    hidden: int = 768
+    heads: int = 12
+    ffn: int = 3072
+    seed: int = 0
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    convs: list[Conv] = field(default_factory=list)   # none: the conv tables skip it
+
+    def __post_init__(self) -> None:
+        rng = np.random.default_rng(self.seed)
+        h, f = self.hidden, self.ffn
+
+        def lin(name: str, out: int, inp: int) -> None:
+            self.weights[f"{name}_w"] = (rng.standard_normal((out, inp)) * 0.02).astype(
+                np.float32)
+            self.weights[f"{name}_b"] = (rng.standard_normal(out) * 0.02).astype(np.float32)
+
+        def ln(name: str) -> None:
+            self.weights[f"{name}_g"] = rng.uniform(0.8, 1.2, h).astype(np.float32)
+            self.weights[f"{name}_b"] = rng.uniform(-0.1, 0.1, h).astype(np.float32)
+        if self.kind == "bert":
+            for n in ("q", "k", "v", "o"):
+                lin(n, h, h)
+            ln("ln1")
+        else:
+            ln("ln1")
+            lin("qkv", 3 * h, h)
+            lin("o", h, h)
+        lin("fc1", f, h)
+        lin("fc2", h, f)
+        ln("ln2")
+        if self.kind == "gpt2":
+            s = self.seq
+            self.weights["mask"] = np.where(np.tril(np.ones((s, s), bool)), 0.0,
+                                            -1e4).astype(np.float32)
+
+    @property
+    def input_shape(self) -> tuple[int, int]:
+        return (self.seq, self.hidden)
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2 of the matrix products (dense layers and attention)."""
+        s, h, f = self.seq, self.hidden, self.ffn
+        return 2 * s * (4 * h * h + 2 * h * f) + 2 * 2 * s * s * h
+
+    def input(self) -> np.ndarray:
+        return np.random.default_rng(self.seed + 1).standard_normal(
+            self.input_shape).astype(np.float32)
+
+    def rly(self) -> str:
+        """The ``.rly`` program: ``@main(%data, weights...)``."""
+        s, h, nh, f = self.seq, self.hidden, self.heads, self.ffn
+        d = h // nh
+
+        def ty(shape: tuple[int, ...]) -> str:
+            return f"Tensor[({', '.join(map(str, shape))}), float32]"
+        params = [f"%data: {ty(self.input_shape)}"] + [
+            f"%{k}: {ty(v.shape)}" for k, v in self.weights.items()]
+        eps = "1e-12f" if self.kind == "bert" else "1e-05f"
+        scale = f"{1.0 / np.sqrt(d):.6g}f"
+
+        def heads(e: str) -> str:        # (s, h) -> (nh, s, d)
+            return f"transpose(reshape({e}, newshape=[{s}, {nh}, {d}]), axes=[1, 0, 2])"
+
+        def linear(x: str, n: str) -> str:
+            return f"nn.bias_add(nn.dense({x}, %{n}_w), %{n}_b)"
+
+        def layer_norm(x: str, n: str) -> str:
+            return f"nn.layer_norm({x}, %{n}_g, %{n}_b, epsilon={eps})"
+        body: list[str] = []
+        if self.kind == "bert":
+            x = "%data"
+            body.append(f"let %q = {heads(linear(x, 'q'))};")
+            body.append(f"let %k = {heads(linear(x, 'k'))};")
+            body.append(f"let %v = {heads(linear(x, 'v'))};")
+            scores = f"multiply(nn.batch_matmul(%q, %k), {scale})"
+        else:
+            body.append(f"let %h0 = {layer_norm('%data', 'ln1')};")
+            body.append(f"let %qkv = split({linear('%h0', 'qkv')}, indices_or_sections=3, "
+                        f"axis=1);")
+            for i, n in enumerate("qkv"):
+                body.append(f"let %{n} = " + heads(f"%qkv.{i}") + ";")
+            scores = f"add(multiply(nn.batch_matmul(%q, %k), {scale}), %mask)"
+        body.append(f"let %p = nn.softmax({scores}, axis=-1);")
+        body.append(f"let %c = reshape(transpose(nn.batch_matmul(%p, %v, transpose_b=False), "
+                    f"axes=[1, 0, 2]), newshape=[{s}, {h}]);")
+        if self.kind == "bert":
+            attn = "add(" + linear("%c", "o") + ", %data)"
+            body.append(f"let %h = {layer_norm(attn, 'ln1')};")
+            body.append(f"let %f = nn.gelu({linear('%h', 'fc1')});")
+            body.append(layer_norm("add(" + linear("%f", "fc2") + ", %h)", "ln2"))
+        else:
+            body.append(f"let %h = add({linear('%c', 'o')}, %data);")
+            fc1 = linear(layer_norm("%h", "ln2"), "fc1")
+            body.append(f'let %f = nn.gelu({fc1}, approximate="tanh");')
+            body.append(f"add({linear('%f', 'fc2')}, %h)")
+        del f
+        return (HDR + "def @main(" + ",\n          ".join(params) + ") {\n  "
+                + "\n  ".join(body) + "\n}\n")
+
+    def torch_forward(self) -> Any:
+        """``f(x: torch.Tensor) -> torch.Tensor``, eager ``torch.nn.functional``."""
+        import torch
+        import torch.nn.functional as F
+        w = {k: torch.from_numpy(v.copy()) for k, v in self.weights.items()}
+        s, h, nh = self.seq, self.hidden, self.heads
+        d = h // nh
+        eps = 1e-12 if self.kind == "bert" else 1e-5
+
+        def heads(t: Any) -> Any:
+            return t.view(s, nh, d).transpose(0, 1)
+
+        def attend(q: Any, k: Any, v: Any, mask: Any) -> Any:
+            sc = torch.matmul(q, k.transpose(1, 2)) * (1.0 / d ** 0.5)
+            if mask is not None:
+                sc = sc + mask
+            p = F.softmax(sc, dim=-1)
+            return torch.matmul(p, v).transpose(0, 1).reshape(s, h)
+
+        def f(x: Any) -> Any:
+            if self.kind == "bert":
+                c = attend(heads(F.linear(x, w["q_w"], w["q_b"])),
+                           heads(F.linear(x, w["k_w"], w["k_b"])),
+                           heads(F.linear(x, w["v_w"], w["v_b"])), None)
+                a = F.layer_norm(F.linear(c, w["o_w"], w["o_b"]) + x, (h,), w["ln1_g"],
+                                 w["ln1_b"], eps)
+                g = F.gelu(F.linear(a, w["fc1_w"], w["fc1_b"]))
+                return F.layer_norm(F.linear(g, w["fc2_w"], w["fc2_b"]) + a, (h,), w["ln2_g"],
+                                    w["ln2_b"], eps)
+            h0 = F.layer_norm(x, (h,), w["ln1_g"], w["ln1_b"], eps)
+            q, k, v = F.linear(h0, w["qkv_w"], w["qkv_b"]).split(h, dim=1)
+            a = F.linear(attend(heads(q), heads(k), heads(v), w["mask"]), w["o_w"],
+                         w["o_b"]) + x
+            g = F.gelu(F.linear(F.layer_norm(a, (h,), w["ln2_g"], w["ln2_b"], eps),
+                                w["fc1_w"], w["fc1_b"]), approximate="tanh")
+            return F.linear(g, w["fc2_w"], w["fc2_b"]) + a
+        return f
+
+    def onnx_model(self) -> Any:
+        """The same layer as an ONNX ModelProto (opset 20: LayerNormalization, Gelu)."""
+        from onnx import TensorProto, helper, numpy_helper
+        s, h, nh = self.seq, self.hidden, self.heads
+        d = h // nh
+        nodes: list[Any] = []
+        inits = [numpy_helper.from_array(np.ascontiguousarray(v.T) if k.endswith("_w") else v,
+                                         k) for k, v in self.weights.items()]
+        consts = {"shape_heads": np.array([s, nh, d], np.int64),
+                  "shape_flat": np.array([s, h], np.int64),
+                  "scale": np.array(1.0 / np.sqrt(d), np.float32),
+                  "split3": np.array([h, h, h], np.int64)}
+        inits += [numpy_helper.from_array(v, k) for k, v in consts.items()]
+        count = [0]
+
+        def node(op: str, ins: list[str], **attrs: Any) -> str:
+            count[0] += 1
+            out = f"t{count[0]}"
+            nodes.append(helper.make_node(op, ins, [out], **attrs))
+            return out
+
+        def linear(x: str, n: str) -> str:
+            return node("Add", [node("MatMul", [x, f"{n}_w"]), f"{n}_b"])
+
+        def heads(x: str, perm: list[int]) -> str:
+            return node("Transpose", [node("Reshape", [x, "shape_heads"])], perm=perm)
+
+        def ln(x: str, n: str) -> str:
+            return node("LayerNormalization", [x, f"{n}_g", f"{n}_b"], axis=-1,
+                        epsilon=1e-12 if self.kind == "bert" else 1e-5)
+
+        def attend(q: str, k: str, v: str) -> str:
+            sc = node("Mul", [node("MatMul", [heads(q, [1, 0, 2]), heads(k, [1, 2, 0])]),
+                              "scale"])
+            if self.kind == "gpt2":
+                sc = node("Add", [sc, "mask"])
+            c = node("MatMul", [node("Softmax", [sc], axis=-1), heads(v, [1, 0, 2])])
+            return node("Reshape", [node("Transpose", [c], perm=[1, 0, 2]), "shape_flat"])
+        if self.kind == "bert":
+            c = attend(linear("data", "q"), linear("data", "k"), linear("data", "v"))
+            a = ln(node("Add", [linear(c, "o"), "data"]), "ln1")
+            g = node("Gelu", [linear(a, "fc1")])
+            out = ln(node("Add", [linear(g, "fc2"), a]), "ln2")
+        else:
+            qkv = linear(ln("data", "ln1"), "qkv")
+            nodes.append(helper.make_node("Split", [qkv, "split3"], ["q", "k", "v"], axis=1))
+            a = node("Add", [linear(attend("q", "k", "v"), "o"), "data"])
+            g = node("Gelu", [linear(ln(a, "ln2"), "fc1")], approximate="tanh")
+            out = node("Add", [linear(g, "fc2"), a])
+        graph = helper.make_graph(
+            nodes, self.name,
+            [helper.make_tensor_value_info("data", TensorProto.FLOAT, [s, h])],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [s, h])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def bert_layer(seq: int = 128, seed: int = 0) -> Transformer:
+    """A BERT-base encoder layer: hidden 768, 12 heads, FFN 3072, erf GELU, post-LN."""
+    return Transformer("bert_layer", "bert", seq=seq, seed=seed)
+
+
+def gpt2_block(seq: int = 128, seed: int = 0) -> Transformer:
+    """A GPT-2 (small) block: hidden 768, 12 heads, FFN 3072, causal mask, tanh GELU, pre-LN."""
+    return Transformer("gpt2_block", "gpt2", seq=seq, seed=seed)
+
+
+XFMR_MODELS = {"bert_layer": bert_layer, "gpt2_block": gpt2_block}

@@ -236,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated keys, e.g. W1,W4a,W8")
     ap.add_argument("--no-w8", action="store_true")
+    ap.add_argument("--executor", default="", choices=["", "relax"],
+                    help="relay_ir's compiled executor: the default one, or relax (Relax VM)")
     ap.add_argument("--w8-procs", type=int, default=3)
     ap.add_argument("--json", default="", help="also write the records to this file")
     ap.add_argument("--peers", default="",
@@ -246,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.peers:
         wl.ALLOWED_PEERS = {p.strip() for p in args.peers.split(",")}
+    wl.EXECUTOR = args.executor
     if args.w8_child:
         print(json.dumps(wl.w8_child(args.w8_child)))
         return 0

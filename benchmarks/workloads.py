@@ -52,6 +52,14 @@ class Workload:
 
 # NOTE: run_workloads.py --peers narrows this (e.g. to numpy only, as without the bench extra)
 ALLOWED_PEERS: set[str] | None = None
+# relay_ir's compiled executor for every runtime.build of the workloads: "" (the default one)
+# or "relax" (TVM's Relax VM); run_workloads.py --executor
+EXECUTOR = ""
+
+
+def build_kw() -> dict[str, Any]:
+    """Keyword arguments of runtime.build for the chosen executor."""
+    return {"executor": EXECUTOR} if EXECUTOR else {}
 
 
 def op_call_sites(mod: Any, entry: str = "main") -> int:
@@ -148,7 +156,7 @@ def _sum64(a: Any) -> float:
 def _build(src: str) -> Any:
     import relay_ir as rly
     from relay_ir import runtime
-    return runtime.build(rly.parse(src), target="llvm")
+    return runtime.build(rly.parse(src), target="llvm", **build_kw())
 
 
 # ============================================================================ W1
@@ -710,7 +718,7 @@ def w5_impls() -> list[Impl]:
         g = passes.optimize(passes.gradient(mod, entry="main"))
         adts = [(_to_adt(mod, t), y) for t, y in trees]
         try:
-            exe = runtime.build(g, target="llvm")
+            exe = runtime.build(g, target="llvm", **build_kw())
             run = exe
         except rly.DiagnosticError:
             def run(*a: Any) -> Any:
@@ -816,7 +824,7 @@ def w6_impls(compiled: bool = True) -> list[Impl]:
         try:
             if not compiled:
                 raise rly.DiagnosticError("interpreted on request")
-            run = runtime.build(g, target="llvm")
+            run = runtime.build(g, target="llvm", **build_kw())
         except rly.DiagnosticError:
             def run(*a: Any) -> Any:
                 return runtime.evaluate(g, *a)
@@ -888,7 +896,8 @@ def w7_relay_exe() -> tuple[Any, list[np.ndarray]]:
                make_call("sum", make_call("multiply", TupleGetItem(TupleGetItem(r, 1), 2), v)))
     gv = passes.InferType()(g.with_function("gv", Function((*ps, v), body)))
     step = demo.first_order(demo.sgd_step_module(gv, "gv", wrt=[2]), "train_step")
-    exe = runtime.build(IRModule({"main": step["train_step"]}), target="llvm")
+    exe = runtime.build(IRModule({"main": step["train_step"]}), target="llvm",
+                        **build_kw())
     x, y, params = w2_data()
     return exe, [x, np.eye(10, dtype=F32)[y], *params, w7_v()]
 
@@ -914,7 +923,7 @@ def w7_relay_fwd_exe() -> tuple[Any, list[np.ndarray]]:
     out = Call(fwd_rev.get_global_var("main"), tuple(ps + tangents))
     body = TupleGetItem(TupleGetItem(TupleGetItem(out, 1), 1), 0)
     hvp = passes.optimize(fwd_rev.with_function("hvp", Function((*ps, v), body)), entry="hvp")
-    exe = runtime.build(IRModule({"main": hvp["hvp"]}), target="llvm")
+    exe = runtime.build(IRModule({"main": hvp["hvp"]}), target="llvm", **build_kw())
     x, y, params = w2_data()
     return exe, [x, np.eye(10, dtype=F32)[y], *params, w7_v()]
 

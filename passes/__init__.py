@@ -30,6 +30,7 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "fuse-ops": ("relay_ir.passes.fuse_ops", "FuseOps"),
     "simplify-inference": ("relay_ir.passes.simplify_inference", "SimplifyInference"),
     "conv-weight-layout": ("relay_ir.runtime.target_lowering", "ConvWeightLayout"),
+    "dense-weight-pack": ("relay_ir.runtime.target_lowering", "DenseWeightPack"),
 }
 
 # Names re-exported lazily from their modules: `from relay_ir.passes import InferType`. Every

@@ -29,6 +29,13 @@ _CONV = {"nn.conv2d"}
 _POOL = {"nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d"}
 
 
+def _einsum_matmul(call: Any, operands: Any) -> bool:
+    """An einsum shaped like a (batched) matmul gets the matmul schedule."""
+    from relay_ir.op.indexing_ext import einsum_is_matmul
+    ranks = [len(t.shape) for t in operands] if isinstance(operands, list) else []
+    return bool(ranks) and einsum_is_matmul(call.attrs.equation, ranks)
+
+
 def ensure_threads() -> int:
     """Set ``TVM_NUM_THREADS`` to the core count unless the user set it (TVM_NOTES section 8).
 
@@ -212,7 +219,8 @@ def lower_group(fn: Function, arg_types: list[Type], dim: Any = None) -> Lowered
             if od.compute is None:
                 raise LoweringError(f"operator {od.name} has no TVM compute", node.span)
             ops.append(od.name)
-            if od.name in _MATMUL:
+            if od.name in _MATMUL or (od.name == "einsum" and _einsum_matmul(
+                    node, te_of[id(node.args[0])])):
                 kind = "matmul"
             elif od.name in _CONV and kind == "":
                 kind = "conv"

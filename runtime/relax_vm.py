@@ -10,7 +10,9 @@ between kernel calls.
 What is emitted (the first milestone of issue 21):
 
 * kernel calls (``kernel`` / ``kernel_ret``): every output allocated with
-  ``vm.builtin.alloc_storage`` + ``vm.builtin.alloc_tensor``, then one call of the kernel with
+  ``vm.builtin.alloc_storage`` + ``vm.builtin.alloc_tensor`` (``relax_plan`` then plans
+  them: shared storage, views made once in loops, one-call allocation of the rest), then one
+  call of the kernel with
   its flattened inputs, its large constants and its outputs; tuple arguments are taken apart
   with ``tuple_getitem`` and tuple results built with ``make_tuple``. Every group is a TVM
   kernel here, scalar groups included (no host numpy code);
@@ -18,8 +20,10 @@ What is emitted (the first milestone of issue 21):
   projections, constants (executable constants);
 * calls of globals and of closed inner functions (a direct VM Call). A **self tail call** is a
   jump: the arguments are moved into the parameter registers and control goes back to the
-  first instruction, so a loop of any length runs in constant stack. Other tail calls are
-  calls followed by a return (for now);
+  first instruction, so a loop of any length runs in constant stack. Mutual tail calls are
+  jumps within one merged VM function and closure tail calls bounce to the caller's
+  trampoline (``runtime.relax_plan``); the remaining tail calls (of globals, from globals)
+  are calls followed by a return;
 * closures: ``vm.builtin.make_closure`` over the captured values (a VM function's inputs are
   its parameters, then its captured values, the compiler's register layout) and
   ``invoke_closure`` for calls of function values; a closure's slot that points back at itself
@@ -74,6 +78,7 @@ from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import TensorType, TupleType, Type
 from relay_ir.runtime.lower_tvm import DynamicShapeError
 from relay_ir.runtime.values import ADTValue, RefValue, check_arguments
+from relay_ir.runtime import relax_plan
 from relay_ir.runtime.vm import _is_static, _result_struct
 
 # Depth limits of non-tail calls. A VM call takes 2-6 KiB of C++ stack (measured: a 64 MiB
@@ -205,6 +210,7 @@ class _Emitter:
         self.nfix = cf.nparams + cf.ncap
         self.nregs = self.nfix + len(cf.init)
         self.ops: list[tuple] = []
+        self.prologue: list[tuple] = []    # ops before the first instruction (relax_plan)
         # captured slots that point back at this function's own closure (let %f = fn ... %f)
         self.self_slots = {cf.nparams + i for i in backend.selfs.get(index, ())}
 
@@ -254,7 +260,8 @@ class _Emitter:
         elif self.b.cp.functions[fidx].ncap:
             raise AssertionError("a capturing function is made a closure by its instruction")
         t = self.tmp()
-        self.ops.append(("call", "vm.builtin.make_closure", [("f", self.b.name_of(fidx)), *caps],
+        self.ops.append(("call", "vm.builtin.make_closure",
+                         [("f", relax_plan.closure_name(self.b, fidx)), *caps],
                          t))
         return t
 
@@ -346,13 +353,10 @@ class _Emitter:
         args = [self.operand(r, span) for r in srcs]
         depth = ("c", ("depth",))
         if target[0] == "direct":
-            extra = [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
+            args += [self.operand(r, span) if r not in self.self_slots else ("r", self.null())
                      for r in target[2]]
-            ins = ("call", self.b.name_of(target[1]), args + extra, dst)
-        else:
-            ins = ("call", "vm.builtin.invoke_closure", [("vm",), ("r", target[1]), *args], dst)
         self.ops.append(("call", _ENTER, [depth], None))
-        self.ops.append(ins)
+        relax_plan.emit_call(self, target, args, dst)    # (a closure's result unwrapped)
         self.ops.append(("call", _LEAVE, [depth], None))
 
     def match(self, src: int, table: list, span: Any) -> None:
@@ -442,7 +446,7 @@ class _Emitter:
                 self.match(src, table, span)
             elif tag == "closure":
                 _, dst, fn, caps, selfs = ins
-                args: list[tuple] = [("f", self.b.name_of(fn))]
+                args: list[tuple] = [("f", relax_plan.closure_name(self.b, fn))]
                 for i, r in enumerate(caps):
                     args.append(("r", self.null()) if i in selfs else self.operand(r, span))
                 self.ops.append(("call", "vm.builtin.make_closure", args, dst))
@@ -462,46 +466,39 @@ class _Emitter:
             elif tag == "tailcall":
                 _, f, srcs = ins
                 target = self.callee(f, span)
-                if target[0] == "direct" and target[1] == self.index:
-                    # a self tail call is a jump: parallel move of the arguments, then goto 0
-                    tmps = []
-                    for i, r in enumerate(srcs):
-                        if r == i:
-                            tmps.append(None)
-                            continue
-                        t = self.tmp()
-                        self.ops.append(("call", "vm.builtin.copy", [self.operand(r, span)], t))
-                        tmps.append(t)
-                    for i, t in enumerate(tmps):
-                        if t is not None:
-                            self.ops.append(("call", "vm.builtin.copy", [("r", t)], i))
-                    self.ops.append(("goto", 0))
-                else:
+                if target[0] == "direct" and relax_plan.jumps_to(self, target[1]):
+                    # a tail call of this function (or of a member of its tail group) is a
+                    # jump: a parallel move of the arguments, then a goto (relax_plan)
+                    relax_plan.emit_jump(self, target[1], srcs, span)
+                elif not relax_plan.emit_bounce(self, target, srcs, span):
                     t = self.tmp()
                     self.call(target, srcs, t, span)
                     self.ops.append(("ret", t))
             else:
                 raise _unsupported(_CONSTRUCT.get(tag, f"the instruction {tag!r}"), span)
 
-    def write(self, eb: Any, name: str, consts: dict) -> None:
-        """Emit the abstract ops into ExecBuilder ``eb`` as function ``name``."""
+    def write(self, eb: Any, name: str, consts: dict, ops: list | None = None,
+              nin: int | None = None, names: list | None = None) -> None:
+        """Emit the abstract ops (``ops``: this function's own by default) into ExecBuilder
+        ``eb`` as function ``name`` with ``nin`` inputs."""
         import tvm
+        ops = relax_plan.expand(self.prologue + self.ops if ops is None else ops)
         # NOTE: a jump to itself (`def @f(%x) { @f(%x) }`: a self tail call with nothing
         # before it) is a Goto of offset 0, which the ExecBuilder refuses: a no-op goes first
-        ops: list[tuple] = []
+        padded: list[tuple] = []
         fresh: set[Any] = set()          # labels with no instruction after them yet
-        for op in self.ops:
+        for op in ops:
             if op[0] == "label":
                 fresh.add(op[1])
             else:
                 if op[0] == "goto" and op[1] in fresh:
-                    ops.append(("call", "vm.builtin.null_value", [], self.tmp()))
+                    padded.append(("call", "vm.builtin.null_value", [], self.tmp()))
                 fresh.clear()
-            ops.append(op)
-        self.ops = ops
+            padded.append(op)
+        ops = padded
         pos: dict[Any, int] = {}
         n = 0
-        for op in self.ops:
+        for op in ops:
             if op[0] == "label":
                 pos[op[1]] = n
             else:
@@ -525,10 +522,11 @@ class _Emitter:
                 got = consts[key[:2]] = eb.convert_constant(self.b.constant_value(key))
             return got
 
-        names = list(self.cf.params) + [f"captured{i}" for i in range(self.cf.ncap)]
-        with eb.function(name, self.nfix, names):
+        if names is None:
+            names = list(self.cf.params) + [f"captured{i}" for i in range(self.cf.ncap)]
+        with eb.function(name, self.nfix if nin is None else nin, names):
             i = 0
-            for op in self.ops:
+            for op in ops:
                 tag = op[0]
                 if tag == "label":
                     continue
@@ -568,6 +566,11 @@ class RelaxBackend:
         self.kernels: dict[int, _Kernel] = {}
         self.names: dict[int, str] = {}
         self.todo: list[int] = []
+        self.groups: dict[int, Any] = {}     # tail-group members (relax_plan.TailGroup)
+        self.clo_wrappers: set[int] = set()  # functions given a closure wrapper (relax_plan)
+        self.apply_arities: set[int] = set()  # thunks of bounced tail calls (relax_plan)
+        self.tramp = False                   # inner functions return (flag, value) (relax_plan)
+        self.plan_stats: dict[int, dict] = {}  # memory plan figures per function
         self._fetched: dict[int, Any] = {}     # group -> its request, compiled by precompile
 
     def name_of(self, fidx: int) -> str:
@@ -653,7 +656,7 @@ class RelaxBackend:
             # constants of equal content, so the counter starts out as a value no program
             # holds (a zeros constant of the program would otherwise be the counter)
             return tvm.runtime.tensor(np.array(_COUNTER_INIT, np.int64))
-        raise AssertionError(kind)
+        return relax_plan.constant_value(key)
 
     def precompile(self) -> None:
         """Compile every static group's kernel in one batch through the kernel cache (one
@@ -685,26 +688,35 @@ class RelaxBackend:
             for ins in cf.code:
                 if ins[0] == "closure" and ins[4]:
                     self.selfs.setdefault(ins[2], set()).update(ins[4])
+        self.groups = relax_plan.tail_groups(self)
+        self.tramp = relax_plan.needs_trampoline(self)
         emitters = []
         while self.todo:
             fidx = self.todo.pop()
             em = _Emitter(self, fidx)
             em.run()
+            self.plan_stats[fidx] = relax_plan.plan_memory(em, True if fidx in self.groups
+                                                           else None)
             emitters.append(em)
         eb = relax.ExecBuilder()
         vm_func = relax.exec_builder.VMFuncKind.VM_FUNC
         for em in emitters:
             eb.declare_function(self.names[em.index], vm_func)
+        for name in relax_plan.declarations(self, emitters):
+            eb.declare_function(name, vm_func)
         for name in self.con_fns.values():
             eb.declare_function(name, vm_func)
         consts: dict = {}
-        for em in emitters:
-            em.write(eb, self.names[em.index], consts)
+        relax_plan.write_functions(self, eb, emitters, consts)
         for con, name in self.con_fns.items():
             n = len(self.cp.cons[con].inputs)
             with eb.function(name, n):
                 eb.emit_call("vm.builtin.make_tuple", [eb.imm(con)] + [eb.r(i) for i in range(n)],
                              eb.r(n))
+                if self.tramp:
+                    # NOTE: a function value's result is (0, value) (relax_plan)
+                    eb.emit_call("vm.builtin.make_tuple", [eb.imm(0), eb.r(n)], eb.r(n + 1))
+                    n += 1
                 eb.emit_ret(eb.r(n))
         # the program's own constants, returned together: the runner copies a result that is
         # one of them (the VM hands out the constant itself; a caller writing into it would
@@ -739,12 +751,7 @@ class RelaxBackend:
             # Python calls a function value the program returned
             name = f"{_INVOKE}{n}"
             eb.declare_function(name, relax.exec_builder.VMFuncKind.VM_FUNC)
-            with eb.function(name, n + 2):
-                eb.emit_call(_RESET, [depth, eb.r(0)])
-                eb.emit_call("vm.builtin.invoke_closure",
-                             [eb.vm_state(), eb.r(1), *[eb.r(i + 2) for i in range(n)]],
-                             eb.r(n + 2))
-                eb.emit_ret(eb.r(n + 2))
+            relax_plan.write_invoke(emitters[0], eb, name, n, consts)
         if not _DEPTH_LIB:
             _DEPTH_LIB.append(_depth_module())
         libs = [_DEPTH_LIB[0]]
@@ -795,6 +802,10 @@ class RelaxExecutable:
         self._con_ids = {c.name_hint: k for k, c in enumerate(self._cons)}
         self._ref_args: list[tuple[RefValue, Any]] = []   # (argument, its cell) of a call
         self._deep: set[Any] = set()     # entries that ran past MAIN_DEPTH once
+        # NOTE: a program whose closures capture function values can build chains of
+        # closures (backpropagators) whose release recurses in C++: it always runs on the
+        # large-stack thread (relax_plan.builds_chains)
+        self._all_deep = relax_plan.builds_chains(self._backend)
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self._limits: dict[int, Any] = {}
@@ -990,7 +1001,7 @@ class RelaxExecutable:
         # NOTE: references passed in: the run writes to cells of its own, and a retry on the
         # large-stack thread starts from fresh cells; the final contents are written back
         try:
-            if f in self._deep:
+            if self._all_deep or f in self._deep:
                 raise _DepthLimit()
             out = self._run(f, vals, MAIN_DEPTH)
         except _DepthLimit:
@@ -1004,7 +1015,7 @@ class RelaxExecutable:
         return self._result(out)
 
     def _call(self, f: Any, vals: list) -> Any:
-        if f in self._deep:
+        if self._all_deep or f in self._deep:
             return self._result(self._run_deep(f, vals))
         try:
             out = self._run(f, vals, MAIN_DEPTH)
@@ -1122,6 +1133,13 @@ class _VMClosure:
     def __init__(self, exe: RelaxExecutable, obj: Any):
         self.exe = exe
         self.obj = obj
+
+    def __del__(self) -> None:
+        if getattr(self, "obj", None) is not None and self.exe._all_deep:
+            try:
+                relax_plan.release_on(_deep_worker(), self)
+            except Exception:    # NOTE: at interpreter exit no thread can start: freed here
+                pass
 
     def __call__(self, *args: Any) -> Any:
         exe = self.exe

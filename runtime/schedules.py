@@ -10,16 +10,21 @@ of what is left:
   parallel over tiles (TVM_NOTES section 4b);
 * a reduction over the contiguous (innermost) axes: rfactor into 16 lanes, vectorized,
   parallel over rows, the epilogue computed at the row loop (section 4c);
-* a conv2d with NCHW output (``kind="conv"``, :func:`schedule_conv_channels`): vectorized
-  over a block of 16 (8, 4) output channels, the weight read in place (``IHWO``) or packed
-  ``[O/16, I, kh, kw, 16]`` per call (``OIHW``), a register tile of up to 8 output columns, kernel loops inside, parallel over
-  (batch, channel block, row), the epilogue computed per tile; any width, stride, padding,
-  dilation and groups;
+* a conv2d with NCHW output (``kind="conv"``), the first that applies of:
+  :func:`schedule_conv_depthwise` (depthwise: vectorized along output rows, a zero-padded
+  input plane per channel, split by column parity for stride 2),
+  :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels)
+  and :func:`schedule_conv_channels` (vectorized over a block of 16 (8, 4) output channels,
+  the weight read in place (``OIHW16o``, ``IHWO``) or packed ``[O/16, I, kh, kw, 16]`` per
+  call (``OIHW``), the zero-padded input staged once, a register tile of up to 8 output
+  columns, kernel loops inside, parallel over (batch, channel block, row), the epilogue
+  computed per tile; any width, stride, padding, dilation and groups);
 * any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
   tiled and vectorized inside the reduction loops, the next spatial axis unrolled by 4 for
   register reuse, the outer spatial loops fused and parallel;
-* several reductions in a row-wise group (softmax, log_softmax, layer_norm): each rfactored,
-  all blocks computed under the output's row loop, which runs in parallel.
+* several reductions in a row-wise group (softmax, log_softmax, layer_norm): each rfactored
+  into 16 vector lanes, all blocks computed under the output's row loop (every loop but the
+  reduced one when all reductions run along the innermost axis), which runs in parallel.
 
 Each step is tried on a fresh schedule and falls back to a simpler one on
 ``ScheduleError`` (a correct, parallel schedule always exists). :func:`schedule_cuda` runs
@@ -108,8 +113,9 @@ def blocks(sch: Any) -> list[Any]:
     return list(sch.get_child_blocks(sch.get_sblock("root")))
 
 
-def inline_all(sch: Any) -> None:
-    """Inline every non-output block that can be inlined (injective producers / epilogues)."""
+def inline_all(sch: Any, keep: tuple[str, ...] = ()) -> None:
+    """Inline every non-output block that can be inlined (injective producers / epilogues),
+    except the blocks named in ``keep``."""
     from tvm import s_tir
     outs = {sch.get(b).name_hint for b in sch.get_output_blocks(sch.get_sblock("root"))}
     # NOTE: whole passes in program order (a chain inlines in one pass); a pass that inlines
@@ -119,7 +125,8 @@ def inline_all(sch: Any) -> None:
         while progress:
             progress = False
             for b in blocks(sch):
-                if sch.get(b).name_hint in outs or _is_reduction(sch, b):
+                name = sch.get(b).name_hint
+                if name in outs or name in keep or _is_reduction(sch, b):
                     continue
                 try:
                     getattr(sch, prim)(b)
@@ -371,7 +378,26 @@ def _conv_nchw(sch: Any, blk: Any) -> str | None:
     for layout, order in (("OIHW", (1, 4, 5, 6)), ("IHWO", (4, 5, 6, 1))):
         if len(w) == 4 and all(m.same_as(ivs[i]) for m, i in zip(w, order)):
             return layout
+    block = _weight_block(stmt)
+    if block and all(m.same_as(ivs[i]) for m, i in zip(w[1:4], (4, 5, 6))):
+        return f"OIHW{block}o"
     return None
+
+
+def _weight_block(stmt: Any) -> int:
+    """``b`` when the block's weight (second read) is a blocked ``OIHW<b>o`` kernel read at
+    ``[co // b, .., .., .., co % b]``; else 0."""
+    from tvm import tirx
+    reg = stmt.reads[1].region if len(stmt.reads) > 1 else []
+    if len(reg) != 5:
+        return 0
+    co = stmt.iter_vars[1].var
+    first, last = reg[0].min, reg[4].min
+    if isinstance(first, tirx.FloorDiv) and isinstance(last, tirx.FloorMod) and \
+            first.a.same_as(co) and last.a.same_as(co) and hasattr(first.b, "value") and \
+            hasattr(last.b, "value") and int(first.b.value) == int(last.b.value) > 0:
+        return int(first.b.value)
+    return 0
 
 
 def schedule_conv_channels(sch: Any, blk: Any) -> None:
@@ -379,12 +405,15 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
 
     ``co`` is split by 16 (8, 4) lanes and ``x`` by a register tile (:data:`CONV_TILES`); the
     order is ``(n, co/16, y) parallel, x/tile, rc, ry, rx, x-tile unrolled, co-lanes
-    vectorized``: each data element is loaded once and broadcast to 16 channels, each weight
-    vector is read contiguously: in place from an ``IHWO`` weight (constant weights get that
-    layout at compile time, ``conv-weight-layout``), else from a copy of the ``OIHW`` weight
-    packed ``[O/16, I, kh, kw, 16]`` at the start of the call (in parallel), and the 16 x tile accumulators stay in registers (a local cache
-    written back per tile, where the fused epilogue runs, vectorized along the columns). Raises ``ValueError`` when ``blk``
-    is not such a convolution or the output channels are not a multiple of 4.
+    vectorized`` (rows outside the channel blocks when :func:`_rows_outer`): each data
+    element is loaded once and broadcast to 16 channels, each weight vector is read
+    contiguously: in place from a blocked ``OIHW16o`` (``8o``, ``4o``) or an ``IHWO`` weight
+    (constant weights get one of them at compile time, ``conv-weight-layout``), else from a
+    copy of the ``OIHW`` weight packed ``[O/16, I, kh, kw, 16]`` at the start of the call (in
+    parallel), and the 16 x tile accumulators stay in registers (a local cache written back
+    per tile, where the fused epilogue runs, vectorized along the columns). Raises
+    ``ValueError`` when ``blk`` is not such a convolution or the output channels are not a
+    multiple of 4.
     """
     layout = _conv_nchw(sch, blk)
     if layout is None:
@@ -394,10 +423,20 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
     ow = _extent(sch, x)
     if lanes is None or ow is None:
         raise ValueError("output channels not a multiple of 4")
+    if layout.endswith("o"):
+        # NOTE: a blocked kernel (OIHW16o, conv-weight-layout) is read in place: one vector per
+        # (channel block, rc, ry, rx), contiguous along rc, ry, rx
+        lanes = int(layout[4:-1])
+        if lanes not in (LANES, 8, 4):
+            raise ValueError("a kernel block that is not a vector width")
     tile = next(d for d in CONV_TILES if ow % d == 0)
     co_o, co_i = sch.split(co, [None, lanes])
     x_o, x_i = sch.split(x, [None, tile])
-    sch.reorder(n_, co_o, y, x_o, rc, ry, rx, x_i, co_i)
+    rows_outer = _rows_outer(sch, blk)
+    if rows_outer:
+        sch.reorder(n_, y, co_o, x_o, rc, ry, rx, x_i, co_i)
+    else:
+        sch.reorder(n_, co_o, y, x_o, rc, ry, rx, x_i, co_i)
     if layout == "OIHW":
         # NOTE: IHWO weights (conv-weight-layout, runtime/target_lowering.py) are read in
         # place; OIHW ones are packed per call
@@ -415,9 +454,196 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
         # selects of relu / clip become branches that mispredict on mixed signs (a clip
         # epilogue took 6x the convolution; tests/test_conv_schedules.py, RESULTS.md)
         _try_vectorize(sch, sch.get_loops(c)[-1])
-    par = sch.fuse(n_, co_o, y)
+    par = sch.fuse(n_, y, co_o) if rows_outer else sch.fuse(n_, co_o, y)
     sch.unroll(x_i)
     sch.vectorize(co_i)
+    _parallel(sch, par)
+    sch.decompose_reduction(blk, rc)
+
+
+# Input size (bytes) above which the channel schedule runs the output rows outside the channel
+# blocks (a conv input larger than one core's L2, the weights smaller than the input)
+ROWS_OUTER_INPUT = 2 << 20
+
+
+def _rows_outer(sch: Any, blk: Any) -> bool:
+    """Whether the channel schedule should run rows outside channel blocks: the input no
+    longer fits L2 while the weights are smaller, so each block of rows is read once for all
+    channel blocks rather than once per channel block. Measured on ResNet-50 (1 thread): the
+    1x1 stride-2 convolutions of 256x56x56 inputs 1.3x faster; smaller inputs (the 7x7 first
+    layer, 14x14 maps) 1.1-1.6x slower (benchmarks/RESULTS.md)."""
+    stmt = sch.get(blk)
+
+    def nbytes(region: Any) -> int | None:
+        buf = region.source if hasattr(region, "source") else None
+        if buf is None:
+            return None
+        import tvm_ffi
+        try:
+            n = max(1, int(tvm_ffi.dtype(str(buf.dtype)).bits) // 8)
+        except Exception:  # NOTE: a source without a dtype: count float32 elements
+            n = 4
+        for d in buf.shape:
+            if not hasattr(d, "value"):
+                return None
+            n *= int(d.value)
+        return n
+    data, weight = nbytes(stmt.reads[0]), nbytes(stmt.reads[1])
+    return data is not None and weight is not None and data > ROWS_OUTER_INPUT and \
+        weight < data
+
+
+def _conv_depthwise(sch: Any, blk: Any) -> bool:
+    """Whether the NCHW conv2d ``blk`` is depthwise: one input channel per output channel,
+    read at the output channel's own index (``groups`` = channels, no channel multiplier)."""
+    from tvm.sym import analyzer as arith
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    doms = [iv.dom.extent for iv in stmt.iter_vars]
+    if not hasattr(doms[4], "value") or int(doms[4].value) != 1:
+        return False
+    data = stmt.reads[0].region
+    if len(data) != 4:
+        return False
+    return bool(arith.Analyzer().can_prove_equal(data[1].min, ivs[1] + ivs[4]))
+
+
+# Vector widths of the depthwise schedule along the output row, by preference (measured on
+# MobileNet v2, 1 thread: 56-wide rows 1.25-1.4x faster as 7 x 8 lanes than as 4 x 14; 28- and
+# 14-wide rows 1.3-1.6x faster as 14 lanes than as 7)
+DW_LANES = (16, 8, 14, 7, 12, 10, 6, 5, 4)
+DW_PAD_BY_PARITY = True
+
+
+def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
+    """A depthwise NCHW conv2d vectorized along the output row.
+
+    Each (image, channel) plane is independent: the planes run in parallel; the zero-padded
+    input plane (``pad``, the ``T_pad`` stage, when there is padding) is computed once per
+    plane into a buffer (so the window loads carry no bounds tests), stored split by column
+    parity for stride 2 (so that the strided window reads become contiguous vector loads);
+    the 3x3 (any) window is unrolled, each tap one vector multiply-add of a row segment by a
+    broadcast weight; the epilogue runs per segment, vectorized. Raises ``ValueError`` when
+    ``blk`` is not a depthwise NCHW convolution.
+    """
+    if _conv_nchw(sch, blk) is None or not _conv_depthwise(sch, blk):
+        raise ValueError("not a depthwise NCHW conv2d block")
+    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    ow = _extent(sch, x)
+    if ow is None:
+        raise ValueError("symbolic width")
+    lanes = next((d for d in DW_LANES if ow % d == 0), ow if ow <= 16 else None)
+    if lanes is None:
+        raise ValueError("no vector width divides the output width")
+    stmt = sch.get(blk)
+    xv = stmt.iter_vars[3].var
+    # the column stride: the coefficient of x in the data read's column index
+    from tvm.sym import analyzer as arith
+    col = stmt.reads[0].region[3].min
+    ana = arith.Analyzer()
+    stride = None
+    for s in (1, 2, 3, 4):
+        rest = ana.simplify(col - xv * s)
+        if xv.name not in _vars_in(rest):
+            stride = s
+            break
+    if stride is None:
+        raise ValueError("column index not affine in x")
+    x_o, x_i = sch.split(x, [None, lanes])
+    sch.reorder(n_, co, y, x_o, rc, ry, rx, x_i)
+    plane = sch.fuse(n_, co)
+    acc = sch.cache_write(blk, 0, "local")
+    consumers = sch.get_consumers(acc)
+    sch.reverse_compute_at(acc, x_o)
+    for c in consumers:
+        sch.reverse_compute_at(c, x_o)
+        _try_vectorize(sch, sch.get_loops(c)[-1])
+    if pad is not None:
+        wp = _extent(sch, sch.get_loops(pad)[-1]) or 0
+        parity = stride > 1 and ow > 8
+        if parity:
+            # NOTE: measured on MobileNet v2's strided layers: the parity split wins 1.4-4x
+            # for outputs 14-56 wide and loses 2x at 7 wide (one 7-lane vector per row)
+            sch.transform_layout(pad, ("write", 0),
+                                 lambda a, b, c, d: (a, b, c, d % stride, d // stride))
+            if DW_PAD_BY_PARITY and wp % stride == 0:
+                # the copy iterates the stored order: contiguous vector stores
+                sch.transform_block_layout(
+                    pad, lambda a, b, c, d: (a, b, c, d % stride, d // stride))
+        sch.compute_at(pad, plane)
+        if stride == 1 or (parity and DW_PAD_BY_PARITY and wp % stride == 0):
+            _try_vectorize(sch, sch.get_loops(pad)[-1])
+    sch.unroll(ry)
+    sch.unroll(rx)
+    sch.vectorize(x_i)
+    _parallel(sch, plane)
+    sch.decompose_reduction(blk, rc)
+
+
+# Register tile of the 1x1 convolution as a GEMM: rows (output channels) by preference, and
+# the vector columns (pixels) per tile.
+GEMM_ROWS = (6, 8, 4, 5, 3, 2, 1)
+GEMM_COLS = (32, 16)
+
+
+def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
+    """A 1x1, stride-1, unpadded NCHW conv2d as a GEMM ``out[co, p] = sum_ci w[co, ci] x[ci, p]``
+    over the flattened pixels ``p = y * W + x``: a register tile of 6 (8, 4, ...) output channels
+    by 32 (16) pixels, vectorized over the pixels (each input row segment loaded once, each
+    weight broadcast), the input channels in order inside, the epilogue at the tile, parallel
+    over (image, pixel panel); the output-channel tiles run inside a pixel panel so that its
+    input panel stays in L1. Raises ``ValueError`` when ``blk`` is not such a convolution or
+    the pixel count is not a multiple of 16.
+    """
+    layout = _conv_nchw(sch, blk)
+    if layout is None:
+        raise ValueError("not an NCHW conv2d block")
+    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    data = stmt.reads[0].region
+    from tvm.sym import analyzer as arith
+    eq = arith.Analyzer().can_prove_equal
+    if _extent(sch, ry) != 1 or _extent(sch, rx) != 1 or len(data) != 4 or \
+            not (eq(data[2].min, ivs[2] + ivs[5]) or eq(data[2].min, ivs[2])) or \
+            not (eq(data[3].min, ivs[3] + ivs[6]) or eq(data[3].min, ivs[3])) or \
+            not eq(data[1].min, ivs[4]):
+        raise ValueError("not a 1x1 stride-1 unpadded convolution")
+    oc, oh, wd = _extent(sch, co), _extent(sch, y), _extent(sch, x)
+    if oc is None or oh is None or wd is None:
+        raise ValueError("symbolic extents")
+    nr = next((c for c in GEMM_COLS if (oh * wd) % c == 0), None)
+    if nr is None:
+        raise ValueError("pixels not a multiple of 16")
+    mr = next(r for r in GEMM_ROWS if oc % r == 0)
+    # NOTE: the pixels become one iterator of the convolution, of its result and of the
+    # epilogue (a fused loop alone would make the epilogue's region at a tile whole rows)
+    consumers = sch.get_consumers(blk)
+    if not consumers:
+        # NOTE: the convolution writes the kernel's output itself: its buffer is a parameter,
+        # whose shape must stay; the pixel-indexed result goes to an intermediate, then a copy
+        sch.cache_write(blk, 0, "global")
+        consumers = sch.get_consumers(blk)
+    if any(len(sch.get_loops(c)) != 4 for c in consumers):
+        raise ValueError("an epilogue not over the output's four axes")
+    sch.transform_layout(blk, ("write", 0), lambda a, b, c, d: (a, b, c * wd + d))
+    sch.transform_block_layout(blk, lambda a, b, c, d, e, f, g: (a, b, c * wd + d, e, f, g))
+    for c in consumers:
+        sch.transform_block_layout(c, lambda a, b, c, d: (a, b, c * wd + d))
+    n_, co, p, rc, ry, rx = sch.get_loops(blk)
+    p_o, p_i = sch.split(p, [None, nr])
+    co_o, co_i = sch.split(co, [None, mr])
+    sch.reorder(n_, p_o, co_o, rc, ry, rx, co_i, p_i)
+    acc = sch.cache_write(blk, 0, "local")
+    consumers = sch.get_consumers(acc)
+    sch.reverse_compute_at(acc, co_o)
+    _try_vectorize(sch, sch.get_loops(acc)[-1])
+    for c in consumers:
+        sch.reverse_compute_at(c, co_o)
+        _try_vectorize(sch, sch.get_loops(c)[-1])
+    par = sch.fuse(n_, p_o)
+    sch.unroll(co_i)
+    sch.vectorize(p_i)
     _parallel(sch, par)
     sch.decompose_reduction(blk, rc)
 
@@ -425,6 +651,7 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
 def schedule_rowwise(sch: Any) -> None:
     """Softmax-like groups: rfactor reductions, compute all under the output row loop."""
     bs = blocks(sch)
+    inner = all(reduces_innermost(sch, b) for b in bs if _is_reduction(sch, b))
     for b in bs:
         if _is_reduction(sch, b) and reduces_innermost(sch, b):
             spatial, red = _split_loops(sch, b)
@@ -437,7 +664,11 @@ def schedule_rowwise(sch: Any) -> None:
     out = bs[-1]
     if _is_reduction(sch, out):
         raise ValueError("rowwise: the output is a reduction")
-    row = sch.get_loops(out)[0]
+    loops = sch.get_loops(out)
+    # NOTE: every reduction runs along the innermost axis: the output's other loops are all
+    # rows (12 x 128 attention rows as one loop of 1536, not 12 tasks each walking a 128 x 128
+    # plane, whose per-row reductions LLVM turned into gathers)
+    row = sch.fuse(*loops[:-1]) if inner and len(loops) > 2 else loops[0]
     for b in reversed(bs[:-1]):
         sch.compute_at(b, row, preserve_unit_loops=True)
     for b in blocks(sch):
@@ -445,9 +676,8 @@ def schedule_rowwise(sch: Any) -> None:
         if len(loops) < 2:
             continue
         if _is_reduction(sch, b):
-            it = _iter_types(sch, b)
-            if sch.get(b).name_hint.endswith("_rf") and it[-1] == 0:
-                pass
+            if sch.get(b).name_hint.endswith("_rf"):
+                _vectorize_lanes(sch, b, 1)
             continue
         name = sch.get(b).name_hint
         if name.endswith("_rf"):
@@ -460,6 +690,25 @@ def schedule_rowwise(sch: Any) -> None:
             _, v = sch.split(loops[-1], [None, LANES])
             sch.vectorize(v)
     _parallel(sch, row)
+
+
+def _vectorize_lanes(sch: Any, rf: Any, depth: int) -> None:
+    """An rfactor block under a row loop: its lane loop (the first spatial loop below the
+    ``depth`` outer loops) moved innermost, below the reduction, and vectorized: each step
+    then adds one contiguous vector of the row into the lane accumulators."""
+    loops = sch.get_loops(rf)[depth:]
+    itypes = _iter_types(sch, rf)
+    exts = [_extent(sch, lp) for lp in loops]
+    lanes = [lp for lp, e in zip(loops, exts) if e is not None and e > 1]
+    if len(lanes) != 2 or itypes[-1] != 2:
+        return
+    lane, red = lanes
+    sch.reorder(red, lane)
+    try:
+        sch.vectorize(lane)
+    except Exception as e:  # NOTE: an init the vectorizer refuses: leave it scalar
+        if not type(e).__module__.startswith("tvm"):
+            raise
 
 
 def schedule_generic(sch: Any) -> None:
@@ -489,6 +738,19 @@ def _attempt(func: Any, steps: Callable[[Any], None]) -> Any | None:
     return sch.mod
 
 
+def _matrix_vector(sch: Any, blk: Any) -> bool:
+    """A product of one row by a ``[N, K]`` weight (a classifier head ``dense(x[1, K], W)``):
+    a row reduction per output (contiguous in both operands), not the GEMM schedule, which
+    would pack all of ``W`` on every call to use each element once (measured: ResNet-50's
+    2048x1000 head 2.7 ms, MobileNet's 1280x1000 1.8 ms)."""
+    loops = sch.get_loops(blk)
+    if len(loops) != 3 or not reduces_innermost(sch, blk):
+        return False
+    rows = _extent(sch, loops[0])
+    return rows == 1 and len(sch.get(blk).reads) >= 2 and \
+        sch.get(blk).iter_vars[-1].var.name in _vars_in(sch.get(blk).reads[1].region[-1].min)
+
+
 def _cpu_plan(sch: Any, kind: str) -> None:
     inline_all(sch)
     bs = blocks(sch)
@@ -499,7 +761,7 @@ def _cpu_plan(sch: Any, kind: str) -> None:
         return
     if len(reds) == 1:
         blk = reds[0]
-        if kind == "matmul":
+        if kind == "matmul" and not _matrix_vector(sch, blk):
             schedule_matmul(sch, blk)
         elif reduces_innermost(sch, blk) and kind not in ("conv", "pool"):
             schedule_row_reduce(sch, blk)
@@ -529,17 +791,88 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
         _SERIAL[0] = False
 
 
-def _conv_plan(sch: Any) -> None:
+# Copy the input of a strided 1x1 convolution subsampled (a dense NCHW buffer) before the
+# convolution, which then runs as a stride-1 one (conv-gemm where the pixels allow)
+SUBSAMPLE_STRIDED = True
+
+
+def _subsample_strided_1x1(sch: Any, blk: Any) -> Any | None:
+    """For a 1x1, unpadded NCHW convolution with a stride above 1: a block copying the pixels
+    it reads, ``x[n, c, s*y, s*x]``, into a dense ``[N, C, OH, OW]`` buffer that the
+    convolution reads instead (returned, scheduled: parallel over (image, channel)); else
+    None."""
+    if not SUBSAMPLE_STRIDED or _conv_nchw(sch, blk) is None:
+        return None
+    loops = sch.get_loops(blk)
+    if _extent(sch, loops[5]) != 1 or _extent(sch, loops[6]) != 1:
+        return None
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    data = stmt.reads[0].region
+    if len(data) != 4 or not data[1].min.same_as(ivs[4]):
+        return None
+    from tvm.sym import analyzer as arith
+    ana = arith.Analyzer()
+    stride = None
+    for st in (2, 3, 4):
+        if ana.can_prove_equal(data[2].min, ivs[2] * st + ivs[5]) and \
+                ana.can_prove_equal(data[3].min, ivs[3] * st + ivs[6]):
+            stride = st
+    if stride is None:
+        return None
+    rb = sch.reindex(blk, ("read", 0))
+    # NOTE: reindex lays the copy out by the convolution's iterators, [n, y, x, c]
+    sch.transform_layout(rb, ("write", 0), lambda n, y, x, c: (n, c, y, x))
+    n_, y, x, c = sch.get_loops(rb)
+    sch.reorder(n_, c, y, x)
+    _parallel(sch, sch.fuse(n_, c))
+    return rb
+
+
+def _gemm_plan(sch: Any) -> None:
     inline_all(sch)
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
     if len(reds) != 1:
         raise ValueError("not one reduction")
+    _subsample_strided_1x1(sch, reds[0])
+    schedule_conv1x1_gemm(sch, reds[0])
+
+
+def _depthwise_plan(sch: Any) -> None:
+    inline_all(sch, keep=("T_pad",))
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    schedule_conv_depthwise(sch, reds[0], pad)
+
+
+# Stage the zero-padded input of the channel schedule in a buffer (one parallel copy per call)
+# instead of testing the bounds at every load of the reduction: measured 1.4-1.7x on ResNet-50's
+# 3x3 and 7x7 convolutions (1 thread; benchmarks/RESULTS.md)
+STAGE_PAD = True
+
+
+def _conv_plan(sch: Any) -> None:
+    inline_all(sch, keep=("T_pad",) if STAGE_PAD else ())
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    _subsample_strided_1x1(sch, reds[0])
     schedule_conv_channels(sch, reds[0])
+    if pad is not None:
+        loops = sch.get_loops(pad)
+        # parallel over (image, channel), the rows vectorized
+        _parallel(sch, sch.fuse(*loops[:2]))
+        _try_vectorize(sch, loops[-1])
 
 
 def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
+        ("conv-depthwise", _depthwise_plan),
+        ("conv-gemm", _gemm_plan),
         ("conv-channels", _conv_plan)] if kind == "conv" else []
     strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),

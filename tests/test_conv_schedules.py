@@ -1,10 +1,13 @@
-"""The CPU convolution schedule against numpy over a table of shapes.
+"""The CPU convolution schedules against numpy over a table of shapes.
 
 Odd widths (7, 14, 28, 56), strides, padding, dilation, groups, depthwise, batch > 1, with
 the fused epilogues (bias + relu, residual add, clip); compiled through ``runtime.build`` (the
-kernel cache makes reruns fast). Each NCHW case must get the channel-vectorized schedule
-(``conv-channels``), not a silent fallback; the layouts it does not cover fall back and
-still compute the same values.
+kernel cache makes reruns fast). Each NCHW case must get the schedule meant for it
+(``conv-depthwise``, ``conv-gemm`` for 1x1 convolutions, ``conv-channels``), with the weights
+as given and with the packed layouts ``runtime.build`` gives constant weights (``OIHW16o``,
+``IHWO``), not a silent fallback; the layouts they do not cover fall back and still compute the
+same values. Packed-layout programs equal the original ones (compiled and interpreted), IEEE
+inf/nan/-0.0 flow as in the interpreter, and the classifier head keeps its values.
 """
 from __future__ import annotations
 
@@ -56,7 +59,47 @@ CASES = [
     (1, 32, 7, 7, 32, 3, 2, 1, 1, 32),
     (3, 16, 10, 10, 24, 3, 1, 1, 1, 4),
     (1, 8, 5, 9, 4, 5, 1, 0, 1, 1),
+    # depthwise (conv-depthwise): MobileNet's widths and strides, odd widths, no padding,
+    # a 5x5 and a dilated window, batch > 1
+    (1, 16, 56, 56, 16, 3, 1, 1, 1, 16),
+    (1, 8, 28, 28, 8, 3, 2, 1, 1, 8),
+    (1, 16, 14, 14, 16, 3, 2, 1, 1, 16),
+    (2, 4, 7, 7, 4, 3, 1, 1, 1, 4),
+    (1, 8, 112, 112, 8, 3, 2, 1, 1, 8),
+    (1, 4, 15, 13, 4, 3, 2, 1, 1, 4),
+    (2, 6, 9, 11, 6, 5, 1, 2, 1, 6),
+    (1, 4, 12, 12, 4, 3, 1, 0, 1, 4),
+    (1, 4, 13, 13, 4, 3, 1, 2, 2, 4),
+    (1, 4, 20, 40, 4, 3, 1, 1, 1, 4),
+    # 1x1, stride 1, unpadded, pixels a multiple of 16 (conv-gemm): 56x56, 28x28, 4x8, batch 2,
+    # output channels that 6 divides and that it does not
+    (1, 16, 56, 56, 24, 1, 1, 0, 1, 1),
+    (2, 12, 28, 28, 16, 1, 1, 0, 1, 1),
+    (1, 5, 4, 8, 7, 1, 1, 0, 1, 1),
+    (1, 32, 8, 4, 12, 1, 1, 0, 1, 1),
+    (1, 10, 16, 16, 16, 1, 1, 0, 1, 1),     # clip epilogue
+    (1, 11, 16, 16, 16, 1, 1, 0, 1, 1),     # no epilogue
+    # an input larger than L2 (rows outside the channel blocks: schedules._rows_outer)
+    (1, 64, 96, 96, 16, 3, 1, 1, 1, 1),
+    # strided 1x1: the input subsampled first, then conv-gemm (8x8 pixels) or conv-channels
+    (1, 8, 16, 16, 16, 1, 2, 0, 1, 1),
+    (2, 8, 13, 13, 8, 1, 3, 0, 1, 1),
+    # a channel multiplier (two outputs per input channel): not depthwise, conv-channels;
+    # a prime output width above 16 (no vector width divides it): conv-channels
+    (1, 8, 14, 14, 16, 3, 1, 1, 1, 8),
+    (1, 4, 17, 17, 4, 3, 1, 1, 1, 4),
 ]
+
+
+def _expected_strategy(case: tuple) -> str:
+    n, c, h, w, o, k, s, p, d, g = case
+    ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
+    if g == c == o and ow != 17:
+        return "conv-depthwise"
+    oh = (h + 2 * p - d * (k - 1) - 1) // s + 1
+    if k == 1 and p == 0 and g == 1 and (oh * ow) % 16 == 0:
+        return "conv-gemm"
+    return "conv-channels"
 
 
 def _src(case: tuple, epilogue: str) -> str:
@@ -74,9 +117,16 @@ def _src(case: tuple, epilogue: str) -> str:
                      f"%r: Tensor[({n}, {o}, {oh}, {ow}), float32]) {{\n  {body}\n}}")
 
 
-def _strategy(src: str) -> str:
+def _strategy(src: str, params: dict | None = None) -> str:
+    """The CPU schedule the (first) fused group of ``src`` gets; with ``params``: after
+    binding them and the llvm target rewrites (the weight layouts ``runtime.build`` gives)."""
     from relay_ir.runtime import lower_tvm, schedules
-    mod = fuse_ops(InferType()(rly.parse(src)))
+    from relay_ir.runtime.executor import bind_params
+    from relay_ir.runtime.target_lowering import target_rewrites
+    mod = rly.parse(src)
+    if params:
+        mod = target_rewrites(InferType()(bind_params(mod, "main", params)), "llvm")
+    mod = fuse_ops(InferType()(mod))
     fn = next(f for f in post_order(mod["main"])
               if type(f) is Function and f is not mod["main"])
     group = lower_tvm.lower_group(fn, [p.checked_type_ for p in fn.params])
@@ -90,7 +140,7 @@ def test_conv_matches_numpy(case: tuple) -> None:
     n, c, h, w, o, k, s, p, d, g = case
     epilogue = ("none", "bias-relu", "residual", "clip")[sum(case) % 4]
     src = _src(case, epilogue)
-    assert _strategy(src) == "conv-channels"
+    assert _strategy(src) == _expected_strategy(case)
     rng = np.random.default_rng(sum(case))
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
@@ -101,6 +151,7 @@ def test_conv_matches_numpy(case: tuple) -> None:
         want = np.clip(want + b, 0, 6)
     elif epilogue != "none":
         want = np.maximum(want + b + (r if epilogue == "residual" else 0), 0)
+    assert _strategy(src, {"w": wt}) == _expected_strategy(case)
     got = runtime.build(rly.parse(src), "llvm", params={"w": wt})(x, b, r)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -129,25 +180,136 @@ def test_layouts_it_does_not_cover_fall_back_with_the_same_values() -> None:
                                want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
 
 
-def test_constant_weights_take_the_ihwo_layout_and_keep_values() -> None:
-    case = (1, 8, 14, 14, 16, 3, 2, 1, 1, 2)
+def _conv_calls(exe: object) -> list:
+    return [n for n in post_order(exe.module["main"])  # type: ignore[attr-defined]
+            if type(n).__name__ == "Call" and getattr(n.op, "name", "") == "nn.conv2d"]
+
+
+@pytest.mark.parametrize("case, layout", [
+    ((1, 8, 14, 14, 16, 3, 2, 1, 1, 2), "OIHW16o"),
+    ((1, 8, 14, 14, 24, 3, 1, 1, 1, 1), "OIHW8o"),
+    ((1, 4, 9, 9, 12, 3, 1, 1, 1, 1), "OIHW4o"),
+    ((1, 8, 14, 14, 8, 3, 1, 1, 1, 8), "IHWO"),      # depthwise
+    ((1, 4, 9, 9, 6, 3, 1, 1, 1, 1), "IHWO"),        # no block divides 6
+])
+def test_constant_weights_take_a_packed_layout_and_keep_values(case: tuple, layout: str) -> None:
+    n, c, h, w, o, k, s, p, d, g = case
     src = _src(case, "bias-relu")
     rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c // g, k, k)).astype(np.float32)
+    b = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    want = np.maximum(conv_np(x, wt, s, p, d, g) + b, 0)
+    r = np.zeros(want.shape, np.float32)
+    exe = runtime.build(rly.parse(src), "llvm", params={"w": wt})
+    convs = _conv_calls(exe)
+    assert [cv.attrs.kernel_layout for cv in convs] == [layout]
+    packed = convs[0].args[1].data
+    if layout == "IHWO":
+        np.testing.assert_array_equal(packed, wt.transpose(1, 2, 3, 0))
+    else:
+        blk = int(layout[4:-1])
+        assert packed.shape == (o // blk, c // g, k, k, blk)
+        # w[o, i, y, x] at [o // blk, i, y, x, o % blk]
+        for oo in (0, o - 1, o // 2 + 1):
+            np.testing.assert_array_equal(packed[oo // blk, ..., oo % blk], wt[oo])
+    np.testing.assert_allclose(exe(x, b, r), want, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_kernel_layouts_are_read_in_place_and_interpret_the_same() -> None:
+    # the layouts conv-weight-layout gives, written in the source: scheduled without packing
+    # (conv-channels), and the interpreter computes the same function as with OIHW
+    case = (1, 8, 14, 14, 16, 3, 2, 1, 1, 2)
+    src = _src(case, "bias-relu")
+    rng = np.random.default_rng(6)
     x = rng.standard_normal((1, 8, 14, 14)).astype(np.float32)
     wt = rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
     b = rng.standard_normal((16, 1, 1)).astype(np.float32)
     r = np.zeros((1, 16, 7, 7), np.float32)
-    exe = runtime.build(rly.parse(src), "llvm", params={"w": wt})
-    convs = [n for n in post_order(exe.module["main"])
-             if type(n).__name__ == "Call" and getattr(n.op, "name", "") == "nn.conv2d"]
-    assert [c.attrs.kernel_layout for c in convs] == ["IHWO"]
-    np.testing.assert_array_equal(convs[0].args[1].data, wt.transpose(1, 2, 3, 0))
     want = np.maximum(conv_np(x, wt, 2, 1, 1, 2) + b, 0)
-    np.testing.assert_allclose(exe(x, b, r), want, rtol=1e-4, atol=1e-4)
-    # the layout the pass gives is scheduled in place (no per-call packing)
     ihwo = src.replace("%w: Tensor[(16, 4, 3, 3), float32]",
                        "%w: Tensor[(4, 3, 3, 16), float32]").replace(
         "groups=2)", "groups=2, kernel_layout=\"IHWO\")")
-    assert _strategy(ihwo) == "conv-channels"
-    got = runtime.build(rly.parse(ihwo), "llvm")(x, wt.transpose(1, 2, 3, 0).copy(), b, r)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    blocked = src.replace("%w: Tensor[(16, 4, 3, 3), float32]",
+                          "%w: Tensor[(2, 4, 3, 3, 8), float32]").replace(
+        "groups=2)", "groups=2, kernel_layout=\"OIHW8o\")")
+    w8 = np.ascontiguousarray(wt.reshape(2, 8, 4, 3, 3).transpose(0, 2, 3, 4, 1))
+    from relay_ir.runtime.interpreter import evaluate
+    for text, weight in ((ihwo, np.ascontiguousarray(wt.transpose(1, 2, 3, 0))),
+                         (blocked, w8)):
+        assert _strategy(text) == "conv-channels"
+        mod = rly.parse(text)
+        got = runtime.build(mod, "llvm")(x, weight, b, r)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        interp = evaluate(mod, x, weight, b, r)
+        np.testing.assert_allclose(np.asarray(interp), want, rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_kernel_layout_errors() -> None:
+    from relay_ir.errors import DiagnosticError
+    bad_block = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32],
+          %w: Tensor[(2, 8, 3, 3, 4), float32]) {
+  nn.conv2d(%x, %w, kernel_layout="OIHW8o")
+}"""
+    with pytest.raises(DiagnosticError, match="last weight dimension of 8"):
+        InferType()(rly.parse(bad_block))
+    bad_rank = HEADER + """def @main(%x: Tensor[(1, 8, 5, 5), float32],
+          %w: Tensor[(16, 8, 3, 3), float32]) {
+  nn.conv2d(%x, %w, kernel_layout="OIHW8o")
+}"""
+    with pytest.raises(DiagnosticError, match="rank 5"):
+        InferType()(rly.parse(bad_rank))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("groups", [4, 1])
+def test_convolutions_keep_ieee_values_of_the_interpreter(stride: int, groups: int) -> None:
+    # inf, nan and -0.0 in the input and the weights: the padded input (staged in a buffer by
+    # conv-depthwise and conv-channels) and the window sums give what the interpreter gives
+    # (inf * 0 = nan, inf - inf = nan, the sign of zero sums)
+    from util_diff import assert_same_results
+    cg = 4 // groups
+    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32],
+          %w: Tensor[(4, {cg}, 3, 3), float32]) {{
+  nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding=[1, 1], groups={groups})
+}}"""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 4, 14, 14)).astype(np.float32)
+    x[0, 0, 3, 4], x[0, 1, 0, 0], x[0, 2, 7, 7], x[0, 3, 13, 12] = np.inf, np.nan, -np.inf, np.inf
+    x[0, :, 5:8, 5:8] = -0.0
+    w = rng.standard_normal((4, cg, 3, 3)).astype(np.float32)
+    w[0, 0, 1, 1] = 0.0        # inf * 0 at the window's centre
+    w[3] = np.abs(w[3])        # -0.0 * positive weights: -0.0 sums
+    mod = rly.parse(src)
+    assert _strategy(src, {"w": w}) == ("conv-depthwise" if groups == 4 else "conv-channels")
+    exe = runtime.build(mod, "llvm", params={"w": w})
+    [(want, got)] = assert_same_results(mod, mod, inputs=[x, w], rtol=1e-5, atol=1e-5,
+                                        run_b=lambda m, x_, w_: exe(x_))
+    want, got = np.asarray(want), np.asarray(got)
+    assert np.isnan(got).any() and np.isinf(got).any()
+    np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+
+
+def test_classifier_head_is_a_row_reduction_with_the_same_values() -> None:
+    # dense(x[1, K], W[N, K]) + b: one dot product per output (schedules._matrix_vector), not
+    # the GEMM schedule that packs all of W per call; inf and nan propagate as in numpy
+    from relay_ir.runtime import lower_tvm, schedules
+    src = HEADER + """def @main(%x: Tensor[(1, 160), float32], %w: Tensor[(100, 160), float32],
+          %b: Tensor[(100), float32]) {
+  nn.bias_add(nn.dense(%x, %w), %b)
+}"""
+    mod = fuse_ops(InferType()(rly.parse(src)))
+    fn = next(f for f in post_order(mod["main"]) if type(f) is Function and f is not mod["main"])
+    group = lower_tvm.lower_group(fn, [p.checked_type_ for p in fn.params])
+    sch_mod = schedules.schedule_cpu(group.prim_func, group.kind)
+    assert "_rf" in str(sch_mod)  # the rfactored row reduction
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 160)).astype(np.float32)
+    w = rng.standard_normal((100, 160)).astype(np.float32)
+    b = rng.standard_normal(100).astype(np.float32)
+    w[3, 7], w[5, 9], w[5, 10] = np.nan, np.inf, -np.inf
+    with np.errstate(invalid="ignore"):
+        want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    got = runtime.build(rly.parse(src), "llvm", params={"w": w, "b": b})(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert np.isnan(got[0, 3]) and np.isnan(got[0, 5])

@@ -55,7 +55,8 @@ _UNARY_DOMAIN = {
 _UNARY = ["exp", "log", "log2", "log10", "sqrt", "rsqrt", "sigmoid", "tanh", "sin", "cos", "tan",
           "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "negative", "abs",
           "floor", "ceil", "trunc", "round", "sign", "copy", "logical_not", "bitwise_not",
-          "zeros_like", "ones_like", "stop_gradient", "isnan", "isinf", "isfinite", "nn.relu"]
+          "zeros_like", "ones_like", "stop_gradient", "isnan", "isinf", "isfinite", "nn.relu",
+          "erf"]
 
 
 def unary_cases(name: str) -> Iterator[Case]:
@@ -65,7 +66,7 @@ def unary_cases(name: str) -> Iterator[Case]:
             x = gen(shape, dt, lo, hi)
             if name == "round" and dt in FLOATS:
                 x = np.concatenate([x.reshape(-1), np.array([2.5, -2.5, 0.5, -1.5], dt)])
-            if name in ("isnan", "isinf", "isfinite") and dt in FLOATS:
+            if name in ("isnan", "isinf", "isfinite", "erf") and dt in FLOATS:
                 x = np.concatenate([x.reshape(-1), np.array([np.nan, np.inf, -np.inf], dt)])
             yield [x], {}
 
@@ -305,6 +306,11 @@ def nn_cases(name: str) -> Iterator[Case]:
         for dt in ALL:
             yield [gen((3, 4), dt, -6, 6)], {"alpha": 0.25}
         yield [_f(5)], {}
+    elif name == "nn.gelu":
+        for dt in FLOATS:
+            for mode in ("none", "tanh"):
+                yield [gen((3, 17), dt, -6, 6)], {"approximate": mode}
+        yield [_f(2, 3, 4) * 30], {}
     elif name in ("nn.softmax", "nn.log_softmax"):
         for dt in FLOATS + ("int32",):
             yield [gen((3, 5), dt, -4, 4)], {}
@@ -395,7 +401,7 @@ def case_table() -> dict[str, Callable[[], Iterator[Case]]]:
         t[n] = (lambda n: lambda: transform_cases(n))(n)
     for n in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
         t[n] = (lambda n: lambda: matmul_cases(n))(n)
-    for n in ("nn.bias_add", "nn.prelu", "nn.leaky_relu", "nn.softmax", "nn.log_softmax",
+    for n in ("nn.bias_add", "nn.prelu", "nn.leaky_relu", "nn.gelu", "nn.softmax", "nn.log_softmax",
               "nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d",
               "nn.global_max_pool2d", "nn.batch_flatten", "nn.pad", "nn.layer_norm",
               "nn.batch_norm", "nn.dropout", "nn.cross_entropy"):
@@ -442,6 +448,180 @@ def grad_op_cases(name: str) -> Iterator[Case]:
 
 
 CASES = case_table()
+
+
+# opsa (issue 23): the indexing and scan operators of relay_ir/op/indexing_ext.py
+def indexing_ext_cases(name: str) -> Iterator[Case]:
+    x = gen((3, 4, 5), "float32")
+    if name == "gather":
+        for it in ("int32", "int64", "uint8"):
+            yield [x, gen((3, 6, 5), it, -4, 5)], {"axis": 1}  # negative and out of range
+        yield [x, gen((2, 2, 2), "int64", -5, 4)], {"axis": -1}
+        for dt in ALL:
+            yield [gen((4, 3), dt), gen((2, 3), "int32", -4, 3)], {"axis": 0}
+    elif name == "gather_nd":
+        yield [x, gen((2, 3, 2), "int32", -3, 3)], {}
+        yield [x, gen((3, 7), "int64", -3, 4)], {}
+        yield [x, gen((1, 3, 2), "int64", -4, 3)], {"batch_dims": 1}
+        yield [x, gen((2, 3, 4), "int32", -3, 4)], {"batch_dims": 1}
+        for dt in ("int8", "bool", "float64", "float16"):
+            yield [gen((4, 3), dt), gen((1, 5), "int32", -4, 3)], {}
+    elif name == "scatter_elements":
+        for red in ("update", "add", "mul", "min", "max"):
+            for dt in ("float32", "int32") if red in ("update", "mul") else ("float32",):
+                d = gen((4, 5), dt)
+                yield [d, gen((3, 5), "int64", -4, 3), gen((3, 5), dt)], {"reduction": red}
+            yield [x, gen((3, 6, 2), "int32", -4, 3), gen((3, 6, 2), "float32")],\
+                {"axis": 1, "reduction": red}
+            # data far larger than the indices off the axis (the guarded reads)
+            yield [gen((300, 6), "float32"), gen((2, 3), "int64", -6, 5), gen((2, 3), "float32")],\
+                {"axis": 1, "reduction": red}
+    elif name == "scatter_nd":
+        for mode in ("update", "add", "mul", "min", "max"):
+            for dt in ("float32", "int32") if mode in ("update", "max") else ("float32",):
+                yield [gen((4, 5), dt), gen((1, 6), "int64", -4, 3), gen((6, 5), dt)],\
+                    {"mode": mode}
+            yield [x, gen((2, 2, 3), "int32", -3, 3), gen((2, 3, 5), "float32")], {"mode": mode}
+            yield [x, gen((3, 4), "int32", -3, 2), gen((4,), "float32")], {"mode": mode}
+        yield [x, gen((2,), "int64", 0, 2), gen((5,), "float32")], {}
+        yield [gen((4, 5), "float64"), gen((3, 5), "int64", -4, 3), gen((3, 5), "float64")],\
+            {"mode": "add"}
+        # -0.0 data no update hits stays -0.0; a NaN update propagates through max and min
+        z = np.array([[-0.0, -0.0], [1.0, -0.0]], "float32")
+        for mode in ("add", "mul", "max", "min"):
+            yield [z, np.array([[1]]), np.array([[np.nan, 2.0]], "float32")], {"mode": mode}
+    elif name == "one_hot":
+        for it in ("int32", "int64", "int8"):
+            yield [gen((2, 3), it, -5, 5), np.array(2.5, "float32"), np.array(-1, "float32")],\
+                {"depth": 4}
+        yield [gen((3,), "int32", -3, 3), np.array(7, "int32"), np.array(1, "int32")],\
+            {"depth": 3, "axis": 0, "dtype": "float16"}
+        yield [gen((2, 2), "int64", 0, 3), np.array(1, "int8"), np.array(0, "int8")],\
+            {"depth": 3, "axis": 1}
+    elif name == "cumsum":
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [x], {"axis": 1, "exclusive": ex, "reverse": rev}
+                yield [gen((7,), "int32")], {"axis": 0, "exclusive": ex, "reverse": rev}
+        yield [x], {}
+        yield [x], {"axis": -1, "dtype": "float64"}
+        yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
+        yield [np.array([-0.0, -0.0, 1.0], "float32")], {"axis": 0}
+        yield [gen((2, 6), "float16")], {"axis": 1}
+        # a long axis: the blocked scan (a partial last block)
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [gen((2, 103, 3), "float32")], {"axis": 1, "exclusive": ex, "reverse": rev}
+        yield [gen((70,), "int64")], {"axis": 0, "exclusive": True}
+        yield [np.array([-0.0] * 80, "float32")], {"axis": 0}
+        yield [np.array([-0.0] * 80, "float32")], {"axis": 0, "exclusive": True}
+    elif name == "cumprod":
+        y = gen((3, 4, 5), "float32", 0.5, 1.5)
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [y], {"axis": 1, "exclusive": ex, "reverse": rev}
+                yield [gen((7,), "int32", -3, 3)], {"axis": 0, "exclusive": ex, "reverse": rev}
+        yield [y], {}
+        yield [gen((3, 4), "int8")], {"axis": 0, "dtype": "int64"}
+        yield [np.array([2.0, 0.0, np.inf, -0.0, 3.0], "float32")], {"axis": 0}
+        for ex in (False, True):
+            for rev in (False, True):
+                yield [gen((2, 3, 90), "float64", 0.9, 1.1)],\
+                    {"axis": -1, "exclusive": ex, "reverse": rev}
+        yield [gen((66,), "int32", -2, 2)], {"axis": 0, "reverse": True}
+    elif name == "arange":
+        yield [], {"stop": 5.0}
+        yield [], {"start": 1.0, "stop": 2.0, "step": 0.25, "dtype": "float64"}
+        yield [], {"start": 10.0, "stop": 1.0, "step": -3.0, "dtype": "int32"}
+        yield [], {"start": -1.5, "stop": 3.0, "step": 0.5, "dtype": "float16"}
+        yield [], {"start": 0.0, "stop": 7.0, "step": 2.0, "dtype": "int64"}
+    elif name == "einsum":
+        a, b, c = gen((2, 3, 4), "float32"), gen((2, 4, 5), "float32"), gen((5,), "float32")
+        yield [(a, b)], {"equation": "bij,bjk->bik"}
+        yield [(a, b, c)], {"equation": "bij,bjk,k->bi"}
+        yield [(gen((3, 3), "float32"),)], {"equation": "ii"}
+        yield [(gen((3, 3), "float32"),)], {"equation": "ii->i"}
+        yield [(a,)], {"equation": "ijk->kji"}
+        yield [(a, gen((4, 5), "float32"))], {"equation": "...j,jk"}
+        yield [(gen((3,), "int32"), gen((4,), "int32"))], {"equation": "i,j->ij"}
+        yield [(gen((3, 4), "float16"), gen((4,), "float16"))], {"equation": "ij,j->i"}
+        yield [(gen((3, 4), "float64"), gen((3, 4), "float64"))], {"equation": "ij,ij->"}
+
+
+for _n in ("gather", "gather_nd", "scatter_elements", "scatter_nd", "one_hot", "cumsum",
+           "cumprod", "arange", "einsum"):
+    CASES[_n] = (lambda n: lambda: indexing_ext_cases(n))(_n)
+
+
+# ----------------------------------------------------------------------------- part opsb (issue 23)
+def opsb_cases(name: str) -> Iterator[Case]:
+    """Sorting, transposed/1-d convolutions, instance/group norm, resize."""
+    if name in ("topk", "argsort", "sort"):
+        ties = np.array([[1.0, 3.0, 3.0, -2.0, np.nan, 0.0, -0.0, 3.0],
+                         [2.0, 2.0, 0.5, 2.0, -np.inf, np.inf, 2.0, np.nan]], "float32")
+        for asc in (False, True):
+            if name == "topk":
+                yield [ties], {"k": 5, "is_ascend": asc}
+                yield [ties.astype("float64")], {"k": 3, "axis": 1, "is_ascend": asc,
+                                                  "ret_type": "values"}
+            else:
+                yield [ties], {"is_ascend": asc}
+            for dt in ("int8", "uint8", "int64", "float16", "bool"):
+                kw: dict[str, Any] = {"is_ascend": asc, "axis": 0}
+                if name == "topk":
+                    kw.update(k=2, ret_type="indices", dtype="int64")
+                yield [gen((5, 3), dt, -3, 3)], kw
+    elif name == "nn.conv2d_transpose":
+        x = _f(2, 4, 4, 5)
+        yield [x, _f(4, 3, 3, 3)], {}
+        yield [x, _f(4, 3, 3, 2)], {"strides": (2, 3), "padding": (1, 0, 2, 1),
+                                    "dilation": (1, 2), "output_padding": (1, 2), "groups": 2}
+        yield [x, _f(4, 1, 3, 3)], {"groups": 4, "strides": (2, 2), "padding": (1,)}
+        yield [x.transpose(0, 2, 3, 1).copy(), _f(3, 3, 2, 4)], \
+            {"data_layout": "NHWC", "kernel_layout": "HWOI", "strides": (2, 2)}
+        for dt in ("float16", "float64", "int32"):
+            yield [gen((1, 2, 3, 3), dt, -3, 3), gen((2, 2, 2, 2), dt, -3, 3)], {"strides": (2, 2)}
+    elif name == "nn.conv1d":
+        yield [_f(2, 4, 9), _f(6, 2, 3)], {"strides": (2,), "padding": (1, 2), "dilation": (2,),
+                                           "groups": 2}
+        yield [_f(1, 7, 3), _f(3, 3, 5)], {"data_layout": "NWC", "kernel_layout": "WIO",
+                                           "padding": (1,)}
+        yield [gen((1, 3, 6), "int8"), gen((2, 3, 2), "int8")], {"out_dtype": "int32"}
+    elif name == "nn.conv1d_transpose":
+        yield [_f(2, 4, 9), _f(4, 3, 3)], {"strides": (2,), "padding": (1, 2),
+                                           "output_padding": (1,), "groups": 2}
+        yield [_f(1, 3, 5), _f(3, 2, 4)], {"dilation": (2,)}
+    elif name in ("nn.instance_norm", "nn.group_norm"):
+        extra = {"num_groups": 3} if name == "nn.group_norm" else {}
+        for dt in FLOATS:
+            yield [gen((2, 6, 3, 4), dt), gen((6,), dt), gen((6,), dt)], dict(extra)
+        yield [_f(2, 5, 6), _f(6), _f(6)], dict(extra, axis=-1, center=False)
+        yield [_f(3, 6, 4), _f(6), _f(6)], dict(extra, scale=False, epsilon=0.1)
+    elif name == "image.resize2d":
+        x = _f(2, 3, 4, 5)
+        for method in ("nearest_neighbor", "linear", "cubic"):
+            for mode in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                         "tf_half_pixel_for_nn"):
+                yield [x], {"size": (7, 3), "method": method,
+                            "coordinate_transformation_mode": mode}
+        yield [x], {"size": (8, 10), "method": "cubic", "cubic_alpha": -0.75,
+                    "cubic_exclude": 1}
+        yield [x], {"size": (1, 1), "coordinate_transformation_mode": "pytorch_half_pixel"}
+        yield [x], {"size": (5, 4), "roi": (0.2, -0.3, 1.2, 0.9),
+                    "coordinate_transformation_mode": "tf_crop_and_resize",
+                    "extrapolation_value": 2.5}
+        for r in ("round", "round_prefer_floor", "round_prefer_ceil", "ceil"):
+            yield [x], {"size": (8, 10), "method": "nearest_neighbor", "rounding_method": r}
+        yield [x.transpose(0, 2, 3, 1).copy()], {"size": (6, 6), "layout": "NHWC"}
+        for dt in ALL:
+            yield [gen((1, 2, 3, 3), dt)], {"size": (5, 2), "method": "nearest_neighbor"}
+        for dt in ("float16", "float64"):
+            yield [gen((1, 2, 3, 3), dt)], {"size": (5, 2), "method": "cubic"}
+
+
+for _n in ("topk", "argsort", "sort", "nn.conv2d_transpose", "nn.conv1d", "nn.conv1d_transpose",
+           "nn.instance_norm", "nn.group_norm", "image.resize2d"):
+    CASES[_n] = (lambda n: lambda: opsb_cases(n))(_n)
 
 
 # ----------------------------------------------------------------------------- harness

@@ -95,6 +95,9 @@ add("clip", away((3, 4)), a_min=-0.7, a_max=0.9)
 add("cast", away(S).astype("float32"), dtype="float64")
 add("cast_like", away(S).astype("float32"), away((1,)))
 add("nn.leaky_relu", away(S), alpha=0.2)
+add("erf", away(S))
+add("nn.gelu", away(S) * 2.0)
+add("nn.gelu", away(S) * 2.0, approximate="tanh", tag="tanh")
 
 # broadcasting binary
 _BCAST = [((2, 3), (2, 3), "same"), ((2, 3), (3,), "row"), ((4, 1, 3), (2, 1), "both"),
@@ -266,6 +269,70 @@ add("dyn.nn.pad", away((2, 3)), np.array([[0, 1], [2, 3]], "int64"), np.asarray(
 add("dyn.nn.pad", away((3, 4)), np.array([[1, 1], [2, 2]], "int64"), np.asarray(0.0),
     pad_mode="reflect", tag="reflect")
 add("dyn.nn.pad_grad", away((3, 8)), away((2, 3), seed=1), np.array([[0, 1], [2, 3]], "int64"))
+
+# part opsb (issue 23): sorting, transposed/1-d convolutions, instance/group norm, resize
+add("topk", distinct((3, 5)), k=2, tag="both")
+add("topk", distinct((4, 3)), k=2, axis=0, ret_type="values", is_ascend=True, tag="values")
+add("sort", distinct((3, 4)), axis=0, is_ascend=False)
+add("nn.conv2d_transpose", away((1, 4, 3, 4)), away((4, 3, 3, 2), seed=1))
+add("nn.conv2d_transpose", away((2, 4, 3, 4)), away((4, 2, 3, 2), seed=1), strides=(2, 3),
+    padding=(1, 0, 2, 1), dilation=(1, 2), output_padding=(1, 2), groups=2, tag="sdpog")
+add("nn.conv2d_transpose", away((1, 3, 4, 4)), away((2, 2, 3, 4), seed=1), strides=(2, 2),
+    padding=(1, 1), data_layout="NHWC", kernel_layout="HWOI", tag="nhwc")
+add("nn.conv1d", away((2, 4, 9)), away((6, 2, 3), seed=1), strides=(2,), padding=(1, 2),
+    dilation=(2,), groups=2)
+add("nn.conv1d", away((1, 7, 3)), away((3, 3, 5), seed=1), padding=(1,), data_layout="NWC",
+    kernel_layout="WIO", tag="nwc")
+add("nn.conv1d_transpose", away((2, 4, 5)), away((4, 3, 3), seed=1), strides=(2,),
+    padding=(1, 2), output_padding=(1,), groups=2)
+add("nn.instance_norm", away((2, 3, 4, 5)), away((3,), seed=1), away((3,), seed=2))
+add("nn.instance_norm", away((2, 4, 3)), away((3,), seed=1), away((3,), seed=2), axis=-1,
+    center=False, tag="last-nocenter")
+add("nn.group_norm", away((2, 6, 2, 3)), away((6,), seed=1), away((6,), seed=2),
+    num_groups=3)
+add("nn.group_norm", away((2, 5, 4)), away((4,), seed=1), away((4,), seed=2), num_groups=2,
+    axis=-1, scale=False, tag="last-noscale")
+add("image.resize2d", away((1, 2, 3, 4)), size=(5, 3))
+add("image.resize2d", away((1, 4, 3, 2)), size=(7, 2), layout="NHWC", method="cubic",
+    coordinate_transformation_mode="align_corners", tag="cubic-nhwc")
+add("image.resize2d", away((1, 2, 3, 4)), size=(6, 7), method="nearest_neighbor",
+    tag="nearest")
+add("image.resize2d", away((1, 1, 4, 4)), size=(3, 5), roi=(0.2, -0.3, 1.2, 0.9),
+    coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.5, tag="crop")
+
+
+# opsa (issue 23): the indexing and scan operators of relay_ir/op/indexing_ext.py
+add("gather", away((3, 4)), np.array([[0, 3, -1], [2, 2, 0]], "int32"), axis=1)
+add("gather", away((3, 4)), np.array([[2, -1, 0, 0], [1, 1, 2, 0]], "int64"), tag="axis0")
+add("gather_nd", away((3, 4, 2)), np.array([[0, 2, -1], [3, 1, 1]], "int64"))
+add("gather_nd", away((2, 3, 4)), np.array([[[2, 0], [1, 1]]], "int32"), batch_dims=1,
+    tag="batch")
+add("scatter_elements", away((3, 4)), np.array([[1, 3], [0, 2], [3, 1]], "int32"),
+    away((3, 2), seed=1), axis=1)
+add("scatter_elements", away((3, 4)), np.array([[1, 1], [0, 2], [-1, 1]], "int64"),
+    away((3, 2), seed=1), axis=1, reduction="add", tag="add")
+add("scatter_nd", away((4, 3)), np.array([[2, 0, -1]], "int32"), away((3, 3), seed=1))
+add("scatter_nd", away((4, 3)), np.array([[2, 0, 2], [1, 1, 1]], "int64"), away((3,), seed=1),
+    mode="add", tag="add")
+add("one_hot", np.array([[0, 2, -1], [5, 1, 1]], "int32"), np.asarray(0.7), np.asarray(-0.3),
+    depth=3)
+add("one_hot", np.array([1, 0], "int64"), np.asarray(0.7, "float32"),
+    np.asarray(-0.3, "float32"), depth=3, axis=0, dtype="float64", tag="cast")
+add("cumsum", away((3, 4)), axis=1)
+add("cumsum", away((3, 4)), axis=0, exclusive=True, reverse=True, tag="excl-rev")
+add("cumsum", away((2, 3)), tag="flat")
+add("cumprod", away((3, 4)), axis=1)
+add("cumprod", away((2, 3)), tag="flat")
+# NOTE: the rule is exact at exact zeros, its own derivative there is not (a branch on x == 0)
+add("cumprod", np.array([[0.5, 0.0, 1.5, -0.7], [0.0, 1.2, 0.0, 0.9]]), axis=1, tag="zeros",
+    second=False)
+add("cumprod", np.array([[0.5, 0.0, 1.5], [0.0, 1.2, 0.0], [0.8, -1.1, 0.0]]), axis=0,
+    exclusive=True, reverse=True, tag="zeros-excl-rev", second=False)
+add("cumprod", away((3, 4)), axis=0, exclusive=True, reverse=True, tag="excl-rev")
+add("einsum", (away((2, 3)), away((3, 4), seed=1)), equation="ij,jk->ik")
+add("einsum", (away((2, 3, 4)), away((4,), seed=1), away((2, 5), seed=2)),
+    equation="bij,j,bk->ik", tag="three")
+add("einsum", (away((2, 3, 4)),), equation="...j->j...", tag="ellipsis")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

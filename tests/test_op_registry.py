@@ -33,7 +33,7 @@ Sample = tuple[list[Any], dict[str, Any]]
 UNARY = ["abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "copy", "cos", "cosh",
          "exp", "floor", "isfinite", "isinf", "isnan", "log", "log10", "log2", "negative",
          "nn.relu", "ones_like", "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt",
-         "stop_gradient", "tan", "tanh", "trunc", "zeros_like", "nn.leaky_relu"]
+         "stop_gradient", "tan", "tanh", "trunc", "zeros_like", "nn.leaky_relu", "erf"]
 BINARY = ["add", "divide", "equal", "floor_divide", "floor_mod", "greater", "greater_equal",
           "less", "less_equal", "maximum", "minimum", "mod", "multiply", "not_equal", "power",
           "subtract"]
@@ -54,6 +54,8 @@ for _n in REDUCE:
     SAMPLES[_n] = [([T(2, 3, 4)], {}), ([T(2, 3, 4)], {"axis": [1], "keepdims": True}),
                    ([I(2, 3, 4)], {"axis": [0, -1], "exclude": True}),
                    ([T(5, dtype="float16")], {"axis": [0]})]
+SAMPLES["nn.gelu"] = [([T(2, 3)], {}), ([T(dtype="float16")], {"approximate": "tanh"}),
+                     ([T(4, 1, 3, dtype="float64")], {"approximate": "none"})]
 SAMPLES.update({
     # gradient operators (relay_ir/op/nn.py, conv.py, indexing.py): out_grad first
     "nn.conv2d_backward_data": [([T(1, 4, 6, 6), T(4, 3, 3, 3), T(1, 3, 8, 8)], {}),
@@ -177,6 +179,34 @@ SAMPLES.update({
     "annotation.checkpoint": [([TupleType((T(2), I(3)))], {})],
     "annotation.compiler_begin": [([T(2, 3)], {"compiler": "ccompiler"})],
     "annotation.compiler_end": [([T(2, 3)], {"compiler": "ccompiler"})],
+})
+
+# opsa (issue 23): indexing and scan operators, relay_ir/op/indexing_ext.py
+SAMPLES.update({
+    "gather": [([T(4, 5), I(2, 5)], {"axis": 0}),
+               ([T(3, 4), TensorType((3, 2), "int64")], {"axis": -1})],
+    "gather_nd": [([T(4, 5, 6), I(2, 3)], {}), ([T(4, 5), I(1, 2, 3)], {}),
+                  ([T(2, 4, 5), TensorType((1, 2, 3), "int64")], {"batch_dims": 1})],
+    "scatter_elements": [([T(4, 5), I(2, 5), T(2, 5)], {"axis": 0}),
+                         ([I(4, 5), I(4, 2), I(4, 2)], {"axis": 1, "reduction": "add"}),
+                         ([T(4, 4), I(3, 3), T(3, 3)], {"axis": -1, "reduction": "max"})],
+    "scatter_nd": [([T(4, 5), I(1, 3), T(3, 5)], {}),
+                   ([T(4, 5), I(2, 3), T(3)], {"mode": "mul"}),
+                   ([I(4, 4, 2), I(2, 2, 2), I(2, 2, 2)], {"mode": "add"})],
+    "one_hot": [([I(2, 3), T(), T()], {"depth": 4}),
+                ([TensorType((3,), "int64"), I(), I()], {"depth": 5, "axis": 0,
+                                                          "dtype": "float16"})],
+    "cumsum": [([T(2, 3, 4)], {"axis": 1}), ([T(2, 3)], {}),
+               ([I(5)], {"axis": 0, "exclusive": True, "reverse": True, "dtype": "int64"})],
+    "cumprod": [([T(2, 3, 4)], {"axis": -1, "exclusive": True}), ([I(2, 3)], {}),
+                ([T(5)], {"axis": 0, "reverse": True, "dtype": "float64"})],
+    "arange": [([], {"stop": 5.0}), ([], {"start": 1.0, "stop": 2.0, "step": 0.25,
+                                           "dtype": "float64"}),
+               ([], {"start": 10.0, "stop": 1.0, "step": -3.0, "dtype": "int32"})],
+    "einsum": [([TupleType((T(2, 3), T(3, 4)))], {"equation": "ij,jk->ik"}),
+               ([TupleType((T(3, 3),))], {"equation": "ii"}),
+               ([TupleType((T(2, 3, 4), T(2, 4, 5), T(5)))], {"equation": "bij,bjk,k->bi"}),
+               ([TupleType((T(2, 3, 4), T(4, 5)))], {"equation": "...j,jk"})],
 })
 
 
@@ -322,3 +352,38 @@ def test_new_op_template_renders_a_working_operator():
     np.testing.assert_array_equal(captured["impl"]([x, x[0]], {}), x)
     assert mod.main(["add", "--dry-run"]) == 1  # already registered
     assert mod.main(["bad name", "--dry-run"]) == 2
+
+
+# ----------------------------------------------------------------------------- part opsb (issue 23)
+# sorting (relay_ir/op/sorting.py), transposed/1-d convolutions, instance/group norm, resize
+# (relay_ir/op/conv_ext.py)
+SAMPLES.update({
+    "topk": [([T(3, 5)], {"k": 2}), ([I(4, 3)], {"k": 2, "axis": 0, "ret_type": "values"}),
+             ([T(2, 6)], {"k": 0, "ret_type": "indices", "is_ascend": True,
+                          "dtype": "int64"})],
+    "argsort": [([T(3, 5)], {}), ([I(4, 3)], {"axis": 0, "is_ascend": False,
+                                               "dtype": "int64"})],
+    "sort": [([T(3, 5)], {}), ([I(4, 3)], {"axis": 0, "is_ascend": False})],
+    "nn.conv2d_transpose": [([T(1, 4, 5, 5), T(4, 3, 3, 3)], {}),
+                            ([T(2, 4, 4, 5), T(4, 3, 3, 2)],
+                             {"strides": [2, 3], "padding": [1, 0, 2, 1], "dilation": [1, 2],
+                              "output_padding": [1, 2], "groups": 2}),
+                            ([T(1, 5, 5, 4), T(3, 3, 2, 4)],
+                             {"data_layout": "NHWC", "kernel_layout": "HWOI"})],
+    "nn.conv1d": [([T(2, 4, 9), T(6, 2, 3)], {"strides": [2], "padding": [1, 2],
+                                                "dilation": [2], "groups": 2}),
+                  ([T(1, 7, 3), T(3, 3, 5)], {"data_layout": "NWC", "kernel_layout": "WIO"})],
+    "nn.conv1d_transpose": [([T(2, 4, 9), T(4, 3, 3)], {"strides": [2], "padding": [1, 2],
+                                                          "output_padding": [1],
+                                                          "groups": 2})],
+    "nn.instance_norm": [([T(2, 3, 4, 5), T(3), T(3)], {}),
+                         ([T(2, 4, 3), T(3), T(3)], {"axis": -1, "center": False})],
+    "nn.group_norm": [([T(2, 6, 4, 5), T(6), T(6)], {"num_groups": 3}),
+                      ([T(2, 5, 4), T(4), T(4)], {"num_groups": 2, "axis": -1,
+                                                   "scale": False})],
+    "image.resize2d": [([T(1, 3, 4, 5)], {"size": [8, 3]}),
+                       ([T(2, 4, 5, 3)], {"size": [2, 7], "layout": "NHWC",
+                                          "method": "cubic"}),
+                       ([I(1, 2, 3, 3)], {"size": [6, 6], "method": "nearest_neighbor",
+                                          "coordinate_transformation_mode": "asymmetric"})],
+})

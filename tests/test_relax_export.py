@@ -510,7 +510,7 @@ def test_every_suite_program_it_emits_exports_and_agrees_after_loading(
     from util_diff import copy_value
     monkeypatch.setattr(relax_vm, "DEEP_DEPTH", 20_000)
     path = os.path.join(str(tmp_path), "m.so")
-    agreed = 0
+    agreed = hosts = 0
     for name, mod, runs, args in tv._with_inputs():
         if not runs:
             continue
@@ -518,8 +518,13 @@ def test_every_suite_program_it_emits_exports_and_agrees_after_loading(
             exe = runtime.build(mod, executor="relax")
         except RelaxUnsupportedError:
             continue
-        if exe.host_kernels():
-            continue                # NOTE: export refuses host groups (numpy code)
+        if any(k.dyn is not None and k.dyn.mode == "host"
+               for k in exe._backend.kernels.values()):
+            # NOTE: numpy code cannot go into a TVM module: refused by name (tested above)
+            with pytest.raises(DiagnosticError, match="runs on the host"):
+                exe.export_library(path)
+            hosts += 1
+            continue
         exe.export_library(path)
         m = runtime.load_module(path)
         try:
@@ -531,7 +536,7 @@ def test_every_suite_program_it_emits_exports_and_agrees_after_loading(
             continue
         assert_values_close(m(*copy_value(args)), want, rtol=1e-4, atol=1e-5, what=name)
         agreed += 1
-    assert agreed >= 240
+    assert agreed >= 240 and hosts <= 15, (agreed, hosts)
 
 
 def test_a_symbolic_program_exports_and_runs_every_shape_after_loading(tmp_path: object) -> None:

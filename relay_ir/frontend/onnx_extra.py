@@ -1,6 +1,7 @@
-"""ONNX converters written as compositions of relay_ir operators: losses, Hardmax, OneHot,
-windows, LRN, GatherElements/GatherND, CumSum, Einsum, quantization, and the operators whose
-indices must be known when importing (Scatter*, ReverseSequence, Compress)."""
+"""ONNX converters written as compositions of relay_ir operators (losses, Hardmax, windows,
+LRN, quantization, and Compress, whose condition must be known when importing), and the ones
+that map onto the indexing and scan operators: OneHot, GatherElements, GatherND, CumSum,
+CumProd, Einsum, ScatterElements/Scatter, ScatterND, TensorScatter and ReverseSequence."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +11,7 @@ import numpy as np
 from relay_ir.frontend.onnx import Graph, Node, Value, converter
 from relay_ir.frontend.onnx_nn import _conv_values, _matmul_values
 from relay_ir.frontend.onnx_ops import (_axis, _iota, _onnx_dtype, _round_even, _scalar,
-                                        _static_shape, _strides, _take_flat)
+                                        _static_shape)
 
 
 def _nll(g: Graph, n: Node, logp: Value, target: Value, weight: Value | None) -> Value:
@@ -81,19 +82,16 @@ def _hardmax_axis(g: Graph, n: Node, x: Value, axis: int) -> Value:
 
 @converter("OneHot")
 def _one_hot(g: Graph, n: Node) -> Value:
+    """``one_hot(indices, values[1], values[0], depth, axis)``: negative indices count from
+    ``depth`` (the operator's rule); ``depth`` must be known when importing."""
     idx, values = n.inputs[0], n.inputs[2]
     depth = int(np.asarray(n.static(1, "depth")).reshape(-1)[0])
-    rank = idx.ndim + 1
-    axis = _axis(n.attr("axis", -1), rank, n)
-    if idx.dtype != "int64":
+    axis = _axis(n.attr("axis", -1), idx.ndim + 1, n)
+    if idx.dtype.startswith("float"):
         idx = g.call("cast", idx, dtype="int64")
-    idx = g.call("where", g.call("less", idx, _scalar(g, 0, idx)),
-                 g.call("add", idx, _scalar(g, depth, idx)), idx)
-    hit = g.call("equal", g.call("expand_dims", idx, axis=axis),
-                 g.const(_iota(depth, axis, rank, "int64")))
     off = g.call("take", values, g.const(np.int64(0)), axis=0)
     on = g.call("take", values, g.const(np.int64(1)), axis=0)
-    return g.call("where", hit, on, off)
+    return g.call("one_hot", idx, on, off, depth=depth, axis=axis)
 
 
 def _window(kind: str):  # type: ignore[no-untyped-def]
@@ -159,138 +157,39 @@ def _lrn(g: Graph, n: Node) -> Value:
     return g.call("divide", x, g.call("power", base, _scalar(g, beta, x)))
 
 
-def _wrap_negative(g: Graph, idx: Value, dim: Any) -> Value:
-    if idx.dtype != "int64":
-        idx = g.call("cast", idx, dtype="int64")
-    return g.call("where", g.call("less", idx, _scalar(g, 0, idx)),
-                  g.call("add", idx, _scalar(g, dim, idx)), idx)
+def _tuples_first(g: Graph, idx: Value) -> Value:
+    """ONNX's ``(..., k)`` index tuples as Relay's ``(k, ...)``."""
+    r = idx.ndim
+    if r < 2:
+        return idx
+    return g.call("transpose", idx, axes=[r - 1] + list(range(r - 1)))
 
 
 @converter("GatherElements")
 def _gather_elements(g: Graph, n: Node) -> Value:
-    """``out[i, j, k] = data[i, idx[i, j, k], k]`` (axis 1) as one ``take`` of the flattened
-    data at ``sum(coordinate * stride)``, the coordinates along other axes constants."""
     x, idx = n.inputs[0], n.inputs[1]
-    xs = _static_shape(x, n)
-    ishape = _static_shape(idx, n, "indices")
-    axis = _axis(n.attr("axis", 0), x.ndim, n)
-    idx = _wrap_negative(g, idx, xs[axis])
-    st = _strides(xs)
-    flat = g.call("multiply", idx, g.const(np.int64(st[axis])))
-    grid = np.indices(ishape, dtype=np.int64)
-    rest = sum(grid[i] * st[i] for i in range(x.ndim) if i != axis)
-    flat = g.call("add", flat, g.const(np.asarray(rest, dtype=np.int64).reshape(ishape)))
-    return g.call("take", g.call("reshape", x, newshape=[-1]), flat, axis=0)
+    return g.call("gather", x, idx, axis=_axis(n.attr("axis", 0), x.ndim, n))
 
 
 @converter("GatherND")
 def _gather_nd(g: Graph, n: Node) -> Value:
-    """``out[b..., i...] = data[b..., idx[b..., i..., :], ...]``: the indexed dims flattened
-    into one and read with ``take``; batch dims become constant offsets."""
     x, idx = n.inputs[0], n.inputs[1]
-    xs = _static_shape(x, n)
-    ishape = _static_shape(idx, n, "indices")
-    b = int(n.attr("batch_dims", 0))
-    k = ishape[-1]
-    lead = xs[:b + k]
-    st = _strides(lead)
-    if idx.dtype != "int64":
-        idx = g.call("cast", idx, dtype="int64")
-    # NOTE: negative indices count from the end of their own dim
-    dims = g.const(np.asarray(xs[b:b + k], dtype=np.int64))
-    idx = g.call("where", g.call("less", idx, _scalar(g, 0, idx)), g.call("add", idx, dims), idx)
-    flat = g.call("sum", g.call("multiply", idx,
-                                g.const(np.asarray(st[b:], dtype=np.int64))), axis=[-1])
-    if b:
-        grid = np.indices(ishape[:-1], dtype=np.int64)
-        off = sum(grid[i] * st[i] for i in range(b))
-        flat = g.call("add", flat, g.const(np.asarray(off, dtype=np.int64)))
-    data = g.call("reshape", x, newshape=[int(np.prod(lead)), *xs[b + k:]])
-    return g.call("take", data, flat, axis=0)
+    return g.call("gather_nd", x, _tuples_first(g, idx), batch_dims=int(n.attr("batch_dims", 0)))
 
 
-@converter("CumSum")
+@converter("CumSum", "CumProd")
 def _cumsum(g: Graph, n: Node) -> Value:
-    """``cumsum`` as a masked sum: ``out[j] = sum_i where(mask[i, j], x[i], 0)`` with a
-    triangular constant mask (strict for ``exclusive``, flipped for ``reverse``)."""
     x = n.inputs[0]
     axis = _axis(int(np.asarray(n.static(1, "axis")).reshape(-1)[0]), x.ndim, n)
-    d = x.shape[axis]
-    if not isinstance(d, int):
-        raise n.error(f"CumSum needs a static size along the axis, found {x.ty}")
-    i = np.arange(d)[:, None]
-    j = np.arange(d)[None, :]
-    excl, rev = n.attr("exclusive", 0), n.attr("reverse", 0)
-    mask = (i > j if excl else i >= j) if rev else (i < j if excl else i <= j)
-    shape = [1] * (x.ndim + 1)
-    shape[axis], shape[axis + 1] = d, d
-    xe = g.call("expand_dims", x, axis=axis + 1)
-    picked = g.call("where", g.const(mask.reshape(shape)), xe, _scalar(g, 0, x))
-    return g.call("sum", picked, axis=[axis])
+    return g.call(n.op_type.lower(), x, axis=axis, exclusive=bool(n.attr("exclusive", 0)),
+                  reverse=bool(n.attr("reverse", 0)))
 
 
 @converter("Einsum")
 def _einsum(g: Graph, n: Node) -> Value:
-    """Einsum as broadcast products and sums: each operand's repeated labels are read as a
-    diagonal (a constant-index take), its axes are put in one global label order with
-    ``transpose``/``expand_dims``, the operands multiplied, and the labels absent from the
-    output summed."""
     eq = n.attr("equation").replace(" ", "")
     xs = [v for v in n.inputs if v is not None]
-    lhs, arrow, rhs = eq.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(xs):
-        raise n.error(f"equation {eq!r} has {len(terms)} operands, the node {len(xs)}")
-    ell = max((x.ndim - len(t.replace("...", "")) for t, x in zip(terms, xs) if "..." in t),
-              default=0)
-    ell_labels = [chr(0x2460 + k) for k in range(ell)]  # NOTE: labels no equation uses
-    ops: list[tuple[Value, list[str]]] = []
-    for t, x in zip(terms, xs):
-        pre, dots, post = t.partition("...")
-        e = x.ndim - len(pre) - len(post) if dots else 0
-        labels = list(pre) + ell_labels[ell - e:] + list(post)
-        if len(labels) != x.ndim:
-            raise n.error(f"operand {t!r} does not match rank {x.ndim}")
-        ops.append(_einsum_diagonal(g, n, x, labels))
-    counts: dict[str, int] = {}
-    for _x, labels in ops:
-        for lab in labels:
-            counts[lab] = counts.get(lab, 0) + 1
-    if arrow:
-        pre, dots, post = rhs.partition("...")
-        out = list(pre) + (ell_labels if dots else []) + list(post)
-    else:
-        out = ell_labels + sorted(lab for lab, c in counts.items()
-                                  if c == 1 and lab not in ell_labels)
-    order = out + [lab for lab in counts if lab not in out]
-    prod: Value | None = None
-    for x, labels in ops:
-        mine = [lab for lab in order if lab in labels]
-        perm = [labels.index(lab) for lab in mine]
-        if perm != list(range(len(perm))):
-            x = g.call("transpose", x, axes=perm)
-        for pos, lab in enumerate(order):
-            if lab not in labels:
-                x = g.call("expand_dims", x, axis=pos)
-        prod = x if prod is None else g.call("multiply", prod, x)
-    assert prod is not None
-    summed = list(range(len(out), len(order)))
-    if summed:
-        return g.call("sum", prod, axis=summed)
-    return prod if len(ops) > 1 else g.call("copy", prod)
-
-
-def _einsum_diagonal(g: Graph, n: Node, x: Value, labels: list[str]
-                     ) -> tuple[Value, list[str]]:
-    uniq = list(dict.fromkeys(labels))
-    if len(uniq) == len(labels):
-        return x, labels
-    shp = _static_shape(x, n)
-    sizes = {lab: shp[k] for k, lab in enumerate(labels)}
-    st = _strides(shp)
-    grid = np.indices([sizes[lab] for lab in uniq], dtype=np.int64)
-    flat = sum(grid[uniq.index(lab)] * st[k] for k, lab in enumerate(labels))
-    return _take_flat(g, x, flat), uniq
+    return g.call("einsum", xs, equation=eq)
 
 
 _INT_RANGE = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535),
@@ -424,79 +323,71 @@ def _qlinear_matmul(g: Graph, n: Node) -> Value:
     return _requantize(g, n, acc, scale, yz)
 
 
-def _scatter_flat(g: Graph, n: Node, data: Value, updates: Value, target: np.ndarray
-                  ) -> Value:
-    """``data`` with ``updates.flat[k]`` written at flat position ``target[k]`` (last write
-    wins; ``reduction="add"``/``"mul"``/``"max"``/``"min"`` combine), ``target`` constant."""
-    dshape = _static_shape(data, n)
-    size = int(np.prod(dshape))
-    target = np.asarray(target, dtype=np.int64).reshape(-1)
+_SCATTER_REDUCTION = {"none": "update", "add": "add", "mul": "mul", "max": "max",
+                      "min": "min"}
+
+
+def _reduction(n: Node) -> str:
     red = n.attr("reduction", "none")
-    flat_d = g.call("reshape", data, newshape=[-1])
-    flat_u = g.call("reshape", updates, newshape=[-1])
-    if red == "none":
-        src = np.full(size, -1, dtype=np.int64)
-        src[target] = np.arange(target.size)
-        hit = g.const(src >= 0)
-        picked = g.call("take", flat_u, g.const(np.maximum(src, 0)), axis=0)
-        out = g.call("where", hit, picked, flat_d)
-    else:
-        out = flat_d
-        # NOTE: one pass per write "round": the k-th write to each position
-        order = np.argsort(target, kind="stable")
-        rank = np.empty_like(order)
-        sorted_t = target[order]
-        first = np.r_[0, np.flatnonzero(np.diff(sorted_t)) + 1]
-        starts = np.repeat(first, np.diff(np.r_[first, sorted_t.size]))
-        rank[order] = np.arange(sorted_t.size) - starts
-        combine = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
-        if red not in combine:
-            raise n.error(f"reduction {red!r} is not supported")
-        for r in range(int(rank.max()) + 1 if rank.size else 0):
-            src = np.full(size, -1, dtype=np.int64)
-            sel = rank == r
-            src[target[sel]] = np.flatnonzero(sel)
-            picked = g.call("take", flat_u, g.const(np.maximum(src, 0)), axis=0)
-            out = g.call("where", g.const(src >= 0), g.call(combine[red], out, picked), out)
-    return g.call("reshape", out, newshape=list(dshape))
+    if red not in _SCATTER_REDUCTION:
+        raise n.error(f"unknown reduction {red!r}")
+    return _SCATTER_REDUCTION[red]
 
 
 @converter("ScatterElements", "Scatter")
 def _scatter_elements(g: Graph, n: Node) -> Value:
-    data, updates = n.inputs[0], n.inputs[2]
-    idx = np.asarray(n.static(1, "indices")).astype(np.int64)
-    dshape = _static_shape(data, n)
-    axis = _axis(n.attr("axis", 0), data.ndim, n)
-    idx = np.where(idx < 0, idx + dshape[axis], idx)
-    coords = list(np.indices(idx.shape, dtype=np.int64))
-    coords[axis] = idx
-    return _scatter_flat(g, n, data, updates, np.ravel_multi_index(coords, dshape))
+    data, idx, updates = n.inputs[0], n.inputs[1], n.inputs[2]
+    return g.call("scatter_elements", data, idx, updates,
+                  axis=_axis(n.attr("axis", 0), data.ndim, n), reduction=_reduction(n))
 
 
 @converter("ScatterND")
 def _scatter_nd(g: Graph, n: Node) -> Value:
-    data, updates = n.inputs[0], n.inputs[2]
-    idx = np.asarray(n.static(1, "indices")).astype(np.int64)
-    dshape = _static_shape(data, n)
-    k = idx.shape[-1]
-    idx = np.where(idx < 0, idx + np.asarray(dshape[:k]), idx)
-    inner = int(np.prod(dshape[k:]))
-    base = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), dshape[:k]) * inner
-    target = base[..., None] + np.arange(inner)
-    return _scatter_flat(g, n, data, updates, target)
+    data, idx, updates = n.inputs[0], n.inputs[1], n.inputs[2]
+    return g.call("scatter_nd", data, _tuples_first(g, idx), updates, mode=_reduction(n))
+
+
+@converter("TensorScatter")
+def _tensor_scatter(g: Graph, n: Node) -> Value:
+    """A KV-cache write: ``cache[b, ..., write_indices[b] + s, ...] = update[b, ..., s, ...]``
+    (indices modulo the cache length for ``mode="circular"``), as one ``scatter_elements``."""
+    cache, update, wi = n.inputs[0], n.inputs[1], n.input(2)
+    axis = _axis(n.attr("axis", -2), cache.ndim, n)
+    if axis == 0:
+        raise n.error("TensorScatter's axis must not be the batch axis 0")
+    ushape = _static_shape(update, n, "update")
+    cshape = _static_shape(cache, n)
+    mode = n.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise n.error(f"unknown mode {mode!r}")
+    shape = [1] * cache.ndim
+    shape[axis] = ushape[axis]
+    idx = g.const(np.arange(ushape[axis], dtype=np.int64).reshape(shape))
+    if wi is not None:
+        start = wi if wi.dtype == "int64" else g.call("cast", wi, dtype="int64")
+        start = g.call("reshape", start, newshape=[ushape[0]] + [1] * (cache.ndim - 1))
+        idx = g.call("add", idx, start)
+    if mode == "circular":
+        idx = g.call("floor_mod", idx, g.const(np.int64(cshape[axis])))
+    idx = g.call("broadcast_to", idx, shape=list(ushape))
+    return g.call("scatter_elements", cache, idx, update, axis=axis)
 
 
 @converter("ReverseSequence")
 def _reverse_sequence(g: Graph, n: Node) -> Value:
-    x = n.inputs[0]
-    lens = np.asarray(n.static(1, "sequence_lens")).astype(np.int64)
+    """``gather`` along the time axis at ``where(t < len[b], len[b] - 1 - t, t)``: the lengths
+    may be known only at run time."""
+    x, lens = n.inputs[0], n.inputs[1]
     shape = _static_shape(x, n)
     bax, tax = n.attr("batch_axis", 1), n.attr("time_axis", 0)
-    coords = list(np.indices(shape, dtype=np.int64))
-    t, b = coords[tax], coords[bax]
-    ln = lens[b]
-    coords[tax] = np.where(t < ln, ln - 1 - t, t)
-    return _take_flat(g, x, np.ravel_multi_index(coords, shape))
+    tshape, bshape = [1] * x.ndim, [1] * x.ndim
+    tshape[tax], bshape[bax] = shape[tax], shape[bax]
+    t = g.const(np.arange(shape[tax], dtype=np.int64).reshape(tshape))
+    ln = lens if lens.dtype == "int64" else g.call("cast", lens, dtype="int64")
+    ln = g.call("reshape", ln, newshape=bshape)
+    rev = g.call("subtract", g.call("subtract", ln, g.const(np.int64(1))), t)
+    idx = g.call("where", g.call("less", t, ln), rev, t)
+    return g.call("gather", x, g.call("broadcast_to", idx, shape=list(shape)), axis=tax)
 
 
 @converter("Compress")

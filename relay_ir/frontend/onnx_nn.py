@@ -122,27 +122,23 @@ def _conv_values(g: Graph, n: Node, x: Value, w: Value, b: Value | None) -> Valu
     if x.ndim == 5:
         y = _conv3d(g, n, x, w, kernel, strides, dil, pads)
         return y if b is None else g.call("nn.bias_add", y, b, axis=1)
-    x4, one_d = _as_2d(g, x, n)
-    if one_d:
-        w = g.call("expand_dims", w, axis=2)
-        strides, dil, kernel = [1] + strides, [1] + dil, [1] + kernel
-        pads = [0, pads[0], 0, pads[1]]
+    if x.ndim == 3:
+        y = g.call("nn.conv1d", x, w, strides=strides, padding=pads, dilation=dil,
+                   groups=int(n.attr("group", 1)), kernel_size=kernel)
+    elif x.ndim == 4:
+        y = g.call("nn.conv2d", x, w, strides=strides, padding=list(pads), dilation=dil,
+                   groups=int(n.attr("group", 1)), kernel_size=kernel)
     else:
-        pads = [pads[0], pads[1], pads[2], pads[3]]
-    y = g.call("nn.conv2d", x4, w, strides=strides, padding=pads, dilation=dil,
-               groups=int(n.attr("group", 1)), kernel_size=kernel)
+        raise n.error(f"only 1-D, 2-D and 3-D {n.op_type} is supported (input rank {x.ndim})")
     if b is not None:
         y = g.call("nn.bias_add", y, b, axis=1)
-    if one_d:
-        y = g.call("squeeze", y, axis=[2])
     return y
 
 
 @converter("ConvTranspose")
 def _conv_transpose(g: Graph, n: Node) -> Value:
-    """The adjoint of a convolution: ``nn.conv2d_backward_data`` with the output's shape
-    given by a ``zeros`` of that shape (ONNX's W is (C_in, C_out / group, kH, kW), the
-    forward convolution's OIHW weight)."""
+    """``nn.conv1d_transpose`` / ``nn.conv2d_transpose`` (ONNX's W is (C_in, C_out / group,
+    kH, kW): Relay's IOHW); an ``output_shape`` past the last tap pads zeros."""
     x, w = n.inputs[0], n.inputs[1]
     b = n.input(2)
     wshape = _static_shape(w, n, "weight")
@@ -177,24 +173,23 @@ def _conv_transpose(g: Graph, n: Node) -> Value:
         pads = [0] * (2 * k)
     else:
         pads = list(n.attr("pads", [0] * (2 * k)))
-    spatial = [natural[i] - pads[i] - pads[i + k] for i in range(k)]
-    out = [xs[0], wshape[1] * group, *spatial]
-    if k == 1:
-        x = g.call("expand_dims", x, axis=2)
-        w = g.call("expand_dims", w, axis=2)
-        strides, dil, kernel = [1] + strides, [1] + dil, [1] + kernel
-        pads = [0, pads[0], 0, pads[1]]
-        out = [out[0], out[1], 1, out[2]]
-    like = g.call("zeros", shape=out, dtype=x.dtype)
-    y = g.call("nn.conv2d_backward_data", x, w, like, strides=strides, padding=pads,
-               dilation=dil, groups=group, kernel_size=kernel)
+    # NOTE: nn.conv*_transpose take output_padding below the stride. The rest comes off the
+    # end padding (the op then computes those rows), and what remains past it lies after the
+    # last tap: zero rows
+    opad = [min(outpad[i], strides[i] - 1) for i in range(k)]
+    for i in range(k):
+        more = outpad[i] - opad[i]
+        take = min(more, pads[k + i])
+        pads[k + i] -= take
+        extra[i] += more - take
+    name = "nn.conv1d_transpose" if k == 1 else "nn.conv2d_transpose"
+    y = g.call(name, x, w, strides=strides, padding=pads, dilation=dil, groups=group,
+               kernel_size=kernel, output_padding=opad, channels=wshape[1] * group)
     if any(extra):
-        width = [[0, 0], [0, 0]] + ([[0, 0]] if k == 1 else []) + [[0, e] for e in extra]
+        width = [[0, 0], [0, 0]] + [[0, e] for e in extra]
         y = g.call("nn.pad", y, _scalar(g, 0, y), pad_width=width)
     if b is not None:
         y = g.call("nn.bias_add", y, b, axis=1)
-    if k == 1:
-        y = g.call("squeeze", y, axis=[2])
     return y
 
 
@@ -358,10 +353,10 @@ def _normalize(g: Graph, x: Value, axes: list[int], eps: float) -> tuple[Value, 
 @converter("InstanceNormalization")
 def _instance_norm(g: Graph, n: Node) -> Value:
     x, scale, bias = n.inputs[:3]
-    y, _, _ = _normalize(g, x, list(range(2, x.ndim)), float(n.attr("epsilon", 1e-5)))
-    cs = _channel_shape(x)
-    y = g.call("multiply", y, g.call("reshape", scale, newshape=cs))
-    return g.call("add", y, g.call("reshape", bias, newshape=cs))
+    if x.ndim < 3:
+        raise n.error(f"InstanceNormalization needs an input of rank >= 3, found {x.ndim}")
+    return g.call("nn.instance_norm", x, scale, bias, axis=1,
+                  epsilon=float(n.attr("epsilon", 1e-5)))
 
 
 @converter("LayerNormalization")
@@ -391,16 +386,40 @@ def _group_norm(g: Graph, n: Node) -> Value:
     x, scale, bias = n.inputs[:3]
     shp = _static_shape(x, n)
     groups = int(n.attr("num_groups"))
-    y = g.call("reshape", x, newshape=[shp[0], groups, -1])
-    y, _, _ = _normalize(g, y, [2], float(n.attr("epsilon", 1e-5)))
-    y = g.call("reshape", y, newshape=list(shp))
     c = shp[1]
+    if c % groups:
+        raise n.error(f"{c} channels are not divisible by num_groups={groups}")
     if scale.shape[0] != c:  # NOTE: opset 18 gave one scale and bias per group
         scale = g.call("repeat", scale, repeats=c // groups, axis=0)
         bias = g.call("repeat", bias, repeats=c // groups, axis=0)
-    cs = _channel_shape(x)
-    y = g.call("multiply", y, g.call("reshape", scale, newshape=cs))
-    return g.call("add", y, g.call("reshape", bias, newshape=cs))
+    return g.call("nn.group_norm", x, scale, bias, num_groups=groups, axis=1,
+                  epsilon=float(n.attr("epsilon", 1e-5)))
+
+
+@converter("TopK")
+def _topk(g: Graph, n: Node) -> list[Value]:
+    """``topk`` (both outputs, int64 indices; ``sorted=0`` still gives sorted outputs, one of
+    the orders ONNX allows). K (input 1 from opset 10) must be a constant."""
+    x = n.inputs[0]
+    if n.opset < 10:
+        k = int(n.attr("k"))
+    else:
+        kv = np.asarray(n.static(1, "K")).reshape(-1)
+        if kv.size != 1:
+            raise n.error(f"K must hold one value, found {kv.size}")
+        k = int(kv[0])
+    axis = _axis(n.attr("axis", -1), x.ndim, n)
+    d = x.shape[axis]
+    if k < 0 or (isinstance(d, int) and k > d):
+        raise n.error(f"K={k} is out of range for axis {axis} (size {d})")
+    if k == 0:  # NOTE: topk reads k < 1 as "all"; K=0 selects nothing
+        shape = list(x.shape)
+        shape[axis] = 0
+        return [g.call("zeros", shape=shape, dtype=x.dtype),
+                g.call("zeros", shape=shape, dtype="int64")]
+    both = g.call("topk", x, k=k, axis=axis, ret_type="both",
+                  is_ascend=not bool(n.attr("largest", 1)), dtype="int64")
+    return [g.item(both, 0), g.item(both, 1)]
 
 
 @converter("LpNormalization")

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from relay_ir.frontend.onnx import RLY_DTYPES, Graph, Node, Value, converter
+from relay_ir.frontend.onnx import RLY_DTYPES, Graph, Node, OnnxImportError, Value, converter
 
 
 def _axis(a: int, ndim: int, node: Node) -> int:
@@ -99,7 +99,7 @@ for _onnx, _rly in {
     "Exp": "exp", "Floor": "floor", "Log": "log", "Neg": "negative", "Sigmoid": "sigmoid",
     "Sign": "sign", "Sin": "sin", "Sinh": "sinh", "Sqrt": "sqrt", "Tan": "tan", "Tanh": "tanh",
     "Relu": "nn.relu", "Not": "logical_not", "IsNaN": "isnan",
-    "BitwiseNot": "bitwise_not",
+    "BitwiseNot": "bitwise_not", "Erf": "erf",
 }.items():
     converter(_onnx)(_unary(_rly))
 
@@ -200,6 +200,15 @@ def _mean(g: Graph, n: Node) -> Value:
 @converter("LeakyRelu")
 def _leaky_relu(g: Graph, n: Node) -> Value:
     return g.call("nn.leaky_relu", n.inputs[0], alpha=float(n.attr("alpha", 0.01)))
+
+
+@converter("Gelu")
+def _gelu(g: Graph, n: Node) -> Value:
+    mode = n.attr("approximate", "none")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in ("none", "tanh"):
+        raise OnnxImportError(f"Gelu: approximate must be 'none' or 'tanh', not {mode!r}")
+    return g.call("nn.gelu", n.inputs[0], approximate=mode)
 
 
 @converter("Elu")
@@ -700,8 +709,14 @@ def _where(g: Graph, n: Node) -> Value:
 
 @converter("Range")
 def _range(g: Graph, n: Node) -> Value:
-    start, limit, delta = (n.static(i, "start/limit/delta") for i in range(3))
-    return g.const(np.arange(start, limit, delta, dtype=np.asarray(start).dtype))
+    start, limit, delta = (np.asarray(n.static(i, "start/limit/delta")).reshape(())
+                           for i in range(3))
+    return g.call("arange", start=float(start), stop=float(limit), step=float(delta),
+                  dtype=_np_dtype_name(start.dtype))
+
+
+def _np_dtype_name(dt: Any) -> str:
+    return "bool" if np.dtype(dt) == np.bool_ else np.dtype(dt).name
 
 
 @converter("EyeLike")

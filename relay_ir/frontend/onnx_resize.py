@@ -145,6 +145,43 @@ def _resize_axis(g: Graph, n: Node, x: Value, axis: int, out: int, scale: float,
     return y
 
 
+_RESIZE2D_MODES = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
+_RESIZE2D_COORDS = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                    "tf_half_pixel_for_nn", "tf_crop_and_resize")
+
+
+def _as_resize2d(g: Graph, n: Node, x: Value, shape: list, axes: list[int], outs: list[int],
+                 scales: list[float], roi: np.ndarray) -> Value | None:
+    """``image.resize2d`` when it means the same: a rank-4 input resized in axes 2 and 3 only,
+    each scale equal to output / input (resize2d's scale), no antialias and a coordinate
+    mode it has; None otherwise (the per-axis maps below handle the rest)."""
+    kind = n.attr("mode", "nearest")
+    cmode = n.attr("coordinate_transformation_mode", "half_pixel")
+    if x.ndim != 4 or kind not in _RESIZE2D_MODES or cmode not in _RESIZE2D_COORDS or \
+            n.attr("antialias", 0) or (kind != "nearest" and not x.dtype.startswith("float")):
+        return None
+    size = list(shape[2:])
+    box = [0.0, 0.0, 1.0, 1.0]
+    kk = len(axes)
+    for i, a in enumerate(axes):
+        start, end = float(roi[i]), float(roi[i + kk])
+        if a < 2:
+            if outs[i] != shape[a] or scales[i] != 1.0 or \
+                    (cmode == "tf_crop_and_resize" and (start, end) != (0.0, 1.0)):
+                return None
+            continue
+        if scales[i] != outs[i] / shape[a]:
+            return None
+        size[a - 2] = outs[i]
+        box[a - 2], box[a] = start, end
+    return g.call("image.resize2d", x, size=size, roi=box, method=_RESIZE2D_MODES[kind],
+                  coordinate_transformation_mode=cmode,
+                  rounding_method=n.attr("nearest_mode", "round_prefer_floor"),
+                  cubic_alpha=float(n.attr("cubic_coeff_a", -0.75)),
+                  cubic_exclude=int(n.attr("exclude_outside", 0)),
+                  extrapolation_value=float(n.attr("extrapolation_value", 0.0)))
+
+
 @converter("Resize", "Upsample")
 def _resize(g: Graph, n: Node) -> Value:
     x = n.inputs[0]
@@ -183,6 +220,9 @@ def _resize(g: Graph, n: Node) -> Value:
     roi = np.asarray(roi_v if roi_v is not None and np.size(roi_v) else
                      [0.0] * len(axes) + [1.0] * len(axes), dtype=np.float64).reshape(-1)
     k = len(axes)
+    y = _as_resize2d(g, n, x, shape, axes, outs, scales, roi)
+    if y is not None:
+        return y
     y = x
     for i, a in enumerate(axes):
         bounds = (float(roi[i]), float(roi[i + k]))

@@ -232,7 +232,7 @@ def _ensure_loaded() -> None:
     if not _LOADED:
         _LOADED.append(True)
         from relay_ir.op import tensor, reduce, transform, indexing, nn, conv  # noqa: F401
-        from relay_ir.op import dyn, annotation  # noqa: F401
+        from relay_ir.op import dyn, annotation, indexing_ext, conv_ext, sorting  # noqa: F401
 
 
 _LOADED: list[bool] = []

@@ -3,7 +3,9 @@ the global pools) and their gradient operators (``nn.conv2d_backward_data``/``_w
 ``nn.max_pool2d_grad``/``_gather``, ``nn.avg_pool2d_grad``), with their TE computes.
 
 Layouts: ``nn.conv2d`` accepts any data layout that permutes ``NCHW`` (``NCHW``, ``NHWC``) and any
-kernel layout that permutes ``OIHW`` (``OIHW``, ``HWIO``, ...); pools take ``NCHW``-style layouts.
+kernel layout that permutes ``OIHW`` (``OIHW``, ``HWIO``, ...), optionally with a block of output
+channels innermost (``OIHW16o``: a 5-d ``[O/16, I, H, W, 16]`` weight; no gradient); pools take
+``NCHW``-style layouts.
 ``padding`` has 1 (all sides), 2 (top/bottom, left/right) or 4 (top, left, bottom, right)
 values, as in TVM.
 """
@@ -47,7 +49,7 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     comp = "int32" if dt == "bool" else (
         dt if T.is_int(dt) else ("float32" if dt == "float16" else dt))
     dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
-    ko, ki, kh_, kw_ = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    (ko, ki, kh_, kw_), block = _kernel_layout(attrs.kernel_layout)
     on, oc, oh_, ow_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
     xs, ws = T.shape_of(x), T.shape_of(w)
     sh, sw = _pair(attrs.strides, "strides", 1)
@@ -55,6 +57,8 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     pt, pl, pb, pr = _padding(attrs.padding)
     h, wd = xs[dh], xs[dw]
     o, cg, kh, kw = ws[ko], ws[ki], ws[kh_], ws[kw_]
+    if block:
+        o = o * block
     g = attrs.groups
     og = o // g if isinstance(o, int) else tirx.floordiv(o, g)
     if pt or pl or pb or pr:
@@ -86,6 +90,9 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
         di[dn], di[dc], di[dh], di[dw] = n, cin, y * sh + ry * dlh, xx * sw + rx * dlw
         wi: list[object] = [0] * 4
         wi[ko], wi[ki], wi[kh_], wi[kw_] = co, rc, ry, rx
+        if block:
+            wi[ko] = tirx.floordiv(co, block)
+            wi.append(tirx.floormod(co, block))
         return te.sum(T.cast(xp(*di), comp) * T.cast(w(*wi), comp), axis=[rc, ry, rx])
     r = te.compute(oshape, body, name="T_conv2d", tag="conv2d")
     return _mm_result(r, "bool" if dt == "bool" else comp, dt)
@@ -203,6 +210,32 @@ def _layout(layout: str, letters: str, what: str) -> tuple[int, ...]:
     return tuple(layout.index(c) for c in letters)
 
 
+def _kernel_layout(layout: str) -> tuple[tuple[int, ...], int]:
+    """Positions of ``O, I, H, W`` in a conv2d kernel layout, and its output-channel block.
+
+    A layout permutes ``OIHW`` (block 0) or is such a permutation followed by ``<b>o`` (a block
+    of ``b`` output channels innermost: ``OIHW16o`` is ``[O/16, I, H, W, 16]``, weight element
+    ``w[o // 16, i, h, w, o % 16]``).
+    """
+    block = 0
+    if len(layout) > 5 and layout.endswith("o") and layout[4:-1].isdigit():
+        block = int(layout[4:-1])
+        if block < 1:
+            raise TypeInferenceError(f"unsupported kernel_layout {layout!r} (a block of at "
+                                     f"least one output channel is expected)")
+        layout = layout[:4]
+    return _layout(layout, "OIHW", "kernel_layout"), block
+
+
+def _unblock_kernel(w: np.ndarray, ko: int, block: int) -> np.ndarray:
+    """A blocked kernel (``<perm><b>o``) as the 4-d kernel of the permutation ``<perm>``."""
+    if not block:
+        return w
+    shape = list(w.shape[:4])
+    shape[ko] *= block
+    return np.moveaxis(w, 4, ko + 1).reshape(shape)
+
+
 def _out_dim(d: Dim, pad: int, k: int, dil: int, stride: int, ceil_mode: bool = False) -> Dim:
     """``floor((d + pad - dil*(k-1) - 1) / stride) + 1`` (ceil with ``ceil_mode``)."""
     if stride <= 0 or dil <= 0:
@@ -229,7 +262,7 @@ def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     if data is None:
         return None
     dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
-    ko, ki, kh_, kw_ = _layout(attrs.kernel_layout, "OIHW", "kernel_layout")
+    (ko, ki, kh_, kw_), block = _kernel_layout(attrs.kernel_layout)
     out_layout = attrs.out_layout or attrs.data_layout
     on, oc, oh, ow = _layout(out_layout, "NCHW", "out_layout")
     groups = attrs.groups
@@ -243,7 +276,7 @@ def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     w_t = arg_types[1]
     refined = None
     if _is_unknown(w_t):
-        if attrs.channels is None or attrs.kernel_size is None:
+        if attrs.channels is None or attrs.kernel_size is None or block:
             return None
         kh, kw = _pair(attrs.kernel_size, "kernel_size", 1)
         o = attrs.channels
@@ -253,10 +286,18 @@ def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     else:
         w = tensor_arg(w_t, "weight")
         assert w is not None
-        if w.ndim != 4:
-            raise TypeInferenceError(f"nn.conv2d: weight must have rank 4, found rank {w.ndim}")
+        rank = 5 if block else 4
+        if w.ndim != rank:
+            raise TypeInferenceError(f"nn.conv2d: weight must have rank {rank} (kernel_layout "
+                                     f"{attrs.kernel_layout!r}), found rank {w.ndim}")
         _input_dtypes(data, w, attrs)
         o, i = w.shape[ko], w.shape[ki]
+        if block:
+            if not dim_compatible(w.shape[4], block):
+                raise ShapeMismatchError(f"nn.conv2d: kernel_layout {attrs.kernel_layout!r} "
+                                         f"needs a last weight dimension of {block}, found "
+                                         f"{format_dim(w.shape[4])}")
+            o = o * block if isinstance(o, int) else ANY
         kh_d, kw_d = w.shape[kh_], w.shape[kw_]
         if not dim_compatible(i, c_per_group):
             raise ShapeMismatchError(
@@ -302,7 +343,8 @@ def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
     x, w = args
     dt = attrs.out_dtype or x.dtype
     x = np.transpose(x, _layout(attrs.data_layout, "NCHW", "data_layout"))
-    w = np.transpose(w, _layout(attrs.kernel_layout, "OIHW", "kernel_layout"))
+    kperm, block = _kernel_layout(attrs.kernel_layout)
+    w = np.transpose(_unblock_kernel(w, kperm[0], block), kperm)
     comp = np.dtype(dt) if np.dtype(dt).kind in "iu" else (
         np.float32 if np.dtype(dt) == np.float16 else np.dtype(dt))
     x, w = x.astype(comp, copy=False), w.astype(comp, copy=False)
@@ -337,7 +379,8 @@ _CONV_ATTRS = [F("strides", "ints", (1, 1), "step per spatial dim (h, w)"),
                F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
                F("kernel_size", "ints?", None, "(kh, kw) (with channels: infers weight)"),
                F("data_layout", "str", "NCHW", "a permutation of NCHW"),
-               F("kernel_layout", "str", "OIHW", "a permutation of OIHW"),
+               F("kernel_layout", "str", "OIHW", "a permutation of OIHW, optionally followed by "
+                 "a block of output channels (OIHW16o: [O/16, I, H, W, 16])"),
                F("out_layout", "str", "", "the result layout (\"\": data_layout)"),
                F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
 

@@ -343,9 +343,13 @@ def strided_slice_grad_te(attrs: Attrs, inputs: list, out_type: TensorType) -> o
     def body(*i):  # type: ignore[no-untyped-def]
         conds, gi = [], list(i)
         for a, (start, step, n) in sl.items():
-            off = i[a] - start
-            k = tirx.floordiv(off, step)
-            conds.append(tirx.all(tirx.floormod(off, step) == 0, k >= 0, k < n))
+            # NOTE: the distance from start along the step's direction, divided with truncdiv
+            # only where it is >= 0: TVM 0.27's FlattenBuffer miscompiles an index
+            # floordiv(i - c, step) for a negative step (and floordiv(c - i, k)): it read the
+            # neighbouring element at some i
+            off = (i[a] - start) if step > 0 else (start - i[a])
+            k = tirx.truncdiv(off, abs(step))
+            conds.append(tirx.all(off >= 0, tirx.truncmod(off, abs(step)) == 0, k < n))
             gi[a] = tirx.max(tirx.min(k, max(n - 1, 0)), 0)
         if not conds:
             return g(*gi)

@@ -641,6 +641,117 @@ def_elemwise("nn.leaky_relu",
              compute=leaky_relu_te)
 
 
+# ----------------------------------------------------------------------------- gelu
+_GELU_MODES = ("none", "tanh")
+_SQRT_HALF = float(np.sqrt(0.5))
+_INV_SQRT_2PI = float(1.0 / np.sqrt(2.0 * np.pi))
+_GELU_K = float(np.sqrt(2.0 / np.pi))   # tanh form: tanh(K (x + C x^3))
+_GELU_C = 0.044715
+
+
+@tensor_rel("data")
+def gelu_rel(t: TensorType, attrs: Attrs) -> Type | None:
+    """``nn.gelu(x, approximate)`` : type of x (a float dtype; approximate "none" or "tanh")."""
+    if attrs.approximate not in _GELU_MODES:
+        raise TypeInferenceError(f"nn.gelu: approximate must be \"none\" or \"tanh\", not "
+                                 f"{attrs.approximate!r}")
+    if not t.dtype.startswith("float"):
+        raise TypeInferenceError(f"nn.gelu needs a float tensor, not {t.dtype}")
+    return t
+
+
+def gelu_ref(args: list, attrs: Attrs) -> np.ndarray:
+    """``x * Phi(x)`` in float64, rounded once: ``Phi(x) = erfc(-x / sqrt 2) / 2`` ("none",
+    accurate for large negative x too), or ``Phi ~ sigmoid(2 K (x + C x^3))`` ("tanh": the
+    same number as ``(1 + tanh(K (x + C x^3))) / 2``). ``gelu(-inf)`` is NaN (``-inf * 0``, as
+    the formula evaluates), ``gelu(inf) = inf``."""
+    from relay_ir.op.tensor import erfc_f64
+    x = args[0]
+    if attrs.approximate not in _GELU_MODES:
+        raise ValueError(f"nn.gelu: approximate must be 'none' or 'tanh', not "
+                         f"{attrs.approximate!r}")
+    xd = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if attrs.approximate == "none":
+            phi = 0.5 * erfc_f64(-xd * _SQRT_HALF)
+        else:
+            u = 2.0 * _GELU_K * (xd + _GELU_C * xd * xd * xd)
+            e = np.exp(-np.abs(u))
+            phi = np.where(u >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+            phi = np.where(np.isnan(u), np.nan, phi)
+        return wrap(xd * phi, x.dtype)
+
+
+def gelu_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
+    """TE compute of ``nn.gelu``: float32 (and float16, through float32) with a vectorized
+    rational erf (``0.5 x (1 + erf(x / sqrt 2))``) or a fast exp (``x / (1 + exp(-2u))``,
+    ``u = K (x + C x^3)``); float64 (or fast math off) with TVM's ``erf`` / ``exp``."""
+    te, tirx = T.te_mod(), T.tir_mod()
+    x = inputs[0]
+    dt = T.dtype_of(x)
+    cdt = "float32" if dt == "float16" else dt
+    fast = dt == "float16" or T.use_fast("nn.gelu", cdt)
+
+    def xc(*i):  # type: ignore[no-untyped-def]
+        return T.cast(x(*i), cdt)
+
+    def c(v: float) -> Any:
+        return T.const(v, cdt)
+    if attrs.approximate == "none":
+        h = te.compute(x.shape, lambda *i: xc(*i) * c(_SQRT_HALF), name="T_gelu_arg")
+        if fast:
+            from tvm import topi
+            e = topi.fast_erf(h)
+        else:
+            e = te.compute(x.shape, lambda *i: tirx.erf(h(*i)), name="T_gelu_erf")
+        return te.compute(x.shape, lambda *i: T.cast(
+            c(0.5) * xc(*i) * (c(1.0) + e(*i)), dt), name="T_gelu", tag="elemwise")
+    neg2u = te.compute(x.shape, lambda *i: c(-2.0 * _GELU_K) * (
+        xc(*i) + c(_GELU_C) * xc(*i) * xc(*i) * xc(*i)), name="T_gelu_arg")
+    if fast:
+        e = T.fast_exp_tensor(neg2u)
+    else:
+        e = te.compute(x.shape, lambda *i: tirx.exp(neg2u(*i)), name="T_gelu_exp")
+    return te.compute(x.shape, lambda *i: T.cast(xc(*i) / (c(1.0) + e(*i)), dt),
+                      name="T_gelu", tag="elemwise")
+
+
+@grad_rule
+def gelu_grad(call, out, g):  # type: ignore[no-untyped-def]
+    """``gelu(x)``: "none": ``g (Phi(x) + x phi(x))`` with ``Phi = (1 + erf(x / sqrt 2)) / 2``
+    and ``phi = exp(-x^2 / 2) / sqrt(2 pi)``; "tanh": with ``s = sigmoid(2u)``,
+    ``u = K (x + C x^3)``: ``g (s + 2 x s (1 - s) K (1 + 3 C x^2))``."""
+    x = call.args[0]
+
+    def mul(*a: Expr) -> Expr:
+        r = a[0]
+        for b in a[1:]:
+            r = op("multiply", r, b)
+        return r
+
+    def add(a: Expr, b: Expr) -> Expr:
+        return op("add", a, b)
+    x2 = mul(x, x)
+    if call.attrs.approximate == "none":
+        cdf = mul(scalar(0.5, x), add(scalar(1.0, x), op("erf", mul(x, scalar(_SQRT_HALF, x)))))
+        pdf = mul(scalar(_INV_SQRT_2PI, x), op("exp", mul(scalar(-0.5, x), x2)))
+        return (mul(g, add(cdf, mul(x, pdf))),)
+    u2 = mul(scalar(2.0 * _GELU_K, x), add(x, mul(scalar(_GELU_C, x), x2, x)))
+    s = op("sigmoid", u2)
+    du2 = mul(scalar(2.0 * _GELU_K, x), add(scalar(1.0, x), mul(scalar(3.0 * _GELU_C, x), x2)))
+    return (mul(g, add(s, mul(x, s, op("subtract", scalar(1.0, x), s), du2))),)
+
+
+defop("nn.gelu", 1, attrs=[F("approximate", "str", "none",
+                              '"none": x Phi(x) with the exact normal CDF (erf); "tanh": '
+                              "Phi(x) ~ (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2")],
+      attrs_type="GeluAttrs", rel=gelu_rel, impl=gelu_ref, pattern=OpPattern.ELEMWISE,
+      doc="Gaussian error linear unit ``x * Phi(x)`` (Hendrycks and Gimpel 2016), as "
+          "``torch.nn.functional.gelu`` and ONNX ``Gelu``; float dtypes. float32 kernels use a "
+          "vectorized erf (max relative error 3.7e-7) or fast exp.",
+      grad=gelu_grad, jvp=jvp_symmetric, compute=gelu_te)
+
+
 @tensor_rel("data")
 def softmax_rel(t: TensorType, attrs: Attrs) -> Type | None:
     """``op(x, axis)`` : type of x (``axis`` must be in range)."""

@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 from relay_ir.op import OpDef, OpPattern, list_ops, lookup_opdef
 
 #: The operator families, in document order: the modules ``relay_ir/op/<family>.py``.
-FAMILIES = ("tensor", "reduce", "transform", "indexing", "nn", "conv", "dyn", "annotation")
+FAMILIES = ("tensor", "reduce", "transform", "indexing", "nn", "conv", "conv_ext", "sorting",
+            "dyn", "annotation", "indexing_ext")
 
 REGENERATE = "python -m relay_ir.op.reference > docs/ops.md"
 
@@ -67,6 +68,19 @@ ARG_NAMES: dict[str, tuple[str, ...]] = {
     "dyn.strided_slice_grad": ("out_grad", "data_like", "begin", "end", "strides"),
     "dyn.nn.pad": ("data", "pad_width", "pad_value"),
     "dyn.nn.pad_grad": ("out_grad", "data_like", "pad_width"),
+    # opsa (issue 23): relay_ir/op/indexing_ext.py
+    "gather": ("data", "indices"),
+    "gather_nd": ("data", "indices"),
+    "scatter_elements": ("data", "indices", "updates"),
+    "scatter_nd": ("data", "indices", "updates"),
+    "one_hot": ("indices", "on_value", "off_value"),
+    "arange": (),
+    # part opsb (issue 23)
+    "nn.conv2d_transpose": ("data", "weight"),
+    "nn.conv1d": ("data", "weight"),
+    "nn.conv1d_transpose": ("data", "weight"),
+    "nn.instance_norm": ("data", "gamma", "beta"),
+    "nn.group_norm": ("data", "gamma", "beta"),
 }
 
 _KIND_TEXT = {

@@ -104,6 +104,59 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
+_TWO_OVER_SQRT_PI = 2.0 / np.sqrt(np.pi)
+
+
+def _erf_series(a: np.ndarray) -> np.ndarray:
+    """``erf(a)`` for ``0 <= a < 2.5`` in float64: ``2/sqrt(pi) exp(-a^2) sum_n (2a^2)^n a /
+    (2n+1)!!`` (every term positive: no cancellation; 60 terms reach 1e-16 at ``a = 2.5``)."""
+    a2 = a * a
+    term = a.copy()
+    acc = a.copy()
+    for n in range(1, 60):
+        term = term * (2.0 * a2) / (2 * n + 1)
+        acc = acc + term
+    return _TWO_OVER_SQRT_PI * np.exp(-a2) * acc
+
+
+def _erfc_cf(a: np.ndarray) -> np.ndarray:
+    """``erfc(a)`` for finite ``a >= 2.5`` in float64: the continued fraction ``exp(-a^2) /
+    sqrt(pi) / (a + (1/2) / (a + 1 / (a + (3/2) / (a + ...))))``, 80 levels, evaluated
+    from the bottom up."""
+    f = a.copy()
+    for k in range(80, 0, -1):
+        f = a + (k / 2.0) / f
+    return np.exp(-a * a) / np.sqrt(np.pi) / f
+
+
+def erf_f64(x: np.ndarray) -> np.ndarray:
+    """``erf`` in float64 (relative error below 2e-15 against ``math.erf``: every float32
+    result correctly rounded); odd, ``erf(+-inf) = +-1``, NaN propagates, ``-0.0`` kept."""
+    x = np.asarray(x, np.float64)
+    a = np.abs(x)
+    r = np.ones_like(a)
+    small = a < 2.5
+    r[small] = _erf_series(a[small])
+    mid = ~small & np.isfinite(a)
+    r[mid] = 1.0 - _erfc_cf(a[mid])
+    r[np.isnan(a)] = np.nan
+    return np.copysign(r, x)
+
+
+def erfc_f64(x: np.ndarray) -> np.ndarray:
+    """``erfc(x) = 1 - erf(x)`` in float64, accurate in relative terms for large ``x``."""
+    x = np.asarray(x, np.float64)
+    r = 1.0 - erf_f64(x)
+    far = np.isfinite(x) & (x >= 2.5)
+    r[far] = _erfc_cf(x[far])
+    return r
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """Reference ``erf``: computed in float64, rounded once to the input's float dtype."""
+    return erf_f64(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
 def _round(x: np.ndarray) -> np.ndarray:
     # TVM rounds half away from zero; numpy rounds half to even.
     if x.dtype.kind in "iub":
@@ -154,6 +207,8 @@ _UNARY_GRAD = {
     "rsqrt": _u(lambda x, y, g: _mul(g, _mul(scalar(-0.5, x), _div(y, x)))),
     "sigmoid": _u(lambda x, y, g: _mul(g, _mul(y, op("subtract", scalar(1.0, x), y)))),
     "tanh": _u(lambda x, y, g: _mul(g, op("subtract", scalar(1.0, x), _sq(y)))),
+    "erf": _u(lambda x, y, g: _mul(g, _mul(scalar(_TWO_OVER_SQRT_PI, x),
+                                          op("exp", op("negative", _sq(x)))))),
     "sin": _u(lambda x, y, g: _mul(g, op("cos", x))),
     "cos": _u(lambda x, y, g: op("negative", _mul(g, op("sin", x)))),
     "tan": _u(lambda x, y, g: _mul(g, op("add", scalar(1.0, x), _sq(y)))),
@@ -255,6 +310,9 @@ def _float_te(name: str):  # type: ignore[no-untyped-def]
         x = inputs[0]
         dt = T.dtype_of(x)
         tirx = T.tir_mod()
+        if name == "erf" and dt in ("float16", "float32") and (
+                dt == "float16" or T.use_fast(name, dt)):
+            return T.fast_erf_tensor(x)
         if dt == "float32" and T.use_fast(name, dt) and name in ("exp", "tanh", "sigmoid"):
             from tvm import topi
             if name == "exp":
@@ -558,9 +616,15 @@ _UNARY_FLOAT = {
     "rsqrt": _rsqrt, "sigmoid": _sigmoid, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
     "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
     "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "erf": _erf,
+}
+_UNARY_DOC = {
+    "erf": "Gauss error function ``2/sqrt(pi) * integral_0^x exp(-t^2) dt`` (odd; ``+-inf`` "
+           "gives ``+-1``). float32/float16 kernels use a vectorized rational approximation "
+           "(max relative error 3.7e-7).",
 }
 for _name, _fn in _UNARY_FLOAT.items():
-    def_elemwise(_name, _float_fn(_fn), doc=f"Elementwise ``{_name}``.",
+    def_elemwise(_name, _float_fn(_fn), doc=_UNARY_DOC.get(_name, f"Elementwise ``{_name}``."),
                  grad=_UNARY_GRAD[_name], jvp=jvp_symmetric, compute=_float_te(_name))
 
 def_elemwise("negative", np.negative, doc="Elementwise ``-x``.",
