@@ -69,15 +69,14 @@ def _build(src: str, old: bool) -> Any:
 
 def _kernel(exe: Any, inputs: list[np.ndarray]) -> Callable[[], Any]:
     """The program's single kernel called on zero-copy views of ``inputs`` and a preallocated
-    output."""
+    output (runtime internals: the relax executable's kernel record)."""
+    import tvm
     import tvm_ffi
-    (plan,) = exe._plans.values()
-    (call,) = plan.calls
-    outs = [as_aligned(np.empty(plan.slot_types[s].concrete_shape, plan.slot_types[s].dtype))
-            for s in call.outs]
-    args = [tvm_ffi.from_dlpack(a, require_alignment=0) for a in inputs] + list(call.consts) + \
-        [tvm_ffi.from_dlpack(o) for o in outs]
-    func = call.func
+    (kern,) = exe._backend.kernels.values()
+    outs = [as_aligned(np.empty(shape, dtype)) for shape, dtype in kern.outs]
+    args = [tvm_ffi.from_dlpack(a, require_alignment=0) for a in inputs] + \
+        [tvm.runtime.tensor(c) for c in kern.consts] + [tvm_ffi.from_dlpack(o) for o in outs]
+    func = kern.module[kern.symbol]
     return lambda: func(*args)
 
 

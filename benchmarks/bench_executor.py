@@ -3,13 +3,13 @@
 Parts (workloads of /work/shared/WORKLOADS.md):
 
 * **Per-call overhead** of a one-kernel program, ``exp`` on a (4,) float32 vector: the raw TVM
-  kernel call (prebuilt tvm tensors), ``runtime.build`` on the dataflow fast path, the same
-  kernel behind an ``if`` (the compiled executor, VM), and a module file loaded back.
+  kernel call (prebuilt tvm tensors), ``runtime.build`` (the Relax VM executor) of the
+  straight-line program, the same kernel behind an ``if``, and a module file loaded back.
   Goal: at most 10 us above the kernel.
 * **Dispatch**: a 10,000-step tail-recursive loop whose iteration calls one small kernel
   (``tanh`` on a (4,) float32 vector) against the same loop without it (an idle iteration:
   the counter's compare and decrement, the ``if``, the tail call), per iteration, on the
-  compiled executor (``runtime.vm``) and on ``executor="relax"`` (TVM's Relax VM). Goal
+  compiled executor (``runtime.build``: TVM's Relax VM). Goal
   (issue 21): at most 1 us per iteration in all, the kernel call at most 0.3 us above idle.
 * **W6**: d/dx of sum_{i<1000} sin(x*i)*0.001 at x = 0.5, written as a 1000-step recursive
   loop over float32 scalars; ``passes.gradient`` compiled, against the interpreter on the same
@@ -18,7 +18,7 @@ Parts (workloads of /work/shared/WORKLOADS.md):
   (gradients of the loss wrt the 7 parameters) per tree at batch 1; the gradient program
   compiled, against the interpreter and PyTorch eager (recursion in Python, autograd.grad).
   Goal: at most 0.7x PyTorch eager.
-* **Symbolic**: on ``executor="relax"``, one fused group compiled for a static shape against
+* **Symbolic**: one fused group compiled for a static shape against
   the same group compiled once with a symbolic first dimension (``Tensor[(n, K), float32]``:
   one kernel for every n, the output shape computed in the bytecode) called at the same shape,
   small and large, for an elementwise chain and for dense+bias+relu.
@@ -121,8 +121,8 @@ def overhead(rounds: int, repeat: int) -> Table:
     exe = runtime.build(mod)
     x = as_aligned(np.float32([0.1, 0.2, 0.3, 0.4]))
     exe(x)
-    (plan,) = exe._plans.values()
-    kern = plan.calls[0].func
+    (rec,) = exe._backend.kernels.values()         # NOTE: runtime internals
+    kern = rec.module[rec.symbol]
     tx = tvm.runtime.tensor(x)
     to = tvm.runtime.empty((4,), "float32")
     vm_exe = runtime.build(rly.parse(ONE_KERNEL_VM))
@@ -132,19 +132,15 @@ def overhead(rounds: int, repeat: int) -> Table:
     vm_exe.export_library(path)
     loaded = runtime.load_module(path)
     loaded(x, c)
-    relax_exe = runtime.build(rly.parse(ONE_KERNEL_VM), executor="relax")
-    relax_exe(x, c)
     np_exp = (lambda: np.exp(x))
     for _ in range(rounds):
         t.add("TVM kernel alone (prebuilt tvm tensors)", per_call(lambda: kern(tx, to), 2000,
                                                                   repeat))
-        t.add("runtime.build, dataflow fast path", per_call(lambda: exe(x), 2000, repeat))
+        t.add("runtime.build, straight-line", per_call(lambda: exe(x), 2000, repeat))
         t.add("runtime.build, compiled executor (exp behind an if)",
               per_call(lambda: vm_exe(x, c), 2000, repeat))
         t.add("module file loaded back (runtime.load_module)",
               per_call(lambda: loaded(x, c), 2000, repeat))
-        t.add("runtime.build(executor='relax') (exp behind an if)",
-              per_call(lambda: relax_exe(x, c), 2000, repeat))
         t.add("numpy np.exp (reference)", per_call(np_exp, 2000, repeat))
     return t
 
@@ -204,8 +200,7 @@ def dispatch(rounds: int, repeat: int) -> Table:
     for _ in range(DISPATCH_N):
         want = np.tanh(want)
     runs = []
-    for label, kw in (("compiled executor (runtime.vm)", {}),
-                      ("executor='relax' (Relax VM)", {"executor": "relax"})):
+    for label, kw in (("compiled executor (Relax VM)", {}),):
         for kind, src in (("idle iteration", DISPATCH_IDLE),
                           ("one-kernel iteration", DISPATCH_KERNEL)):
             exe = runtime.build(rly.parse(src), **kw)
@@ -381,7 +376,7 @@ def corpus(rounds: int, repeat: int) -> Table:
         exe = runtime.build(mod)
         exe(*args)
         runtime.evaluate(mod, *args)
-        kind = "dataflow" if exe.is_dataflow() else "VM"
+        kind = f"{exe.num_kernels()} kernels"
         progs.append((os.path.basename(path), mod, exe, args, kind))
     for _ in range(rounds):
         for name, mod, exe, args, kind in progs:
@@ -407,7 +402,7 @@ def main() -> None:
         t = overhead(a.rounds, a.repeat)
         print(t.show("TVM kernel alone (prebuilt tvm tensors)"), "\n")
         k = t.median("TVM kernel alone (prebuilt tvm tensors)") or 0
-        for row in ("runtime.build, dataflow fast path",
+        for row in ("runtime.build, straight-line",
                     "runtime.build, compiled executor (exp behind an if)"):
             m = t.median(row)
             if m is not None:
@@ -416,7 +411,7 @@ def main() -> None:
     if "dispatch" in only:
         t = dispatch(a.rounds, a.repeat)
         print(t.show(), "\n")
-        for label in ("compiled executor (runtime.vm)", "executor='relax' (Relax VM)"):
+        for label in ("compiled executor (Relax VM)",):
             idle = t.median(f"{label}: idle iteration")
             one = t.median(f"{label}: one-kernel iteration")
             if idle is not None and one is not None:

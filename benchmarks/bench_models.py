@@ -131,19 +131,29 @@ def bench_model(name: str, rounds: int) -> None:
 
 
 def profile_kernels(exe: Any, x: np.ndarray, rounds: int) -> None:
-    """CPU time of each kernel call of ``exe(x)`` (``time.thread_time`` around it: at one
-    thread the kernel runs on the calling thread), medians over ``rounds`` calls."""
+    """CPU time of each static kernel of ``exe`` (``time.thread_time`` around it: at one
+    thread the kernel runs on the calling thread), called alone on random inputs of its
+    parameter types, medians over ``rounds`` calls. NOTE: the Relax VM calls kernels from
+    C++, so they are timed outside the program (runtime internals: ``exe._backend.kernels``);
+    ``x`` is unused."""
+    import tvm
+    from relay_ir.runtime.lower_tvm import flatten_type
+    rng = np.random.default_rng(0)
     times: dict[str, list[float]] = {}
-    for plan in exe._plans.values():        # NOTE: the executor's plan, for measuring only
-        for i, c in enumerate(plan.calls):
-            def timed(*a: Any, f: Any = c.func, key: str = f"{i:02d} {c.label}") -> Any:
-                t = time.thread_time()
-                r = f(*a)
-                times.setdefault(key, []).append(time.thread_time() - t)
-                return r
-            c.func = timed
-    for _ in range(rounds):
-        exe(x)
+    for k, kern in sorted(exe._backend.kernels.items()):
+        if kern.dyn is not None or kern.module is None:
+            continue
+        ins = [tvm.runtime.tensor(np.asarray(rng.standard_normal(
+            tuple(int(d) for d in leaf.concrete_shape)), dtype=leaf.dtype))
+            for t in kern.param_types for leaf in flatten_type(t)]
+        ins += [tvm.runtime.tensor(c) for c in kern.consts]
+        ins += [tvm.runtime.empty(shape, dtype) for shape, dtype in kern.outs]
+        f = kern.module[kern.symbol]
+        f(*ins)
+        for _ in range(rounds):
+            t = time.thread_time()
+            f(*ins)
+            times.setdefault(f"{k:02d} {kern.label}", []).append(time.thread_time() - t)
     print("\n| kernel | CPU ms (median) |\n|---|---|")
     total = 0.0
     for k, v in sorted(times.items()):

@@ -155,20 +155,14 @@ def memory() -> None:
               IRModule({"main": step["train_step"]})),
              ("W2 loss (forward)", IRModule({"main": rly.parse(wl.W2_LOSS)["main"]}))]
     print("### memory of the intermediates (KiB)")
-    print("| program | kernels | dataflow plan | relax: shared storage | relax: own "
+    print("| program | kernels | relax: shared storage | relax: own "
           "allocations (intermediates) | relax total | unplanned (one allocation each) |"
-          "\n|---|---:|---:|---:|---:|---:|---:|")
+          "\n|---|---:|---:|---:|---:|---:|")
+    # NOTE: the dataflow path's plan (a column of the first runs, benchmarks/RESULTS.md) is
+    # gone with that path (issue 21: one compiled executor); the interpreter gives the values
     for name, mod in cases:
-        d = runtime.build(mod)
-        want = d(*args)
-        (plan,) = d._plans.values()
-        raws: dict[int, int] = {}
-        for buf in plan.buffers.values():
-            base = buf
-            while getattr(base, "base", None) is not None:
-                base = base.base
-            raws[id(base)] = base.nbytes
-        r = runtime.build(mod, executor="relax")
+        want = runtime.evaluate(mod, *args)
+        r = runtime.build(mod)
         got = r(*args)
         for a, b in zip(want if isinstance(want, tuple) else [want],
                         got if isinstance(got, tuple) else [got]):
@@ -177,7 +171,7 @@ def memory() -> None:
         outs = got if isinstance(got, tuple) else [got]
         out_bytes = sum(relax_plan._round(np.asarray(o).nbytes) for o in outs)
         own = max(0, st["own_bytes"] - out_bytes)   # NOTE: the results are allocated anyway
-        print(f"| {name} | {len(plan.calls)} | {sum(raws.values()) / 1024:.0f} | "
+        print(f"| {name} | {r.num_kernels()} | "
               f"{st['arena'] / 1024:.0f} | {own / 1024:.0f} | {(st['arena'] + own) / 1024:.0f} "
               f"| {(st['unplanned_bytes'] + own) / 1024:.0f} |")
 

@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(10):
             exe(*call_args)
         print(f"{args.profile}: {(time.perf_counter() - t0) * 100:.2f} ms per step, "
-              f"{exe.num_kernels()} kernel calls; by fused group (ms per step):")
+              f"{exe.num_kernels()} fused groups; by fused group (ms per step, kernels timed "
+              f"alone):")
         for label, n, ms in wl.profile_kernels(exe, call_args):
             print(f"  {ms:8.3f} ms  x{n:<4d} {label}")
         return 0

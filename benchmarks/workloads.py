@@ -1063,22 +1063,43 @@ def relay_step(key: str) -> tuple[Any, list[np.ndarray]]:
 
 def profile_kernels(exe: Any, args: list[np.ndarray], calls: int = 10
                     ) -> list[tuple[str, int, float]]:
-    """Per fused group: (label, calls per step, ms per step), slowest first.
+    """Per fused group: (label, kernel instructions in the program, ms per call x those),
+    slowest first.
 
-    NOTE: wraps the kernel functions of the executable's planned steps (runtime internals:
-    ``Executable._plans``); a runtime without them raises AttributeError.
+    NOTE: the Relax VM calls kernels from C++, so they cannot be wrapped: each static kernel
+    of the executable (runtime internals: ``exe._backend.kernels``) is timed on its own with
+    random inputs of its parameter types, ``calls`` times; its count is the number of
+    ``kernel`` instructions naming its group (exact for straight-line programs). Symbolic
+    kernels and host groups are not timed. ``args`` is unused (kept for the CLI).
     """
-    exe(*args)
-    acc: dict[str, list[float]] = {}
-    for plan in exe._plans.values():
-        for c in plan.calls:
-            def timed(*a: Any, _f: Any = c.func, _l: str = c.label) -> Any:
-                t0 = time.perf_counter()
-                r = _f(*a)
-                acc.setdefault(_l, []).append(time.perf_counter() - t0)
-                return r
-            c.func = timed
-    for _ in range(calls):
-        exe(*args)
-    rows = [(label[:100], len(ts) // calls, sum(ts) / calls * 1e3) for label, ts in acc.items()]
+    import tvm
+    from relay_ir.runtime.lower_tvm import flatten_type
+    backend = exe._backend
+    uses: dict[int, int] = {}
+    for cf in backend.cp.functions:
+        for ins in cf.code:
+            if ins[0] == "kernel":
+                uses[ins[2]] = uses.get(ins[2], 0) + 1
+            elif ins[0] == "kernel_ret":
+                uses[ins[1]] = uses.get(ins[1], 0) + 1
+    rng = np.random.default_rng(0)
+    rows = []
+    for k, kern in backend.kernels.items():
+        if kern.dyn is not None or kern.module is None:
+            continue
+        ins = []
+        for t in kern.param_types:
+            for leaf in flatten_type(t):
+                shape = tuple(int(d) for d in leaf.concrete_shape)
+                a = rng.standard_normal(shape) if "float" in leaf.dtype else np.ones(shape)
+                ins.append(tvm.runtime.tensor(np.asarray(a, dtype=leaf.dtype)))
+        ins += [tvm.runtime.tensor(c) for c in kern.consts]
+        ins += [tvm.runtime.empty(shape, dtype) for shape, dtype in kern.outs]
+        f = kern.module[kern.symbol]
+        f(*ins)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            f(*ins)
+        n = uses.get(k, 1)
+        rows.append((kern.label[:100], n, (time.perf_counter() - t0) / calls * 1e3 * n))
     return sorted(rows, key=lambda r: -r[2])

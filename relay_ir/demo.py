@@ -152,16 +152,16 @@ def train(epochs: int = 20, *, lr: float = 0.1, momentum: float = 0.9, seed: int
     exe = compile_step(mod, "main", n_data=2, lr=None)
     ones = np.ones((BATCH, 64), np.float32)
     exe(ones, np.eye(10, dtype=np.float32)[np.zeros(BATCH, int)], *init_params(seed),
-        entry="main")                                       # plan + compile kernels
+        entry="main")                                       # load the kernels (warm-up)
     pred = runtime.build(predictor(mod), target="llvm")
     params = init_params(seed)
-    # NOTE: the predictor's batch dim is `?`: its kernels compile per shape, so both shapes it
-    # will see (the training and the test set) compile here, not in the first epoch
+    # NOTE: the predictor's batch dim is `?`: its kernels are compiled once over a symbolic
+    # batch at build time; one warm-up call per shape it will see (train and test set)
     for x in (xtr, xte):
         pred(x, *params, entry="main")
     compile_s = time.perf_counter() - t0
     print(f"compiled train step and predictor in {compile_s:.2f} s "
-          f"({exe.num_kernels()} kernel calls per step)",
+          f"({exe.num_kernels()} fused kernels per step)",
           file=out)
     rng = np.random.default_rng(seed)
     eye = np.eye(10, dtype=np.float32)

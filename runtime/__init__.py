@@ -1,9 +1,14 @@
 """Runtime: values, the interpreter, TVM lowering and the compiled executor.
 
-``evaluate(mod, *args, entry="main")`` runs a module with the reference interpreter; values are
-numpy arrays, Python tuples, :class:`ADTValue`, :class:`RefValue` and :class:`Closure`.
-Heavier parts (the interpreter, ``build`` -- the compiled executor -- and ``load_module``)
-are imported on first use.
+One instruction compiler (``runtime.compiler``), two backends: ``evaluate(mod, *args,
+entry="main")`` runs a module with the reference interpreter; ``build(mod, target="llvm")``
+returns the one compiled executor (``relax_vm.RelaxExecutable``: the same instructions as TVM
+Relax VM bytecode linked with the fused TVM kernels), whose ``export_library`` writes a
+standard TVM module that ``load_module`` runs without the compiler (``target="cuda"`` still
+builds on the legacy executor of ``runtime.legacy``, until the Relax backend emits CUDA).
+Values are numpy arrays, Python tuples, :class:`ADTValue`, :class:`RefValue` and
+:class:`Closure`. Heavier parts (the interpreter, ``build`` and ``load_module``) are imported
+on first use.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ fixed slot), closure capture, tail positions, and the layout of ``if`` and ``mat
 is plain data -- tuples of strings and integers, lists and dicts -- so a program can be written
 to JSON (:meth:`CompiledProgram.to_json`) and read back (:meth:`CompiledProgram.from_json`).
 The reference interpreter (``runtime.interpreter``) turns the instructions into step closures;
-the compiled executor (``runtime.vm``) runs the same instructions, with an invoke-kernel
-instruction per fused group.
+the compiled executor (``runtime.relax_vm``) compiles the same instructions, with an
+invoke-kernel instruction per fused group, to TVM Relax VM bytecode.
 
 Registers of a function (an activation's register file)::
 
@@ -48,7 +48,8 @@ the function's instruction list; a step without a target continues at the next o
 ``("kernel_ret", k, srcs)``                      return ``kernels[k](srcs)`` (tail position)
 ===============================================  =============================================
 
-With ``CompiledProgram(mod, kernels=True)`` (the compiled executor, ``runtime.vm``) a call of a
+With ``CompiledProgram(mod, kernels=True)`` (the compiled executor, ``runtime.relax_vm``) a
+call of a
 ``Primitive=1`` function -- a fused group of ``fuse-ops``, let-bound or literal -- becomes an
 invoke-kernel instruction instead of a closure call. ``CompiledProgram.kernels[k]`` is the
 group's :class:`~relay_ir.expr.Function` and ``kernel_fns[k]`` the index of its body compiled as

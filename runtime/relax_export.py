@@ -48,8 +48,9 @@ loader maps the library by its program headers and ignores trailing bytes)::
 
 :func:`load_module` checks the magic, the version, the sizes, both checksums, the metadata and
 the target **before** anything is handed to ``dlopen`` (a truncated library crashes the
-process), then loads a private copy of the verified bytes. Module files of the older
-executor (``runtime.vm``, magic ``RLYMOD``) still load, routed by their magic.
+process), then loads a private copy of the verified bytes. Module files of the old Python VM
+(magic ``RLYMOD``) load on the legacy VM only while ``target="cuda"`` builds there
+(``executor._LEGACY_CUDA``); then they are refused ("rebuild it").
 """
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ import shutil
 import struct
 import sys
 import tempfile
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 
@@ -209,6 +211,13 @@ def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str
                     if id(m) not in seen:
                         seen.add(id(m))
                         mods.append(m)
+                elif key and id(m) in getattr(dyn, "requests", {}):
+                    # NOTE: a library of the kernel cache without its object file (written
+                    # by an older relay_ir): compiled again from its request
+                    if key not in seen:
+                        seen.add(key)
+                        rest.append(SimpleNamespace(symbol="k_" + key, label=kern.label,
+                                                    request=dyn.requests[id(m)]))
                 else:
                     raise DiagnosticError(
                         f"export_library: the symbolic kernel of {kern.label} was loaded "
@@ -334,7 +343,10 @@ def _verify(path: str, data: bytes) -> tuple[dict, bytes]:
                 f"{path}: a shared library that does not end with relay_ir's trailer: a plain "
                 f"shared library, a module file cut short (truncated), or one with bytes "
                 f"appended; write module files with exe.export_library or `rly build`")
-        raise ModuleFileError(f"{path}: not a relay_ir module file (no relay_ir trailer)")
+        if not data:
+            raise ModuleFileError(f"{path}: the module file is empty")
+        raise ModuleFileError(f"{path}: not a relay_ir module file (bad magic: no shared "
+                              f"library with relay_ir's trailer)")
     if len(data) < _FOOTER.size:
         raise ModuleFileError(f"{path}: the module file is truncated ({len(data)} bytes)")
     version, _ = _TAIL.unpack_from(data, len(data) - _TAIL.size)
@@ -361,19 +373,27 @@ def _verify(path: str, data: bytes) -> tuple[dict, bytes]:
 
 
 def load_module(path: str, target: Any = None) -> Any:
-    """Load a module file: a Relax VM module (:class:`LoadedRelaxModule`) or a file of the
-    older executor (``runtime.vm.load_module``), told apart by content.
+    """Load a module file written by ``export_library`` / ``rly build``: a
+    :class:`LoadedRelaxModule`.
 
     A missing, truncated, corrupt, wrong-version or wrong-target file is a
     :class:`~relay_ir.runtime.vm.ModuleFileError` (a ``DiagnosticError``); nothing is handed
-    to the dynamic loader before every check passed.
+    to the dynamic loader before every check passed. A file of the old Python VM (magic
+    ``RLYMOD``) loads on the legacy VM while ``target="cuda"`` builds there
+    (``executor._LEGACY_CUDA``); after that it is a ``ModuleFileError`` ("made by an older
+    relay_ir; rebuild it").
     """
     from relay_ir.runtime import vm as vm_mod
     path = os.fspath(path)
     data = _read(path)
     if data.startswith(vm_mod.MAGIC) or (not is_relax_module(data) and
-                                         not data.startswith(b"\x7fELF")):
-        return vm_mod.load_module(path, target)
+                                         vm_mod.MAGIC.startswith(data[:8]) and data):
+        from relay_ir.runtime import executor
+        if not executor._LEGACY_CUDA:
+            raise ModuleFileError(f"{path}: a module file made by an older relay_ir (its "
+                                  f"Python VM); rebuild it (rly build / export_library)")
+        from relay_ir.runtime import legacy_vm    # NOTE: LEGACY: goes with _LEGACY_CUDA
+        return legacy_vm.load_module(path, target)
     meta, lib = _verify(path, data)
     del data
     return _load(path, meta, lib)
@@ -501,6 +521,22 @@ class LoadedRelaxModule(RelaxExecutable):
 
     def num_compiled(self) -> int:
         return len(self.metadata.get("kernels", ()))
+
+    def num_kernels(self) -> int:
+        """The number of distinct kernels the file links (no host groups: export refuses
+        them)."""
+        return len(self.metadata.get("kernels", ()))
+
+    def host_kernels(self) -> list[str]:
+        return []           # NOTE: export refuses programs with host groups
+
+    def kernel_sources(self) -> list[str]:
+        """Nothing: a loaded shared library keeps no kernel source."""
+        return []
+
+    @property
+    def cache(self) -> Any:
+        return None         # NOTE: a loaded module never compiles
 
     def export_library(self, path: str, entry: str | None = None) -> None:
         raise DiagnosticError("a loaded module cannot be exported again; export the "

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from relay_ir.errors import DiagnosticError
+from relay_ir.errors import DiagnosticError, LoweringError
 from relay_ir.ty import AnyDim, DimExpr, ShapeVar, TensorType, TupleType, Type
 
 HOST_FUNC = "relay_ir.host.group"
@@ -71,6 +71,7 @@ class DynInfo:
         self.outs: list[tuple[list[tuple[int, int]], str]] = []  # (make_shape codes, dtype)
         self.modules: list[Any] = []                    # libraries to link
         self.cache_keys: dict[int, str] = {}            # id(module) -> its kernel-cache key
+        self.requests: dict[int, Any] = {}              # id(module) -> its kernel request
         self.prim_func: Any = None                      # the unscheduled symbolic PrimFunc
         self.messages: list[str] = []                   # per flattened input: mismatch text
         # speculation: pairs of heap slots that must hold equal dims for the kernel to run
@@ -99,7 +100,12 @@ def dynamic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str)
 def host_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str,
                 reason: str) -> Any:
     """The kernel record of group ``k`` run on the host by ``relay_ir.host.group``."""
-    from relay_ir.runtime.relax_vm import _Kernel
+    from relay_ir.op import get_opdef
+    from relay_ir.runtime.relax_vm import _Kernel, _ops
+    for op in _ops(fn):
+        if get_opdef(op.name).impl is None:
+            raise LoweringError(f"operator `{op.name}` has neither a TVM compute nor a "
+                                f"reference implementation", fn.span)
     info = DynInfo("host", reason)
     info.key = _host_group(backend, k, label)
     kern = _Kernel(HOST_FUNC, None, [], [], 0, types, label)
@@ -226,6 +232,7 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
     info.prim_func = lowered.prim_func
     info.modules.append(module)
     info.cache_keys[id(module)] = req.key
+    info.requests[id(module)] = req
     volume = _volume(lowered.prim_func, {v.name: slots[d] for d, v in tir_vars.items()})
     if volume is not None and any(mono for _, mono in volume):
         # NOTE: a static kernel below SERIAL_BELOW iterations runs on one thread (waking the
@@ -245,6 +252,7 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
             info.serial_symbol = "k_" + req1.key
             info.modules.append(exe.cache.modules.get(req1.key))
             info.cache_keys[id(info.modules[-1])] = req1.key
+            info.requests[id(info.modules[-1])] = req1
             info.small_symbol = f"rly_small_{k}_{req.key[:16]}"
             info.modules.append(_small_function(info.small_symbol, info.heap, volume,
                                                 SERIAL_BELOW))

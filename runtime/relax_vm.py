@@ -1,7 +1,7 @@
-"""The Relax VM backend (experimental): the instruction program as TVM Relax VM bytecode.
+"""The compiled executor: the instruction program as TVM Relax VM bytecode.
 
-``runtime.build(mod, executor="relax")`` compiles the plain-data instruction program of
-``runtime.compiler`` (the one the interpreter and ``runtime.vm`` run) to the bytecode of TVM's
+``runtime.build(mod)`` compiles the plain-data instruction program of
+``runtime.compiler`` (the one the reference interpreter runs) to the bytecode of TVM's
 C++ virtual machine (``tvm.relax.VirtualMachine``): four opcodes (Call, Ret, Goto, If) plus
 calls of ``vm.builtin.*`` functions, emitted with ``tvm.relax.ExecBuilder`` and linked with the
 fused groups' compiled TIR kernels into one executable. Control never returns to Python
@@ -489,6 +489,19 @@ class _Emitter:
         ``eb`` as function ``name`` with ``nin`` inputs."""
         import tvm
         ops = relax_plan.expand(self.prologue + self.ops if ops is None else ops)
+        # NOTE: a jump to itself (`def @f(%x) { @f(%x) }`: a self tail call with nothing
+        # before it) is a Goto of offset 0, which the ExecBuilder refuses: a no-op goes first
+        padded: list[tuple] = []
+        fresh: set[Any] = set()          # labels with no instruction after them yet
+        for op in ops:
+            if op[0] == "label":
+                fresh.add(op[1])
+            else:
+                if op[0] == "goto" and op[1] in fresh:
+                    padded.append(("call", "vm.builtin.null_value", [], self.tmp()))
+                fresh.clear()
+            padded.append(op)
+        ops = padded
         pos: dict[Any, int] = {}
         n = 0
         for op in ops:
@@ -566,6 +579,7 @@ class RelaxBackend:
         self.apply_arities: set[int] = set()  # thunks of bounced tail calls (relax_plan)
         self.tramp = False                   # inner functions return (flag, value) (relax_plan)
         self.plan_stats: dict[int, dict] = {}  # memory plan figures per function
+        self._fetched: dict[int, Any] = {}     # group -> its request, compiled by precompile
 
     def depth_op(self, kind: str) -> tuple:
         """The abstract op of a depth-counter call (``_ENTER``, ``_LEAVE``, ``_FAIL``)."""
@@ -637,8 +651,10 @@ class RelaxBackend:
                                                              e.message)
             return got
         from relay_ir.runtime.executor import kernel_request
-        req = kernel_request(lowered, self.exe.target)
-        self.exe.cache.get([req], self.exe.target)
+        req = self._fetched.get(k)
+        if req is None:
+            req = kernel_request(lowered, self.exe.target)
+            self.exe.cache.get([req], self.exe.target)
         key = req.key
         module = self.exe.cache.modules.get(key)
         got = self.kernels[k] = _Kernel(
@@ -680,11 +696,30 @@ class RelaxBackend:
             return tvm.runtime.tensor(np.array(_COUNTER_INIT, np.int64))
         return relax_plan.constant_value(key)
 
+    def precompile(self) -> None:
+        """Compile every static group's kernel in one batch through the kernel cache (one
+        library, one link), before :meth:`kernel` asks for them one by one (memory hits)."""
+        from relay_ir.runtime.executor import kernel_request
+        reqs = []
+        for k, fn in enumerate(self.cp.kernels):
+            types = [p.type_annotation or p.checked_type_ for p in fn.params]
+            if not all(_is_static(t) for t in types):
+                continue
+            try:
+                lowered = self.exe._lower(fn, types)
+            except LoweringError:
+                continue           # NOTE: a host group, or an error kernel() reports
+            reqs.append((k, kernel_request(lowered, self.exe.target)))
+        if len(reqs) > 1:
+            self.exe.cache.get([r for _, r in reqs], self.exe.target)
+            self._fetched = dict(reqs)     # NOTE: kernel() takes these without a second get
+
     def build(self) -> Any:
         """Emit every global (and the inner functions they call); link; return the VM."""
         import tvm
         from tvm import relax
         from tvm.relax import vm_build
+        self.precompile()
         for name in self.cp.mod:
             self.name_of(self.cp.compile_global(name))
         for cf in self.cp.functions:
@@ -797,8 +832,8 @@ def _ops(fn: Any) -> list:
 
 # ============================================================================ running
 class RelaxExecutable:
-    """A module built with ``runtime.build(..., executor="relax")``: ``exe(*args,
-    entry="main")`` runs an entry on TVM's Relax VM; numpy arrays and tuples in and out."""
+    """A module built with ``runtime.build(...)``: ``exe(*args, entry="main")`` runs an entry
+    on TVM's Relax VM; numpy arrays and tuples in and out."""
 
     def __init__(self, exe: Any):
         self.module = exe.module
@@ -847,24 +882,55 @@ class RelaxExecutable:
         """The number of compiled kernels the executable links."""
         return len(self._backend.kernels)
 
+    # ------------------------------------------------------------------ inspection (API)
+    @property
+    def cache(self) -> Any:
+        """The kernel cache the kernels were compiled through."""
+        return self._backend.exe.cache
+
+    def num_kernels(self) -> int:
+        """The number of **distinct fused groups** the executable runs as kernels: static and
+        symbolic TVM kernels and host groups (every group is compiled at build time, whatever
+        the entry or the control flow). For a straight-line program (each group called once
+        per run) it is also the number of kernel calls per run; groups that lower to the same
+        code share one library but count once each."""
+        return len(self._backend.kernels)
+
+    def host_kernels(self) -> list[str]:
+        """Labels (``host:`` + the operators) of the fused groups that run on the host with
+        the numpy reference implementations (no TVM compute, or a value-dependent output
+        shape), in group order."""
+        return [f"host:{kern.label}" for _, kern in sorted(self._backend.kernels.items())
+                if kern.dyn is not None and kern.dyn.mode == "host"]
+
     def kernel_sources(self) -> list[str]:
-        """The generated source of every linked kernel: CUDA C for ``target="cuda"``, else
-        LLVM IR (a symbolic kernel: its kernel module's)."""
+        """The generated source of each TVM kernel, one string per fused group in group order:
+        CUDA C for ``target="cuda"``, else LLVM IR (host groups have none; a symbolic group's
+        variants are joined). A kernel the kernel cache loaded from its disk store (a shared
+        library) has no source left and is skipped."""
         kernels = getattr(self._backend, "kernels", None)
         if kernels is None:
             raise DiagnosticError("kernel_sources(): a loaded module keeps no kernel sources "
                                   "(build the program to see them)")
         out = []
-        for kern in kernels.values():
-            mods = kern.dyn.modules[:1] if kern.dyn is not None else [kern.module]
+        for _, kern in sorted(kernels.items()):
+            mods = kern.dyn.modules if kern.dyn is not None else [kern.module]
+            texts = []
             for m in mods:
                 if m is None:
                     continue
-                if self._cuda:
-                    from relay_ir.runtime.relax_cuda import kernel_source
-                    out.append(kernel_source(m))
-                else:
-                    out.append(m.inspect_source("ll"))
+                try:
+                    if self._cuda:
+                        from relay_ir.runtime.relax_cuda import kernel_source
+                        text = kernel_source(m)
+                    else:
+                        text = m.inspect_source("ll")
+                except Exception:        # NOTE: a library loaded from disk keeps no source
+                    text = ""
+                if text:
+                    texts.append(text)
+            if texts:
+                out.append("\n".join(texts))
         return out
 
     def export_library(self, path: str, entry: str | None = None) -> None:

@@ -118,6 +118,7 @@ def _distinct_kernels(exe: Any) -> list[tuple[Any, Any]]:
     from relay_ir.runtime.executor import kernel_request
     from relay_ir.runtime.vm import _is_static
     from relay_ir.errors import LoweringError
+    exe = getattr(getattr(exe, "_backend", None), "exe", exe)   # the build context
     cp = CompiledProgram(exe.module, kernels=True).compile_all()
     seen: dict[str, tuple[Any, Any]] = {}
     for fn in cp.kernels:

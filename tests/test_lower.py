@@ -272,6 +272,6 @@ def test_cpu_kernel_sources_are_llvm_ir(tmp_path: object) -> None:
     from relay_ir.runtime.kernel_cache import KernelCache
     exe = runtime.build(rly.parse(HDR + "def @main(%x: Tensor[(64), float32]) { exp(%x) }"),
                         cache=KernelCache(directory=str(tmp_path)))   # compiled, not loaded
-    assert exe.prepare(_rand(64)) == 1
+    assert exe.num_kernels() == 1                          # compiled at build time
     (src,) = exe.kernel_sources()
     assert "define" in src and "<16 x float>" in src      # vectorized by 16 lanes

@@ -45,13 +45,18 @@ def _within(seconds: float, f: Any, *args: Any) -> Any:
 DEPTH = 20_000   # NOTE: frame limit of both runs: endless non-tail recursions fail fast
 
 
+@pytest.fixture(autouse=True)
+def _compiled_depth_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled executor's deep-run limit is DEPTH too (runtime.relax_vm.DEEP_DEPTH)."""
+    from relay_ir.runtime import relax_vm
+    monkeypatch.setattr(relax_vm, "DEEP_DEPTH", DEPTH)
+
+
 def _compare(mod: rly.IRModule, exe: Any, args: tuple, what: str, rtol: float = 1e-4,
              atol: float = 1e-5) -> str:
     """Run both; assert they agree (or both fail). Returns "ok" or "both-failed"."""
     def compiled(*a: Any) -> Any:
-        if exe.is_dataflow():
-            return exe(*a)
-        return exe.vm()(*a, max_depth=DEPTH)
+        return exe(*a)
     try:
         want = runtime.evaluate(mod, *copy_value(args), max_depth=DEPTH)
         failed = None

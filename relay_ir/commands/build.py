@@ -2,15 +2,16 @@
 
 The program is parsed (``--prelude`` for the standard prelude), type-checked, optimized, fused
 and compiled with ``runtime.build``; ``-o`` names the module file that
-``Executable.export_library`` writes (one file: the control program as JSON and the kernels as
-TVM shared libraries, with a format version and checksums; docs/runtime.md). ``rly run
+``export_library`` writes: one standard TVM shared library (bytecode + kernels) with
+relay_ir's trailer (format version, checksums, entry types; docs/runtime.md):
+``tvm.runtime.load_module`` + ``tvm.relax.VirtualMachine`` run it without relay_ir. ``rly run
 model.so ARGS`` runs it later without the compiler. ``--opt-level`` (0 to 3, default 2) is the
 optimization level. ``--entry NAME`` (default ``main``) is the global to build: the module
 file holds it and the globals it reaches, and runs it by default (``rly run model.so``
 without ``--entry``). Type errors and unsupported targets are
-diagnostics (exit status 1). ``--executor relax`` builds for TVM's Relax VM: the module file
-is then a standard TVM shared library with relay_ir's trailer (``tvm.runtime.load_module`` +
-``tvm.relax.VirtualMachine`` run it without relay_ir; ``rly run`` runs it too).
+diagnostics (exit status 1). ``--executor relax`` is accepted (the one compiled executor).
+``--target cuda`` still writes the legacy executor's file format until the Relax executor
+emits CUDA (``runtime.executor._LEGACY_CUDA``).
 """
 from __future__ import annotations
 
@@ -36,9 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
                         help="optimization level (default 2)")
     parser.add_argument("--executor", default=None, metavar="NAME",
-                        help="the executor to build for: relax (TVM's Relax VM: the file is a "
-                             "standard TVM shared library that plain TVM also runs); default: "
-                             "runtime.build's default")
+                        help="relax (accepted: TVM's Relax VM is the one compiled executor)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                         **kwargs)
     out = os.fspath(args.output)
     exe.export_library(out, entry=args.entry)
-    # NOTE: either executor: the Relax one counts its linked kernels itself
+    # NOTE: LEGACY: target cuda still builds on the legacy executor (executor._LEGACY_CUDA)
     kernels = exe.num_compiled() if hasattr(exe, "num_compiled") else exe.vm().num_compiled()
     print(f"wrote {out} ({os.path.getsize(out)} bytes, {kernels} kernels, target "
           f"{exe.target.kind.name})")

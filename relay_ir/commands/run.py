@@ -15,7 +15,9 @@ is printed as a diagnostic (exit status 1) and nothing runs. An argument is a li
 unknown), or the path of a ``.npy`` file (loaded with
 ``allow_pickle=False``). Wrong argument count, shape or dtype, and an integer the dtype cannot
 hold (``300`` for a uint8), are errors naming the parameter (exit status 1). ``--max-depth N``
-bounds the nesting of non-tail calls (default ``runtime.interpreter.DEFAULT_MAX_DEPTH``).
+bounds the interpreter's nesting of non-tail calls (default
+``runtime.interpreter.DEFAULT_MAX_DEPTH``; with ``--target`` it is an error: the compiled
+executor has its own limit, ``runtime.relax_vm.DEEP_DEPTH``).
 """
 from __future__ import annotations
 
@@ -112,7 +114,8 @@ def file_kind(path: str) -> str:
     if head.startswith(b"\x7fELF") or head[:4] in _MACHO:
         fmt = "ELF" if head.startswith(b"\x7fELF") else "Mach-O"
         raise DiagnosticError(f"{path}: this is a shared library ({fmt}), not a relay_ir module "
-                              f"file (or a module file cut short: it lacks relay_ir's trailer); "
+                              f"file (or a module file cut short (truncated): it lacks "
+                              f"relay_ir's trailer); "
                               f"`rly run` takes a .rly program or a module file written by "
                               f"`rly build`")
     if b"\0" in head:
@@ -191,12 +194,14 @@ def run(args: argparse.Namespace) -> int:
     require_entry(mod, args.entry, args.file, prelude=bool(args.prelude))
     values = [parse_argument(a, i + 1) for i, a in enumerate(arg_texts)]
     if args.target:
+        if args.max_depth:
+            from relay_ir.runtime.relax_vm import DEEP_DEPTH
+            raise DiagnosticError(f"rly run: --max-depth bounds the interpreter; the compiled "
+                                  f"executor (--target) has its own limit ({DEEP_DEPTH:,} "
+                                  f"non-tail calls)")
         from relay_ir.runtime.executor import build
         exe = build(mod, target=args.target)
-        if args.max_depth and not exe.is_dataflow(args.entry):
-            result = exe.vm()(*values, entry=args.entry, max_depth=args.max_depth)
-        else:
-            result = exe(*values, entry=args.entry)
+        result = exe(*values, entry=args.entry)
     else:
         from relay_ir.runtime.interpreter import DEFAULT_MAX_DEPTH, evaluate
         result = evaluate(mod, *values, entry=args.entry,
