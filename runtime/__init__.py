@@ -4,8 +4,8 @@ One instruction compiler (``runtime.compiler``), two backends: ``evaluate(mod, *
 entry="main")`` runs a module with the reference interpreter; ``build(mod, target="llvm")``
 returns the one compiled executor (``relax_vm.RelaxExecutable``: the same instructions as TVM
 Relax VM bytecode linked with the fused TVM kernels), whose ``export_library`` writes a
-standard TVM module that ``load_module`` runs without the compiler (``target="cuda"`` still
-builds on the legacy executor of ``runtime.legacy``, until the Relax backend emits CUDA).
+standard TVM module that ``load_module`` runs without the compiler (``target="cuda"``: the
+same executor with GPU-resident tensors).
 Values are numpy arrays, Python tuples, :class:`ADTValue`, :class:`RefValue` and
 :class:`Closure`. Heavier parts (the interpreter, ``build`` and ``load_module``) are imported
 on first use.

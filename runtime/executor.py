@@ -14,10 +14,7 @@ Arguments that are C-contiguous and writeable are passed zero-copy at any alignm
 kernels assume only element alignment, ``schedules.unaligned_params``); others are copied once.
 :meth:`RelaxExecutable.export_library` writes one standard TVM shared library
 (``runtime.relax_export``; ``runtime.load_module`` reads it back).
-
-``target="cuda"`` still builds on the legacy path (``runtime.legacy``: a dataflow fast path
-plus the Python VM of ``runtime.legacy_vm``) until the relax executor emits CUDA: the switch
-point is :data:`_LEGACY_CUDA`.
+``target="cuda"`` is the same executor with GPU-resident tensors (``runtime.relax_cuda``).
 """
 from __future__ import annotations
 
@@ -289,14 +286,6 @@ def refine_types(mod: IRModule) -> IRModule:
     except DiagnosticError:
         return mod
 
-
-# NOTE: THE SWITCH POINT. True while the relax executor does not emit CUDA: target="cuda" then
-# builds on the legacy path (runtime/legacy.py + runtime/legacy_vm.py). When the relax backend
-# takes CUDA, set this to False and delete those two modules (and the legacy rows of
-# runtime.relax_export.load_module and the cuda tests' legacy expectations).
-_LEGACY_CUDA = True
-
-
 def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: Any = None,
           opt_level: int = 2, max_fuse_depth: int = 256, cache: Any = None,
           fast_math: bool | None = None, executor: str | None = None,
@@ -315,8 +304,7 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     default; ``relay_ir.op._te``). ``cache``: a
     :class:`~relay_ir.runtime.kernel_cache.KernelCache` (default: the shared one).
     ``executor``: ``None`` or ``"relax"`` (the same: there is one compiled executor; the name
-    is still accepted; while ``target="cuda"`` builds on the legacy path, ``"relax"`` by name
-    refuses it). Anything else is a ``DiagnosticError``.
+    is still accepted). Anything else is a ``DiagnosticError``.
 
     Everything compiles here: the bytecode of every global and the kernel of every fused
     group (static groups for their shapes, ``?`` and symbolic groups once over symbolic
@@ -340,13 +328,6 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     opt = target_rewrites(refine_types(opt), target, opt_level)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
-    if _LEGACY_CUDA and executor is None and is_cuda(resolve_target(target)):
-        # NOTE: LEGACY: executor="relax" asked by name refuses cuda (RelaxUnsupportedError)
-        from relay_ir.runtime.legacy import Executable
-        exe = Executable(fused, target, cache, fast_math)
-        exe.entry = entry
-        exe.compile_static()
-        return exe
     from relay_ir.runtime.relax_vm import RelaxExecutable
     ctx = BuildContext(fused, target, cache, fast_math)
     ctx.entry = entry

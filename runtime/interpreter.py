@@ -109,7 +109,7 @@ class Program:
     """
 
     # instruction tag -> factory(ins, pc, code) -> (step, kind): a backend built on this one
-    # (the legacy CUDA executor, ``runtime.legacy_vm``) adds or replaces instructions here
+    # adds or replaces instructions here
     step_factories: dict[str, Callable] = {}
 
     def __init__(self, mod: IRModule, compiled: CompiledProgram | None = None):

@@ -49,8 +49,7 @@ loader maps the library by its program headers and ignores trailing bytes)::
 :func:`load_module` checks the magic, the version, the sizes, both checksums, the metadata and
 the target **before** anything is handed to ``dlopen`` (a truncated library crashes the
 process), then loads a private copy of the verified bytes. Module files of the old Python VM
-(magic ``RLYMOD``) load on the legacy VM only while ``target="cuda"`` builds there
-(``executor._LEGACY_CUDA``); then they are refused ("rebuild it").
+(magic ``RLYMOD``) are refused ("rebuild it").
 """
 from __future__ import annotations
 
@@ -379,21 +378,15 @@ def load_module(path: str, target: Any = None) -> Any:
     A missing, truncated, corrupt, wrong-version or wrong-target file is a
     :class:`~relay_ir.runtime.vm.ModuleFileError` (a ``DiagnosticError``); nothing is handed
     to the dynamic loader before every check passed. A file of the old Python VM (magic
-    ``RLYMOD``) loads on the legacy VM while ``target="cuda"`` builds there
-    (``executor._LEGACY_CUDA``); after that it is a ``ModuleFileError`` ("made by an older
-    relay_ir; rebuild it").
+    ``RLYMOD``) is a ``ModuleFileError`` ("made by an older relay_ir; rebuild it").
     """
     from relay_ir.runtime import vm as vm_mod
     path = os.fspath(path)
     data = _read(path)
     if data.startswith(vm_mod.MAGIC) or (not is_relax_module(data) and
                                          vm_mod.MAGIC.startswith(data[:8]) and data):
-        from relay_ir.runtime import executor
-        if not executor._LEGACY_CUDA:
-            raise ModuleFileError(f"{path}: a module file made by an older relay_ir (its "
-                                  f"Python VM); rebuild it (rly build / export_library)")
-        from relay_ir.runtime import legacy_vm    # NOTE: LEGACY: goes with _LEGACY_CUDA
-        return legacy_vm.load_module(path, target)
+        raise ModuleFileError(f"{path}: a module file made by an older relay_ir (its "
+                              f"Python VM); rebuild it (rly build / export_library)")
     meta, lib = _verify(path, data)
     del data
     return _load(path, meta, lib)

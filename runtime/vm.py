@@ -3,8 +3,7 @@
 The compiled executor is ``runtime.relax_vm`` (TVM's Relax VM); its module files are standard
 TVM shared libraries with relay_ir's trailer (``runtime.relax_export``). Module files of the
 old Python VM (magic :data:`MAGIC`, ``RLYMOD``) are recognized by their magic bytes and refused
-with a :class:`ModuleFileError` ("made by an older relay_ir; rebuild it") -- except CUDA ones
-while ``target="cuda"`` still builds on the legacy path (``runtime.legacy_vm``).
+with a :class:`ModuleFileError` ("made by an older relay_ir; rebuild it").
 """
 from __future__ import annotations
 

@@ -192,16 +192,10 @@ def test_bad_module_files_are_diagnostics_in_a_fresh_process(tmp_path: object) -
     assert out["good"] == "loaded"
 
 
-def test_a_file_of_the_old_python_vm_is_refused_with_rebuild_it(
-        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    from relay_ir.runtime import executor
+def test_a_file_of_the_old_python_vm_is_refused_with_rebuild_it(tmp_path: object) -> None:
     old = os.path.join(str(tmp_path), "old.so")
     with open(old, "wb") as f:
         f.write(MAGIC + b"\x03\x00\x00\x00" + bytes(200))
-    # NOTE: LEGACY: while target="cuda" builds on the old VM its loader reads the old format
-    with pytest.raises(runtime.ModuleFileError):
-        runtime.load_module(old)
-    monkeypatch.setattr(executor, "_LEGACY_CUDA", False)
     with pytest.raises(runtime.ModuleFileError, match="made by an older relay_ir.*rebuild it"):
         runtime.load_module(old)
 

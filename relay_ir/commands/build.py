@@ -10,8 +10,6 @@ optimization level. ``--entry NAME`` (default ``main``) is the global to build: 
 file holds it and the globals it reaches, and runs it by default (``rly run model.so``
 without ``--entry``). Type errors and unsupported targets are
 diagnostics (exit status 1). ``--executor relax`` is accepted (the one compiled executor).
-``--target cuda`` still writes the legacy executor's file format until the Relax executor
-emits CUDA (``runtime.executor._LEGACY_CUDA``).
 """
 from __future__ import annotations
 
@@ -57,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
                         **kwargs)
     out = os.fspath(args.output)
     exe.export_library(out, entry=args.entry)
-    # NOTE: LEGACY: target cuda still builds on the legacy executor (executor._LEGACY_CUDA)
-    kernels = exe.num_compiled() if hasattr(exe, "num_compiled") else exe.vm().num_compiled()
+    kernels = exe.num_compiled()
     print(f"wrote {out} ({os.path.getsize(out)} bytes, {kernels} kernels, target "
           f"{exe.target.kind.name})")
     return 0
