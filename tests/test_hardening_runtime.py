@@ -350,7 +350,7 @@ def test_build_refuses_invalid_options(kwargs: dict, words: str) -> None:
     (b"\x7fELF\x02\x01\x01" + b"\0" * 60, "shared library (ELF)"),
     (b"\xcf\xfa\xed\xfe" + b"\0" * 60, "shared library (Mach-O)"),
     (b"abc\0def" * 10, "binary file"),
-    (b"RLYMOD", "truncated"),
+    (b"RLYMOD", "made by an older relay_ir"),
 ])
 def test_rly_run_says_what_a_file_is(tmp_path: object, capsys: pytest.CaptureFixture,
                                      content: bytes, words: str) -> None:
