@@ -352,6 +352,20 @@ def schedule_reduce_generic(sch: Any, blk: Any) -> None:
 CONV_TILES = (7, 6, 5, 8, 4, 3, 2, 1)
 
 
+def _accumulate_at(sch: Any, blk: Any, loop: Any) -> Any:
+    """A local accumulator of ``blk`` computed at ``loop``, its epilogue consumers there too,
+    each vectorized along the tile's columns (scalar, the NaN-keeping selects of relu / clip
+    become branches that mispredict on mixed signs: a clip epilogue took 6x the convolution;
+    tests/test_conv_schedules.py, RESULTS.md). Returns the accumulator block."""
+    acc = sch.cache_write(blk, 0, "local")
+    consumers = sch.get_consumers(acc)
+    sch.reverse_compute_at(acc, loop)
+    for c in consumers:
+        sch.reverse_compute_at(c, loop)
+        _try_vectorize(sch, sch.get_loops(c)[-1])
+    return acc
+
+
 def _try_vectorize(sch: Any, loop: Any) -> None:
     """``sch.vectorize(loop)``, or nothing where TVM refuses it."""
     from tvm import s_tir
@@ -445,15 +459,7 @@ def schedule_conv_channels(sch: Any, blk: Any) -> None:
                              lambda o, i, h, w: (o // lanes, i, h, w, o % lanes))
         pl = sch.get_loops(packed)
         _parallel(sch, sch.fuse(pl[0], pl[1]))
-    acc = sch.cache_write(blk, 0, "local")
-    consumers = sch.get_consumers(acc)
-    sch.reverse_compute_at(acc, x_o)
-    for c in consumers:
-        sch.reverse_compute_at(c, x_o)
-        # NOTE: the epilogue vectorized along the tile's columns: scalar, the NaN-keeping
-        # selects of relu / clip become branches that mispredict on mixed signs (a clip
-        # epilogue took 6x the convolution; tests/test_conv_schedules.py, RESULTS.md)
-        _try_vectorize(sch, sch.get_loops(c)[-1])
+    acc = _accumulate_at(sch, blk, x_o)
     par = sch.fuse(n_, y, co_o) if rows_outer else sch.fuse(n_, co_o, y)
     sch.unroll(x_i)
     sch.vectorize(co_i)
@@ -552,12 +558,7 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     x_o, x_i = sch.split(x, [None, lanes])
     sch.reorder(n_, co, y, x_o, rc, ry, rx, x_i)
     plane = sch.fuse(n_, co)
-    acc = sch.cache_write(blk, 0, "local")
-    consumers = sch.get_consumers(acc)
-    sch.reverse_compute_at(acc, x_o)
-    for c in consumers:
-        sch.reverse_compute_at(c, x_o)
-        _try_vectorize(sch, sch.get_loops(c)[-1])
+    acc = _accumulate_at(sch, blk, x_o)
     if pad is not None:
         wp = _extent(sch, sch.get_loops(pad)[-1]) or 0
         parity = stride > 1 and ow > 8

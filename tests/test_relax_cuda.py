@@ -25,23 +25,8 @@ from util_diff import assert_values_close, copy_value
 pytestmark = pytest.mark.tvm
 HDR = '#[version = "0.0.5"]\n'
 
-PROGRAM = HDR + """
-type Tree { Leaf(Tensor[(16), float32]), Node(Tree, Tree) }
-def @sum(%t: Tree) -> Tensor[(16), float32] {
-  match (%t) {
-    Leaf(%x) => tanh(%x),
-    Node(%l, %r) => add(@sum(%l), multiply(@sum(%r), 0.5f)),
-  }
-}
-def @build(%n: int32, %x: Tensor[(16), float32]) -> Tree {
-  if (%n == 0) { Leaf(%x) } else { Node(@build(%n - 1, exp(negative(%x))), Leaf(%x)) }
-}
-def @main(%x: Tensor[(16), float32], %w: Tensor[(16, 16), float32], %n: int32) {
-  let %h = nn.softmax(nn.dense(reshape(%x, newshape=[1, 16]), %w));
-  let %s = @sum(@build(%n, reshape(%h, newshape=[16])));
-  (%s, sum(%s))
-}
-"""
+# the program of test_vm_cuda: an ADT, recursion, dense and softmax
+from test_vm_cuda import PROGRAM  # noqa: E402
 
 LOSS = HDR + """
 def @main(%x: Tensor[(8, 16), float32], %y: Tensor[(8, 4), float32],

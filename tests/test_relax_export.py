@@ -54,24 +54,9 @@ def @rev(%l: List, %acc: List) -> List {
 def @main(%l: List) -> (Tensor[(4), float32], List) { (@sum(%l), @rev(%l, Nil)) }
 """
 
-TREE = HDR + TREE_SUM + """
-def @build(%n: int32, %x: Tensor[(4), float32]) -> Tree {
-  if (%n == 0) { Leaf(%x) } else { Node(@build(%n - 1, multiply(%x, 0.5f)), Leaf(%x)) }
-}
-def @main(%x: Tensor[(4), float32], %n: int32) -> (Tree, Tensor[(4), float32]) {
-  let %t = @build(%n, %x);
-  (%t, @sum(%t))
-}
-"""
-
-GRAD_SOURCE = HDR + """
-def @main(%x: Tensor[(3), float32], %w: Tensor[(3), float32]) -> float32 {
-  let %f = fn (%z: Tensor[(3), float32]) { multiply(%z, tanh(%w)) };
-  sum(%f(%f(exp(%x))))
-}
-"""
-
-X4 = np.float32([0.5, -1.0, 2.0, 0.25])
+# the programs of test_export: a recursive tensor program, a gradient, their input
+from test_export import GRAD_SOURCE, X4  # noqa: E402
+from test_export import RECURSIVE as TREE  # noqa: E402
 
 
 def _list_value(mod: rly.IRModule, items: list[np.ndarray]) -> ADTValue:

@@ -22,3 +22,15 @@ def run(name: str, *args: Any, **attrs: Any) -> Any:
     """Op ``name``'s numpy reference applied to ``args``."""
     od = get_opdef(name)
     return od.impl(list(args), od.make_attrs(attrs))
+
+
+def assert_relation_error(name: str, args: Any, attrs: dict, exc: type, msg: str) -> None:
+    """The type relation of ``name`` refuses these argument types / attributes with a
+    ``DiagnosticError`` of class ``exc`` whose message contains ``msg``."""
+    import pytest
+
+    from relay_ir.errors import DiagnosticError
+    with pytest.raises(exc) as info:
+        rel(name, *args, **attrs)
+    assert msg in info.value.message
+    assert isinstance(info.value, DiagnosticError)
