@@ -258,10 +258,11 @@ def test_the_dense_and_softmax_kernels_compile_with_nvcc() -> None:
 
 @pytest.mark.stress
 def test_every_kernel_of_the_programs_compiles_with_nvcc() -> None:
-    exe = runtime.build(rly.parse(PROGRAM), target="cuda", executor="relax")
-    assert _nvcc_compiles(exe) == exe.num_compiled()
-    exe = runtime.build(_step(), target="cuda", executor="relax", entry="train_step")
-    assert _nvcc_compiles(exe) == exe.num_compiled()
+    # every distinct CUDA module (kernels compiled in one batch share one) compiles
+    for exe in (runtime.build(rly.parse(PROGRAM), target="cuda", executor="relax"),
+                runtime.build(_step(), target="cuda", executor="relax", entry="train_step")):
+        assert exe.num_compiled() >= 5
+        assert _nvcc_compiles(exe) == len(set(exe.kernel_sources())) >= 1
 
 
 @pytest.mark.stress
