@@ -168,8 +168,24 @@ def _convert_body(sub: Graph, n: Node, body: Any, env: dict[str, Value]) -> list
     for vo in body.output:
         if vo.name not in env:
             raise n.error(f"body: output {vo.name!r} is never computed")
-        outs.append(env[vo.name])
+        outs.append(_declared(sub, vo, env[vo.name]))
     return outs
+
+
+def _declared(sub: Graph, vo: Any, v: Value) -> Value:
+    """``v`` with the static shape the body declares for it, where ours has ``?`` dims (a
+    Slice at the iteration number): a reshape, which checks the shape when it runs."""
+    if not isinstance(v.ty, TensorType) or not vo.type.HasField("tensor_type") or \
+            not vo.type.tensor_type.HasField("shape"):
+        return v
+    dims = vo.type.tensor_type.shape.dim
+    if len(dims) != v.ndim or not all(d.HasField("dim_value") for d in dims) or \
+            all(isinstance(d, int) for d in v.shape):
+        return v
+    want = [int(d.dim_value) for d in dims]
+    if any(isinstance(a, int) and a != b for a, b in zip(v.shape, want)):
+        return v
+    return sub.call("reshape", v, newshape=want)
 
 
 @converter("Loop")
