@@ -33,6 +33,8 @@ KNOWN_FAILURES = {
     "test_identity_sequence": "a sequence-typed graph input",
     "test_if_opt": "an optional-typed If output",
     "test_if_seq": "a sequence-typed If output",
+    "test_loop13_seq": "a sequence-typed Loop value",
+    "test_loop16_seq_none": "an optional sequence-typed Loop value",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
     "test_convtranspose_3d": "3-D ConvTranspose",
