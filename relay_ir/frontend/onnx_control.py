@@ -103,6 +103,7 @@ def _recursive_loop(g: Graph, n: Node, inits: list[Value], step: Step
         aparams = [Var(g.names.make(f"{g.hint}_acc{k}"), t)
                    for k, t in enumerate(acc_tys or [])]
         head, body = Graph(g.names), Graph(g.names)
+        head.hint = f"{g.hint}_cont"
         cont, nxt, scans = step(head, body, [Value(p, t) for p, t in zip(params, tys)])
         if acc_tys is None:
             # NOTE: a first conversion learns the scan outputs' types
