@@ -437,7 +437,7 @@ def _onnx(model: Any, inputs: tuple) -> Any:
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("name", ["resnet18_like", "mobilenet_v3_like"])
+@pytest.mark.parametrize("name", ["resnet18_like", "mobilenet_v3_like", "efficientnet_b0_like"])
 def test_same_models_through_torch_onnx_export_and_from_onnx(name: str) -> None:
     model, inputs = MODELS[name]()
     mod, params = from_onnx(_onnx(model, inputs))
