@@ -136,6 +136,11 @@ def _aligned(a: Any) -> np.ndarray:
 def _from_dlpack_any(a: Any) -> Any:
     """A zero-copy TVM view of a C-contiguous, writeable host array of any alignment."""
     import tvm_ffi
+    if getattr(a, "size", 1) == 0:
+        # NOTE: an empty array's strides may be anything (numpy keeps a view's), which a
+        # kernel refuses as not compact (a Loop's empty scan accumulator, a kernel constant)
+        import tvm
+        return tvm.runtime.empty(a.shape, a.dtype)
     return tvm_ffi.from_dlpack(a, require_alignment=0, require_contiguous=True)
 
 

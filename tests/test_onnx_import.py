@@ -784,3 +784,27 @@ def test_nonzero_and_unique_run_as_host_operators(executor: str | None) -> None:
         np.testing.assert_array_equal(a, b)
     for a, b in zip(runtime.evaluate(mod, x), want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_loop_with_a_known_trip_count_has_static_scan_outputs() -> None:
+    model = _loop_model(with_cond=False)
+    model.graph.initializer.append(numpy_helper.from_array(np.array(4, np.int64), "m"))
+    del model.graph.input[0]
+    mod, params = from_onnx(model)
+    ret = runtime_infer(mod)["main"].checked_type.ret_type
+    assert rly.astext(ret) == "(Tensor[(3), float32], Tensor[(4, 3), float32])"
+    h0 = np.array([1.0, -2.0, 0.25], np.float32)
+    want = _loop_reference(4, h0, False)
+    for a, b in zip(runtime.evaluate(mod, h0, *params.values()), want):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_loop_values_changing_dtype_are_a_diagnostic() -> None:
+    model = _loop_model()
+    body = model.graph.node[0].attribute[0].g
+    body.node.append(helper.make_node("Cast", ["h_out"], ["h_d"], to=TensorProto.DOUBLE))
+    body.output[1].name = "h_d"
+    with pytest.raises(rly.DiagnosticError, match=r"node 0 \(Loop 'loop'\): loop value 2: "
+                                                  r"the body turns a .*float32.* into a "
+                                                  r".*float64"):
+        from_onnx(model)

@@ -222,6 +222,11 @@ def _loop(g: Graph, n: Node) -> list[Value]:
         return cont, [i_next, c_next] + outs[1:1 + nc], outs[1 + nc:]
 
     finals, scans = _recursive_loop(g, n, [i0, c0] + carried, step)
+    if m is not None and m.value is not None and cond0 is None:
+        # NOTE: a for loop of a known trip count: the scan outputs' length is static
+        trips = max(int(np.asarray(m.value)), 0)
+        scans = [g.call("reshape", s, newshape=[trips] + [int(d) for d in s.shape[1:]])
+                 for s in scans]
     return finals[2:] + scans
 
 
