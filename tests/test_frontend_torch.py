@@ -22,8 +22,8 @@ from relay_ir.frontend import from_onnx, from_pytorch  # noqa: E402
 from relay_ir.frontend.pytorch import SUPPORTED_OPS, TorchImportError  # noqa: E402
 from relay_ir.passes import InferType  # noqa: E402
 
-from torch_models import (GPTBlock, MobileNetV3Like, ResNetLike,  # noqa: E402
-                          randomize_batch_norms)
+from torch_models import (EfficientNetLike, GPTBlock, MobileNetV3Like,  # noqa: E402
+                          ResNetLike, randomize_batch_norms)
 
 # NOTE: torch.export's own deprecation warning (torch 2.13, from its pytree code)
 pytestmark = pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\)")
@@ -257,6 +257,11 @@ def _mobilenet() -> tuple[Any, tuple]:
     return randomize_batch_norms(MobileNetV3Like()).eval(), (_r(2, 3, 64, 64),)
 
 
+def _efficientnet() -> tuple[Any, tuple]:
+    torch.manual_seed(4)
+    return randomize_batch_norms(EfficientNetLike()).eval(), (_r(2, 3, 64, 64),)
+
+
 def _encoder() -> tuple[Any, tuple]:
     torch.manual_seed(2)
     layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True).eval()
@@ -276,6 +281,7 @@ def _gpt_block() -> tuple[Any, tuple]:
 
 
 MODELS = {"resnet18_like": _resnet, "mobilenet_v3_like": _mobilenet,
+          "efficientnet_b0_like": _efficientnet,
           "transformer_encoder_layer": _encoder,
           "transformer_encoder_layer_norm_first": _encoder_norm_first,
           "gpt_block_int64_tokens": _gpt_block}
@@ -431,7 +437,7 @@ def _onnx(model: Any, inputs: tuple) -> Any:
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("name", ["resnet18_like", "mobilenet_v3_like"])
+@pytest.mark.parametrize("name", ["resnet18_like", "mobilenet_v3_like", "efficientnet_b0_like"])
 def test_same_models_through_torch_onnx_export_and_from_onnx(name: str) -> None:
     model, inputs = MODELS[name]()
     mod, params = from_onnx(_onnx(model, inputs))

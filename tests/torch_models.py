@@ -108,6 +108,52 @@ class MobileNetV3Like(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class MBConv(nn.Module):
+    """EfficientNet's MBConv: expand 1x1 (ratio ``e``), depthwise ``k``x``k``, squeeze-
+    excitation (SiLU, sigmoid; reduced from the block input's channels / 4), project 1x1,
+    residual when the shape is kept (no drop-connect: inference)."""
+
+    def __init__(self, cin: int, cout: int, e: int, k: int, stride: int):
+        super().__init__()
+        mid = cin * e
+        self.expand = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid),
+                                    nn.SiLU()) if e != 1 else nn.Identity()
+        self.dw = nn.Sequential(nn.Conv2d(mid, mid, k, stride, k // 2, groups=mid, bias=False),
+                                nn.BatchNorm2d(mid), nn.SiLU())
+        r = max(1, cin // 4)
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(mid, r, 1), nn.SiLU(),
+                                nn.Conv2d(r, mid, 1), nn.Sigmoid())
+        self.proj = nn.Sequential(nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.dw(self.expand(x))
+        y = self.proj(h * self.se(h))
+        return x + y if self.residual else y
+
+
+class EfficientNetLike(nn.Module):
+    """EfficientNet-B0's stem, its first stages (MBConv1 3x3, MBConv6 3x3 and 5x5, with
+    residual repeats) at reduced width, the 1x1 head convolution and the classifier."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
+                                  nn.SiLU())
+        self.blocks = nn.Sequential(
+            MBConv(16, 8, 1, 3, 1),
+            MBConv(8, 12, 6, 3, 2), MBConv(12, 12, 6, 3, 1),
+            MBConv(12, 20, 6, 5, 2), MBConv(20, 20, 6, 5, 1),
+            MBConv(20, 40, 6, 3, 2))
+        self.head = nn.Sequential(nn.Conv2d(40, 96, 1, bias=False), nn.BatchNorm2d(96),
+                                  nn.SiLU())
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(96, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.head(self.blocks(self.stem(x)))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 def randomize_batch_norms(model: nn.Module, seed: int = 0) -> nn.Module:
     """Non-trivial running statistics and affine parameters (fresh ones are 0/1)."""
     g = torch.Generator().manual_seed(seed)

@@ -400,3 +400,24 @@ def _compress(g: Graph, n: Node) -> Value:
         return g.call("take", g.call("reshape", x, newshape=[-1]), g.const(keep), axis=0)
     axis = _axis(axis, x.ndim, n)
     return g.call("take", x, g.const(keep), axis=axis)
+
+
+# ---------------------------------------------------------------------------- host operators
+
+@converter("NonZero")
+def _nonzero(g: Graph, n: Node) -> Value:
+    """``dyn.nonzero``: its result's length is the count of nonzero elements (a host
+    operator)."""
+    return g.call("dyn.nonzero", n.inputs[0], dtype="int64")
+
+
+@converter("Unique")
+def _unique(g: Graph, n: Node) -> list[Value]:
+    """``dyn.unique``: values, first indices, inverse indices, counts (a host operator)."""
+    x = n.inputs[0]
+    axis = n.attr("axis")
+    if axis is not None and not -x.ndim <= int(axis) < x.ndim:
+        raise n.error(f"axis {axis} is out of range for rank {x.ndim}")
+    out = g.call("dyn.unique", x, axis=None if axis is None else int(axis),
+                 sorted=bool(n.attr("sorted", 1)))
+    return [g.item(out, k) for k in range(4)]

@@ -609,6 +609,8 @@ def _slice(g: Graph, n: Node) -> Value:
         axes = n.attr("axes")
         steps = None
     else:
+        if n.inputs[1].value is None or n.inputs[2].value is None:
+            return _dyn_slice(g, n)
         starts = _ints(n.static(1, "starts"))
         ends = _ints(n.static(2, "ends"))
         av, sv = n.static(3, "axes"), n.static(4, "steps")
@@ -628,6 +630,35 @@ def _slice(g: Graph, n: Node) -> Value:
         begin.append(b)
         end.append(e)
     return g.call("strided_slice", x, begin=begin, end=end, strides=steps, axes=axes)
+
+
+def _dyn_slice(g: Graph, n: Node) -> Value:
+    """Slice with starts/ends known only at run time (a Loop's iteration number): a
+    ``dyn.strided_slice`` over the leading axes up to the last sliced one (the others whole);
+    axes and steps must be static. The sliced dims become ``?``."""
+    x = n.inputs[0]
+    k = int(n.inputs[1].shape[0]) if isinstance(n.inputs[1].shape[0], int) else None
+    if k is None:
+        raise n.error("starts of unknown length")
+    av, sv = n.static(3, "axes"), n.static(4, "steps")
+    axes = list(range(k)) if av is None else [_axis(a, x.ndim, n) for a in _ints(av)]
+    steps = [1] * k if sv is None else _ints(sv)
+    if len(set(axes)) != len(axes) or len(axes) != k or len(steps) != k:
+        raise n.error("starts, ends, axes and steps must have one length, axes distinct")
+    big = np.iinfo(np.int64).max
+    parts: dict[str, list[Value]] = {"begin": [], "end": []}
+    for which, inp, default in (("begin", n.inputs[1], 0), ("end", n.inputs[2], big)):
+        v = inp if inp.dtype == "int64" else g.call("cast", inp, dtype="int64")
+        for d in range(max(axes) + 1):
+            if d in axes:
+                j = axes.index(d)
+                parts[which].append(g.call("strided_slice", v, begin=[j], end=[j + 1]))
+            else:
+                parts[which].append(g.const(np.array([default], dtype="int64")))
+    strides = [steps[axes.index(d)] if d in axes else 1 for d in range(max(axes) + 1)]
+    begin = g.call("concatenate", parts["begin"], axis=0)
+    end = g.call("concatenate", parts["end"], axis=0)
+    return g.call("dyn.strided_slice", x, begin, end, g.const(np.array(strides, dtype="int64")))
 
 
 @converter("Gather")

@@ -36,7 +36,7 @@ from relay_ir.op._rules import (F, check_dtype, defop, fmt_type, is_int_dtype, m
 from relay_ir.op.indexing import _slices
 from relay_ir.op.transform import (_check_broadcastable_to, expand_dims_shape, reshape_dims,
                                    squeeze_shape)
-from relay_ir.ty import ANY, TensorType, Type
+from relay_ir.ty import ANY, TensorType, TupleType, Type
 
 
 # NOTE: why the dyn.* operators have no TVM compute (OpDef.host_only). A kernel is built for
@@ -544,6 +544,95 @@ defop("dyn.nn.pad_grad", 3, attrs=_PAD_ATTRS, attrs_type="PadAttrs", rel=dyn_pad
       impl=dyn_pad_grad_ref, pattern=OpPattern.OPAQUE, grad=_pad_grad_grad, jvp=jvp_linear_in(0),
       doc="Gradient of dyn.nn.pad: out_grad folded back onto the data positions.",
       host_only=_GRAD_OF_HOST_ONLY)
+
+
+# ----------------------------------------------------------------------------- value-shaped results
+# NOTE: nonzero and unique have results whose shapes are their data's values (how many
+# elements are nonzero or distinct): no kernel can be built before the call runs, so they run
+# on the host (numpy) on every executor, like ONNX runtimes' own CPU fallbacks.
+_COUNT_FROM_VALUES = ("the result's length counts the data's nonzero (distinct) elements, known "
+                      "only when the call runs; it runs on the host (numpy)")
+
+
+@tensor_rel("data")
+def dyn_nonzero_rel(x: TensorType, attrs: Attrs) -> Type | None:
+    """``dyn.nonzero(x)``: ``Tensor[(rank x, ?), dtype]``, the indices of the nonzero elements
+    (ONNX's NonZero layout: one row per axis, row-major order)."""
+    if attrs.dtype not in ("int32", "int64"):
+        raise TypeInferenceError(f"dyn.nonzero: dtype must be int32 or int64, found "
+                                 f"{attrs.dtype}")
+    return TensorType((x.ndim, ANY), attrs.dtype)
+
+
+def dyn_nonzero_ref(args: list, attrs: Attrs) -> np.ndarray:
+    x = np.asarray(args[0])
+    if x.ndim == 0:  # NOTE: no axes, so no rows; one column if the scalar is nonzero
+        return np.zeros((0, int(bool(x))), dtype=attrs.dtype)
+    return np.array(np.nonzero(x), dtype=attrs.dtype).reshape(x.ndim, -1)
+
+
+defop("dyn.nonzero", 1, attrs=[F("dtype", "dtype", "int64", "the indices' dtype (int32 or "
+                                 "int64)")],
+      attrs_type="NonZeroAttrs", rel=dyn_nonzero_rel, impl=dyn_nonzero_ref,
+      pattern=OpPattern.OPAQUE, non_differentiable=True, host_only=_COUNT_FROM_VALUES,
+      doc="The indices of the nonzero elements, shape (rank, count) (ONNX NonZero).")
+
+
+@tensor_rel("data")
+def dyn_unique_rel(x: TensorType, attrs: Attrs) -> Type | None:
+    """``dyn.unique(x, axis, sorted)``: ``(values, indices, inverse_indices, counts)``.
+
+    Without an axis the data is flattened and ``values`` is ``Tensor[(?), dtype]``; with one,
+    ``values`` has the data's shape with a ``?`` at the axis. ``indices`` (first occurrences)
+    and ``counts`` are ``Tensor[(?), int64]``; ``inverse_indices`` has one entry per element
+    (slice) of the data.
+    """
+    if attrs.axis is None:
+        n: Any = 1
+        for d in x.shape:
+            n = n * d if isinstance(n, int) and isinstance(d, int) else ANY
+        vals = TensorType((ANY,), x.dtype)
+    else:
+        a = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+        if not 0 <= a < x.ndim:
+            raise TypeInferenceError(f"dyn.unique: axis {attrs.axis} is out of range for rank "
+                                     f"{x.ndim}")
+        n = x.shape[a]
+        vals = TensorType(tuple(ANY if k == a else d for k, d in enumerate(x.shape)), x.dtype)
+    idx = TensorType((ANY,), "int64")
+    return TupleType((vals, idx, TensorType((n,), "int64"), idx))
+
+
+def dyn_unique_ref(args: list, attrs: Attrs) -> tuple[np.ndarray, ...]:
+    """``numpy.unique`` (sorted: ascending, slices lexicographically); unsorted: in order of
+    first occurrence."""
+    x = np.asarray(args[0])
+    if attrs.axis is None:
+        x, axis = x.reshape(-1), 0
+    else:
+        axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    vals, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                             return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not attrs.sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        vals = np.take(vals, order, axis=axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    i64 = np.int64
+    return (np.ascontiguousarray(vals), first.astype(i64), inverse.astype(i64),
+            counts.astype(i64))
+
+
+defop("dyn.unique", 1, attrs=[F("axis", "int?", None, "the axis whose slices are compared "
+                                "(None: the flattened elements)"),
+                              F("sorted", "bool", True, "ascending order (False: order of first "
+                                "occurrence)")],
+      attrs_type="UniqueAttrs", rel=dyn_unique_rel, impl=dyn_unique_ref,
+      pattern=OpPattern.OPAQUE, non_differentiable=True, host_only=_COUNT_FROM_VALUES,
+      doc="The distinct elements (slices along an axis) with their first indices, inverse "
+          "indices and counts (ONNX Unique).")
 
 
 __all__ = ["shape_arg_length", "runtime_ints"]
