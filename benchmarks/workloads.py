@@ -728,7 +728,7 @@ def w5_impls() -> list[Impl]:
             v, _grads = run(t, eye5[y], *params)
             return float(v)
         return _PerTree(one, adts)
-    out.append(Impl("relay_ir gradient + optimize (interpreter unless build takes ADTs)",
+    out.append(Impl("relay_ir gradient + optimize, compiled (Relax VM)",
                     rly_make, lambda r: r.check(), "relay_ir"))
     if have("torch"):
         def t_make() -> Callable[[], Any]:
@@ -830,7 +830,7 @@ def w6_impls(compiled: bool = True) -> list[Impl]:
                 return runtime.evaluate(g, *a)
         xa = np.array(x)
         return lambda: run(xa)[1][0]
-    out.append(Impl("relay_ir gradient of a recursive loop (interpreter unless build takes it)",
+    out.append(Impl("relay_ir gradient of a recursive loop, compiled (Relax VM)",
                     rly_make, float, "relay_ir"))
     if have("torch"):
         def t_make() -> Callable[[], Any]:
