@@ -454,3 +454,37 @@ def test_transformer_encoder_layer_through_onnx_fails_inside_torch() -> None:
     model, inputs = _encoder()
     with pytest.raises(TypeError, match="is_causal"):
         _onnx(model, inputs)
+
+
+# ------------------------------------------------------------------------------ torchvision
+def _torchvision() -> Any:
+    """torchvision, where it is installed. Its PyPI wheel is a CUDA build whose C++ operators
+    do not load against the CPU torch; the two operators its import registers fake kernels
+    for (``nms``, ``qnms``) are declared here so that the pure-Python model zoo imports."""
+    import importlib.util
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision is not installed")
+    for name in ("nms", "qnms"):
+        try:
+            torch.library.define(f"torchvision::{name}",
+                                 "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        except RuntimeError:
+            pass                     # NOTE: defined already (a loaded C++ library, or before)
+    import torchvision
+    return torchvision
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0"])
+def test_torchvision_models_compiled_match_torch_through_both_exporters(name: str) -> None:
+    tv = _torchvision()
+    torch.manual_seed(0)
+    model = randomize_batch_norms(getattr(tv.models, name)()).eval()
+    inputs = (_r(1, 3, 96, 96),)
+    with torch.no_grad():
+        want = _np(model(*inputs))
+    mod, params = from_pytorch(model, inputs)
+    _check(runtime.build(mod, params=params)(*_np(inputs)), want, 1e-4)
+    rly.assert_structural_equal(rly.parse(rly.astext(mod)), mod, map_free_vars=True)
+    mod, params = from_onnx(_onnx(model, inputs))
+    _check(runtime.build(mod, params=params)(*_np(inputs)), want, 1e-4)
