@@ -808,3 +808,29 @@ def test_loop_values_changing_dtype_are_a_diagnostic() -> None:
                                                   r"the body turns a .*float32.* into a "
                                                   r".*float64"):
         from_onnx(model)
+
+
+def test_topk_with_a_k_computed_at_run_time_is_the_host_operator_dyn_topk() -> None:
+    """K from a graph input: dyn.topk (the axis becomes ?), against onnxruntime, interpreted
+    and compiled."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [1])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, None)
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, None)
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0)
+    model = helper.make_model(helper.make_graph([node], "g", [x, k], [v, i]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    mod, params = from_onnx(model)
+    assert "dyn.topk" in rly.astext(mod)
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((3, 6)).astype("float32")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    exe = runtime.build(mod, params=params)
+    for kk in (1, 4, 6):
+        kv = np.array([kk], "int64")
+        want = sess.run(None, {"x": data, "k": kv})
+        for got in (runtime.evaluate(mod, data, kv), exe(data, kv)):
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])

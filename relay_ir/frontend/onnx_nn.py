@@ -399,8 +399,16 @@ def _group_norm(g: Graph, n: Node) -> Value:
 @converter("TopK")
 def _topk(g: Graph, n: Node) -> list[Value]:
     """``topk`` (both outputs, int64 indices; ``sorted=0`` still gives sorted outputs, one of
-    the orders ONNX allows). K (input 1 from opset 10) must be a constant."""
+    the orders ONNX allows). A K (input 1 from opset 10) known only at run time gives the
+    host operator ``dyn.topk``."""
     x = n.inputs[0]
+    largest = bool(n.attr("largest", 1))
+    if n.opset >= 10 and n.input(1) is not None and n.input(1).value is None:
+        # NOTE: K computed at run time: the host operator dyn.topk (the axis becomes ?)
+        axis = _axis(n.attr("axis", -1), x.ndim, n)
+        both = g.call("dyn.topk", x, n.inputs[1], axis=axis, ret_type="both",
+                      is_ascend=not largest, dtype="int64")
+        return [g.item(both, 0), g.item(both, 1)]
     if n.opset < 10:
         k = int(n.attr("k"))
     else:

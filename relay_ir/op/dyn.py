@@ -635,4 +635,60 @@ defop("dyn.unique", 1, attrs=[F("axis", "int?", None, "the axis whose slices are
           "indices and counts (ONNX Unique).")
 
 
+_K_FROM_VALUES = ("the result's length along the axis is the value of k, known only when the "
+                  "call runs; it runs on the host (numpy)")
+
+
+@tensor_rel("data", "k")
+def dyn_topk_rel(x: TensorType, k: TensorType, attrs: Attrs) -> Type | None:
+    """``dyn.topk(data, k)``: ``topk`` with ``k`` a one-element integer tensor known at run
+    time: the selected axis is ``?`` (ONNX TopK with a computed K)."""
+    if k.dtype not in ("int32", "int64") or k.ndim > 1 or (k.ndim == 1 and k.shape[0] not in
+                                                            (1, ANY)):
+        raise TypeInferenceError(f"dyn.topk: k must be one int32/int64 value (a scalar or a "
+                                 f"1-element tensor), found {k}")
+    if x.ndim == 0:
+        raise TypeInferenceError("dyn.topk: data must have rank >= 1, found a scalar")
+    if attrs.dtype not in ("int32", "int64"):
+        raise TypeInferenceError(f"dyn.topk: dtype (of the indices) must be int32 or int64, "
+                                 f"found {attrs.dtype!r}")
+    if attrs.ret_type not in ("both", "values", "indices"):
+        raise TypeInferenceError(f"dyn.topk: ret_type must be both, values or indices, found "
+                                 f"{attrs.ret_type!r}")
+    a = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    if not 0 <= a < x.ndim:
+        raise TypeInferenceError(f"dyn.topk: axis {attrs.axis} is out of range for rank "
+                                 f"{x.ndim}")
+    shape = tuple(ANY if i == a else d for i, d in enumerate(x.shape))
+    vals, idx = TensorType(shape, x.dtype), TensorType(shape, attrs.dtype)
+    return {"both": TupleType((vals, idx)), "values": vals, "indices": idx}[attrs.ret_type]
+
+
+def dyn_topk_ref(args: list, attrs: Attrs) -> Any:
+    """``topk``'s reference with ``k`` read from the tensor (``k`` = 0 selects nothing)."""
+    from relay_ir.op.sorting import topk_ref
+    x = np.asarray(args[0])
+    k = int(np.asarray(args[1]).reshape(-1)[0])
+    axis = attrs.axis + x.ndim if attrs.axis < 0 else attrs.axis
+    if not 0 <= k <= x.shape[axis]:
+        raise InterpreterError(f"dyn.topk: k={k} is out of range for axis {axis} (size "
+                              f"{x.shape[axis]})")
+    if k == 0:
+        shape = x.shape[:axis] + (0,) + x.shape[axis + 1:]
+        vals, idx = np.zeros(shape, x.dtype), np.zeros(shape, attrs.dtype)
+        return {"both": (vals, idx), "values": vals, "indices": idx}[attrs.ret_type]
+    fields = {f: getattr(attrs, f) for f in ("axis", "ret_type", "is_ascend", "dtype")}
+    return topk_ref([x], Attrs(dict(fields, k=k), "TopKAttrs"))
+
+
+defop("dyn.topk", 2, attrs=[F("axis", "int", -1, "the axis to select along"),
+                            F("ret_type", "str", "both", "both (values, indices), values or "
+                              "indices"),
+                            F("is_ascend", "bool", False, "the smallest (True) or largest"),
+                            F("dtype", "dtype", "int32", "the indices' dtype (int32 or int64)")],
+      attrs_type="DynTopKAttrs", rel=dyn_topk_rel, impl=dyn_topk_ref,
+      pattern=OpPattern.OPAQUE, non_differentiable=True, host_only=_K_FROM_VALUES,
+      doc="topk with k a tensor known at run time (ONNX TopK with a computed K).")
+
+
 __all__ = ["shape_arg_length", "runtime_ints"]

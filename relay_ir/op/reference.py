@@ -58,6 +58,7 @@ ARG_NAMES: dict[str, tuple[str, ...]] = {
     "nn.max_pool2d_gather": ("data", "values"),
     "dyn.zeros": ("shape",), "dyn.ones": ("shape",),
     "dyn.nonzero": ("data",), "dyn.unique": ("data",),
+    "dyn.topk": ("data", "k"),
     "dyn.full": ("fill_value", "shape"),
     "dyn.broadcast_to": ("data", "shape"),
     "dyn.reshape": ("data", "newshape"),
