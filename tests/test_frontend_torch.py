@@ -476,7 +476,8 @@ def _torchvision() -> Any:
 
 @pytest.mark.tvm
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0"])
-def test_torchvision_models_compiled_match_torch_through_both_exporters(name: str) -> None:
+def test_torchvision_models_compiled_match_torch_through_both_exporters(
+        name: str, tmp_path: Path) -> None:
     tv = _torchvision()
     torch.manual_seed(0)
     model = randomize_batch_norms(getattr(tv.models, name)()).eval()
@@ -484,8 +485,11 @@ def test_torchvision_models_compiled_match_torch_through_both_exporters(name: st
     with torch.no_grad():
         want = _np(model(*inputs))
     mod, params = from_pytorch(model, inputs)
-    _check(runtime.build(mod, params=params)(*_np(inputs)), want, 1e-4)
+    exe = runtime.build(mod, params=params)
+    _check(exe(*_np(inputs)), want, 1e-4)
     rly.assert_structural_equal(rly.parse(rly.astext(mod)), mod, map_free_vars=True)
+    exe.export_library(str(tmp_path / f"{name}.so"))
+    _check(runtime.load_module(str(tmp_path / f"{name}.so"))(*_np(inputs)), want, 1e-4)
     mod, params = from_onnx(_onnx(model, inputs))
     _check(runtime.build(mod, params=params)(*_np(inputs)), want, 1e-4)
 
