@@ -176,9 +176,9 @@ def test_avx2_and_avx512_targets_get_full_width_vector_code(mcpu: str, reg: str)
     cache = KernelCache(use_disk=False)
     exe = runtime.build(m, {"kind": "llvm", "mcpu": mcpu}, cache=cache)
     if _vector_width() == 16 or mcpu == "haswell" and _vector_width() == 8:
-        exe(np.linspace(-4, 4, 4096).astype(np.float32))   # runs here: check it is compiled
-    else:
-        pytest.skip(f"this CPU cannot run {mcpu} code")
+        # NOTE: the kernels compile for either CPU here (build time); they run only where the
+        # CPU has the instructions
+        exe(np.linspace(-4, 4, 4096).astype(np.float32))
     asm = "\n".join(mod.inspect_source("s") for mod in cache.modules.values())
     assert asm.count(reg) > 50
     if reg == "%ymm":

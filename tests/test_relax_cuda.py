@@ -26,7 +26,7 @@ pytestmark = pytest.mark.tvm
 HDR = '#[version = "0.0.5"]\n'
 
 # the program of test_vm_cuda: an ADT, recursion, dense and softmax
-from test_vm_cuda import PROGRAM  # noqa: E402
+from test_vm_cuda import PROGRAM, run_counting_host_copies  # noqa: E402
 
 LOSS = HDR + """
 def @main(%x: Tensor[(8, 16), float32], %y: Tensor[(8, 4), float32],
@@ -194,25 +194,14 @@ def test_static_depth_module_exports_and_plain_tvm_runs_it(static_depth: None,
 # ----------------------------------------------------------------------------- on a GPU
 @pytest.mark.gpu
 def test_gpu_runs_agree_with_the_interpreter() -> None:
-    import tvm
     for mod, args, entry in ((rly.parse(PROGRAM), _args(), "main"),
                              (_step(), _step_args(), "train_step")):
         exe = runtime.build(mod, target="cuda", executor="relax", entry=entry)
         want = runtime.evaluate(mod, *copy_value(args), entry=entry)
-        copies = []
-        real = tvm.runtime.Tensor.numpy
-
-        def counting(self: object) -> np.ndarray:
-            copies.append(1)
-            return real(self)  # type: ignore[arg-type]
-        tvm.runtime.Tensor.numpy = counting  # type: ignore[method-assign]
-        try:
-            got = exe(*copy_value(args), entry=entry)
-        finally:
-            tvm.runtime.Tensor.numpy = real  # type: ignore[method-assign]
+        got, copies = run_counting_host_copies(exe, copy_value(args), entry=entry)
         assert_values_close(got, want, rtol=1e-4, atol=1e-5)
         # copies back through Python: the results only (branch conditions are read in the VM)
-        assert len(copies) == (len(got) if isinstance(got, tuple) else 1)
+        assert copies == (len(got) if isinstance(got, tuple) else 1)
 
 
 @pytest.mark.gpu

@@ -122,3 +122,13 @@ def test_rly_tune_reads_weights_from_an_npz(tmp_path: object,
         f.write(b"not a zip")
     assert main(["tune", src, "--trials", "0", "--params", bad]) == 1
     assert "not a readable .npz" in capsys.readouterr().err
+
+
+def test_rly_tune_of_an_unknown_entry_is_a_usage_error(tmp_path: object,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    from relay_ir.cli import main
+    src = os.path.join(str(tmp_path), "m.rly")
+    with open(src, "w") as f:
+        f.write(PROGRAM)
+    assert main(["tune", src, "--trials", "0", "--entry", "nope"]) == 2
+    assert "no global function @nope (globals: @main)" in capsys.readouterr().err

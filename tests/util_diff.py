@@ -226,3 +226,18 @@ def assert_same_results(mod_a: IRModule, mod_b: IRModule, inputs: Sequence[Any] 
 
 __all__ = ["assert_same_results", "assert_values_close", "random_inputs", "random_value",
            "param_types"]
+
+
+def assert_runs_like_the_interpreter(run: Callable[..., Any], mod: IRModule, args: tuple,
+                                     name: str, max_depth: int = 20_000) -> None:
+    """``run(*args)`` (a compiled or loaded executable) gives the interpreter's value, or a
+    ``DiagnosticError`` where the interpreter raises one (fresh copies of the arguments)."""
+    import pytest
+    from relay_ir.runtime import evaluate
+    try:
+        want = evaluate(mod, *copy_value(args), max_depth=max_depth)
+    except rly.DiagnosticError:
+        with pytest.raises(rly.DiagnosticError):
+            run(*copy_value(args))
+        return
+    assert_values_close(run(*copy_value(args)), want, rtol=1e-4, atol=1e-5, what=name)

@@ -35,6 +35,16 @@ def add_prelude_flag(parser: argparse.ArgumentParser) -> None:
                         help="parse with the standard prelude (List, Option, map, foldl, ...)")
 
 
+def add_build_flags(parser: argparse.ArgumentParser, entry_help: str) -> None:
+    """``--target``, ``--entry`` and ``--opt-level``: how ``runtime.build`` compiles the program
+    (the same flags for ``rly build`` and ``rly tune``)."""
+    parser.add_argument("--target", default="llvm",
+                        help="llvm (this CPU, the default) or cuda")
+    parser.add_argument("--entry", default="main", help=entry_help)
+    parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
+                        help="optimization level (default 2)")
+
+
 def add_show_types_flag(parser: argparse.ArgumentParser) -> None:
     """``--show-types``: print inferred types on every binding."""
     parser.add_argument("--show-types", action="store_true", dest="show_types",

@@ -17,7 +17,7 @@ import argparse
 import os
 
 from relay_ir.cli import read_source
-from relay_ir.commands import add_prelude_flag
+from relay_ir.commands import add_build_flags, add_prelude_flag
 from relay_ir.errors import DiagnosticError
 
 
@@ -26,14 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="a .rly program ('-' for stdin)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT",
                         help="the module file to write (e.g. model.so)")
-    parser.add_argument("--target", default="llvm",
-                        help="llvm (this CPU, the default) or cuda")
+    add_build_flags(parser, "the global to build: the module holds it and what it reaches, "
+                            "and runs it by default (default: main)")
     add_prelude_flag(parser)
-    parser.add_argument("--entry", default="main",
-                        help="the global to build: the module holds it and what it reaches, "
-                             "and runs it by default (default: main)")
-    parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
-                        help="optimization level (default 2)")
     parser.add_argument("--executor", default=None, metavar="NAME",
                         help="relax (accepted: TVM's Relax VM is the one compiled executor)")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from relay_ir.cli import read_source
-from relay_ir.commands import add_prelude_flag
+from relay_ir.commands import add_build_flags, add_prelude_flag, require_entry
 from relay_ir.errors import DiagnosticError
 
 
@@ -28,10 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the tuning database directory (default: <kernel cache>/tuning)")
     parser.add_argument("--params", default=None, metavar="W.npz",
                         help="weights bound as constants (an .npz keyed by parameter name)")
-    parser.add_argument("--target", default="llvm", help="llvm (this CPU, the default)")
-    parser.add_argument("--entry", default="main", help="the global to build (default main)")
-    parser.add_argument("--opt-level", default=2, type=int, choices=(0, 1, 2, 3),
-                        help="optimization level (default 2)")
+    add_build_flags(parser, "the global whose kernels are tuned (default main)")
     add_prelude_flag(parser)
 
 
@@ -46,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
     text, name = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
     mod = InferType()(rly.parse(text, source_name=name, **kwargs))
-    if args.entry not in mod:
-        raise DiagnosticError(f"{name}: there is no global function @{args.entry} to tune "
-                              f"(globals: {', '.join('@' + n for n in mod) or 'none'})")
+    require_entry(mod, args.entry, name, prelude=bool(args.prelude))
     params = None
     if args.params:
         try:

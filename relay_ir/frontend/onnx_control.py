@@ -20,10 +20,10 @@ from relay_ir.traversal import build_lets
 from relay_ir.ty import ANY, FuncType, TensorType, TupleType, Type
 
 
-def _branch(g: Graph, n: Node, name: str) -> tuple[Graph, list[Value]]:
-    body = n.attrs[name]
-    sub = Graph(g.names)
-    env = dict(n.env)
+def _subgraph_outputs(sub: Graph, n: Node, body: Any, env: dict[str, Value],
+                      name: str) -> list[Value]:
+    """Convert the subgraph ``body`` (attribute ``name`` of ``n``) into ``sub`` with the
+    values of ``env`` in scope; its outputs (errors name the attribute)."""
     try:
         convert_nodes(sub, body.node, env, n.opset)
     except OnnxImportError as e:
@@ -33,7 +33,12 @@ def _branch(g: Graph, n: Node, name: str) -> tuple[Graph, list[Value]]:
         if vo.name not in env:
             raise n.error(f"{name}: output {vo.name!r} is never computed")
         outs.append(env[vo.name])
-    return sub, outs
+    return outs
+
+
+def _branch(g: Graph, n: Node, name: str) -> tuple[Graph, list[Value]]:
+    sub = Graph(g.names)
+    return sub, _subgraph_outputs(sub, n, n.attrs[name], dict(n.env), name)
 
 
 @converter("If")
@@ -161,16 +166,8 @@ def _bind_body_inputs(n: Node, body: Any, values: list[Value]) -> dict[str, Valu
 
 
 def _convert_body(sub: Graph, n: Node, body: Any, env: dict[str, Value]) -> list[Value]:
-    try:
-        convert_nodes(sub, body.node, env, n.opset)
-    except OnnxImportError as e:
-        raise n.error(f"body: {getattr(e, 'message', e)}") from None
-    outs = []
-    for vo in body.output:
-        if vo.name not in env:
-            raise n.error(f"body: output {vo.name!r} is never computed")
-        outs.append(_declared(sub, vo, env[vo.name]))
-    return outs
+    outs = _subgraph_outputs(sub, n, body, env, "body")
+    return [_declared(sub, vo, v) for vo, v in zip(body.output, outs)]
 
 
 def _declared(sub: Graph, vo: Any, v: Value) -> Value:
