@@ -73,6 +73,7 @@ back only after the run that returns), and that entry starts on such a thread fr
 """
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Sequence
 
@@ -374,8 +375,16 @@ class _Emitter:
             self.pattern(pat, v, fail)
             self.ops.append(("goto", pc))
             self.ops.append(("label", fail))
+        # the failure: check_tensor_info on the ADT value raises with this site's text (a
+        # builtin of TVM's own runtime, so plain TVM runs it); the span comes back through
+        # the text (RelaxExecutable._run); the depth function's failure stays as the fallback
+        spans = self.b.__dict__.setdefault("_match_spans", {})
+        msg = f"{_MATCH_MSG} (match {len(spans) + 1})"
+        spans[msg] = span
+        self.ops.append(("call", "vm.builtin.check_tensor_info",
+                         [("r", v), ("i", -1), ("c", ("str", msg))], None))
         self.ops.append(self.b.depth_op(_FAIL))
-        self.ops.append(("ret", v))        # NOTE: not reached (the call above fails)
+        self.ops.append(("ret", v))        # NOTE: not reached (the calls above fail)
 
     def pattern(self, pat: list, v: int, fail: Any) -> None:
         # NOTE: recursion over pattern nesting only (written patterns are shallow)
@@ -1125,8 +1134,11 @@ class RelaxExecutable:
             if _DEPTH_MSG in str(e):
                 raise _DepthLimit() from None
             if _MATCH_MSG in str(e):
+                site = re.search(re.escape(_MATCH_MSG) + r" \(match \d+\)", str(e))
+                span = (getattr(self._backend, "_match_spans", {}).get(site.group(0))
+                        if site else None)
                 raise DiagnosticError("executor='relax': match failed: no clause matched the "
-                                      "value") from None
+                                      "value", span) from None
             if "bad_alloc" in str(e) or isinstance(e, MemoryError):
                 raise self._backend.alloc_error() from None
             raise DiagnosticError(f"executor='relax': the program failed in the VM: "

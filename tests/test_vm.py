@@ -152,9 +152,30 @@ def @main(%b: bool) -> int32 {
 }""")
     exe = runtime.build(mod)
     assert int(exe(True)) == 2
-    # NOTE: the Relax VM reports which program failed, not where (no span yet)
-    with pytest.raises(rly.DiagnosticError, match="match failed"):
+    with pytest.raises(rly.DiagnosticError, match="match failed") as info:
         exe(False)
+    # the span of the failing match (line 6: parse adds the header), with a caret under it
+    assert info.value.span is not None and info.value.span.line == 6
+    assert "^" in str(info.value) and "match? (%v)" in str(info.value)
+
+
+def test_failed_match_names_the_site_among_several() -> None:
+    mod = parse("""
+type T { A(int32), B, C }
+def @f(%v: T) -> int32 {
+  match? (%v) { A(%x) => %x, B => 0 }
+}
+def @main(%v: T) -> int32 {
+  let %r = @f(%v);
+  match? (%v) { A(%y) => %r + %y, C => %r }
+}""")
+    exe = runtime.build(mod)
+    with pytest.raises(rly.DiagnosticError, match="match failed") as info:
+        exe(runtime.ADTValue(mod.get_constructor("B"), ()))         # @f passes, @main's match fails
+    assert info.value.span.line == 9
+    with pytest.raises(rly.DiagnosticError, match="match failed") as info:
+        exe(runtime.ADTValue(mod.get_constructor("C"), ()))         # @f's match fails
+    assert info.value.span.line == 5
 
 
 def test_first_class_functions_and_tuples_returned() -> None:
