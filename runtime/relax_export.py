@@ -194,10 +194,7 @@ def _kernel_code(kernels: list, target: Any, cache: Any) -> tuple[list, list[str
         dyn = kern.dyn
         if dyn is not None:
             if dyn.mode == "host":
-                raise DiagnosticError(
-                    f"export_library: the fused group {kern.label} runs on the host "
-                    f"({dyn.reason}): a standard TVM module cannot hold numpy code; the "
-                    f"built executable runs it in this process")
+                continue        # NOTE: its text goes into the metadata (host_groups)
             # a symbolic kernel: its kernel, serial twin and shape/guard functions
             for m in dyn.modules:
                 key = dyn.cache_keys.get(id(m))
@@ -306,7 +303,11 @@ def _metadata(rexe: RelaxExecutable, entry: str) -> dict:
             # NOTE: the depth counter in static words of rly_depth (runtime.relax_cuda): the
             # entries take the limit as an int
             "static_depth": bool(rexe._backend.static_depth),
-            "kernels": sorted({k.symbol for k in rexe._backend.kernels.values()})}
+            "kernels": sorted({k.symbol for k in rexe._backend.kernels.values()
+                               if k.dyn is None or k.dyn.mode != "host"}),
+            # the groups that run on the host (key -> [label, Relay text]): such a module
+            # loads only through relay_ir (runtime.relax_shapes.register_loaded_groups)
+            "host_groups": dict(getattr(rexe._backend, "_host_texts", {}))}
 
 
 # ============================================================================ loading
@@ -419,6 +420,14 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ModuleFileError(f"{path}: malformed module metadata ({type(e).__name__}: "
                               f"{e})") from None
+    hosts: list = []
+    if meta.get("host_groups"):
+        from relay_ir.runtime.relax_shapes import register_loaded_groups
+        try:
+            hosts = register_loaded_groups(dict(meta["host_groups"]))
+        except (DiagnosticError, TypeError, ValueError, AttributeError) as e:
+            raise ModuleFileError(f"{path}: malformed host group in the module metadata "
+                                  f"({type(e).__name__}: {e})") from None
     ensure_threads()
     fd, tmp = tempfile.mkstemp(prefix="relay_ir_module_", suffix=".so")
     try:
@@ -438,7 +447,9 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
                 from None
     finally:
         os.remove(tmp)      # NOTE: the loaded library stays mapped
-    return LoadedRelaxModule(path, vm, mod, tgt, entries, cons, default, meta)
+    loaded = LoadedRelaxModule(path, vm, mod, tgt, entries, cons, default, meta)
+    loaded._host_groups = hosts        # alive as long as the module
+    return loaded
 
 
 def _constructors(table: list) -> list:
@@ -516,12 +527,12 @@ class LoadedRelaxModule(RelaxExecutable):
         return len(self.metadata.get("kernels", ()))
 
     def num_kernels(self) -> int:
-        """The number of distinct kernels the file links (no host groups: export refuses
-        them)."""
+        """The number of distinct kernels the file links (host groups not counted)."""
         return len(self.metadata.get("kernels", ()))
 
     def host_kernels(self) -> list[str]:
-        return []           # NOTE: export refuses programs with host groups
+        """Labels of the groups that run on the host (carried as Relay text)."""
+        return [f"host:{label}" for label, _ in self.metadata.get("host_groups", {}).values()]
 
     def kernel_sources(self) -> list[str]:
         """Nothing: a loaded shared library keeps no kernel source."""

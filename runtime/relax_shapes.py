@@ -29,11 +29,14 @@ in terms of the inputs (a relation that needs two ``?`` dimensions to be equal, 
 the host: the bytecode calls the TVM global function ``relay_ir.host.group`` (registered by
 this module) with the group's key and its arguments, and relay_ir runs the group's body with
 the operators' numpy reference implementations (the interpreter's code, so the interpreter's
-values). Such an executable runs only in the process that built it, through relay_ir: the
-function and the group it names are Python objects of this process.
+values). Such an executable runs only through relay_ir: the key is a hash of the group's text
+(:func:`group_text`); ``export_library`` writes the texts into the module file and
+``runtime.load_module`` registers them again (:func:`register_loaded_groups`), so plain TVM
+cannot run such a file (it finds no ``relay_ir.host.group``).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 import threading
@@ -107,20 +110,88 @@ def host_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str,
             raise LoweringError(f"operator `{op.name}` has neither a TVM compute nor a "
                                 f"reference implementation", fn.span)
     info = DynInfo("host", reason)
-    info.key = _host_group(backend, k, label)
+    info.key = _host_group(backend, k, fn, label)
     kern = _Kernel(HOST_FUNC, None, [], [], 0, types, label)
     kern.dyn = info
     return kern
 
 
-def _host_group(backend: Any, k: int, label: str) -> str:
-    """The key of a new host group of fused group ``k`` (alive as long as ``backend``)."""
+def _host_group(backend: Any, k: int, fn: Any, label: str) -> str:
+    """The key of a new host group of fused group ``k`` (alive as long as ``backend``).
+
+    The key names the group's text (:func:`group_text`), so that an exported module's
+    bytecode finds the group again in another process (:func:`register_loaded_groups`); groups
+    of equal text compute the same values, so any live one of a key serves it."""
     _register()
     group = _HostGroup(backend, k, label)
-    key = f"g{next(_KEYS)}"
-    _GROUPS[key] = group
+    text = group_text(fn)
+    key = "h" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    _add_group(key, group)
     backend.__dict__.setdefault("_host_groups", []).append(group)   # keeps it alive
+    backend.__dict__.setdefault("_host_texts", {})[key] = [label, text]
     return key
+
+
+def group_text(fn: Any) -> str:
+    """A fused group as the ``@main`` of a module in Relay text (its parameters, body and
+    constants; what an exported module carries to run the group on the host elsewhere)."""
+    from relay_ir.expr import Function
+    from relay_ir.module import IRModule
+    from relay_ir.printer import astext
+    # the shape variables of the parameter types become type parameters (a group function
+    # uses its caller's; text must declare them)
+    svars: dict = {v: None for v in fn.type_params}
+    stack = [p.checked_type_ or p.type_annotation for p in fn.params]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, TupleType):
+            stack.extend(reversed(t.fields))
+        elif isinstance(t, TensorType):
+            for d in t.shape:
+                if isinstance(d, ShapeVar):
+                    svars.setdefault(d, None)
+                elif isinstance(d, DimExpr):
+                    for mono, _ in d.terms:
+                        for v in mono:
+                            svars.setdefault(v, None)
+    main = Function(tuple(fn.params), fn.body, fn.ret_type, tuple(svars))
+    return astext(IRModule({"main": main}))
+
+
+def _add_group(key: str, group: Any) -> None:
+    with _LOCK:
+        live = _GROUPS.get(key)
+        if live is None:
+            live = _GROUPS[key] = weakref.WeakSet()
+        live.add(group)
+
+
+class _LoadedHostGroup:
+    """A host group of a loaded module file: its text parsed and run by the interpreter."""
+
+    def __init__(self, key: str, label: str, text: str):
+        from relay_ir.parser import parse
+        self.label = label
+        self.span = None
+        self.mod = parse(text, f"<host group {label}>")
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> Any:
+        from relay_ir.runtime.interpreter import evaluate
+        self.calls += 1
+        return _to_vm(evaluate(self.mod, *[_to_numpy(a) for a in args], check_types=False))
+
+
+def register_loaded_groups(groups: dict) -> list:
+    """Register the host groups an exported module carries (``{key: [label, text]}``);
+    returns them (the loaded module holds them: they live as long as it does)."""
+    _register()
+    out = []
+    for key, (label, text) in groups.items():
+        g = _LoadedHostGroup(str(key), str(label), str(text))
+        _add_group(str(key), g)
+        out.append(g)
+    return out
 
 
 def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: str) -> Any:
@@ -262,7 +333,7 @@ def _symbolic_kernel(backend: Any, k: int, fn: Any, types: list[Type], label: st
     if info.guard:
         info.guard_symbol = f"rly_guard_{k}_{req.key[:16]}"
         info.modules.append(_guard_function(info.guard_symbol, info.heap, info.guard))
-        info.key = _host_group(backend, k, label)
+        info.key = _host_group(backend, k, fn, label)
     kern = _Kernel("k_" + req.key, module, [np.array(c, order="C") for c in lowered.constants],
                    [], _result_struct(lowered.result_type), types,
                    "+".join(lowered.ops) or label)
@@ -551,8 +622,7 @@ def _to_vm(v: Any) -> Any:
     return tvm_ffi.from_dlpack(a, require_alignment=0, require_contiguous=True)
 
 
-_GROUPS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_KEYS = itertools.count()
+_GROUPS: dict[str, weakref.WeakSet] = {}     # key -> the live groups of that text
 _LABELS = itertools.count()
 _LAST = threading.local()
 _REGISTERED: list[bool] = []
@@ -560,18 +630,20 @@ _LOCK = threading.Lock()
 
 
 def _host_entry(key: str, *args: Any) -> Any:
-    group = _GROUPS.get(key)
+    live = _GROUPS.get(key)
+    group = next(iter(live), None) if live is not None else None
     if group is None:
         raise RuntimeError(f"relay_ir: no host group {key!r} in this process (a module that "
-                           f"runs operators on the host loads only through relay_ir, in the "
-                           f"process that built it)")
+                           f"runs operators on the host loads only through relay_ir: "
+                           f"relay_ir.runtime.load_module)")
     try:
         return group(*args)
     except Exception as e:
         if not isinstance(e, DiagnosticError):
+            span = (group.backend.cp.kernels[group.k].span if hasattr(group, "backend")
+                    else None)
             e = DiagnosticError(f"executor='relax': the host function of the fused group "
-                                f"{group.label} failed: {type(e).__name__}: {e}",
-                                group.backend.cp.kernels[group.k].span)
+                                f"{group.label} failed: {type(e).__name__}: {e}", span)
         _LAST.error = e
         raise RuntimeError(f"{HOST_FAILED}: the host function of the fused group {group.label} "
                            f"failed: {type(e).__name__}: {e}") from None
