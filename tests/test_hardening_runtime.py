@@ -191,7 +191,7 @@ def test_loaded_module_keeps_shared_and_polynomial_dims(tmp_path: object) -> Non
             runner(f([1, 2]), f([3, 4, 5]), f([1, 1, 1, 1]), f([2, 2]))
 
 
-def test_a_host_group_runs_built_and_is_refused_by_export(tmp_path: object) -> None:
+def test_a_host_group_runs_built_and_after_export(tmp_path: object) -> None:
     exe = runtime.build(parse(SYMBOLIC))
     f = np.float32
     args = [f([1, 2]), f([3, 4, 5]), f([1, 1, 1, 1, 1]), f([2, 2])]
@@ -201,8 +201,15 @@ def test_a_host_group_runs_built_and_is_refused_by_export(tmp_path: object) -> N
     assert exe.host_kernels() == ["host:add+concatenate"]
     with pytest.raises(rly.DiagnosticError, match=r"argument 3 \(%z\)"):
         exe(f([1, 2]), f([3, 4, 5]), f([1, 1, 1, 1]), f([2, 2]))
-    with pytest.raises(rly.DiagnosticError, match="add.concatenate runs on the host"):
-        exe.export_library(os.path.join(str(tmp_path), "sym.so"))
+    path = os.path.join(str(tmp_path), "sym.so")
+    exe.export_library(path)
+    m = runtime.load_module(path)
+    assert m.host_kernels() == ["host:add+concatenate"]
+    got = m(*args)
+    np.testing.assert_array_equal(got[0], np.concatenate(args[:2]) + args[2])
+    np.testing.assert_array_equal(got[1], args[0] * args[3])
+    with pytest.raises(rly.DiagnosticError, match=r"argument 3 \(%z\)"):
+        m(f([1, 2]), f([3, 4, 5]), f([1, 1, 1, 1]), f([2, 2]))
 
 
 def test_a_loaded_module_runs_any_size_of_a_dynamic_dim(tmp_path: object) -> None:
