@@ -385,7 +385,7 @@ def test_rly_build_entry_and_run_help(tmp_path: object, capsys: pytest.CaptureFi
     assert rc == 0 and "[2., 4., 7.]" in text, err
     assert header_of(out)["default_entry"] == "twice"
     rc, text, err = run_cli(capsys, "build", src, "--entry", "nope", "-o", out)
-    assert rc == 1 and "no global function @nope" in err
+    assert rc == 2 and "no global function @nope (globals: @main, @twice)" in err    # a usage error
     with pytest.raises(SystemExit) as ex:
         main(["run", out, "--help"])
     text, err = capsys.readouterr()

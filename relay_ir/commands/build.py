@@ -8,7 +8,8 @@ relay_ir's trailer (format version, checksums, entry types; docs/runtime.md):
 model.so ARGS`` runs it later without the compiler. ``--opt-level`` (0 to 3, default 2) is the
 optimization level. ``--entry NAME`` (default ``main``) is the global to build: the module
 file holds it and the globals it reaches, and runs it by default (``rly run model.so``
-without ``--entry``). Type errors and unsupported targets are
+without ``--entry``; an unknown name is a usage error, exit status 2). Type errors and
+unsupported targets are
 diagnostics (exit status 1). ``--executor relax`` is accepted (the one compiled executor).
 """
 from __future__ import annotations
@@ -17,8 +18,7 @@ import argparse
 import os
 
 from relay_ir.cli import read_source
-from relay_ir.commands import add_build_flags, add_prelude_flag
-from relay_ir.errors import DiagnosticError
+from relay_ir.commands import add_build_flags, add_prelude_flag, require_entry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
     text, name = read_source(args.file)
     kwargs = {"prelude": True} if args.prelude else {}
     mod = InferType()(rly.parse(text, source_name=name, **kwargs))
-    if args.entry not in mod:
-        raise DiagnosticError(f"{name}: there is no global function @{args.entry} to build "
-                              f"(globals: {', '.join('@' + n for n in mod) or 'none'})")
+    require_entry(mod, args.entry, name, prelude=bool(args.prelude))
     kwargs = {"executor": args.executor} if args.executor else {}
     exe = runtime.build(mod, target=args.target, entry=args.entry, opt_level=args.opt_level,
                         **kwargs)
