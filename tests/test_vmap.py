@@ -118,3 +118,101 @@ def @main(%x: Tensor[(3,), float32], %w1: Tensor[(8, 3), float32], %b1: Tensor[(
     assert "def @main[batch](%x: Tensor[(batch, 3), float32]" in rly.astext(bm)
     args = [_rand((6, 3)), _rand((8, 3), seed=1), _rand((8,), seed=2), _rand((2, 8), seed=3)]
     assert_loop_equal(mod, bm, args, (0, None, None, None), 6)
+
+
+# ----------------------------------------------------------------------------- every operator
+from relay_ir.expr import Var  # noqa: E402
+from relay_ir.op import list_ops  # noqa: E402
+from relay_ir.op._rules import make_call  # noqa: E402
+from relay_ir.ty import TensorType, TupleType  # noqa: E402
+from test_op_registry import SAMPLES, _random  # noqa: E402
+
+N = 3
+
+
+def _batch_value(t, axis, rng):  # type: ignore[no-untyped-def]
+    """Random data for N instances of type ``t`` stacked on ``axis`` (None: one shared value)."""
+    if axis is None:
+        return _random(t, rng)
+    if isinstance(t, TupleType):
+        return tuple(_batch_value(f, axis, rng) for f in t.fields)
+    return np.stack([_random(t, rng) for _ in range(N)], axis=axis % (t.ndim + 1))
+
+
+def _take(v, axis, i):  # type: ignore[no-untyped-def]
+    if axis is None:
+        return v
+    if isinstance(v, tuple):
+        return tuple(_take(f, axis, i) for f in v)
+    return np.take(v, i, axis=axis)
+
+
+def _rank(t) -> int:  # type: ignore[no-untyped-def]
+    return min(_rank(f) for f in t.fields) if isinstance(t, TupleType) else t.ndim
+
+
+def _axes_cases(arg_types):  # type: ignore[no-untyped-def]
+    """in_axes to try: every argument on 0; the first on its last axis alone (others shared);
+    each other argument alone on 0."""
+    n = len(arg_types)
+    if n == 0:
+        return [()]
+    cases = [tuple(0 for _ in arg_types)]
+    cases.append((-1,) + (None,) * (n - 1))
+    for k in range(1, n):
+        cases.append(tuple(0 if j == k else None for j in range(n)))
+    return cases
+
+
+def _one_call_module(name, arg_types, given):  # type: ignore[no-untyped-def]
+    params = [Var(f"a{i}", t) for i, t in enumerate(arg_types)]
+    body = make_call(name, *params, **given)
+    return passes.InferType()(IRModule({"main": Function(tuple(params), body)}))
+
+
+BATCHABLE = [od.name for od in list_ops() if not od.not_batchable]
+
+
+def test_every_operator_has_a_batching_rule_or_a_not_batchable_mark():
+    for od in list_ops():
+        assert od.batch is not None, f"{od.name}: no batching rule and no not-batchable mark"
+        if od.not_batchable:
+            assert od.name.startswith("dyn.") or od.host_only, od.name
+
+
+@pytest.mark.parametrize("name", BATCHABLE)
+def test_vmap_of_one_call_equals_a_loop(name):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(7)
+    for arg_types, given in SAMPLES[name][:2]:
+        if any(isinstance(a, np.ndarray) for a in arg_types):
+            continue
+        mod = _one_call_module(name, arg_types, given)
+        for in_axes in _axes_cases(arg_types):
+            args = [_batch_value(t, a, rng) for t, a in zip(arg_types, in_axes)]
+            try:
+                bmod = passes.vmap(mod, in_axes=in_axes, batch_size=None if any(
+                    a is not None for a in in_axes) else N)
+            except VmapError as e:
+                assert "static batch_size" in e.message, e.message
+                bmod = passes.vmap(mod, in_axes=in_axes, batch_size=N)
+            with np.errstate(all="ignore"):
+                got = _leaves(runtime.evaluate(bmod, *args))
+                for i in range(N):
+                    want = _leaves(runtime.evaluate(mod, *[_take(v, a, i) for v, a in
+                                                           zip(args, in_axes)]))
+                    assert len(got) == len(want)
+                    for g, w in zip(got, want):
+                        assert g.shape == (N,) + w.shape and g.dtype == w.dtype, (in_axes, g.shape)
+                        tol = 2e-3 if w.dtype == np.float16 else 1e-5
+                        np.testing.assert_allclose(g[i], w, rtol=tol, atol=tol, equal_nan=True,
+                                                   err_msg=f"{name} {given} in_axes={in_axes}")
+
+
+@pytest.mark.parametrize("name", [od.name for od in list_ops() if od.not_batchable][:3])
+def test_not_batchable_operator_is_a_clear_error(name):  # type: ignore[no-untyped-def]
+    arg_types, given = SAMPLES[name][0]
+    types = [TensorType(a.shape, str(a.dtype)) if isinstance(a, np.ndarray) else a
+             for a in arg_types]
+    mod = _one_call_module(name, types, given)
+    with pytest.raises(VmapError, match=f"`{name}` is not batchable"):
+        passes.vmap(mod, in_axes=(0,) + (None,) * (len(types) - 1))

@@ -236,7 +236,7 @@ def reduction(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     from relay_ir.op._rules import reduce_axes
     r = _rank(call, 0)
     axes = reduce_axes(r, call.attrs.axis, call.attrs.exclude)
-    new = [ctx.to_front(args[0], in_dims[0], r)]
+    new = [ctx.front(args[0], in_dims[0], ttype(call.args[0]))]
     for a, d, c in zip(args[1:], in_dims[1:], call.args[1:]):  # variance's mean
         new.append(ctx.front(a, d, ttype(c)))
     return _recall(call, new, axis=tuple(a + 1 for a in axes), exclude=False), 0
