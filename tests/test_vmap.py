@@ -216,3 +216,162 @@ def test_not_batchable_operator_is_a_clear_error(name):  # type: ignore[no-untyp
     mod = _one_call_module(name, types, given)
     with pytest.raises(VmapError, match=f"`{name}` is not batchable"):
         passes.vmap(mod, in_axes=(0,) + (None,) * (len(types) - 1))
+
+
+# ----------------------------------------------------------------------------- control flow
+BRANCHY = """
+def @f(%x: Tensor[(3,), float32]) -> Tensor[(3,), float32] {
+  if (greater(sum(%x), 0f)) { exp(%x) } else { negative(multiply(%x, %x)) }
+}
+def @main(%x: Tensor[(3,), float32], %k: float32) {
+  let %y = @f(%x);
+  (multiply(%y, %k), %k)
+}"""
+
+
+def _branchy_args():  # type: ignore[no-untyped-def]
+    x = _rand((6, 3), seed=3)
+    x[::2] = np.abs(x[::2])       # even instances take the then branch
+    x[1::2] = -np.abs(x[1::2])    # odd ones the else branch
+    return [x, np.array(1.5, "float32")]
+
+
+def test_if_on_a_batched_condition_is_a_select_of_both_branches():
+    mod = _parse(BRANCHY)
+    bm = passes.vmap(mod, in_axes=(0, None))
+    text = rly.astext(bm["main"])
+    assert "where(" in text and "if (" not in text and "@f" not in text
+    args = _branchy_args()
+    assert_loop_equal(mod, bm, args, (0, None), 6)
+    # the unbatched output leaf %k is broadcast over the batch
+    _, k = runtime.evaluate(bm, *args)
+    np.testing.assert_array_equal(k, np.full(6, 1.5, "float32"))
+
+
+def test_if_on_an_unbatched_condition_stays_an_if():
+    mod = _parse("""
+def @main(%x: Tensor[(3,), float32], %flag: bool, %w: Tensor[(3,), float32]) {
+  if (%flag) { add(%x, %w) } else { %w }
+}""")
+    bm = passes.vmap(mod, in_axes=(0, None, None))
+    text = rly.astext(bm["main"])
+    assert "if (%flag)" in text  # (the shared %w of the else branch is materialized)
+    x, w = _rand((4, 3)), _rand((3,), seed=1)
+    for flag in (True, False):
+        assert_loop_equal(mod, bm, [x, np.array(flag), w], (0, None, None), 4)
+
+
+def test_nested_globals_are_inlined_and_batched():
+    mod = _parse("""
+def @sq(%a: Tensor[(2,), float32]) { multiply(%a, %a) }
+def @g(%a: Tensor[(2,), float32], %b: Tensor[(2,), float32]) { add(@sq(%a), @sq(%b)) }
+def @main(%x: Tensor[(2,), float32], %y: Tensor[(2,), float32]) { @g(%x, @g(%y, %x)) }""")
+    bm = passes.vmap(mod, in_axes=(0, 1))
+    assert "@g" not in rly.astext(bm["main"])
+    assert set(bm.functions) == set(mod.functions)  # the other globals are kept
+    assert_loop_equal(mod, bm, [_rand((5, 2)), _rand((2, 5), seed=1)], (0, 1), 5)
+
+
+@pytest.mark.tvm
+def test_compiled_batched_programs_equal_the_interpreter():
+    mod = _parse(BRANCHY)
+    bm = passes.vmap(mod, in_axes=(0, None))
+    args = _branchy_args()
+    exe = runtime.build(bm, target="llvm")
+    for g, w in zip(_leaves(exe(*args)), _leaves(runtime.evaluate(bm, *args))):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    mlp = _parse("""
+def @main(%x: Tensor[(4,), float32], %w: Tensor[(5, 4), float32], %v: Tensor[(2, 5), float32]) {
+  nn.log_softmax(nn.dense(tanh(nn.dense(%x, %w)), %v))
+}""")
+    bm = passes.vmap(mlp, in_axes=(0, None, 0), batch_size=3)
+    args = [_rand((3, 4)), _rand((5, 4), seed=1), _rand((3, 2, 5), seed=2)]
+    exe = runtime.build(bm, target="llvm")
+    np.testing.assert_allclose(exe(*args), runtime.evaluate(bm, *args), rtol=1e-5, atol=1e-6)
+    assert_loop_equal(mlp, bm, args, (0, None, 0), 3)
+
+
+# ----------------------------------------------------------------------------- gradients
+MLP = """
+def @main(%x: Tensor[(4,), float32], %w: Tensor[(5, 4), float32], %b: Tensor[(5,), float32]) {
+  let %h = tanh(add(nn.dense(%x, %w), %b));
+  sum(multiply(%h, %h))
+}"""
+
+
+def _mlp_grads(x, w, b):  # type: ignore[no-untyped-def]
+    """Per-instance value and gradients of sum(tanh(w x + b)^2), by hand (numpy)."""
+    h = np.tanh(w @ x + b)
+    dz = 2 * h * (1 - h * h)
+    return (h * h).sum(), (w.T @ dz, np.outer(dz, x), dz)
+
+
+def test_vmap_of_an_optimized_gradient_program_gives_per_instance_gradients():
+    mod = _parse(MLP)
+    gm = passes.optimize(passes.gradient(mod))
+    bm = passes.vmap(gm, in_axes=(0, None, None))
+    xs, w, b = _rand((6, 4)), _rand((5, 4), seed=1), _rand((5,), seed=2)
+    val, (gx, gw, gb) = runtime.evaluate(bm, xs, w, b)
+    assert gw.shape == (6, 5, 4)
+    for i in range(6):
+        v, (wx, ww, wb) = _mlp_grads(xs[i], w, b)
+        np.testing.assert_allclose(val[i], v, rtol=1e-5)
+        for g, want in ((gx[i], wx), (gw[i], ww), (gb[i], wb)):
+            np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_of_a_vmapped_program_sums_over_instances():
+    mod = _parse(MLP)
+    bm = passes.vmap(mod, in_axes=(0, None, None), batch_size=6)
+    gm = passes.gradient(bm)
+    xs, w, b = _rand((6, 4)), _rand((5, 4), seed=1), _rand((5,), seed=2)
+    for g_mod in (gm, passes.optimize(gm)):
+        val, (gx, gw, gb) = runtime.evaluate(g_mod, xs, w, b)
+        per = [_mlp_grads(xs[i], w, b) for i in range(6)]
+        np.testing.assert_allclose(val, [p[0] for p in per], rtol=1e-5)
+        np.testing.assert_allclose(gx, np.stack([p[1][0] for p in per]), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(gw, sum(p[1][1] for p in per), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(gb, sum(p[1][2] for p in per), rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_through_a_batched_if_equals_per_instance_gradients():
+    mod = _parse(BRANCHY)
+    x, k = _branchy_args()
+    gm = passes.gradient(passes.vmap(mod, in_axes=(0, None), batch_size=6))
+    one = passes.gradient(mod)
+    for g_mod in (gm, passes.optimize(gm)):
+        (_, _), (gx, gk) = runtime.evaluate(g_mod, x, k)
+        want_k = np.float32(0)
+        for i in range(6):
+            (_, _), (wx, wk) = runtime.evaluate(one, x[i], k)
+            np.testing.assert_allclose(gx[i], wx, rtol=1e-5)
+            want_k += wk
+        np.testing.assert_allclose(gk, want_k, rtol=1e-5)
+
+
+LEAKY = """
+def @main(%x: Tensor[(2,), float32], %w: Tensor[(2,), float32]) {
+  if (greater(sum(%x), 0f)) { sqrt(multiply(%x, %w)) } else { negative(%x) }
+}"""
+
+
+def test_an_untaken_branch_does_not_leak_nan_into_gradients():
+    """Instance 1 takes the else branch; the then branch's sqrt'(0) = inf there. The select's
+    adjoint for it is zero, and the guarded branch inputs keep 0 * inf out of the gradients
+    of both the batched %x and the shared %w; without the guard the nan leaks."""
+    mod = _parse(LEAKY)
+    xs = np.array([[1.0, 4.0], [0.0, -1.0]], "float32")
+    w = np.array([2.0, 0.5], "float32")
+    one = passes.gradient(mod)
+    want = [runtime.evaluate(one, xs[i], w)[1] for i in range(2)]
+    for opt in (False, True):
+        bm = passes.vmap(mod, in_axes=(0, None), batch_size=2)
+        gm = passes.gradient(passes.optimize(bm) if opt else bm)
+        v, (gx, gw) = runtime.evaluate(gm, xs, w)
+        assert np.isnan(v[1]).sum() == 0 and np.isnan(v[0]).sum() == 0
+        for i in range(2):
+            np.testing.assert_allclose(gx[i], want[i][0], rtol=1e-6)
+        np.testing.assert_allclose(gw, want[0][1] + want[1][1], rtol=1e-6)
+    bare = passes.vmap(mod, in_axes=(0, None), batch_size=2, guard_branches=False)
+    _, (gx, gw) = runtime.evaluate(passes.gradient(bare), xs, w)
+    assert np.isnan(gx[1, 0]) and np.isnan(gw[0])  # 0 * inf from the untaken sqrt branch
