@@ -375,3 +375,109 @@ def test_an_untaken_branch_does_not_leak_nan_into_gradients():
     bare = passes.vmap(mod, in_axes=(0, None), batch_size=2, guard_branches=False)
     _, (gx, gw) = runtime.evaluate(passes.gradient(bare), xs, w)
     assert np.isnan(gx[1, 0]) and np.isnan(gw[0])  # 0 * inf from the untaken sqrt branch
+
+
+# ----------------------------------------------------------------------------- errors
+from relay_ir.errors import DiagnosticError  # noqa: E402
+
+TWO = """
+def @main(%x: Tensor[(2, 3), float32], %t: (Tensor[(3,), float32], int32)) { add(%x, %t.0) }"""
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"in_axes": (0,)}, "in_axes has 1 entries but @main has 2 parameters (%x, %t)"),
+    ({"in_axes": (3, None)}, "in_axes entry 3 for parameter %x of @main is out of range: the "
+                             "batched argument has rank 3 (axes -3..2)"),
+    ({"in_axes": (-4, None)}, "out of range"),
+    ({"in_axes": ("0", None)}, "in_axes entries must be ints or None, found '0'"),
+    ({"in_axes": (True, None)}, "in_axes entries must be ints or None"),
+    ({"in_axes": {"x": 0}}, "in_axes must be a tuple of ints or None"),
+    ({"in_axes": (None, None)}, "no argument of @main is batched (every in_axes entry is None): "
+                                "give vmap a batch_size"),
+    ({"in_axes": (0, None), "batch_size": 0}, "batch_size must be a positive int, found 0"),
+    ({"in_axes": (0, None), "entry": "nope"}, "no global function @nope to batch (globals: "
+                                              "@main)"),
+])
+def test_bad_arguments_are_clear_errors(kwargs, msg):  # type: ignore[no-untyped-def]
+    with pytest.raises(VmapError) as info:
+        passes.vmap(_parse(TWO), **kwargs)
+    assert msg in info.value.message
+    assert isinstance(info.value, DiagnosticError)
+
+
+def test_a_batched_tuple_parameter_batches_every_leaf():
+    mod = _parse(TWO)
+    bm = passes.vmap(mod, in_axes=(None, 0), batch_size=4)
+    assert "%t: (Tensor[(4, 3), float32], Tensor[(4), int32])" in rly.astext(bm)
+    x = _rand((2, 3))
+    t = (_rand((4, 3), seed=1), np.arange(4, dtype="int32"))
+    out = runtime.evaluate(bm, x, t)
+    for i in range(4):
+        np.testing.assert_array_equal(out[i], runtime.evaluate(mod, x, (t[0][i], t[1][i])))
+
+
+@pytest.mark.parametrize("src, msg", [
+    ("""def @main(%x: Tensor[(2,), float32], %f: fn (Tensor[(2,), float32]) -> Tensor[(2,), float32]) {
+          %f(%x) }""", "parameter %f of @main has type fn"),
+    ("""def @main(%x: Tensor[(2,), float32]) { let %r = ref(%x); ref_read(%r) }""",
+     "references are not supported by vmap; use exe.run_batch for such programs"),
+    ("""def @main(%x: Tensor[(2,), float32]) { let %f = fn (%y: Tensor[(2,), float32]) { %y };
+          %f(%x) }""", "not supported by vmap; use exe.run_batch"),
+    ("""def @r(%x: Tensor[(2,), float32], %n: int32) -> Tensor[(2,), float32] {
+          if (equal(%n, 0)) { %x } else { @r(exp(%x), subtract(%n, 1)) } }
+        def @main(%x: Tensor[(2,), float32]) { @r(%x, 3) }""",
+     "recursion (@r calls itself) is not supported by vmap; use exe.run_batch"),
+    ("""type L { Nil, Cons(Tensor[(2,), float32], L) }
+        def @main(%x: Tensor[(2,), float32]) { match (Cons(%x, Nil)) { Cons(%y, _) => %y,
+          Nil => %x } }""", "algebraic data types"),
+])
+def test_unsupported_programs_are_clear_errors(src, msg):  # type: ignore[no-untyped-def]
+    mod = _parse(src)
+    with pytest.raises(VmapError) as info:
+        passes.vmap(mod, in_axes=0 if "%f" not in src.split("{")[0] else (0, 0))
+    assert msg in info.value.message
+
+
+def test_an_unrolled_operator_needs_a_static_batch_size():
+    mod = _parse("""
+def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 3), float32]) { nn.cross_entropy(%x, %y) }""")
+    with pytest.raises(VmapError, match="`nn.cross_entropy` with these batched arguments has no "
+                                        "batching rule for a symbolic batch size"):
+        passes.vmap(mod, in_axes=(0, 0))
+    bm = passes.vmap(mod, in_axes=(0, 0), batch_size=2)
+    p, t = _rand((2, 2, 3)) ** 2 + 0.1, _rand((2, 2, 3), seed=1) ** 2
+    assert_loop_equal(mod, bm, [p, t], (0, 0), 2)
+
+
+def test_the_error_points_at_the_call_it_cannot_batch():
+    mod = rly.parse(HDR + """def @main(%x: Tensor[(4,), float32], %s: Tensor[(2,), int64]) {
+  dyn.reshape(%x, %s)
+}""")
+    with pytest.raises(VmapError) as info:
+        passes.vmap(mod, in_axes=(0, None))
+    assert "`dyn.reshape` is not batchable: its output shape depends on the values" in \
+        info.value.message
+    assert info.value.span is not None and info.value.span.line == 3
+
+
+# ----------------------------------------------------------------------------- scale
+from util_scale import shallow_stack, sizes  # noqa: E402
+
+
+@sizes(2_000, 100_000)
+def test_long_chain_is_batched_without_recursion(n):  # type: ignore[no-untyped-def]
+    lines = ["def @main(%x: Tensor[(2,), float32], %w: Tensor[(2,), float32]) {"]
+    prev = "%x"
+    for i in range(n):
+        lines.append(f"  let %v{i} = add({prev}, %w);")
+        prev = f"%v{i}"
+    lines.append(f"  {prev}\n}}")
+    mod = _parse("\n".join(lines))
+    with shallow_stack():
+        bm = passes.vmap(mod, in_axes=(0, None))
+    x, w = _rand((3, 2)), np.full(2, 0.5, "float32")
+    out = runtime.evaluate(bm, x, w)
+    want = x.copy()
+    for _ in range(n):
+        want = want + w
+    np.testing.assert_allclose(out, want, rtol=1e-5)
