@@ -180,6 +180,16 @@ def test_every_operator_has_a_batching_rule_or_a_not_batchable_mark():
             assert od.name.startswith("dyn.") or od.host_only, od.name
 
 
+def _vmap_symbolic_or_static(mod, in_axes):  # type: ignore[no-untyped-def]
+    """vmap with a symbolic batch size, or N where the rule needs a static one (unrolled)."""
+    try:
+        return passes.vmap(mod, in_axes=in_axes, batch_size=None if any(
+            a is not None for a in in_axes) else N)
+    except VmapError as e:
+        assert "static batch_size" in e.message, e.message
+        return passes.vmap(mod, in_axes=in_axes, batch_size=N)
+
+
 @pytest.mark.parametrize("name", BATCHABLE)
 def test_vmap_of_one_call_equals_a_loop(name):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(7)
@@ -189,12 +199,7 @@ def test_vmap_of_one_call_equals_a_loop(name):  # type: ignore[no-untyped-def]
         mod = _one_call_module(name, arg_types, given)
         for in_axes in _axes_cases(arg_types):
             args = [_batch_value(t, a, rng) for t, a in zip(arg_types, in_axes)]
-            try:
-                bmod = passes.vmap(mod, in_axes=in_axes, batch_size=None if any(
-                    a is not None for a in in_axes) else N)
-            except VmapError as e:
-                assert "static batch_size" in e.message, e.message
-                bmod = passes.vmap(mod, in_axes=in_axes, batch_size=N)
+            bmod = _vmap_symbolic_or_static(mod, in_axes)
             with np.errstate(all="ignore"):
                 got = _leaves(runtime.evaluate(bmod, *args))
                 for i in range(N):
@@ -481,3 +486,23 @@ def test_long_chain_is_batched_without_recursion(n):  # type: ignore[no-untyped-
     for _ in range(n):
         want = want + w
     np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("name, k", [("nn.dense", 1), ("nn.conv2d", 0), ("take", 3),
+                                     ("concatenate", 1), ("nn.batch_matmul", 0),
+                                     ("strided_slice", 0)])
+def test_compiled_batched_operators_equal_a_loop(name, k):  # type: ignore[no-untyped-def]
+    """Symbolic-batch kernels of the main rule families compile and agree with the loop."""
+    arg_types, given = SAMPLES[name][k]
+    mod = _one_call_module(name, arg_types, given)
+    rng = np.random.default_rng(3)
+    for in_axes in _axes_cases(arg_types)[:2]:
+        bmod = _vmap_symbolic_or_static(mod, in_axes)
+        args = [_batch_value(t, a, rng) for t, a in zip(arg_types, in_axes)]
+        got = _leaves(runtime.build(bmod, target="llvm")(*args))
+        for i in range(N):
+            want = _leaves(runtime.evaluate(mod, *[_take(v, a, i) for v, a in
+                                                   zip(args, in_axes)]))
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g[i], w, rtol=1e-5, atol=1e-5)

@@ -64,6 +64,13 @@ def _op(name: str, *args: Expr, **attrs: Any) -> Expr:
     return make_call(name, *args, **attrs)
 
 
+def _prod(shape: Sequence[Dim]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)  # type: ignore[arg-type]
+    return n
+
+
 def _static(shape: Sequence[Dim]) -> bool:
     return all(isinstance(d, int) for d in shape)
 
@@ -553,6 +560,14 @@ def matmul_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     if dw is None and not ta:
         x = ctx.to_front(args[0], dx, xt.ndim)
         return _recall(call, [x, args[1]]), 0
+    if xt.ndim > 2 and not ta and _static(xt.shape):
+        # (B, a, b, .., K) rows flattened to (B, a*b*.., K), one batch_matmul, unflattened
+        x = ctx.front(args[0], dx, xt)
+        x = _op("reshape", x, newshape=(-1, int(_prod(xt.shape[:-1])), xt.shape[-1]))
+        w = _op("expand_dims", args[1], axis=0) if dw is None else ctx.to_front(args[1], dw, 2)
+        kw = {} if od is None else {"out_dtype": od}
+        y = _op("nn.batch_matmul", x, w, transpose_a=False, transpose_b=tb, **kw)
+        return _op("reshape", y, newshape=(-1,) + tuple(ttype_call(call).shape)), 0
     if xt.ndim not in (1, 2):
         return unrolled(call, args, in_dims, ctx)
     x = args[0] if dx is None else ctx.to_front(args[0], dx, xt.ndim)
@@ -611,6 +626,47 @@ def fold_n(n_data: int = 1, layout_attr: str | None = None) -> Rule:
         return _op("reshape", y, newshape=(-1,) + tuple(out.shape)), 0  # type: ignore[union-attr]
     rule.__doc__ = "The batch folded into the N axis of the data (unbatched weights)."
     return rule
+
+
+def conv_rule(data_layout: str, kernel_layout: str) -> Rule:
+    """``nn.conv2d``/``nn.conv1d`` (default layouts): unbatched weight -> the batch folded into
+    ``N``; batched weight -> one grouped convolution (JAX's trick): the batch moves into the
+    channels, ``(N, B*C, ..)`` against a weight ``(B*O, C/g, ..)`` with ``B*g`` groups, and
+    back out of the result's channels."""
+    folded = fold_n(1, "data_layout")
+
+    def rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+             ctx: BatchContext) -> tuple[Expr, Any]:
+        if in_dims[1] is None:
+            return folded(call, args, in_dims, ctx)
+        a = call.attrs
+        xt, wt, out = ttype(call.args[0]), ttype(call.args[1]), ttype_call(call)
+        if (a.data_layout != data_layout or a.kernel_layout != kernel_layout
+                or (a.out_layout or data_layout) != data_layout
+                or not (_static(xt.shape) and _static(wt.shape) and _static(out.shape))):
+            return unrolled(call, args, in_dims, ctx)
+        r = xt.ndim
+        swap = (1, 0) + tuple(range(2, r + 1))
+        x = ctx.front(args[0], in_dims[0], xt)                      # (B, N, C, ..)
+        x = _op("reshape", _op("transpose", x, axes=swap),
+                newshape=(xt.shape[0], -1) + tuple(xt.shape[2:]))  # (N, B*C, ..)
+        w = ctx.to_front(args[1], in_dims[1], wt.ndim)              # (B, O, C/g, ..)
+        w = _op("reshape", w, newshape=(-1,) + tuple(wt.shape[1:]))  # (B*O, C/g, ..)
+        changes: dict[str, Any] = {"groups": a.groups * _size(ctx)}
+        if a.channels is not None:
+            changes["channels"] = a.channels * _size(ctx)
+        y = _recall(call, [x, w], **changes)                        # (N, B*O, ..)
+        y = _op("reshape", y, newshape=(out.shape[0], -1) + tuple(out.shape[1:]))
+        return _op("transpose", y, axes=swap), 0
+    rule.__doc__ = conv_rule.__doc__
+    return rule
+
+
+def _size(ctx: BatchContext) -> int:
+    if not isinstance(ctx.size, int):
+        raise BatchError("a convolution with a batched weight needs a static batch size "
+                         "(give vmap a static batch_size)")
+    return ctx.size
 
 
 def shape_of_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
@@ -775,7 +831,9 @@ def _table() -> dict[str, Rule]:
     t["nn.dense"] = matmul_rule
     t["nn.matmul"] = matmul_rule
     t["nn.batch_matmul"] = batch_matmul_rule
-    for n in ("nn.conv2d", "nn.conv1d", "nn.conv2d_transpose", "nn.conv1d_transpose"):
+    t["nn.conv2d"] = conv_rule("NCHW", "OIHW")
+    t["nn.conv1d"] = conv_rule("NCW", "OIW")
+    for n in ("nn.conv2d_transpose", "nn.conv1d_transpose"):
         t[n] = fold_n(1, "data_layout")
     for n in ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d"):
         t[n] = fold_n(1, "layout")
