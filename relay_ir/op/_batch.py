@@ -529,9 +529,15 @@ def take_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     """``take(x, idx, axis, batch_dims)``: x batched -> axis + 1 (and batch_dims + 1 when the
     indices are batched too); only the indices batched -> the batch lands at ``axis``."""
     a = call.attrs
-    if a.axis is None:
-        return unrolled(call, args, in_dims, ctx)
     xt, it = ttype(call.args[0]), ttype(call.args[1])
+    if a.axis is None:  # the flattened x: indices index every instance's own elements
+        if in_dims[0] is None:
+            return _recall(call, args), in_dims[1]
+        x = _op("reshape", ctx.to_front(args[0], in_dims[0], xt.ndim), newshape=(0, -1))
+        if in_dims[1] is None:
+            return _recall(call, [x, args[1]], axis=1, batch_dims=0), 0
+        i = ctx.to_front(args[1], in_dims[1], it.ndim)
+        return _recall(call, [x, i], axis=1, batch_dims=1), 0
     ax = a.axis % xt.ndim if xt.ndim else 0
     bd = a.batch_dims % (it.ndim + 1) if a.batch_dims < 0 else a.batch_dims
     dx, di = in_dims
@@ -544,6 +550,34 @@ def take_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     x = ctx.front(args[0], dx, xt)
     i = ctx.front(args[1], di, it)
     return _recall(call, [x, i], axis=ax + 1, batch_dims=bd + 1), 0
+
+
+def take_grad_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+                   ctx: BatchContext) -> tuple[Expr, Any]:
+    """``take_grad(g, like, idx, axis, batch_dims)`` (``like`` gives only a shape): as
+    :func:`take_rule`, the scatter-add along ``axis + 1``, with ``batch_dims + 1`` when the
+    indices are batched."""
+    a = call.attrs
+    gt, lt, it = (ttype(c) for c in call.args)
+    if a.axis is None:  # scatter into each instance's flattened like, then its shape
+        if not _static(lt.shape):
+            return unrolled(call, args, in_dims, ctx)
+        g = ctx.front(args[0], in_dims[0], gt)
+        flat = _op("reshape", ctx.front(args[1], in_dims[1], lt), newshape=(0, -1))
+        if in_dims[2] is None:
+            y = _recall(call, [g, flat, args[2]], axis=1, batch_dims=0)
+        else:
+            i = ctx.to_front(args[2], in_dims[2], it.ndim)
+            y = _recall(call, [g, flat, i], axis=1, batch_dims=1)
+        return _op("reshape", y, newshape=(-1,) + tuple(lt.shape)), 0
+    ax = a.axis % lt.ndim
+    bd = a.batch_dims % (it.ndim + 1) if a.batch_dims < 0 else a.batch_dims
+    g = ctx.front(args[0], in_dims[0], gt)
+    like = ctx.front(args[1], in_dims[1], lt)
+    if in_dims[2] is None and bd == 0:
+        return _recall(call, [g, like, args[2]], axis=ax + 1, batch_dims=0), 0
+    i = ctx.front(args[2], in_dims[2], it)
+    return _recall(call, [g, like, i], axis=ax + 1, batch_dims=bd + 1), 0
 
 
 def matmul_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
@@ -599,30 +633,33 @@ def batch_matmul_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     return _op("reshape", z, newshape=(-1,) + tuple(out.shape)), 0
 
 
-def fold_n(n_data: int = 1, layout_attr: str | None = None) -> Rule:
+def fold_n(n_data: int | tuple[int, ...] = 1, layout_attr: str | None = None) -> Rule:
     """Per-sample operators (convolutions, pooling, resize, instance/group norm, pooling
-    gradients): the first ``n_data`` arguments carry a leading ``N`` axis and every other
-    argument is unbatched; the batch folds into ``N`` and unfolds after. Needs the layout to
-    start with ``N`` and static shapes; otherwise unrolled."""
+    gradients): the data arguments (the first ``n_data``, or those at the positions
+    ``n_data``) carry a leading ``N`` axis and every other argument is unbatched; the batch
+    folds into ``N`` and unfolds after. Needs the layout to start with ``N`` and static shapes;
+    otherwise unrolled."""
+    pos = tuple(range(n_data)) if isinstance(n_data, int) else n_data
+
     def rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
              ctx: BatchContext) -> tuple[Expr, Any]:
         out = call.checked_type_
         ok = (isinstance(out, TensorType) and _static(out.shape)
-              and all(d is None for d in in_dims[n_data:]))
+              and all(d is None for i, d in enumerate(in_dims) if i not in pos))
         if layout_attr is not None:
             ok = ok and str(call.attrs[layout_attr]).startswith("N")
             ol = call.attrs.get("out_layout")
             ok = ok and (not ol or str(ol).startswith("N"))
         if ok:
-            ts = [ttype(c) for c in call.args[:n_data]]
-            ok = all(_static(t.shape) and t.ndim >= 1 for t in ts)
+            ts = {i: ttype(call.args[i]) for i in pos}
+            ok = all(_static(t.shape) and t.ndim >= 1 for t in ts.values())
         if not ok:
             return unrolled(call, args, in_dims, ctx)
-        new = []
-        for a, d, t in zip(args[:n_data], in_dims, ts):
-            v = ctx.front(a, d, t)
-            new.append(_op("reshape", v, newshape=(-1,) + tuple(t.shape[1:])))
-        y = _recall(call, new + list(args[n_data:]))
+        new = list(args)
+        for i, t in ts.items():
+            v = ctx.front(args[i], in_dims[i], t)
+            new[i] = _op("reshape", v, newshape=(-1,) + tuple(t.shape[1:]))
+        y = _recall(call, new)
         return _op("reshape", y, newshape=(-1,) + tuple(out.shape)), 0  # type: ignore[union-attr]
     rule.__doc__ = "The batch folded into the N axis of the data (unbatched weights)."
     return rule
@@ -844,8 +881,9 @@ def _table() -> dict[str, Rule]:
               "annotation.compiler_begin", "annotation.compiler_end"):
         t[n] = passthrough
     # rare operators: unrolled (one call per instance, static batch size)
-    for n in ("take_grad", "strided_slice_grad", "nn.cross_entropy", "nn.conv2d_backward_data",
-              "nn.conv2d_backward_weight", "scatter_elements", "scatter_nd", "gather_nd",
+    t["take_grad"] = like_rule([1], take_grad_rule)
+    t["nn.conv2d_backward_data"] = fold_n((0, 2), "data_layout")
+    for n in ("strided_slice_grad", "nn.cross_entropy", "nn.conv2d_backward_weight", "scatter_elements", "scatter_nd", "gather_nd",
               "einsum", "layout_transform"):
         t[n] = unrolled
     return t
