@@ -506,3 +506,61 @@ def test_compiled_batched_operators_equal_a_loop(name, k):  # type: ignore[no-un
                                                    zip(args, in_axes)]))
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g[i], w, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- fused groups
+def _rand_of(t, rng, b=None):  # type: ignore[no-untyped-def]
+    if isinstance(t, TupleType):
+        return tuple(_rand_of(f, rng, b) for f in t.fields)
+    shape = tuple(t.shape) if b is None else (b,) + tuple(t.shape)
+    if t.dtype == "bool":
+        return rng.random(shape) < 0.5
+    if t.dtype.startswith(("int", "uint")):
+        return rng.integers(0, 2, shape).astype(t.dtype)
+    return rng.uniform(0.1, 0.9, shape).astype(t.dtype)
+
+
+def _static_params(fn: Function) -> bool:
+    def ok(t):  # type: ignore[no-untyped-def]
+        if isinstance(t, TupleType):
+            return all(ok(f) for f in t.fields)
+        return isinstance(t, TensorType) and t.is_static
+    return bool(fn.params) and all(ok(p.checked_type) for p in fn.params)
+
+
+@pytest.mark.parametrize("example", ["treelstm.rly", "lstm_charrnn.rly", "convnet.rly"])
+def test_vmap_function_batches_every_fused_group_of_an_example(example):  # type: ignore
+    """What run_batch does with vmap_function: every fused group of the example's forward
+    and optimized gradient programs, every parameter batched on axis 0 (symbolic batch),
+    equals the group run once per instance."""
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "examples" / example
+    mod = passes.InferType()(rly.parse(path.read_text(), source_name=str(path), prelude=True))
+    done = 0
+    for m in (passes.optimize(mod), passes.optimize(passes.gradient(mod))):
+        fm = passes.FuseOps()(passes.InferType()(passes.ToANormalForm()(m)))
+        seen = 0
+        for name in fm.functions:
+            for p in post_order(fm[name].body):
+                if not (isinstance(p, Function) and p.is_primitive and _static_params(p)):
+                    continue
+                seen += 1
+                if seen % 4:  # every fourth group keeps the test short
+                    continue
+                try:
+                    bf = vmap_function(p, tuple(0 for _ in p.params))
+                except VmapError as e:  # only unrolled rules refuse a symbolic batch
+                    assert "static batch_size" in e.message
+                    continue
+                rng = np.random.default_rng(0)
+                args = [_rand_of(q.checked_type, rng, N) for q in p.params]
+                plain = IRModule({"main": Function(p.params, p.body, p.ret_type)})
+                bm = IRModule({"main": Function(bf.params, bf.body, bf.ret_type,
+                                                bf.type_params)})
+                got = _leaves(runtime.evaluate(bm, *args))
+                for i in range(N):
+                    want = _leaves(runtime.evaluate(plain, *[_take(a, 0, i) for a in args]))
+                    for g, w in zip(got, want):
+                        np.testing.assert_allclose(g[i], w, rtol=1e-5, atol=1e-6)
+                done += 1
+    assert done >= 5
