@@ -181,8 +181,11 @@ class _Batcher:
         if t in (Match, Constructor):
             raise VmapError(f"algebraic data types and match are {_UNSUPPORTED}", e.span)
         if t in (RefCreate, RefRead, RefWrite):
-            raise VmapError(f"references are {_UNSUPPORTED} (a gradient program must go through "
-                            "passes.optimize first)", e.span)
+            raise VmapError(f"references are {_UNSUPPORTED} (a gradient program must be "
+                            "first-order: passes.optimize makes the gradient of a dataflow "
+                            "function first-order; one whose control flow depends on data "
+                            "keeps its references: vmap the function, then differentiate)",
+                            e.span)
         raise VmapError(f"{t.__name__} is {_UNSUPPORTED}", e.span)  # pragma: no cover
 
     def call(self, e: Call) -> Gen:

@@ -39,8 +39,14 @@ def _leaves(v):  # type: ignore[no-untyped-def]
 
 def assert_loop_equal(mod: IRModule, bmod: IRModule, args: list, in_axes, n: int,
                       rtol: float = 1e-5, atol: float = 1e-6, entry: str = "main") -> None:
-    """The batched module on ``args`` equals the original on each instance (interpreter)."""
+    """The batched module on ``args`` equals the original on each instance (interpreter); it
+    is well formed and its text round-trips to the same values."""
+    from relay_ir.well_formed import check
+    check(bmod)
+    again = passes.InferType()(rly.parse(rly.astext(bmod)))
     got = _leaves(runtime.evaluate(bmod, *args, entry=entry))
+    for g, a in zip(got, _leaves(runtime.evaluate(again, *args, entry=entry))):
+        np.testing.assert_array_equal(g, a)
     for i in range(n):
         inst = [_instance(a, ax, i) for a, ax in zip(args, in_axes)]
         want = _leaves(runtime.evaluate(mod, *inst, entry=entry))
@@ -266,6 +272,24 @@ def @main(%x: Tensor[(3,), float32], %flag: bool, %w: Tensor[(3,), float32]) {
         assert_loop_equal(mod, bm, [x, np.array(flag), w], (0, None, None), 4)
 
 
+def test_nested_ifs_and_tuple_results_under_batched_and_shared_conditions():
+    mod = _parse("""
+def @main(%x: Tensor[(2,), float32], %c: bool, %w: Tensor[(2,), float32]) {
+  let %t = if (%c) {
+    if (less(sum(%x), 0f)) { (%x, %w) } else { (exp(%x), add(%w, %x)) }
+  } else {
+    (%w, negative(%x))
+  };
+  let %u = if (take(greater(%t.0, 1f), 0)) { %t.1 } else { %w };
+  (%t.0, %u)
+}""")
+    bm = passes.vmap(mod, in_axes=(0, None, None))
+    x = _rand((6, 2), seed=5)
+    w = _rand((2,), seed=6)
+    for c in (True, False):
+        assert_loop_equal(mod, bm, [x, np.array(c), w], (0, None, None), 6)
+
+
 def test_nested_globals_are_inlined_and_batched():
     mod = _parse("""
 def @sq(%a: Tensor[(2,), float32]) { multiply(%a, %a) }
@@ -441,6 +465,14 @@ def test_unsupported_programs_are_clear_errors(src, msg):  # type: ignore[no-unt
     with pytest.raises(VmapError) as info:
         passes.vmap(mod, in_axes=0 if "%f" not in src.split("{")[0] else (0, 0))
     assert msg in info.value.message
+
+
+def test_a_gradient_program_with_references_says_what_to_do():
+    gm = passes.optimize(passes.gradient(_parse(BRANCHY)))
+    with pytest.raises(VmapError) as info:
+        passes.vmap(gm, in_axes=(0, None))
+    assert "references are not supported by vmap" in info.value.message
+    assert "vmap the function, then differentiate" in info.value.message
 
 
 def test_an_unrolled_operator_needs_a_static_batch_size():

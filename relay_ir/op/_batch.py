@@ -312,12 +312,9 @@ def tuple_axis(extra: int) -> Rule:
 
 def reshape_to_out(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
                    ctx: BatchContext) -> tuple[Expr, Any]:
-    """A reshape of the (first) argument: ``reshape(x, (-1,) + out_shape)`` (batch on 0).
-    The other arguments only give shapes (``reshape_like``)."""
+    """A reshape of the (batched) first argument: ``reshape(x, (-1,) + out_shape)`` (batch on
+    0). The other arguments only give shapes (``reshape_like``: see :func:`like_rule`)."""
     out = ttype_call(call)
-    if in_dims[0] is None:  # only a shape-giving argument is batched: the result is not
-        return call.__class__(call.op, (args[0],) + tuple(call.args[1:]), call.attrs,
-                              call.type_args), None
     if not _static(out.shape):
         return unrolled(call, args, in_dims, ctx)
     x = ctx.to_front(args[0], in_dims[0], _rank(call, 0))
