@@ -57,6 +57,9 @@ Gen = Generator[Any, Any, Any]
 __all__ = ["vmap", "vmap_function", "VmapError"]
 
 _UNSUPPORTED = "not supported by vmap; use exe.run_batch for such programs"
+_GRAD_HINT = (" (a gradient program must be first-order: passes.optimize makes the gradient of "
+              "a dataflow function first-order; one whose control flow depends on data keeps "
+              "its closures and references: vmap the function, then differentiate)")
 
 
 class VmapError(PassError):
@@ -177,15 +180,11 @@ class _Batcher:
             return (yield self.if_(e))
         if t in (Function, GlobalVar, Op):
             raise VmapError(f"functions as values (closures, higher-order calls) are "
-                            f"{_UNSUPPORTED}", e.span)
+                            f"{_UNSUPPORTED}{_GRAD_HINT}", e.span)
         if t in (Match, Constructor):
             raise VmapError(f"algebraic data types and match are {_UNSUPPORTED}", e.span)
         if t in (RefCreate, RefRead, RefWrite):
-            raise VmapError(f"references are {_UNSUPPORTED} (a gradient program must be "
-                            "first-order: passes.optimize makes the gradient of a dataflow "
-                            "function first-order; one whose control flow depends on data "
-                            "keeps its references: vmap the function, then differentiate)",
-                            e.span)
+            raise VmapError(f"references are {_UNSUPPORTED}{_GRAD_HINT}", e.span)
         raise VmapError(f"{t.__name__} is {_UNSUPPORTED}", e.span)  # pragma: no cover
 
     def call(self, e: Call) -> Gen:

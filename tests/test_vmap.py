@@ -471,7 +471,7 @@ def test_a_gradient_program_with_references_says_what_to_do():
     gm = passes.optimize(passes.gradient(_parse(BRANCHY)))
     with pytest.raises(VmapError) as info:
         passes.vmap(gm, in_axes=(0, None))
-    assert "references are not supported by vmap" in info.value.message
+    assert "are not supported by vmap; use exe.run_batch" in info.value.message
     assert "vmap the function, then differentiate" in info.value.message
 
 
