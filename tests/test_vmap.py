@@ -446,8 +446,9 @@ def test_a_batched_tuple_parameter_batches_every_leaf():
 
 
 @pytest.mark.parametrize("src, msg", [
-    ("""def @main(%x: Tensor[(2,), float32], %f: fn (Tensor[(2,), float32]) -> Tensor[(2,), float32]) {
-          %f(%x) }""", "parameter %f of @main has type fn"),
+    ("""def @main(%x: Tensor[(2,), float32],
+                  %f: fn (Tensor[(2,), float32]) -> Tensor[(2,), float32]) { %f(%x) }""",
+     "parameter %f of @main has type fn"),
     ("""def @main(%x: Tensor[(2,), float32]) { let %r = ref(%x); ref_read(%r) }""",
      "references are not supported by vmap; use exe.run_batch for such programs"),
     ("""def @main(%x: Tensor[(2,), float32]) { let %f = fn (%y: Tensor[(2,), float32]) { %y };
