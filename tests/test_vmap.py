@@ -290,6 +290,21 @@ def @main(%x: Tensor[(2,), float32], %c: bool, %w: Tensor[(2,), float32]) {
         assert_loop_equal(mod, bm, [x, np.array(c), w], (0, None, None), 6)
 
 
+def test_vmap_of_vmap_equals_a_double_loop():
+    mod = _parse(BRANCHY)
+    b2 = passes.vmap(passes.vmap(mod, in_axes=(0, None)), in_axes=(1, 0))
+    assert "def @main[batch, batch1](%x: Tensor[(batch, batch1, 3), float32], " \
+        "%k: Tensor[(batch1), float32])" in rly.astext(b2)
+    x, k = _rand((6, 4, 3), seed=8), _rand((4,), seed=9)
+    y, kk = runtime.evaluate(b2, x, k)
+    assert y.shape == (4, 6, 3) and kk.shape == (4, 6)
+    for j in range(4):
+        for i in range(6):
+            wy, wk = runtime.evaluate(mod, x[i, j], k[j])
+            np.testing.assert_allclose(y[j, i], wy, rtol=1e-6)
+            assert kk[j, i] == wk
+
+
 def test_nested_globals_are_inlined_and_batched():
     mod = _parse("""
 def @sq(%a: Tensor[(2,), float32]) { multiply(%a, %a) }
@@ -337,16 +352,17 @@ def _mlp_grads(x, w, b):  # type: ignore[no-untyped-def]
 
 def test_vmap_of_an_optimized_gradient_program_gives_per_instance_gradients():
     mod = _parse(MLP)
-    gm = passes.optimize(passes.gradient(mod))
-    bm = passes.vmap(gm, in_axes=(0, None, None))
     xs, w, b = _rand((6, 4)), _rand((5, 4), seed=1), _rand((5,), seed=2)
-    val, (gx, gw, gb) = runtime.evaluate(bm, xs, w, b)
-    assert gw.shape == (6, 5, 4)
-    for i in range(6):
-        v, (wx, ww, wb) = _mlp_grads(xs[i], w, b)
-        np.testing.assert_allclose(val[i], v, rtol=1e-5)
-        for g, want in ((gx[i], wx), (gw[i], ww), (gb[i], wb)):
-            np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+    for gm in (passes.optimize(passes.gradient(mod)),
+               passes.gradient(mod, mode="first_order")):
+        bm = passes.vmap(gm, in_axes=(0, None, None))
+        val, (gx, gw, gb) = runtime.evaluate(bm, xs, w, b)
+        assert gw.shape == (6, 5, 4)
+        for i in range(6):
+            v, (wx, ww, wb) = _mlp_grads(xs[i], w, b)
+            np.testing.assert_allclose(val[i], v, rtol=1e-5)
+            for g, want in ((gx[i], wx), (gw[i], ww), (gb[i], wb)):
+                np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
 
 
 def test_gradient_of_a_vmapped_program_sums_over_instances():
