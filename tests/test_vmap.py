@@ -199,7 +199,7 @@ def _vmap_symbolic_or_static(mod, in_axes):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("name", BATCHABLE)
 def test_vmap_of_one_call_equals_a_loop(name):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(7)
-    for arg_types, given in SAMPLES[name][:2]:
+    for arg_types, given in SAMPLES[name]:
         if any(isinstance(a, np.ndarray) for a in arg_types):
             continue
         mod = _one_call_module(name, arg_types, given)
@@ -613,3 +613,21 @@ def test_vmap_function_batches_every_fused_group_of_an_example(example):  # type
                         np.testing.assert_allclose(g[i], w, rtol=1e-5, atol=1e-6)
                 done += 1
     assert done >= 5
+
+
+@pytest.mark.parametrize("name", ["add", "where", "sum", "argmax", "nn.dense", "nn.matmul",
+                                  "nn.batch_matmul", "nn.softmax", "nn.layer_norm",
+                                  "concatenate", "split", "take", "take_grad", "strided_slice",
+                                  "reshape", "transpose", "squeeze", "nn.conv2d",
+                                  "nn.max_pool2d", "nn.global_avg_pool2d", "einsum", "cumsum",
+                                  "one_hot", "nn.bias_add", "collapse_sum_like"])
+def test_main_rules_batch_without_unrolling(name):  # type: ignore[no-untyped-def]
+    """The families' rules make one call for the whole batch (no per-instance stack), for the
+    first sample with the first argument batched and the rest shared."""
+    arg_types, given = SAMPLES[name][0]
+    mod = _one_call_module(name, arg_types, given)
+    in_axes = (0,) + (None,) * (len(arg_types) - 1)
+    text = rly.astext(passes.vmap(mod, in_axes=in_axes, batch_size=N)["main"])
+    assert "stack(" not in text, text
+    if name != "collapse_sum_like":  # (written as sums over the collapsed axes)
+        assert text.count(name.split(".")[-1] + "(") == 1, text
