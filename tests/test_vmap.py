@@ -484,6 +484,16 @@ def test_unsupported_programs_are_clear_errors(src, msg):  # type: ignore[no-unt
     assert msg in info.value.message
 
 
+def test_an_entry_used_by_another_global_is_refused():
+    mod = _parse("""
+def @main(%x: Tensor[(2,), float32]) { exp(%x) }
+def @user(%y: Tensor[(2,), float32]) { @main(%y) }""")
+    with pytest.raises(VmapError, match="@user uses the entry @main, whose type vmap changes"):
+        passes.vmap(mod, in_axes=0)
+    bm = passes.vmap(mod, entry="user", in_axes=0)  # a wrapper entry is fine
+    assert_loop_equal(mod, bm, [_rand((3, 2))], (0,), 3, entry="user")
+
+
 def test_a_gradient_program_with_references_says_what_to_do():
     gm = passes.optimize(passes.gradient(_parse(BRANCHY)))
     with pytest.raises(VmapError) as info:
