@@ -716,3 +716,13 @@ def test_random_programs_equal_a_loop(seed):  # type: ignore[no-untyped-def]
     idx = np.array([[1, 0], [3, 3], [0, 2]], "int32")
     args.append(idx if in_axes[3] == 0 else idx[0])
     assert_loop_equal(mod, passes.vmap(mod, in_axes=in_axes), args, in_axes, N)
+
+
+def test_vmap_of_a_jvp_program_equals_a_loop():
+    mod = _parse(MLP)
+    jm = passes.jvp(mod)
+    in_axes = (0, None, None, 0, None, None)  # batched points and their tangents
+    bm = passes.vmap(jm, in_axes=in_axes)
+    args = [_rand((4, 4)), _rand((5, 4), seed=1), _rand((5,), seed=2), _rand((4, 4), seed=3),
+            np.zeros((5, 4), "float32"), np.zeros(5, "float32")]
+    assert_loop_equal(jm, bm, args, in_axes, 4)
