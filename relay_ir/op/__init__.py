@@ -30,7 +30,11 @@ An OpDef holds everything the project knows about an operator:
 * ``jvp(call, out, tangents) -> Expr`` -- the forward-mode rule: the tangent of ``out`` given
   one tangent atom per argument. The rules of :mod:`relay_ir.op._jvp` for linear operators
   (``jvp_linear``, ``jvp_linear_in``, ``jvp_multilinear[_in]``) also state that linearity
-  (:func:`relay_ir.op._jvp.linearity`), which partial evaluation uses to let zeros through.
+  (:func:`relay_ir.op._jvp.linearity`), which partial evaluation uses to let zeros through;
+* ``batch(call, args, in_dims, ctx) -> (expr, out_dim)`` -- the batching rule of
+  ``passes.vmap`` (:mod:`relay_ir.op._batch`: one table, applied to every OpDef once the
+  families are loaded); ``not_batchable`` is the reason text of an operator that cannot be
+  batched (value-dependent output shapes: ``dyn.*``), whose rule raises it.
 """
 from __future__ import annotations
 
@@ -150,6 +154,8 @@ class OpDef:
     grad: Callable[..., Any] | None = None
     jvp: Callable[..., Any] | None = None
     non_differentiable: bool = False
+    batch: Callable[..., Any] | None = None
+    not_batchable: str = ""
     effectful: bool = False
     doc: str = ""
     op: Op = field(default=None, repr=False)  # type: ignore[assignment]
@@ -233,6 +239,8 @@ def _ensure_loaded() -> None:
         _LOADED.append(True)
         from relay_ir.op import tensor, reduce, transform, indexing, nn, conv  # noqa: F401
         from relay_ir.op import dyn, annotation, indexing_ext, conv_ext, sorting  # noqa: F401
+        from relay_ir.op import _batch
+        _batch.install()
 
 
 _LOADED: list[bool] = []
