@@ -126,6 +126,8 @@ class KernelRunner:
         self.tuple_params = any(isinstance(t, TupleType) for t in kern.param_types)
         self.host = kern.dyn is not None
         self.signature = kern.symbol
+        # the agenda key of a static kernel (its types fix the shapes); None: look at values
+        self.static_key = None if self.host else kern.symbol
         self.func: Any = None
         self.consts: list[Any] = []
         self.runner = runner
@@ -290,28 +292,45 @@ class BatchRunner:
         return [_normalize_output(x.result) for x in insts]
 
     def _drive(self, insts: list[_Instance]) -> None:
-        live = list(insts)
-        for x in live:
+        # NOTE: the agenda: signature -> the instances parked on a call with it, kept up to
+        # date as instances park (a static kernel's signature is its compiled symbol: its
+        # parameter types fix the shapes)
+        agenda: dict[Any, list[_Instance]] = {}
+        for x in insts:
             self._advance(x)
-        live = [x for x in live if not x.done]
-        while live:
-            groups: dict[tuple, list[_Instance]] = {}
-            for x in live:
-                k, args, _site = x.pending
-                kr = self.kernel(k)
-                leaves = kr.leaves(args)
-                key = (kr.signature, k if kr.host else -1,
-                       tuple((np.shape(a), np.asarray(a).dtype.str) for a in leaves))
-                groups.setdefault(key, []).append(x)
+            if not x.done:
+                agenda.setdefault(self._key(x), []).append(x)
+        while agenda:
             # NOTE: DyNet's agenda: the signature with the most pending calls first
-            key, members = max(groups.items(), key=lambda kv: len(kv[1]))
+            best = None
+            n = 0
+            for key, members in agenda.items():
+                if len(members) > n:
+                    best, n = key, len(members)
+            members = agenda.pop(best)
             self.stats["groups"] += 1
             results = self._run_group(members)
             for x, v in zip(members, results):
                 site = x.pending[2]
                 x.pending = None
                 self._resume(x, v, site)
-            live = [x for x in live if not x.done]
+                if not x.done:
+                    key = self._key(x)
+                    got = agenda.get(key)
+                    if got is None:
+                        agenda[key] = [x]
+                    else:
+                        got.append(x)
+
+    def _key(self, x: _Instance) -> Any:
+        k = x.pending[0]
+        kr = self.kernels.get(k)
+        if kr is None:
+            kr = self.kernel(k)
+        if kr.static_key is not None:
+            return kr.static_key
+        return (kr.signature, k, tuple((np.shape(a), np.asarray(a).dtype.str)
+                                       for a in kr.leaves(x.pending[1])))
 
     def _run_group(self, members: list[_Instance]) -> list:
         k0 = members[0].pending[0]
