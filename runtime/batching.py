@@ -274,6 +274,8 @@ class BatchRunner:
         if entry not in exe.module:
             raise DiagnosticError(f"there is no global function @{entry} (globals: "
                                   f"{', '.join('@' + n for n in exe.module)})")
+        for key in self.stats:
+            self.stats[key] = 0
         fn, ptypes, names = exe._entry_types(entry)
         clo = self.prog.global_closure(entry)
         code = clo.code if clo.code is not None else clo.force()
@@ -289,7 +291,42 @@ class BatchRunner:
             insts.append(_Instance(i, code, list(checked) + clo.captured + code.rest))
         with np.errstate(all="ignore"):
             self._drive(insts)
-        return [_normalize_output(x.result) for x in insts]
+        return [self._export(_normalize_output(x.result)) for x in insts]
+
+    def run_closure(self, clo: Closure, args: list) -> Any:
+        """Call a function value a run returned (one instance, same driver)."""
+        code = clo.code if clo.code is not None else clo.force()
+        if len(args) != code.nparams:
+            raise InterpreterError(f"{_fn_name(clo)} expects {code.nparams} arguments, got "
+                                   f"{len(args)}")
+        x = _Instance(0, code, list(args) + clo.captured + code.rest)
+        with np.errstate(all="ignore"):
+            self._drive([x])
+        return self._export(_normalize_output(x.result))
+
+    def _export(self, v: Any) -> Any:
+        """``v`` with every function value in it (tuples, ADT fields, references) made
+        callable from Python through this driver (their code defers kernel calls)."""
+        from relay_ir.runtime.values import ADTValue, RefValue
+        stack = [v]
+        seen: set[int] = set()
+        found = False
+        while stack:
+            x = stack.pop()
+            t = type(x)
+            if t is tuple:
+                stack.extend(x)
+            elif isinstance(x, ADTValue):
+                stack.extend(x.fields)
+            elif isinstance(x, RefValue) and id(x) not in seen:
+                seen.add(id(x))
+                stack.append(x.value)
+            elif t is Closure:
+                found = True
+                break
+        if not found:
+            return v
+        return _rebuild(v, self)
 
     def _drive(self, insts: list[_Instance]) -> None:
         # NOTE: the agenda: signature -> the instances parked on a call with it, kept up to
@@ -399,6 +436,7 @@ class BatchRunner:
                 if tag == KERNEL:
                     x.code, x.pc, x.regs = code, pc, regs
                     x.pending = (r[1], r[2], r[3])
+                    self.stats["instance_calls"] += 1
                     return
                 if tag == RET:
                     if not stack:
@@ -450,6 +488,53 @@ class BatchRunner:
             raise _instance_error(err, x.index) from e
 
 
+class BatchClosure(Closure):
+    """A function value returned by ``run_batch``: calling it runs it with the batch driver."""
+
+    __slots__ = ("runner",)
+
+    def __call__(self, *args: Any) -> Any:
+        func = self.func
+        ptypes = [p.type_annotation for p in func.params] if func is not None else \
+            [None] * len(args)
+        return self.runner.run_closure(self, check_arguments(func, ptypes, args))
+
+
+def _rebuild(v: Any, runner: BatchRunner) -> Any:
+    """``v`` with its closures as :class:`BatchClosure` (tuples and ADT values rebuilt,
+    references updated in place); iterative."""
+    from relay_ir.runtime.values import ADTValue, RefValue
+    results: list[Any] = []
+    stack: list[tuple[Any, bool]] = [(v, False)]
+    refs: dict[int, Any] = {}
+    while stack:
+        x, done = stack.pop()
+        t = type(x)
+        if t is Closure:
+            bc = BatchClosure(x.code, x.captured, x.func, x.name, x.program)
+            bc.runner = runner
+            results.append(bc)
+            continue
+        if isinstance(x, RefValue):
+            if id(x) not in refs:
+                refs[id(x)] = x
+                x.value = _rebuild(x.value, runner)   # NOTE: one level per reference
+            results.append(x)
+            continue
+        kids = list(x) if t is tuple else list(x.fields) if isinstance(x, ADTValue) else None
+        if not kids:
+            results.append(x)
+            continue
+        if not done:
+            stack.append((x, True))
+            stack.extend((c, False) for c in reversed(kids))
+            continue
+        vals = results[len(results) - len(kids):]
+        del results[len(results) - len(kids):]
+        results.append(tuple(vals) if t is tuple else ADTValue(x.constructor, tuple(vals)))
+    return results[0]
+
+
 def _wrap_error(e: BaseException, kr: KernelRunner, span: Any) -> DiagnosticError:
     if isinstance(e, DiagnosticError):
         return e.with_span(span) if e.span is None else e
@@ -461,6 +546,15 @@ def _instance_error(e: DiagnosticError, i: int) -> DiagnosticError:
     """``e`` with the failing instance named (same class, same span)."""
     e.message = f"run_batch: instance {i}: {e.message}"
     return e
+
+
+def have_vmap() -> bool:
+    """Whether ``passes.vmap.vmap_function`` is available (batched kernels; else a loop)."""
+    try:
+        from relay_ir.passes.vmap import vmap_function  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None = None) -> list:
@@ -486,4 +580,4 @@ def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None =
     return runner.run(list(arg_tuples), entry or exe.entry)
 
 
-__all__ = ["run_batch", "BatchRunner", "BatchProgram", "KERNEL", "STACK_LIMIT"]
+__all__ = ["run_batch", "have_vmap", "BatchRunner", "BatchProgram", "KERNEL", "STACK_LIMIT"]

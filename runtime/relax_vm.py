@@ -951,6 +951,13 @@ class RelaxExecutable:
         from relay_ir.runtime.batching import run_batch
         return run_batch(self, arg_tuples, entry)
 
+    def batch_stats(self) -> dict[str, int]:
+        """Counters of the last :meth:`run_batch`: ``instance_calls`` (the kernel calls the
+        instances made), ``kernel_calls`` (the calls actually made: a batched call counts
+        once), ``batched_calls`` (calls of batched kernels) and ``groups`` (agenda picks)."""
+        runner = getattr(self, "_batch_runner", None)
+        return dict(runner.stats) if runner is not None else {}
+
     def _arg(self, v: Any) -> Any:
         """A checked argument as the VM takes it: tensors zero-copy, tuples, ADT values as
         ``(tag, fields...)``, references as one-element ``ffi.List`` (iterative)."""
