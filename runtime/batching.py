@@ -39,10 +39,17 @@ from relay_ir.ty import TensorType, TupleType, Type
 
 KERNEL = 3          # the action of a deferred kernel call: (KERNEL, k, args, site | None)
 
-# NOTE: per-instance input bytes above which a group is not stacked: gathering copies every
-# non-shared input once and the kernel reads it again, so for a memory-bound kernel on large
-# tensors (a weight-sized gradient accumulation) stacking costs more than the calls it saves.
+# NOTE: per-instance input (or output) bytes above which a group is not batched: gathering
+# copies every non-shared input once and the kernel reads it again, so for a memory-bound
+# kernel on large tensors (a weight-sized gradient accumulation) stacking costs more than the
+# calls it saves; and a large per-instance output (the outer product of a weight gradient)
+# already keeps a kernel busy, which its static schedule does better than the symbolic one.
 STACK_LIMIT = 1 << 18
+# NOTE: batched kernels whose iteration space (batch x per-instance work) is below this run
+# on one thread. Higher than the static kernels' SERIAL_BELOW (1 << 18): measured on the
+# 2-core Xeon under load (load average 8), 64 x (1x640 @ 640x256) took 0.62 ms serial and
+# 0.98 ms parallel, and the parallel variant of W5's batched matmuls 15 ms a call.
+SERIAL_BELOW = 1 << 24
 
 
 def _kernel_factory(ins: tuple, pc: int, code: Code) -> tuple:
@@ -131,12 +138,16 @@ class KernelRunner:
         self.func: Any = None
         self.consts: list[Any] = []
         self.runner = runner
+        self.out_bytes = 0
         if not self.host:
             import tvm
             self.func = kern.module[kern.symbol]
             self.consts = [tvm.runtime.tensor(c) for c in kern.consts]
             self.outs = kern.outs
             self.result = kern.result
+            # NOTE: a weight-sized output (a per-instance gradient outer product): not batched
+            self.out_bytes = sum(int(np.prod(sh, dtype=np.int64)) * np.dtype(dt).itemsize
+                                 for sh, dt in kern.outs)
         else:
             prog = runner.prog
             fidx = backend.cp.kernel_fns[k]
@@ -197,12 +208,9 @@ class BatchedKernel:
         target = exe.target
         sig = ";".join(f"{t!r}" for t in lowered.in_types + lowered.out_types)
         sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in lowered.constants) + "|batched"
-        req = KernelRequest(lowered.prim_func, sig, (lambda: schedule(lowered, target)),
-                            "+".join(lowered.ops),
-                            make_fallback=(lambda: schedule(lowered, target, fallback=True)))
-        exe.cache.get([req], target)
-        module = exe.cache.modules.get(req.key)
-        self.func = module["k_" + req.key]
+        self._cache, self._target, self._lowered, self._sig = exe.cache, target, lowered, sig
+        self.funcs: dict[bool, Any] = {}
+        self.func = self._variant(True)
         self.consts = [tvm.runtime.tensor(np.array(c, order="C")) for c in lowered.constants]
         self.outs = [(tuple(d for d in t.shape[1:]), t.dtype)
                      for t in flatten_type(lowered.result_type)]
@@ -212,7 +220,31 @@ class BatchedKernel:
                 raise DiagnosticError(f"batched output type {t!r} is not batched on axis 0")
         from relay_ir.runtime.vm import _result_struct
         self.result = _result_struct(lowered.result_type)
+        # NOTE: per-instance work, for the serial/parallel choice (output elements, times the
+        # reduction length of a matmul-like group)
+        self.volume = sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs) * \
+            max([int(t.shape[-1]) for t in kr.param_types if isinstance(t, TensorType)
+                 and t.shape and isinstance(t.shape[-1], int)] + [1]) \
+            if lowered.kind == "matmul" else \
+            sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs)
         self.shared = shared
+
+    def _variant(self, serial: bool) -> Any:
+        """The kernel on one thread (``serial``) or with parallel loops, compiled on first use
+        through the kernel cache."""
+        f = self.funcs.get(serial)
+        if f is None:
+            from relay_ir.runtime.kernel_cache import KernelRequest
+            from relay_ir.runtime.lower_tvm import schedule
+            lowered, target = self._lowered, self._target
+            req = KernelRequest(lowered.prim_func, self._sig + ("|serial" if serial else ""),
+                                (lambda: schedule(lowered, target, serial=serial)),
+                                "+".join(lowered.ops),
+                                make_fallback=(lambda: schedule(lowered, target, fallback=True,
+                                                                serial=serial)))
+            self._cache.get([req], target)
+            f = self.funcs[serial] = self._cache.modules.get(req.key)["k_" + req.key]
+        return f
 
     def call(self, runner: BatchRunner, leaves: list[list]) -> list:
         """One call for ``len(leaves)`` instances; returns each instance's result."""
@@ -225,7 +257,8 @@ class BatchedKernel:
             else:
                 ins.append(wrap(np.stack([lv[j] for lv in leaves])))
         outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
-        self.func(*ins, *self.consts, *[wrap(o) for o in outs])
+        func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
+        func(*ins, *self.consts, *[wrap(o) for o in outs])
         runner.stats["batched_calls"] += 1
         runner.stats["kernel_calls"] += 1
         single = self.result == 0 and len(outs) == 1
@@ -381,7 +414,7 @@ class BatchRunner:
         shared = tuple(all(lv[j] is first[j] for lv in leaves) for j in range(len(first)))
         size = sum(np.asarray(a).nbytes for a, s in zip(first, shared) if not s)
         bk = None
-        if size <= STACK_LIMIT and not all(shared):
+        if size <= STACK_LIMIT and kr.out_bytes <= STACK_LIMIT and not all(shared):
             key = (kr.signature, shared)
             if key not in self.batched:
                 try:
