@@ -45,11 +45,18 @@ KERNEL = 3          # the action of a deferred kernel call: (KERNEL, k, args, si
 # calls it saves; and a large per-instance output (the outer product of a weight gradient)
 # already keeps a kernel busy, which its static schedule does better than the symbolic one.
 STACK_LIMIT = 1 << 18
+# NOTE: per-instance output bytes above which a group is not batched: W5's weight-gradient
+# outer products ((1,128)^T (1,384): 196 KB an instance) took 6 ms a call of 8 instances as a
+# symbolic batch_matmul, several times the 8 static calls (2-core Xeon under load)
+OUT_LIMIT = 1 << 16
 # NOTE: batched kernels whose iteration space (batch x per-instance work) is below this run
 # on one thread. Higher than the static kernels' SERIAL_BELOW (1 << 18): measured on the
 # 2-core Xeon under load (load average 8), 64 x (1x640 @ 640x256) took 0.62 ms serial and
 # 0.98 ms parallel, and the parallel variant of W5's batched matmuls 15 ms a call.
 SERIAL_BELOW = 1 << 24
+# the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
+# lowest average depth, counted in kernel calls)
+AGENDA = "most"
 
 
 def _kernel_factory(ins: tuple, pc: int, code: Code) -> tuple:
@@ -82,7 +89,7 @@ class BatchProgram(Program):
 class _Instance:
     """One instance's machine state: C (code, pc), E (regs), K (stack)."""
 
-    __slots__ = ("index", "code", "pc", "regs", "stack", "result", "done", "pending")
+    __slots__ = ("index", "code", "pc", "regs", "stack", "result", "done", "pending", "depth")
 
     def __init__(self, index: int, code: Code, regs: list):
         self.index = index
@@ -93,6 +100,7 @@ class _Instance:
         self.result: Any = None
         self.done = False
         self.pending: Any = None      # (k, args, site) while parked on a kernel call
+        self.depth = 0                # kernel calls made so far (the agenda's depth)
 
 
 class BatchError(DiagnosticError):
@@ -375,10 +383,18 @@ class BatchRunner:
         while agenda:
             # NOTE: DyNet's agenda: the signature with the most pending calls first
             best = None
-            n = 0
-            for key, members in agenda.items():
-                if len(members) > n:
-                    best, n = key, len(members)
+            if AGENDA == "most":
+                n = 0
+                for key, members in agenda.items():
+                    if len(members) > n:
+                        best, n = key, len(members)
+            else:
+                # NOTE: the lowest average depth first (DyNet's "agenda" strategy)
+                low = None
+                for key, members in agenda.items():
+                    d = sum(m.depth for m in members) / len(members)
+                    if low is None or d < low:
+                        best, low = key, d
             members = agenda.pop(best)
             self.stats["groups"] += 1
             results = self._run_group(members)
@@ -414,7 +430,7 @@ class BatchRunner:
         shared = tuple(all(lv[j] is first[j] for lv in leaves) for j in range(len(first)))
         size = sum(np.asarray(a).nbytes for a, s in zip(first, shared) if not s)
         bk = None
-        if size <= STACK_LIMIT and kr.out_bytes <= STACK_LIMIT and not all(shared):
+        if size <= STACK_LIMIT and kr.out_bytes <= OUT_LIMIT and not all(shared):
             key = (kr.signature, shared)
             if key not in self.batched:
                 try:
@@ -472,6 +488,7 @@ class BatchRunner:
                     x.code, x.pc, x.regs = code, pc, regs
                     x.pending = (r[1], r[2], r[3])
                     self.stats["instance_calls"] += 1
+                    x.depth += 1
                     return
                 if tag == RET:
                     if not stack:
@@ -609,6 +626,12 @@ def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None =
         raise DiagnosticError("run_batch: target cuda is not supported yet (build for llvm)")
     if len(arg_tuples) == 0:
         return []
+    if len(arg_tuples) == 1 and isinstance(arg_tuples[0], (tuple, list)):
+        # NOTE: nothing to batch: one instance runs on the VM (same values, its own speed)
+        try:
+            return [exe(*arg_tuples[0], entry=entry)]
+        except DiagnosticError as e:
+            raise _instance_error(e, 0) from None
     runner = getattr(exe, "_batch_runner", None)
     if runner is None:
         runner = exe._batch_runner = BatchRunner(exe)
