@@ -26,6 +26,7 @@ dimensions and host groups run on the host (numpy reference implementations of t
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -54,6 +55,9 @@ OUT_LIMIT = 1 << 16
 # 2-core Xeon under load (load average 8), 64 x (1x640 @ 640x256) took 0.62 ms serial and
 # 0.98 ms parallel, and the parallel variant of W5's batched matmuls 15 ms a call.
 SERIAL_BELOW = 1 << 24
+# outputs of at least POOL_MIN bytes come from a pool of POOL_SLOTS arrays per shape
+POOL_MIN = 1 << 15
+POOL_SLOTS = 16
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
 AGENDA = "most"
@@ -177,7 +181,8 @@ class KernelRunner:
             return _execute(self.host_closure, list(args))
         wrap = self.runner.wrap
         ins = [wrap(a) for a in self.leaves(args)]
-        outs = [np.empty(shape, dtype) for shape, dtype in self.outs]
+        empty = self.runner.empty
+        outs = [empty(shape, dtype) for shape, dtype in self.outs]
         self.func(*ins, *self.consts, *[wrap(o) for o in outs])
         return outs[0] if self.result == 0 and len(outs) == 1 else _build(self.result, outs)
 
@@ -292,6 +297,34 @@ class BatchRunner:
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self.max_depth = DEFAULT_MAX_DEPTH
+        self.pool: dict[tuple, Any] = {}     # (shape, dtype) -> recyclable outputs | False
+
+    def empty(self, shape: tuple, dtype: Any) -> np.ndarray:
+        """An output array; a large one is recycled from the pool when nothing holds it.
+
+        NOTE: every holder of an array -- a register, a tuple, a view, a DLPack tensor --
+        holds a reference to it (views to their base), so an array of the pool whose only
+        references are the pool's own is free: reusing it keeps large outputs (a weight
+        gradient, 655 KB in W5) in cache and spares fresh pages (the VM plans its memory the
+        same way)."""
+        key = (shape, dtype)
+        got = self.pool.get(key)
+        if got is None:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if nbytes < POOL_MIN:
+                self.pool[key] = False
+                return np.empty(shape, dtype)
+            got = self.pool[key] = []
+        elif got is False:
+            return np.empty(shape, dtype)
+        refcount = sys.getrefcount
+        for a in got:
+            if refcount(a) == 3:          # the pool's list, `a`, getrefcount's argument
+                return a
+        a = np.empty(shape, dtype)
+        if len(got) < POOL_SLOTS:
+            got.append(a)
+        return a
 
     def wrap(self, a: Any) -> Any:
         """A numpy array as a kernel argument (zero-copy when it can be)."""
