@@ -58,6 +58,8 @@ SERIAL_BELOW = 1 << 24
 # outputs of at least POOL_MIN bytes come from a pool of POOL_SLOTS arrays per shape
 POOL_MIN = 1 << 15
 POOL_SLOTS = 16
+# which kernels the instances park on (see KernelRunner._worth_deferring): "heavy" or "all"
+DEFER = "heavy"
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
 AGENDA = "most"
@@ -164,6 +166,25 @@ class KernelRunner:
             prog = runner.prog
             fidx = backend.cp.kernel_fns[k]
             self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
+        self.defer = self._worth_deferring(runner)
+
+    def _worth_deferring(self, runner: BatchRunner) -> bool:
+        """Whether the instances park on this kernel for the agenda (else it runs inline).
+
+        ``DEFER = "all"``: every kernel but host groups. ``"heavy"`` (the default): only
+        matmul- and conv-like groups with small per-instance outputs -- a GEMV against a shared
+        weight becomes one GEMM -- since parking, grouping and resuming an instance costs a
+        few microseconds of Python, more than a (1, 128) elementwise kernel saves by running
+        in a batch."""
+        if self.host or self.tuple_params or self.out_bytes > OUT_LIMIT:
+            return False
+        if DEFER == "all":
+            return True
+        try:
+            kind = runner.exe._backend.exe._lower(self.fn, list(self.param_types)).kind
+        except DiagnosticError:
+            return False
+        return kind in ("matmul", "conv")
 
     def leaves(self, args: list) -> list:
         """The call's flattened tensor inputs."""
@@ -179,11 +200,9 @@ class KernelRunner:
         self.runner.stats["kernel_calls"] += 1
         if self.host:
             return _execute(self.host_closure, list(args))
-        wrap = self.runner.wrap
-        ins = [wrap(a) for a in self.leaves(args)]
         empty = self.runner.empty
         outs = [empty(shape, dtype) for shape, dtype in self.outs]
-        self.func(*ins, *self.consts, *[wrap(o) for o in outs])
+        self.runner.invoke(self.func, self.leaves(args), self.consts, outs)
         return outs[0] if self.result == 0 and len(outs) == 1 else _build(self.result, outs)
 
 
@@ -262,16 +281,15 @@ class BatchedKernel:
     def call(self, runner: BatchRunner, leaves: list[list]) -> list:
         """One call for ``len(leaves)`` instances; returns each instance's result."""
         n = len(leaves)
-        wrap = runner.wrap
         ins = []
         for j, s in enumerate(self.shared):
             if s:
-                ins.append(wrap(leaves[0][j]))
+                ins.append(leaves[0][j])
             else:
-                ins.append(wrap(np.stack([lv[j] for lv in leaves])))
+                ins.append(np.stack([lv[j] for lv in leaves]))
         outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
         func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
-        func(*ins, *self.consts, *[wrap(o) for o in outs])
+        runner.invoke(func, ins, self.consts, outs)
         runner.stats["batched_calls"] += 1
         runner.stats["kernel_calls"] += 1
         single = self.result == 0 and len(outs) == 1
@@ -325,6 +343,19 @@ class BatchRunner:
         if len(got) < POOL_SLOTS:
             got.append(a)
         return a
+
+    def invoke(self, func: Any, ins: list, consts: list, outs: list) -> None:
+        """Call a compiled kernel on numpy inputs and outputs.
+
+        NOTE: numpy arrays go to the kernel as they are (DLPack, zero-copy); the kernel's
+        argument checks refuse what it cannot take (a strided view, a numpy scalar, a
+        read-only or empty array), and the call is then made again with every argument
+        converted by :meth:`wrap` (copied where needed). A check fails before anything runs."""
+        try:
+            func(*ins, *consts, *outs)
+        except Exception:
+            wrap = self.wrap
+            func(*[wrap(a) for a in ins], *consts, *[wrap(o) for o in outs])
 
     def wrap(self, a: Any) -> Any:
         """A numpy array as a kernel argument (zero-copy when it can be)."""
@@ -510,6 +541,7 @@ class BatchRunner:
         steps = code.steps
         push, pop = stack.append, stack.pop
         limit = 2 * self.max_depth
+        kernels = self.kernels
         try:
             while True:
                 r = steps[pc](regs)
@@ -518,9 +550,28 @@ class BatchRunner:
                     continue
                 tag = r[0]
                 if tag == KERNEL:
+                    self.stats["instance_calls"] += 1
+                    kr = kernels.get(r[1])
+                    if kr is None:
+                        kr = self.kernel(r[1])
+                    if not kr.defer:
+                        # NOTE: a kernel that batching does not pay for runs now, inline
+                        v = kr.call(r[2])
+                        site = r[3]
+                        if site is not None:
+                            regs[site[2]] = v
+                            pc = site[1]
+                            continue
+                        if not stack:
+                            x.result, x.done = v, True
+                            return
+                        regs = pop()
+                        code, pc, dst = pop()
+                        regs[dst] = v
+                        steps = code.steps
+                        continue
                     x.code, x.pc, x.regs = code, pc, regs
                     x.pending = (r[1], r[2], r[3])
-                    self.stats["instance_calls"] += 1
                     x.depth += 1
                     return
                 if tag == RET:
