@@ -26,7 +26,9 @@ dimensions and host groups run on the host (numpy reference implementations of t
 """
 from __future__ import annotations
 
+import gc
 import sys
+from time import perf_counter
 from typing import Any, Sequence
 
 import numpy as np
@@ -167,6 +169,7 @@ class KernelRunner:
             fidx = backend.cp.kernel_fns[k]
             self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
         self.defer = self._worth_deferring(runner)
+        self.single_cost: float | None = None   # measured seconds per call (cost model)
 
     def _worth_deferring(self, runner: BatchRunner) -> bool:
         """Whether the instances park on this kernel for the agenda (else it runs inline).
@@ -252,6 +255,8 @@ class BatchedKernel:
                 raise DiagnosticError(f"batched output type {t!r} is not batched on axis 0")
         from relay_ir.runtime.vm import _result_struct
         self.result = _result_struct(lowered.result_type)
+        self.cost: dict[int, float] = {}      # batch-size bucket -> measured seconds per call
+        self.tries: dict[int, int] = {}
         # NOTE: per-instance work, for the serial/parallel choice (output elements, times the
         # reduction length of a matmul-like group)
         self.volume = sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs) * \
@@ -396,8 +401,18 @@ class BatchRunner:
             except DiagnosticError as e:
                 raise _instance_error(e, i) from None
             insts.append(_Instance(i, code, list(checked) + clo.captured + code.rest))
-        with np.errstate(all="ignore"):
-            self._drive(insts)
+        # NOTE: the cyclic GC would rescan every instance's frames and values again and again
+        # (the instances' heaps are alive together); the run makes few cycles (recursive
+        # closures), collected when it ends
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            with np.errstate(all="ignore"):
+                self._drive(insts)
+        finally:
+            if paused:
+                gc.enable()
         return [self._export(_normalize_output(x.result)) for x in insts]
 
     def run_closure(self, clo: Closure, args: list) -> Any:
@@ -488,7 +503,7 @@ class BatchRunner:
         k0 = members[0].pending[0]
         kr = self.kernel(k0)
         if len(members) == 1 or kr.host or kr.tuple_params:
-            return [self._call_one(x) for x in members]
+            return self._loop(kr, members)
         leaves = [kr.leaves(x.pending[1]) for x in members]
         first = leaves[0]
         shared = tuple(all(lv[j] is first[j] for lv in leaves) for j in range(len(first)))
@@ -505,11 +520,34 @@ class BatchRunner:
                     self.batched[key] = None      # NOTE: vmap cannot batch it: loop
             bk = self.batched[key]
         if bk is None:
-            return [self._call_one(x) for x in members]
+            return self._loop(kr, members)
+        # NOTE: the run-time cost model: the batched call's measured time at this batch size
+        # (bucketed by powers of two) against the measured per-instance time times n; an
+        # unmeasured side is tried first (a symbolic kernel is slower than the static one at
+        # small sizes: W5's (1,640)x(640,256) took 0.23 ms batched at n=2, 13 us a call alone)
+        n = len(members)
+        bucket = n.bit_length()
+        est = bk.cost.get(bucket)
+        if est is not None and (kr.single_cost is None or est > kr.single_cost * n):
+            if kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1:
+                return self._loop(kr, members)
+        bk.tries[bucket] = bk.tries.get(bucket, 0) + 1
+        t = perf_counter()
         try:
-            return bk.call(self, leaves)
+            out = bk.call(self, leaves)
         except Exception:
-            return [self._call_one(x) for x in members]
+            return self._loop(kr, members)
+        d = perf_counter() - t
+        bk.cost[bucket] = d if est is None else 0.7 * est + 0.3 * d
+        return out
+
+    def _loop(self, kr: KernelRunner, members: list[_Instance]) -> list:
+        """The group's calls one by one (timed: the cost model's per-instance figure)."""
+        t = perf_counter()
+        out = [self._call_one(x) for x in members]
+        d = (perf_counter() - t) / len(members)
+        kr.single_cost = d if kr.single_cost is None else 0.7 * kr.single_cost + 0.3 * d
+        return out
 
     def _call_one(self, x: _Instance) -> Any:
         k, args, site = x.pending
