@@ -7,7 +7,8 @@ median over ``--rounds``. Also printed: the agenda's counters for each chunk siz
 calls the instances made, calls made, batched calls, groups). Results of run_batch are
 checked against the one-by-one results (loss and every gradient).
 
-Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]``
+Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]
+[--defer heavy|all] [--agenda most|depth]``
 """
 from __future__ import annotations
 
@@ -27,7 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trees", type=int, default=64)
     ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--defer", default="heavy", choices=["heavy", "all"],
+                    help="which kernels park on the agenda (runtime.batching.DEFER)")
+    ap.add_argument("--agenda", default="most", choices=["most", "depth"],
+                    help="the agenda's choice (runtime.batching.AGENDA)")
     a = ap.parse_args(argv)
+    from relay_ir.runtime import batching
+    batching.DEFER, batching.AGENDA = a.defer, a.agenda
     import relay_ir as rly
     from relay_ir import passes, runtime
     import workloads as W
@@ -69,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             times[f"run_batch {b}"].append(time.perf_counter() - t)
     base = statistics.median(times["one-by-one"])
     n = len(args)
-    print(f"W5 fwd+bwd, {n} trees, median of {a.rounds} rounds (ms per tree)")
+    print(f"W5 fwd+bwd, {n} trees, median of {a.rounds} rounds (ms per tree); "
+          f"defer={a.defer} agenda={a.agenda}")
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:14s} {1e3 * med / n:8.2f} ms/tree   speedup vs one-by-one "
