@@ -215,9 +215,7 @@ class BatchedKernel:
     def __init__(self, runner: BatchRunner, kr: KernelRunner, shared: tuple[bool, ...]):
         import tvm
         from relay_ir.passes.vmap import vmap_function
-        from relay_ir.runtime.executor import kernel_request  # noqa: F401 (same cache)
-        from relay_ir.runtime.kernel_cache import KernelRequest
-        from relay_ir.runtime.lower_tvm import flatten_type, lower_group, schedule
+        from relay_ir.runtime.lower_tvm import flatten_type, lower_group
         from relay_ir.op._te import fast_math, symbolic_dims
         from relay_ir.ty import ShapeVar
         exe = runner.exe._backend.exe

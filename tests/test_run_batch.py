@@ -265,7 +265,8 @@ def @count(%n: int32, %acc: ref(Tensor[(2), float32])) -> () {
   }
 }
 
-def @main(%n: int32, %acc: ref(Tensor[(2), float32])) -> fn (Tensor[(2), float32]) -> Tensor[(2), float32] {
+def @main(%n: int32, %acc: ref(Tensor[(2), float32]))
+    -> fn (Tensor[(2), float32]) -> Tensor[(2), float32] {
   @count(%n, %acc);
   let %v = ref_read(%acc);
   fn (%y: Tensor[(2), float32]) { multiply(%y, %v) }
