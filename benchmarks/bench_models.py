@@ -104,7 +104,7 @@ def _peers(net: M.Net, exe: Any, x: np.ndarray) -> tuple[dict[str, Callable[[], 
     return fs, outs
 
 
-def bench_model(name: str, rounds: int) -> None:
+def bench_model(name: str, rounds: int, profile: bool = False) -> None:
     net = M.MODELS[name]()
     src = net.rly()
     x = net.input()   # NOTE: as numpy allocates it: no pre-alignment
@@ -128,6 +128,8 @@ def bench_model(name: str, rounds: int) -> None:
         diff = float(np.abs(outs[k] - ref).max())
         print(f"| {k} | {1e3 * base[k]:.1f} | {1e3 * min(v):.1f} | {base[k] / ours:.2f} | "
               f"{diff:.2g} (of {scale:.3g}) |")
+    if profile:
+        profile_kernels(exe, x, rounds)
 
 
 def profile_kernels(exe: Any, x: np.ndarray, rounds: int) -> None:
@@ -260,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="models, among " + ", ".join([*M.MODELS, *M.XFMR_MODELS]))
     ap.add_argument("--no-layers", action="store_true", help="skip the per-convolution table")
     ap.add_argument("--profile", action="store_true",
-                    help="transformer layers: each kernel's CPU time (use --threads 1)")
+                    help="each kernel's CPU time (use --threads 1)")
     ap.add_argument("--no-dense-pack", action="store_true",
                     help="build without dense-weight-pack (the per-call weight packing)")
     args = ap.parse_args(argv)
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         if n in M.XFMR_MODELS:
             bench_xfmr(n, args.rounds, args.profile)
         else:
-            bench_model(n, args.rounds)
+            bench_model(n, args.rounds, args.profile)
     names = [n for n in names if n in M.MODELS]
     if not args.no_layers and names:
         peaks = gemm_peak(args.rounds)

@@ -534,7 +534,17 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     """
     if _conv_nchw(sch, blk) is None or not _conv_depthwise(sch, blk):
         raise ValueError("not a depthwise NCHW conv2d block")
-    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    _window_rows(sch, blk, pad)
+
+
+def _window_rows(sch: Any, blk: Any, pad: Any | None) -> None:
+    """The row schedule of :func:`schedule_conv_depthwise` and :func:`schedule_pool`: ``blk``
+    has loops ``(n, c, y, x, reductions..., ry, rx)`` and reads its input (first read) at
+    column ``x * stride + ...``."""
+    loops = sch.get_loops(blk)
+    n_, co, y, x = loops[:4]
+    red = loops[4:]
+    ry, rx = red[-2:]
     ow = _extent(sch, x)
     if ow is None:
         raise ValueError("symbolic width")
@@ -556,9 +566,9 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     if stride is None:
         raise ValueError("column index not affine in x")
     x_o, x_i = sch.split(x, [None, lanes])
-    sch.reorder(n_, co, y, x_o, rc, ry, rx, x_i)
+    sch.reorder(n_, co, y, x_o, *red, x_i)
     plane = sch.fuse(n_, co)
-    acc = _accumulate_at(sch, blk, x_o)
+    _accumulate_at(sch, blk, x_o)
     if pad is not None:
         wp = _extent(sch, sch.get_loops(pad)[-1]) or 0
         parity = stride > 1 and ow > 8
@@ -578,7 +588,30 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     sch.unroll(rx)
     sch.vectorize(x_i)
     _parallel(sch, plane)
-    sch.decompose_reduction(blk, rc)
+    sch.decompose_reduction(blk, red[0])
+
+
+def schedule_pool(sch: Any, blk: Any, pad: Any | None) -> None:
+    """An NCHW max / average pool (``out[n, c, y, x]`` reduced over a ``ry, rx`` window)
+    vectorized along the output row, as :func:`schedule_conv_depthwise` does it: the (image,
+    channel) planes in parallel, the padded input plane (``pad``, the pool's ``T_pad`` stage)
+    computed once per plane into a buffer (no bounds tests in the window loads; for stride 2
+    stored by column parity, so that the window loads are contiguous vectors), the window
+    unrolled, the epilogue (max: the float decoded from its order key; average: the division
+    by the tap count) per row segment, vectorized. Raises ``ValueError`` for any other block.
+    """
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    if _iter_types(sch, blk) != [0, 0, 0, 0, 2, 2] or len(sch.get_loops(blk)) != 6 or \
+            len(stmt.writes) != 1 or not stmt.reads:
+        raise ValueError("not a 2-d pool block")
+    out = stmt.writes[0].region
+    data = stmt.reads[0].region
+    if len(out) != 4 or not all(r.min.same_as(v) for r, v in zip(out, ivs)) or \
+            len(data) != 4 or not data[0].min.same_as(ivs[0]) or \
+            not data[1].min.same_as(ivs[1]) or ivs[2].name not in _vars_in(data[2].min):
+        raise ValueError("not an NCHW pool")
+    _window_rows(sch, blk, pad)
 
 
 # Register tile of the 1x1 convolution as a GEMM: rows (output channels) by preference, and
@@ -839,6 +872,15 @@ def _gemm_plan(sch: Any) -> None:
     schedule_conv1x1_gemm(sch, reds[0])
 
 
+def _pool_plan(sch: Any) -> None:
+    inline_all(sch, keep=("T_pad",))
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    schedule_pool(sch, reds[0], pad)
+
+
 def _depthwise_plan(sch: Any) -> None:
     inline_all(sch, keep=("T_pad",))
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
@@ -874,7 +916,8 @@ def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
         ("conv-depthwise", _depthwise_plan),
         ("conv-gemm", _gemm_plan),
-        ("conv-channels", _conv_plan)] if kind == "conv" else []
+        ("conv-channels", _conv_plan)] if kind == "conv" else \
+        [("pool-rows", _pool_plan)] if kind == "pool" else []
     strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),
         ("per-block", lambda s: (inline_all(s), _per_block(s))),

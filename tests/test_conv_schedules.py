@@ -313,3 +313,87 @@ def test_classifier_head_is_a_row_reduction_with_the_same_values() -> None:
     got = runtime.build(rly.parse(src), "llvm", params={"w": w, "b": b})(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
     assert np.isnan(got[0, 3]) and np.isnan(got[0, 5])
+
+
+# (kind, batch, channels, height, width, pool, stride, padding, extra attributes, schedule):
+# ResNet's 3x3/2 max pool, odd widths (7, 14, 28, 56), stride 1 and 2, unpadded windows, batch
+# > 1, average pools with and without the padding counted, dilation, ceil_mode; the widths no
+# vector width divides (57 with ceil_mode, 17) fall back
+POOLS = [
+    ("max", 1, 8, 112, 112, 3, 2, 1, "", "pool-rows"),
+    ("max", 2, 4, 14, 14, 3, 1, 1, "", "pool-rows"),
+    ("max", 1, 4, 28, 28, 2, 2, 0, "", "pool-rows"),
+    ("max", 1, 3, 7, 7, 3, 1, 1, "", "pool-rows"),
+    ("max", 1, 4, 57, 57, 3, 2, 1, ", dilation=[2, 2]", "pool-rows"),
+    ("max", 1, 4, 30, 30, 3, 2, 1, ", ceil_mode=True", "pool-rows"),
+    ("max", 1, 3, 112, 112, 3, 2, 1, ", ceil_mode=True", "planned"),
+    ("avg", 1, 8, 56, 56, 3, 1, 1, "", "pool-rows"),
+    ("avg", 2, 4, 28, 28, 3, 2, 1, ", count_include_pad=True", "pool-rows"),
+    ("avg", 1, 4, 14, 14, 2, 2, 0, "", "pool-rows"),
+    ("avg", 1, 4, 17, 17, 3, 1, 1, "", "planned"),
+]
+
+
+def _pool_src(case: tuple, dtype: str = "float32", layout: str = "NCHW") -> str:
+    kind, n, c, h, w, k, s, p, extra, _ = case
+    shape = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
+    lay = "" if layout == "NCHW" else f', layout="{layout}"'
+    return HEADER + (f"def @main(%x: Tensor[({', '.join(map(str, shape))}), {dtype}]) {{\n"
+                     f"  nn.{kind}_pool2d(%x, pool_size=[{k}, {k}], strides=[{s}, {s}], "
+                     f"padding=[{p}, {p}]{extra}{lay})\n}}")
+
+
+@pytest.mark.parametrize("case", POOLS, ids=["-".join(map(str, c[:8])) + c[8].replace(
+    ", ", "-").replace("=", "").replace("[", "").replace("]", "").replace(" ", "")
+    for c in POOLS])
+def test_pools_match_the_interpreter(case: tuple) -> None:
+    # the pool schedule (pool-rows: the padded plane staged once, vectorized along output rows)
+    # where it applies; values as the interpreter's, inf, nan and -0.0 included (max: NaN
+    # propagates, the padding never wins, -0.0 kept; average: inf - inf = nan in the sums)
+    from relay_ir.runtime.interpreter import evaluate
+    kind, n, c, h, w = case[:5]
+    src = _pool_src(case)
+    assert _strategy(src) == case[-1]
+    rng = np.random.default_rng(h * w + c)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    # NOTE: at odd indices (read by the dilated stride-2 windows too)
+    x[0, 0, 1, 1], x[0, 1, 3, 5], x[-1, -1, -1, -1] = np.nan, np.inf, -np.inf
+    x[0, 1, 5, 5] = -np.inf
+    x[0, 2, :4, :6] = -0.0
+    x[-1, 0, 2:, 3] = -np.inf          # windows of -inf only
+    mod = rly.parse(src)
+    got = runtime.build(mod, "llvm")(x)
+    want = np.asarray(evaluate(mod, x))
+    assert got.shape == want.shape
+    if kind == "max":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+    assert np.isnan(got).any() and np.isinf(got).any()
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int8"])
+def test_integer_max_pool_takes_the_pool_schedule(dtype: str) -> None:
+    from relay_ir.runtime.interpreter import evaluate
+    case = ("max", 1, 4, 28, 28, 3, 2, 1, "", "pool-rows")
+    src = _pool_src(case, dtype)
+    assert _strategy(src) == "pool-rows"
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(2).integers(info.min, info.max, (1, 4, 28, 28)).astype(dtype)
+    x[0, 0, :2, :2] = info.min     # the corner window: only the padding's minimum and info.min
+    mod = rly.parse(src)
+    got = runtime.build(mod, "llvm")(x)
+    np.testing.assert_array_equal(got, np.asarray(evaluate(mod, x)))
+    assert got[0, 0, 0, 0] == info.min
+
+
+def test_nhwc_pool_falls_back_with_the_same_values() -> None:
+    from relay_ir.runtime.interpreter import evaluate
+    case = ("max", 1, 8, 14, 14, 3, 2, 1, "", "")
+    src = _pool_src(case, layout="NHWC")
+    assert _strategy(src) != "pool-rows"
+    x = np.random.default_rng(4).standard_normal((1, 14, 14, 8)).astype(np.float32)
+    mod = rly.parse(src)
+    np.testing.assert_array_equal(runtime.build(mod, "llvm")(x), np.asarray(evaluate(mod, x)))
