@@ -591,6 +591,69 @@ def _window_rows(sch: Any, blk: Any, pad: Any | None) -> None:
     sch.decompose_reduction(blk, red[0])
 
 
+# Input channels (per group) up to which a convolution is vectorized along its output rows
+# (conv-rows) rather than over output channels: a stem over 3 (RGB) channels has a reduction
+# of 27 (3x3) multiply-adds per output, too short to pay the channel schedule's transposing
+# write-back of each 16-channel x 7-column register tile
+ROWS_MAX_CHANNELS = 4
+# output channels per register tile of conv-rows, by preference
+ROWS_CHANNEL_TILES = (8, 4, 2, 1)
+
+
+def schedule_conv_rows(sch: Any, blk: Any, pad: Any | None) -> None:
+    """An NCHW conv2d over few input channels vectorized along the output row.
+
+    A register tile of 8 (4, 2, 1) output channels by one row segment (:data:`DW_LANES`):
+    each input segment is loaded once (from the zero-padded input staged once per call,
+    stored by column parity for stride 2, so that the loads are contiguous) and multiplied by
+    8 broadcast weights; the window and the channel tile unrolled; the epilogue per tile,
+    vectorized along the row; parallel over (image, channel tile, row). Raises
+    ``ValueError`` when ``blk`` is not such a convolution.
+    """
+    if _conv_nchw(sch, blk) is None:
+        raise ValueError("not an NCHW conv2d block")
+    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    oc, ow, ci = _extent(sch, co), _extent(sch, x), _extent(sch, rc)
+    stmt = sch.get(blk)
+    if oc is None or ow is None or ci is None or ci > ROWS_MAX_CHANNELS or \
+            not stmt.reads[0].region[1].min.same_as(stmt.iter_vars[4].var):
+        # NOTE: groups = 1 only (the input channel read is the reduction's own index)
+        raise ValueError("not a convolution over few input channels")
+    lanes = next((d for d in DW_LANES if ow % d == 0), ow if ow <= 16 else None)
+    if lanes is None:
+        raise ValueError("no vector width divides the output width")
+    cb = next(c for c in ROWS_CHANNEL_TILES if oc % c == 0)
+    xv = stmt.iter_vars[3].var
+    from tvm.sym import analyzer as arith
+    col = stmt.reads[0].region[3].min
+    ana = arith.Analyzer()
+    stride = next((st for st in (1, 2, 3, 4)
+                   if xv.name not in _vars_in(ana.simplify(col - xv * st))), None)
+    if stride is None:
+        raise ValueError("column index not affine in x")
+    co_o, co_i = sch.split(co, [None, cb])
+    x_o, x_i = sch.split(x, [None, lanes])
+    sch.reorder(n_, co_o, y, x_o, rc, ry, rx, co_i, x_i)
+    _accumulate_at(sch, blk, x_o)
+    if pad is not None:
+        wp = _extent(sch, sch.get_loops(pad)[-1]) or 0
+        if stride > 1 and wp % stride == 0:
+            sch.transform_layout(pad, ("write", 0),
+                                 lambda a, b, c, d: (a, b, c, d % stride, d // stride))
+            sch.transform_block_layout(
+                pad, lambda a, b, c, d: (a, b, c, d % stride, d // stride))
+        pl = sch.get_loops(pad)
+        _parallel(sch, sch.fuse(*pl[:2]))
+        _try_vectorize(sch, pl[-1])
+    par = sch.fuse(n_, co_o, y)
+    sch.unroll(ry)
+    sch.unroll(rx)
+    sch.unroll(co_i)
+    sch.vectorize(x_i)
+    _parallel(sch, par)
+    sch.decompose_reduction(blk, rc)
+
+
 def schedule_pool(sch: Any, blk: Any, pad: Any | None) -> None:
     """An NCHW max / average pool (``out[n, c, y, x]`` reduced over a ``ry, rx`` window)
     vectorized along the output row, as :func:`schedule_conv_depthwise` does it: the (image,
@@ -881,6 +944,15 @@ def _pool_plan(sch: Any) -> None:
     schedule_pool(sch, reds[0], pad)
 
 
+def _rows_plan(sch: Any) -> None:
+    inline_all(sch, keep=("T_pad",))
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    schedule_conv_rows(sch, reds[0], pad)
+
+
 def _depthwise_plan(sch: Any) -> None:
     inline_all(sch, keep=("T_pad",))
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
@@ -915,6 +987,7 @@ def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
         ("conv-depthwise", _depthwise_plan),
+        ("conv-rows", _rows_plan),
         ("conv-gemm", _gemm_plan),
         ("conv-channels", _conv_plan)] if kind == "conv" else \
         [("pool-rows", _pool_plan)] if kind == "pool" else []

@@ -88,6 +88,15 @@ CASES = [
     # a prime output width above 16 (no vector width divides it): conv-channels
     (1, 8, 14, 14, 16, 3, 1, 1, 1, 8),
     (1, 4, 17, 17, 4, 3, 1, 1, 1, 4),
+    # few input channels (conv-rows: a stem over RGB, vectorized along the output rows):
+    # MobileNet's 3x3/2 and ResNet's 7x7/2 stems (smaller), widths 28 and 7, one channel, an
+    # output channel count that 8 does not divide, dilation, batch > 1, a 1x1
+    (1, 3, 32, 32, 32, 3, 2, 1, 1, 1),
+    (1, 3, 27, 27, 16, 7, 2, 3, 1, 1),
+    (2, 3, 28, 28, 12, 3, 1, 1, 1, 1),
+    (1, 1, 9, 9, 6, 3, 1, 0, 1, 1),
+    (1, 2, 15, 15, 8, 3, 1, 2, 2, 1),
+    (1, 3, 16, 16, 8, 1, 1, 0, 1, 1),
 ]
 
 
@@ -96,6 +105,8 @@ def _expected_strategy(case: tuple) -> str:
     ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
     if g == c == o and ow != 17:
         return "conv-depthwise"
+    if g == 1 and c <= 4 and ow != 17:
+        return "conv-rows"
     oh = (h + 2 * p - d * (k - 1) - 1) // s + 1
     if k == 1 and p == 0 and g == 1 and (oh * ow) % 16 == 0:
         return "conv-gemm"
@@ -262,26 +273,28 @@ def test_blocked_kernel_layout_errors() -> None:
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-@pytest.mark.parametrize("groups", [4, 1])
-def test_convolutions_keep_ieee_values_of_the_interpreter(stride: int, groups: int) -> None:
+@pytest.mark.parametrize("channels, groups, strategy", [
+    (4, 4, "conv-depthwise"), (4, 1, "conv-rows"), (8, 1, "conv-channels")])
+def test_convolutions_keep_ieee_values_of_the_interpreter(stride: int, channels: int,
+                                                          groups: int, strategy: str) -> None:
     # inf, nan and -0.0 in the input and the weights: the padded input (staged in a buffer by
-    # conv-depthwise and conv-channels) and the window sums give what the interpreter gives
-    # (inf * 0 = nan, inf - inf = nan, the sign of zero sums)
+    # conv-depthwise, conv-rows and conv-channels) and the window sums give what the
+    # interpreter gives (inf * 0 = nan, inf - inf = nan, the sign of zero sums)
     from util_diff import assert_same_results
-    cg = 4 // groups
-    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32],
+    cg = channels // groups
+    src = HEADER + f"""def @main(%x: Tensor[(1, {channels}, 14, 14), float32],
           %w: Tensor[(4, {cg}, 3, 3), float32]) {{
   nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding=[1, 1], groups={groups})
 }}"""
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((1, 4, 14, 14)).astype(np.float32)
+    x = rng.standard_normal((1, channels, 14, 14)).astype(np.float32)
     x[0, 0, 3, 4], x[0, 1, 0, 0], x[0, 2, 7, 7], x[0, 3, 13, 12] = np.inf, np.nan, -np.inf, np.inf
     x[0, :, 5:8, 5:8] = -0.0
     w = rng.standard_normal((4, cg, 3, 3)).astype(np.float32)
     w[0, 0, 1, 1] = 0.0        # inf * 0 at the window's centre
     w[3] = np.abs(w[3])        # -0.0 * positive weights: -0.0 sums
     mod = rly.parse(src)
-    assert _strategy(src, {"w": w}) == ("conv-depthwise" if groups == 4 else "conv-channels")
+    assert _strategy(src, {"w": w}) == strategy
     exe = runtime.build(mod, "llvm", params={"w": w})
     [(want, got)] = assert_same_results(mod, mod, inputs=[x, w], rtol=1e-5, atol=1e-5,
                                         run_b=lambda m, x_, w_: exe(x_))
