@@ -681,6 +681,10 @@ def schedule_pool(sch: Any, blk: Any, pad: Any | None) -> None:
 # the vector columns (pixels) per tile.
 GEMM_ROWS = (6, 8, 4, 5, 3, 2, 1)
 GEMM_COLS = (32, 16)
+# rows of the tile when the pixels allow 16 columns only (28x28 maps: 784 pixels): one vector
+# per row, so twice the rows for as many accumulators as a 6-8 x 32 tile
+GEMM_ROWS_16 = (16, 12, 8, 6, 4, 5, 3, 2, 1)
+GEMM_WIDE_ROWS = True
 
 
 def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
@@ -712,7 +716,8 @@ def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
     nr = next((c for c in GEMM_COLS if (oh * wd) % c == 0), None)
     if nr is None:
         raise ValueError("pixels not a multiple of 16")
-    mr = next(r for r in GEMM_ROWS if oc % r == 0)
+    mr = next(r for r in (GEMM_ROWS_16 if nr == 16 and GEMM_WIDE_ROWS else GEMM_ROWS)
+              if oc % r == 0)
     # NOTE: the pixels become one iterator of the convolution, of its result and of the
     # epilogue (a fused loop alone would make the epilogue's region at a tile whole rows)
     consumers = sch.get_consumers(blk)
