@@ -750,6 +750,77 @@ def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
     sch.decompose_reduction(blk, rc)
 
 
+# Vector columns (input pixels) of the transposed convolution's GEMM, by preference
+CONVT_COLS = (32, 16, 14, 8, 7, 12, 10, 9, 6, 5, 4)
+
+
+def schedule_conv_transpose(sch: Any) -> None:
+    """``nn.conv2d_transpose`` (conv_ext.conv2d_transpose_te: a GEMM into columns, then
+    col2im) on the CPU. The GEMM ``cols[n, co, ky, kx, iy, ix] = sum_ci x[n, ci, iy, ix] *
+    w[ci, co, ky, kx]`` is re-indexed as ``cols[n, m, p]`` (``m = (co, ky, kx)``, ``p = (iy,
+    ix)``, both flattened: the weight's rows ``m`` are contiguous in IOHW) and tiled like
+    :func:`schedule_conv1x1_gemm`: 6 (8, 16, ...) rows by 32 (16, 14, 8, 7) pixels in
+    registers, vectorized over the pixels, the input channels inside, parallel over pixel
+    panels; col2im (each output pixel adds its taps) runs in parallel over (image, channel,
+    row), vectorized along the row where a vector width divides it. Raises ``ValueError``
+    for any other group (a grouped transposed convolution, an NHWC one, other blocks)."""
+    inline_all(sch)
+    bs = blocks(sch)
+    reds = [b for b in bs if _is_reduction(sch, b)]
+    if len(reds) != 1 or _iter_types(sch, reds[0]) != [0] * 6 + [2]:
+        raise ValueError("not the GEMM of a transposed convolution")
+    blk = reds[0]
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    data, weight = stmt.reads[0].region, stmt.reads[1].region if len(stmt.reads) > 1 else []
+    if len(data) != 4 or len(weight) != 4 or \
+            not all(data[i].min.same_as(ivs[j]) for i, j in ((0, 0), (1, 6), (2, 4), (3, 5))) or \
+            not all(weight[i].min.same_as(ivs[j]) for i, j in ((0, 6), (1, 1), (2, 2), (3, 3))):
+        raise ValueError("not an NCHW / IOHW transposed convolution (groups = 1)")
+    exts = [_extent(sch, lp) for lp in sch.get_loops(blk)]
+    if any(e is None for e in exts):
+        raise ValueError("symbolic extents")
+    _, co, kh, kw, h, w, _ = exts
+    rows, pix = co * kh * kw, h * w
+    nr = next((c for c in CONVT_COLS if pix % c == 0), None)
+    if nr is None:
+        raise ValueError("no vector width divides the pixels")
+    mr = next(r for r in (GEMM_ROWS_16 if nr <= 16 else GEMM_ROWS) if rows % r == 0)
+    sch.transform_layout(blk, ("write", 0),
+                         lambda n, c, y, x, i, j: (n, (c * kh + y) * kw + x, i * w + j))
+    sch.transform_block_layout(
+        blk, lambda n, c, y, x, i, j, r: (n, (c * kh + y) * kw + x, i * w + j, r))
+    n_, m, p, rc = sch.get_loops(blk)
+    p_o, p_i = sch.split(p, [None, nr])
+    m_o, m_i = sch.split(m, [None, mr])
+    sch.reorder(n_, p_o, m_o, rc, m_i, p_i)
+    acc = sch.cache_write(blk, 0, "local")
+    col2im = sch.get_consumers(acc)
+    sch.reverse_compute_at(acc, m_o)
+    _try_vectorize(sch, sch.get_loops(acc)[-1])
+    sch.unroll(m_i)
+    sch.vectorize(p_i)
+    _parallel(sch, sch.fuse(n_, p_o))
+    sch.decompose_reduction(blk, rc)
+    for b in col2im:
+        loops = sch.get_loops(b)
+        if len(loops) != 4:
+            continue
+        sw = int(sch.get(b).annotations.get("rly_stride_w", 1))
+        ow = _extent(sch, loops[3])
+        if sw > 1 and ow is not None and ow % sw == 0:
+            # NOTE: output columns by phase (x % sw): within a phase, the taps that land and
+            # the input columns they read no longer depend on the lane (contiguous loads)
+            sch.transform_block_layout(b, lambda n, c, y, x: (n, c, y, x % sw, x // sw))
+            loops = sch.get_loops(b)
+            sch.unroll(loops[3])
+        lanes = _largest_divisor(_extent(sch, loops[-1]), (16, 14, 8, 7))
+        if lanes is not None:
+            _, v = sch.split(loops[-1], [None, lanes])
+            _try_vectorize(sch, v)
+        _parallel(sch, sch.fuse(*loops[:3]))
+
+
 def schedule_rowwise(sch: Any) -> None:
     """Softmax-like groups: rfactor reductions, compute all under the output row loop."""
     bs = blocks(sch)
@@ -995,7 +1066,8 @@ def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
         ("conv-rows", _rows_plan),
         ("conv-gemm", _gemm_plan),
         ("conv-channels", _conv_plan)] if kind == "conv" else \
-        [("pool-rows", _pool_plan)] if kind == "pool" else []
+        [("pool-rows", _pool_plan)] if kind == "pool" else \
+        [("conv-transpose", schedule_conv_transpose)] if kind == "convt" else []
     strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),
         ("per-block", lambda s: (inline_all(s), _per_block(s))),

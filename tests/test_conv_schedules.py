@@ -410,3 +410,76 @@ def test_nhwc_pool_falls_back_with_the_same_values() -> None:
     x = np.random.default_rng(4).standard_normal((1, 14, 14, 8)).astype(np.float32)
     mod = rly.parse(src)
     np.testing.assert_array_equal(runtime.build(mod, "llvm")(x), np.asarray(evaluate(mod, x)))
+
+
+def conv_transpose_np(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int,
+                      out_pad: int) -> np.ndarray:
+    """NCHW / IOHW transposed convolution (groups 1) in float64: each input pixel scatters
+    ``x[n, ci, iy, ix] * w[ci, co]`` onto the output window at ``(iy, ix) * stride``."""
+    n, ci, h, wd = x.shape
+    _, co, kh, kw = w.shape
+    full_h = (h - 1) * stride + dil * (kh - 1) + 1 + out_pad
+    full_w = (wd - 1) * stride + dil * (kw - 1) + 1 + out_pad
+    out = np.zeros((n, co, full_h + pad, full_w + pad))
+    for ky in range(kh):
+        for kx in range(kw):
+            contrib = np.einsum("nchw,co->nohw", x.astype(np.float64), w[:, :, ky, kx])
+            out[:, :, ky * dil: ky * dil + stride * (h - 1) + 1: stride,
+                kx * dil: kx * dil + stride * (wd - 1) + 1: stride] += contrib
+    return out[:, :, pad: full_h - pad, pad: full_w - pad]
+
+
+# (batch, in channels, height, width, out channels, kernel, stride, padding, dilation,
+# output padding): the DCGAN-style 4x4/2, 3x3/2 with output padding, stride 1 and 3, odd
+# widths (7, 14), dilation, batch > 1
+CONVT_CASES = [
+    (1, 16, 8, 8, 8, 4, 2, 1, 1, 0),
+    (1, 32, 7, 7, 16, 4, 2, 1, 1, 0),
+    (2, 8, 14, 14, 8, 3, 2, 1, 1, 1),
+    (1, 8, 14, 14, 4, 3, 1, 1, 1, 0),
+    (1, 4, 5, 7, 6, 3, 3, 0, 1, 0),
+    (1, 6, 9, 9, 4, 3, 2, 2, 2, 0),
+]
+
+
+@pytest.mark.parametrize("case", CONVT_CASES, ids=["x".join(map(str, c)) for c in CONVT_CASES])
+def test_conv2d_transpose_schedule_matches_numpy(case: tuple) -> None:
+    # the GEMM + col2im schedule (conv-transpose), a bias + relu epilogue fused; values as
+    # numpy's, and inf / nan where the interpreter has them
+    from relay_ir.runtime.interpreter import evaluate
+    n, c, h, w, o, k, s, p, d, op_ = case
+    src = HEADER + (
+        f"def @main(%x: Tensor[({n}, {c}, {h}, {w}), float32], "
+        f"%w: Tensor[({c}, {o}, {k}, {k}), float32], %b: Tensor[({o}, 1, 1), float32]) {{\n"
+        f"  nn.relu(add(nn.conv2d_transpose(%x, %w, channels={o}, kernel_size=[{k}, {k}], "
+        f"strides=[{s}, {s}], padding=[{p}, {p}], dilation=[{d}, {d}], "
+        f"output_padding=[{op_}, {op_}]), %b))\n}}")
+    assert _strategy(src) == "conv-transpose"
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, o, k, k)).astype(np.float32)
+    b = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    want = np.maximum(conv_transpose_np(x, wt, s, p, d, op_) + b, 0)
+    mod = rly.parse(src)
+    got = runtime.build(mod, "llvm", params={"w": wt})(x, b)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    x[0, 0, 1, 1], x[-1, -1, -1, -1] = np.inf, np.nan
+    got = runtime.build(mod, "llvm")(x, wt, b)
+    ref = np.asarray(evaluate(mod, x, wt, b))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert np.isnan(got).any()
+
+
+def test_conv2d_transpose_layouts_it_does_not_cover_fall_back() -> None:
+    from relay_ir.runtime.interpreter import evaluate
+    grouped = HEADER + """def @main(%x: Tensor[(1, 4, 6, 6), float32],
+          %w: Tensor[(4, 3, 3, 3), float32]) {
+  nn.conv2d_transpose(%x, %w, channels=6, kernel_size=[3, 3], strides=[2, 2], groups=2)
+}"""
+    assert _strategy(grouped) != "conv-transpose"
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    wt = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    mod = rly.parse(grouped)
+    np.testing.assert_allclose(runtime.build(mod, "llvm")(x, wt), np.asarray(evaluate(mod, x, wt)),
+                               rtol=1e-4, atol=1e-4)
