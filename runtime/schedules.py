@@ -13,12 +13,18 @@ of what is left:
 * a conv2d with NCHW output (``kind="conv"``), the first that applies of:
   :func:`schedule_conv_depthwise` (depthwise: vectorized along output rows, a zero-padded
   input plane per channel, split by column parity for stride 2),
+  :func:`schedule_conv_rows` (at most 4 input channels: vectorized along output rows, 8
+  output channels per register tile),
   :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels)
   and :func:`schedule_conv_channels` (vectorized over a block of 16 (8, 4) output channels,
   the weight read in place (``OIHW16o``, ``IHWO``) or packed ``[O/16, I, kh, kw, 16]`` per
   call (``OIHW``), the zero-padded input staged once, a register tile of up to 8 output
   columns, kernel loops inside, parallel over (batch, channel block, row), the epilogue
   computed per tile; any width, stride, padding, dilation and groups);
+* an NCHW max / average pool (``kind="pool"``): :func:`schedule_pool` (the padded plane
+  staged once, vectorized along output rows as depthwise);
+* ``nn.conv2d_transpose`` (``kind="convt"``): :func:`schedule_conv_transpose` (its GEMM
+  register-tiled over (channel, tap) rows x pixels, col2im by column phase);
 * any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
   tiled and vectorized inside the reduction loops, the next spatial axis unrolled by 4 for
   register reuse, the outer spatial loops fused and parallel;
