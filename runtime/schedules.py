@@ -1017,6 +1017,10 @@ def _gemm_plan(sch: Any) -> None:
     schedule_conv1x1_gemm(sch, reds[0])
 
 
+# Pools get schedule_pool (False: the generic reduction schedule; for before/after figures)
+POOL_ROWS = True
+
+
 def _pool_plan(sch: Any) -> None:
     inline_all(sch, keep=("T_pad",))
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
@@ -1072,7 +1076,7 @@ def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
         ("conv-rows", _rows_plan),
         ("conv-gemm", _gemm_plan),
         ("conv-channels", _conv_plan)] if kind == "conv" else \
-        [("pool-rows", _pool_plan)] if kind == "pool" else \
+        [("pool-rows", _pool_plan)] if kind == "pool" and POOL_ROWS else \
         [("conv-transpose", schedule_conv_transpose)] if kind == "convt" else []
     strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),
