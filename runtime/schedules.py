@@ -756,6 +756,9 @@ def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
     sch.decompose_reduction(blk, rc)
 
 
+# Transposed convolutions get schedule_conv_transpose (False: the generic schedules; for
+# before/after figures)
+CONV_TRANSPOSE = True
 # Vector columns (input pixels) of the transposed convolution's GEMM, by preference
 CONVT_COLS = (32, 16, 14, 8, 7, 12, 10, 9, 6, 5, 4)
 
@@ -1077,7 +1080,8 @@ def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
         ("conv-gemm", _gemm_plan),
         ("conv-channels", _conv_plan)] if kind == "conv" else \
         [("pool-rows", _pool_plan)] if kind == "pool" and POOL_ROWS else \
-        [("conv-transpose", schedule_conv_transpose)] if kind == "convt" else []
+        [("conv-transpose", schedule_conv_transpose)] if kind == "convt" and CONV_TRANSPOSE \
+        else []
     strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),
         ("per-block", lambda s: (inline_all(s), _per_block(s))),
