@@ -21,11 +21,13 @@ without the compile-time weight packing (for before/after figures).
 
 ``--conv-transpose`` adds ``nn.conv2d_transpose`` cases (weights bound), each with its schedule
 and with the generic one it had before, against ONNX Runtime's ConvTranspose.
-``--profile`` gives each kernel's CPU time for the convolutional models too.
+``--profile`` gives each kernel's CPU time for the convolutional models too. ``--switch
+POOL_ROWS=False:True`` builds each model with ``runtime.schedules`` switches at both values and
+times the two interleaved (before/after figures; no other tables).
 
 Run: ``.venv/bin/python benchmarks/bench_models.py [--threads 2] [--rounds 10]
 [--only resnet50_v1,mobilenet_v2] [--no-layers] [--profile] [--no-dense-pack]
-[--conv-transpose]``
+[--conv-transpose] [--switch NAME=before:after,...]``
 """
 from __future__ import annotations
 
@@ -324,6 +326,37 @@ def bench_conv_transpose(rounds: int) -> None:
               f"{ort_s} | {ratio} | {diff:.2g} |")
 
 
+def bench_switch(name: str, spec: str, rounds: int) -> None:
+    """A model built twice, with ``runtime.schedules`` switches at their "before" and "after"
+    values (``spec``: ``NAME=before:after[,NAME=before:after...]``, Python literals), called
+    interleaved; medians, and whether the outputs are bitwise equal."""
+    import ast
+    from relay_ir.runtime import schedules
+    pairs = []
+    for item in spec.split(","):
+        key, _, vals = item.partition("=")
+        before, _, after = vals.partition(":")
+        if not hasattr(schedules, key):
+            raise SystemExit(f"--switch: runtime.schedules has no {key!r}")
+        pairs.append((key, ast.literal_eval(before), ast.literal_eval(after)))
+    saved = {k: getattr(schedules, k) for k, _, _ in pairs}
+    net = M.MODELS[name]()
+    x = net.input()
+    exes = {}
+    for side in (1, 2):
+        for key, *vals in pairs:
+            setattr(schedules, key, vals[side - 1])
+        exes["before" if side == 1 else "after"] = runtime.build(
+            rly.parse(net.rly()), "llvm", params=net.weights, cache=KernelCache(use_disk=False))
+    for key, value in saved.items():
+        setattr(schedules, key, value)
+    same = np.array_equal(exes["before"](x), exes["after"](x))
+    t = _race({k: (lambda e=e: e(x)) for k, e in exes.items()}, rounds)
+    med = {k: 1e3 * float(np.median(v)) for k, v in t.items()}
+    print(f"\n{name}, {spec}: before {med['before']:.2f} ms, after {med['after']:.2f} ms "
+          f"(medians of {rounds}); outputs bitwise equal: {same}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -331,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(M.MODELS),
                     help="models, among " + ", ".join([*M.MODELS, *M.XFMR_MODELS]))
     ap.add_argument("--no-layers", action="store_true", help="skip the per-convolution table")
+    ap.add_argument("--switch", default="",
+                    help="NAME=before:after[,...]: the models with runtime.schedules switches "
+                         "at both values, interleaved (before/after figures)")
     ap.add_argument("--conv-transpose", action="store_true",
                     help="also time nn.conv2d_transpose (new and old schedules, ORT)")
     ap.add_argument("--profile", action="store_true",
@@ -348,14 +384,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"## bench_models: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{THREADS} threads, load average {os.getloadavg()[0]:.1f}")
     for n in names:
-        if n in M.XFMR_MODELS:
+        if args.switch:
+            if n in M.MODELS:
+                bench_switch(n, args.switch, args.rounds)
+        elif n in M.XFMR_MODELS:
             bench_xfmr(n, args.rounds, args.profile)
         else:
             bench_model(n, args.rounds, args.profile)
     if args.conv_transpose:
         bench_conv_transpose(args.rounds)
     names = [n for n in names if n in M.MODELS]
-    if not args.no_layers and names:
+    if not args.no_layers and names and not args.switch:
         peaks = gemm_peak(args.rounds)
         print("\nGEMM 1024^3 fp32: " + ", ".join(f"{k} {v:.0f} GFLOP/s"
                                                 for k, v in peaks.items()))
