@@ -19,8 +19,15 @@ block (models.Transformer, seq 128), checked against the interpreter, timed agai
 eager and ONNX Runtime; ``--profile`` adds each kernel's CPU time, ``--no-dense-pack`` builds
 without the compile-time weight packing (for before/after figures).
 
+``--conv-transpose`` adds ``nn.conv2d_transpose`` cases (weights bound), each with its schedule
+and with the generic one it had before, against ONNX Runtime's ConvTranspose.
+``--profile`` gives each kernel's CPU time for the convolutional models too. ``--switch
+POOL_ROWS=False:True`` builds each model with ``runtime.schedules`` switches at both values and
+times the two interleaved (before/after figures; no other tables).
+
 Run: ``.venv/bin/python benchmarks/bench_models.py [--threads 2] [--rounds 10]
-[--only resnet50_v1,mobilenet_v2] [--no-layers] [--profile] [--no-dense-pack]``
+[--only resnet50_v1,mobilenet_v2] [--no-layers] [--profile] [--no-dense-pack]
+[--conv-transpose] [--switch NAME=before:after,...]``
 """
 from __future__ import annotations
 
@@ -104,7 +111,7 @@ def _peers(net: M.Net, exe: Any, x: np.ndarray) -> tuple[dict[str, Callable[[], 
     return fs, outs
 
 
-def bench_model(name: str, rounds: int) -> None:
+def bench_model(name: str, rounds: int, profile: bool = False) -> None:
     net = M.MODELS[name]()
     src = net.rly()
     x = net.input()   # NOTE: as numpy allocates it: no pre-alignment
@@ -128,6 +135,8 @@ def bench_model(name: str, rounds: int) -> None:
         diff = float(np.abs(outs[k] - ref).max())
         print(f"| {k} | {1e3 * base[k]:.1f} | {1e3 * min(v):.1f} | {base[k] / ours:.2f} | "
               f"{diff:.2g} (of {scale:.3g}) |")
+    if profile:
+        profile_kernels(exe, x, rounds)
 
 
 def profile_kernels(exe: Any, x: np.ndarray, rounds: int) -> None:
@@ -252,6 +261,102 @@ def bench_layers(name: str, rounds: int, peak: float) -> None:
           f"({100 * flops / total / 1e9 / peak:.0f}% of peak)")
 
 
+# (batch, in channels, height, width, out channels, kernel, stride, padding): a DCGAN-like
+# 4x4/2 upsampling, a 14x14 decoder stage, a 3x3 stride 1 and a 3x3/2
+CONVT_CASES = [(1, 64, 32, 32, 32, 4, 2, 1), (1, 256, 14, 14, 128, 4, 2, 1),
+               (1, 32, 28, 28, 16, 3, 1, 1), (1, 64, 16, 16, 64, 3, 2, 1)]
+
+
+def bench_conv_transpose(rounds: int) -> None:
+    """``nn.conv2d_transpose`` (weights bound) with its schedule (``conv-transpose``) and with
+    the generic schedules it had before (``schedules.CONV_TRANSPOSE = False``), against ONNX
+    Runtime's ConvTranspose, interleaved; the largest difference from the interpreter."""
+    from relay_ir.runtime import schedules
+    from relay_ir.runtime.interpreter import evaluate
+    print(f"\n### nn.conv2d_transpose, {THREADS} threads (ms, median / best)\n")
+    print("| input NCHW | out, k, stride, pad | GFLOP | conv-transpose | generic (before) | "
+          "onnxruntime | x ORT | max abs diff vs interpreter |")
+    print("|---|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(2)
+    for n, ci, h, w, co, k, s, p in CONVT_CASES:
+        src = M.HDR + (f"def @main(%x: Tensor[({n}, {ci}, {h}, {w}), float32], "
+                       f"%w: Tensor[({ci}, {co}, {k}, {k}), float32]) {{\n"
+                       f"  nn.conv2d_transpose(%x, %w, channels={co}, kernel_size=[{k}, {k}], "
+                       f"strides=[{s}, {s}], padding=[{p}, {p}])\n}}")
+        x = rng.standard_normal((n, ci, h, w)).astype(np.float32)
+        wt = (rng.standard_normal((ci, co, k, k)) * 0.1).astype(np.float32)
+        exes = {}
+        for flag in (True, False):
+            schedules.CONV_TRANSPOSE = flag
+            exes[flag] = runtime.build(rly.parse(src), "llvm", params={"w": wt},
+                                       cache=KernelCache(use_disk=False))
+        schedules.CONV_TRANSPOSE = True
+        want = np.asarray(evaluate(rly.parse(src), x, wt))
+        diff = max(float(np.abs(exes[f](x) - want).max()) for f in exes)
+        fs: dict[str, Callable[[], Any]] = {"new": lambda: exes[True](x),
+                                            "old": lambda: exes[False](x)}
+        try:
+            import onnxruntime as ort
+            from onnx import TensorProto, helper, numpy_helper
+            node = helper.make_node("ConvTranspose", ["data", "w"], ["y"], kernel_shape=[k, k],
+                                    strides=[s, s], pads=[p, p, p, p])
+            graph = helper.make_graph(
+                [node], "convt", [helper.make_tensor_value_info("data", TensorProto.FLOAT,
+                                                                x.shape)],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                [numpy_helper.from_array(wt, "w")])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = THREADS
+            so.inter_op_num_threads = 1
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            sess = ort.InferenceSession(model.SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"])
+            fs["ort"] = lambda: sess.run(None, {"data": x})[0]
+        except ImportError:
+            pass
+        t = _race(fs, rounds)
+        med = {key: 1e3 * float(np.median(v)) for key, v in t.items()}
+        best = {key: 1e3 * min(v) for key, v in t.items()}
+        gf = 2 * n * ci * co * k * k * h * w / 1e9
+        ort_s = f"{med['ort']:.2f} / {best['ort']:.2f}" if "ort" in med else "-"
+        ratio = f"{med['new'] / med['ort']:.2f}" if "ort" in med else "-"
+        print(f"| {n}x{ci}x{h}x{w} | {co}, {k}x{k}, {s}, {p} | {gf:.2f} | "
+              f"{med['new']:.2f} / {best['new']:.2f} | {med['old']:.2f} / {best['old']:.2f} | "
+              f"{ort_s} | {ratio} | {diff:.2g} |")
+
+
+def bench_switch(name: str, spec: str, rounds: int) -> None:
+    """A model built twice, with ``runtime.schedules`` switches at their "before" and "after"
+    values (``spec``: ``NAME=before:after[,NAME=before:after...]``, Python literals), called
+    interleaved; medians, and whether the outputs are bitwise equal."""
+    import ast
+    from relay_ir.runtime import schedules
+    pairs = []
+    for item in spec.split(","):
+        key, _, vals = item.partition("=")
+        before, _, after = vals.partition(":")
+        if not hasattr(schedules, key):
+            raise SystemExit(f"--switch: runtime.schedules has no {key!r}")
+        pairs.append((key, ast.literal_eval(before), ast.literal_eval(after)))
+    saved = {k: getattr(schedules, k) for k, _, _ in pairs}
+    net = M.MODELS[name]()
+    x = net.input()
+    exes = {}
+    for side in (1, 2):
+        for key, *vals in pairs:
+            setattr(schedules, key, vals[side - 1])
+        exes["before" if side == 1 else "after"] = runtime.build(
+            rly.parse(net.rly()), "llvm", params=net.weights, cache=KernelCache(use_disk=False))
+    for key, value in saved.items():
+        setattr(schedules, key, value)
+    same = np.array_equal(exes["before"](x), exes["after"](x))
+    t = _race({k: (lambda e=e: e(x)) for k, e in exes.items()}, rounds)
+    med = {k: 1e3 * float(np.median(v)) for k, v in t.items()}
+    print(f"\n{name}, {spec}: before {med['before']:.2f} ms, after {med['after']:.2f} ms "
+          f"(medians of {rounds}); outputs bitwise equal: {same}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -259,8 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(M.MODELS),
                     help="models, among " + ", ".join([*M.MODELS, *M.XFMR_MODELS]))
     ap.add_argument("--no-layers", action="store_true", help="skip the per-convolution table")
+    ap.add_argument("--switch", default="",
+                    help="NAME=before:after[,...]: the models with runtime.schedules switches "
+                         "at both values, interleaved (before/after figures)")
+    ap.add_argument("--conv-transpose", action="store_true",
+                    help="also time nn.conv2d_transpose (new and old schedules, ORT)")
     ap.add_argument("--profile", action="store_true",
-                    help="transformer layers: each kernel's CPU time (use --threads 1)")
+                    help="each kernel's CPU time (use --threads 1)")
     ap.add_argument("--no-dense-pack", action="store_true",
                     help="build without dense-weight-pack (the per-call weight packing)")
     args = ap.parse_args(argv)
@@ -274,12 +384,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"## bench_models: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{THREADS} threads, load average {os.getloadavg()[0]:.1f}")
     for n in names:
-        if n in M.XFMR_MODELS:
+        if args.switch:
+            if n in M.MODELS:
+                bench_switch(n, args.switch, args.rounds)
+        elif n in M.XFMR_MODELS:
             bench_xfmr(n, args.rounds, args.profile)
         else:
-            bench_model(n, args.rounds)
+            bench_model(n, args.rounds, args.profile)
+    if args.conv_transpose:
+        bench_conv_transpose(args.rounds)
     names = [n for n in names if n in M.MODELS]
-    if not args.no_layers and names:
+    if not args.no_layers and names and not args.switch:
         peaks = gemm_peak(args.rounds)
         print("\nGEMM 1024^3 fp32: " + ", ".join(f"{k} {v:.0f} GFLOP/s"
                                                 for k, v in peaks.items()))

@@ -26,6 +26,7 @@ from relay_ir.ty import TensorType, TupleType, Type, tuple_leaves
 
 _MATMUL = {"nn.dense", "nn.matmul", "nn.batch_matmul"}
 _CONV = {"nn.conv2d"}
+_CONVT = {"nn.conv2d_transpose", "nn.conv1d_transpose"}
 _POOL = {"nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d"}
 
 
@@ -108,7 +109,7 @@ class LoweredGroup:
     """One fused group as a PrimFunc plus what the executor needs to call it."""
 
     prim_func: Any
-    kind: str                                  # schedule hint: matmul / conv / pool / ""
+    kind: str                                  # schedule hint: matmul / conv / convt / pool / ""
     in_types: list[TensorType]                 # flattened kernel inputs (params)
     constants: list[np.ndarray]                # large constants, passed after the inputs
     out_types: list[TensorType]                # flattened outputs
@@ -224,6 +225,8 @@ def lower_group(fn: Function, arg_types: list[Type], dim: Any = None) -> Lowered
                 kind = "matmul"
             elif od.name in _CONV and kind == "":
                 kind = "conv"
+            elif od.name in _CONVT and kind == "":
+                kind = "convt"
             elif od.name in _POOL and kind == "":
                 kind = "pool"
             args = [te_of[id(a)] for a in node.args]

@@ -13,12 +13,18 @@ of what is left:
 * a conv2d with NCHW output (``kind="conv"``), the first that applies of:
   :func:`schedule_conv_depthwise` (depthwise: vectorized along output rows, a zero-padded
   input plane per channel, split by column parity for stride 2),
+  :func:`schedule_conv_rows` (at most 4 input channels: vectorized along output rows, 8
+  output channels per register tile),
   :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels)
   and :func:`schedule_conv_channels` (vectorized over a block of 16 (8, 4) output channels,
   the weight read in place (``OIHW16o``, ``IHWO``) or packed ``[O/16, I, kh, kw, 16]`` per
   call (``OIHW``), the zero-padded input staged once, a register tile of up to 8 output
   columns, kernel loops inside, parallel over (batch, channel block, row), the epilogue
   computed per tile; any width, stride, padding, dilation and groups);
+* an NCHW max / average pool (``kind="pool"``): :func:`schedule_pool` (the padded plane
+  staged once, vectorized along output rows as depthwise);
+* ``nn.conv2d_transpose`` (``kind="convt"``): :func:`schedule_conv_transpose` (its GEMM
+  register-tiled over (channel, tap) rows x pixels, col2im by column phase);
 * any other reduction (column sums, conv2d NHWC, pooling): the innermost spatial axis
   tiled and vectorized inside the reduction loops, the next spatial axis unrolled by 4 for
   register reuse, the outer spatial loops fused and parallel;
@@ -534,7 +540,17 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     """
     if _conv_nchw(sch, blk) is None or not _conv_depthwise(sch, blk):
         raise ValueError("not a depthwise NCHW conv2d block")
-    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    _window_rows(sch, blk, pad)
+
+
+def _window_rows(sch: Any, blk: Any, pad: Any | None) -> None:
+    """The row schedule of :func:`schedule_conv_depthwise` and :func:`schedule_pool`: ``blk``
+    has loops ``(n, c, y, x, reductions..., ry, rx)`` and reads its input (first read) at
+    column ``x * stride + ...``."""
+    loops = sch.get_loops(blk)
+    n_, co, y, x = loops[:4]
+    red = loops[4:]
+    ry, rx = red[-2:]
     ow = _extent(sch, x)
     if ow is None:
         raise ValueError("symbolic width")
@@ -556,9 +572,9 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     if stride is None:
         raise ValueError("column index not affine in x")
     x_o, x_i = sch.split(x, [None, lanes])
-    sch.reorder(n_, co, y, x_o, rc, ry, rx, x_i)
+    sch.reorder(n_, co, y, x_o, *red, x_i)
     plane = sch.fuse(n_, co)
-    acc = _accumulate_at(sch, blk, x_o)
+    _accumulate_at(sch, blk, x_o)
     if pad is not None:
         wp = _extent(sch, sch.get_loops(pad)[-1]) or 0
         parity = stride > 1 and ow > 8
@@ -578,13 +594,103 @@ def schedule_conv_depthwise(sch: Any, blk: Any, pad: Any | None) -> None:
     sch.unroll(rx)
     sch.vectorize(x_i)
     _parallel(sch, plane)
+    sch.decompose_reduction(blk, red[0])
+
+
+# Input channels (per group) up to which a convolution is vectorized along its output rows
+# (conv-rows) rather than over output channels: a stem over 3 (RGB) channels has a reduction
+# of 27 (3x3) multiply-adds per output, too short to pay the channel schedule's transposing
+# write-back of each 16-channel x 7-column register tile
+ROWS_MAX_CHANNELS = 4
+# output channels per register tile of conv-rows, by preference
+ROWS_CHANNEL_TILES = (8, 4, 2, 1)
+
+
+def schedule_conv_rows(sch: Any, blk: Any, pad: Any | None) -> None:
+    """An NCHW conv2d over few input channels vectorized along the output row.
+
+    A register tile of 8 (4, 2, 1) output channels by one row segment (:data:`DW_LANES`):
+    each input segment is loaded once (from the zero-padded input staged once per call,
+    stored by column parity for stride 2, so that the loads are contiguous) and multiplied by
+    8 broadcast weights; the window and the channel tile unrolled; the epilogue per tile,
+    vectorized along the row; parallel over (image, channel tile, row). Raises
+    ``ValueError`` when ``blk`` is not such a convolution.
+    """
+    if _conv_nchw(sch, blk) is None:
+        raise ValueError("not an NCHW conv2d block")
+    n_, co, y, x, rc, ry, rx = sch.get_loops(blk)
+    oc, ow, ci = _extent(sch, co), _extent(sch, x), _extent(sch, rc)
+    stmt = sch.get(blk)
+    if oc is None or ow is None or ci is None or ci > ROWS_MAX_CHANNELS or \
+            not stmt.reads[0].region[1].min.same_as(stmt.iter_vars[4].var):
+        # NOTE: groups = 1 only (the input channel read is the reduction's own index)
+        raise ValueError("not a convolution over few input channels")
+    lanes = next((d for d in DW_LANES if ow % d == 0), ow if ow <= 16 else None)
+    if lanes is None:
+        raise ValueError("no vector width divides the output width")
+    cb = next(c for c in ROWS_CHANNEL_TILES if oc % c == 0)
+    xv = stmt.iter_vars[3].var
+    from tvm.sym import analyzer as arith
+    col = stmt.reads[0].region[3].min
+    ana = arith.Analyzer()
+    stride = next((st for st in (1, 2, 3, 4)
+                   if xv.name not in _vars_in(ana.simplify(col - xv * st))), None)
+    if stride is None:
+        raise ValueError("column index not affine in x")
+    co_o, co_i = sch.split(co, [None, cb])
+    x_o, x_i = sch.split(x, [None, lanes])
+    sch.reorder(n_, co_o, y, x_o, rc, ry, rx, co_i, x_i)
+    _accumulate_at(sch, blk, x_o)
+    if pad is not None:
+        wp = _extent(sch, sch.get_loops(pad)[-1]) or 0
+        if stride > 1 and wp % stride == 0:
+            sch.transform_layout(pad, ("write", 0),
+                                 lambda a, b, c, d: (a, b, c, d % stride, d // stride))
+            sch.transform_block_layout(
+                pad, lambda a, b, c, d: (a, b, c, d % stride, d // stride))
+        pl = sch.get_loops(pad)
+        _parallel(sch, sch.fuse(*pl[:2]))
+        _try_vectorize(sch, pl[-1])
+    par = sch.fuse(n_, co_o, y)
+    sch.unroll(ry)
+    sch.unroll(rx)
+    sch.unroll(co_i)
+    sch.vectorize(x_i)
+    _parallel(sch, par)
     sch.decompose_reduction(blk, rc)
+
+
+def schedule_pool(sch: Any, blk: Any, pad: Any | None) -> None:
+    """An NCHW max / average pool (``out[n, c, y, x]`` reduced over a ``ry, rx`` window)
+    vectorized along the output row, as :func:`schedule_conv_depthwise` does it: the (image,
+    channel) planes in parallel, the padded input plane (``pad``, the pool's ``T_pad`` stage)
+    computed once per plane into a buffer (no bounds tests in the window loads; for stride 2
+    stored by column parity, so that the window loads are contiguous vectors), the window
+    unrolled, the epilogue (max: the float decoded from its order key; average: the division
+    by the tap count) per row segment, vectorized. Raises ``ValueError`` for any other block.
+    """
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    if _iter_types(sch, blk) != [0, 0, 0, 0, 2, 2] or len(sch.get_loops(blk)) != 6 or \
+            len(stmt.writes) != 1 or not stmt.reads:
+        raise ValueError("not a 2-d pool block")
+    out = stmt.writes[0].region
+    data = stmt.reads[0].region
+    if len(out) != 4 or not all(r.min.same_as(v) for r, v in zip(out, ivs)) or \
+            len(data) != 4 or not data[0].min.same_as(ivs[0]) or \
+            not data[1].min.same_as(ivs[1]) or ivs[2].name not in _vars_in(data[2].min):
+        raise ValueError("not an NCHW pool")
+    _window_rows(sch, blk, pad)
 
 
 # Register tile of the 1x1 convolution as a GEMM: rows (output channels) by preference, and
 # the vector columns (pixels) per tile.
 GEMM_ROWS = (6, 8, 4, 5, 3, 2, 1)
 GEMM_COLS = (32, 16)
+# rows of the tile when the pixels allow 16 columns only (28x28 maps: 784 pixels): one vector
+# per row, so twice the rows for as many accumulators as a 6-8 x 32 tile
+GEMM_ROWS_16 = (16, 12, 8, 6, 4, 5, 3, 2, 1)
+GEMM_WIDE_ROWS = True
 
 
 def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
@@ -616,7 +722,8 @@ def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
     nr = next((c for c in GEMM_COLS if (oh * wd) % c == 0), None)
     if nr is None:
         raise ValueError("pixels not a multiple of 16")
-    mr = next(r for r in GEMM_ROWS if oc % r == 0)
+    mr = next(r for r in (GEMM_ROWS_16 if nr == 16 and GEMM_WIDE_ROWS else GEMM_ROWS)
+              if oc % r == 0)
     # NOTE: the pixels become one iterator of the convolution, of its result and of the
     # epilogue (a fused loop alone would make the epilogue's region at a tile whole rows)
     consumers = sch.get_consumers(blk)
@@ -647,6 +754,80 @@ def schedule_conv1x1_gemm(sch: Any, blk: Any) -> None:
     sch.vectorize(p_i)
     _parallel(sch, par)
     sch.decompose_reduction(blk, rc)
+
+
+# Transposed convolutions get schedule_conv_transpose (False: the generic schedules; for
+# before/after figures)
+CONV_TRANSPOSE = True
+# Vector columns (input pixels) of the transposed convolution's GEMM, by preference
+CONVT_COLS = (32, 16, 14, 8, 7, 12, 10, 9, 6, 5, 4)
+
+
+def schedule_conv_transpose(sch: Any) -> None:
+    """``nn.conv2d_transpose`` (conv_ext.conv2d_transpose_te: a GEMM into columns, then
+    col2im) on the CPU. The GEMM ``cols[n, co, ky, kx, iy, ix] = sum_ci x[n, ci, iy, ix] *
+    w[ci, co, ky, kx]`` is re-indexed as ``cols[n, m, p]`` (``m = (co, ky, kx)``, ``p = (iy,
+    ix)``, both flattened: the weight's rows ``m`` are contiguous in IOHW) and tiled like
+    :func:`schedule_conv1x1_gemm`: 6 (8, 16, ...) rows by 32 (16, 14, 8, 7) pixels in
+    registers, vectorized over the pixels, the input channels inside, parallel over pixel
+    panels; col2im (each output pixel adds its taps) runs in parallel over (image, channel,
+    row), vectorized along the row where a vector width divides it. Raises ``ValueError``
+    for any other group (a grouped transposed convolution, an NHWC one, other blocks)."""
+    inline_all(sch)
+    bs = blocks(sch)
+    reds = [b for b in bs if _is_reduction(sch, b)]
+    if len(reds) != 1 or _iter_types(sch, reds[0]) != [0] * 6 + [2]:
+        raise ValueError("not the GEMM of a transposed convolution")
+    blk = reds[0]
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    data, weight = stmt.reads[0].region, stmt.reads[1].region if len(stmt.reads) > 1 else []
+    if len(data) != 4 or len(weight) != 4 or \
+            not all(data[i].min.same_as(ivs[j]) for i, j in ((0, 0), (1, 6), (2, 4), (3, 5))) or \
+            not all(weight[i].min.same_as(ivs[j]) for i, j in ((0, 6), (1, 1), (2, 2), (3, 3))):
+        raise ValueError("not an NCHW / IOHW transposed convolution (groups = 1)")
+    exts = [_extent(sch, lp) for lp in sch.get_loops(blk)]
+    if any(e is None for e in exts):
+        raise ValueError("symbolic extents")
+    _, co, kh, kw, h, w, _ = exts
+    rows, pix = co * kh * kw, h * w
+    nr = next((c for c in CONVT_COLS if pix % c == 0), None)
+    if nr is None:
+        raise ValueError("no vector width divides the pixels")
+    mr = next(r for r in (GEMM_ROWS_16 if nr <= 16 else GEMM_ROWS) if rows % r == 0)
+    sch.transform_layout(blk, ("write", 0),
+                         lambda n, c, y, x, i, j: (n, (c * kh + y) * kw + x, i * w + j))
+    sch.transform_block_layout(
+        blk, lambda n, c, y, x, i, j, r: (n, (c * kh + y) * kw + x, i * w + j, r))
+    n_, m, p, rc = sch.get_loops(blk)
+    p_o, p_i = sch.split(p, [None, nr])
+    m_o, m_i = sch.split(m, [None, mr])
+    sch.reorder(n_, p_o, m_o, rc, m_i, p_i)
+    acc = sch.cache_write(blk, 0, "local")
+    col2im = sch.get_consumers(acc)
+    sch.reverse_compute_at(acc, m_o)
+    _try_vectorize(sch, sch.get_loops(acc)[-1])
+    sch.unroll(m_i)
+    sch.vectorize(p_i)
+    _parallel(sch, sch.fuse(n_, p_o))
+    sch.decompose_reduction(blk, rc)
+    for b in col2im:
+        loops = sch.get_loops(b)
+        if len(loops) != 4:
+            continue
+        sw = int(sch.get(b).annotations.get("rly_stride_w", 1))
+        ow = _extent(sch, loops[3])
+        if sw > 1 and ow is not None and ow % sw == 0:
+            # NOTE: output columns by phase (x % sw): within a phase, the taps that land and
+            # the input columns they read no longer depend on the lane (contiguous loads)
+            sch.transform_block_layout(b, lambda n, c, y, x: (n, c, y, x % sw, x // sw))
+            loops = sch.get_loops(b)
+            sch.unroll(loops[3])
+        lanes = _largest_divisor(_extent(sch, loops[-1]), (16, 14, 8, 7))
+        if lanes is not None:
+            _, v = sch.split(loops[-1], [None, lanes])
+            _try_vectorize(sch, v)
+        _parallel(sch, sch.fuse(*loops[:3]))
 
 
 def schedule_rowwise(sch: Any) -> None:
@@ -839,6 +1020,28 @@ def _gemm_plan(sch: Any) -> None:
     schedule_conv1x1_gemm(sch, reds[0])
 
 
+# Pools get schedule_pool (False: the generic reduction schedule; for before/after figures)
+POOL_ROWS = True
+
+
+def _pool_plan(sch: Any) -> None:
+    inline_all(sch, keep=("T_pad",))
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    schedule_pool(sch, reds[0], pad)
+
+
+def _rows_plan(sch: Any) -> None:
+    inline_all(sch, keep=("T_pad",))
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    schedule_conv_rows(sch, reds[0], pad)
+
+
 def _depthwise_plan(sch: Any) -> None:
     inline_all(sch, keep=("T_pad",))
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
@@ -873,8 +1076,12 @@ def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
         ("conv-depthwise", _depthwise_plan),
+        ("conv-rows", _rows_plan),
         ("conv-gemm", _gemm_plan),
-        ("conv-channels", _conv_plan)] if kind == "conv" else []
+        ("conv-channels", _conv_plan)] if kind == "conv" else \
+        [("pool-rows", _pool_plan)] if kind == "pool" and POOL_ROWS else \
+        [("conv-transpose", schedule_conv_transpose)] if kind == "convt" and CONV_TRANSPOSE \
+        else []
     strategies += [
         ("planned", lambda s: _cpu_plan(s, kind)),
         ("per-block", lambda s: (inline_all(s), _per_block(s))),

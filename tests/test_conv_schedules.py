@@ -88,6 +88,15 @@ CASES = [
     # a prime output width above 16 (no vector width divides it): conv-channels
     (1, 8, 14, 14, 16, 3, 1, 1, 1, 8),
     (1, 4, 17, 17, 4, 3, 1, 1, 1, 4),
+    # few input channels (conv-rows: a stem over RGB, vectorized along the output rows):
+    # MobileNet's 3x3/2 and ResNet's 7x7/2 stems (smaller), widths 28 and 7, one channel, an
+    # output channel count that 8 does not divide, dilation, batch > 1, a 1x1
+    (1, 3, 32, 32, 32, 3, 2, 1, 1, 1),
+    (1, 3, 27, 27, 16, 7, 2, 3, 1, 1),
+    (2, 3, 28, 28, 12, 3, 1, 1, 1, 1),
+    (1, 1, 9, 9, 6, 3, 1, 0, 1, 1),
+    (1, 2, 15, 15, 8, 3, 1, 2, 2, 1),
+    (1, 3, 16, 16, 8, 1, 1, 0, 1, 1),
 ]
 
 
@@ -96,6 +105,8 @@ def _expected_strategy(case: tuple) -> str:
     ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
     if g == c == o and ow != 17:
         return "conv-depthwise"
+    if g == 1 and c <= 4 and ow != 17:
+        return "conv-rows"
     oh = (h + 2 * p - d * (k - 1) - 1) // s + 1
     if k == 1 and p == 0 and g == 1 and (oh * ow) % 16 == 0:
         return "conv-gemm"
@@ -262,26 +273,28 @@ def test_blocked_kernel_layout_errors() -> None:
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-@pytest.mark.parametrize("groups", [4, 1])
-def test_convolutions_keep_ieee_values_of_the_interpreter(stride: int, groups: int) -> None:
+@pytest.mark.parametrize("channels, groups, strategy", [
+    (4, 4, "conv-depthwise"), (4, 1, "conv-rows"), (8, 1, "conv-channels")])
+def test_convolutions_keep_ieee_values_of_the_interpreter(stride: int, channels: int,
+                                                          groups: int, strategy: str) -> None:
     # inf, nan and -0.0 in the input and the weights: the padded input (staged in a buffer by
-    # conv-depthwise and conv-channels) and the window sums give what the interpreter gives
-    # (inf * 0 = nan, inf - inf = nan, the sign of zero sums)
+    # conv-depthwise, conv-rows and conv-channels) and the window sums give what the
+    # interpreter gives (inf * 0 = nan, inf - inf = nan, the sign of zero sums)
     from util_diff import assert_same_results
-    cg = 4 // groups
-    src = HEADER + f"""def @main(%x: Tensor[(1, 4, 14, 14), float32],
+    cg = channels // groups
+    src = HEADER + f"""def @main(%x: Tensor[(1, {channels}, 14, 14), float32],
           %w: Tensor[(4, {cg}, 3, 3), float32]) {{
   nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding=[1, 1], groups={groups})
 }}"""
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((1, 4, 14, 14)).astype(np.float32)
+    x = rng.standard_normal((1, channels, 14, 14)).astype(np.float32)
     x[0, 0, 3, 4], x[0, 1, 0, 0], x[0, 2, 7, 7], x[0, 3, 13, 12] = np.inf, np.nan, -np.inf, np.inf
     x[0, :, 5:8, 5:8] = -0.0
     w = rng.standard_normal((4, cg, 3, 3)).astype(np.float32)
     w[0, 0, 1, 1] = 0.0        # inf * 0 at the window's centre
     w[3] = np.abs(w[3])        # -0.0 * positive weights: -0.0 sums
     mod = rly.parse(src)
-    assert _strategy(src, {"w": w}) == ("conv-depthwise" if groups == 4 else "conv-channels")
+    assert _strategy(src, {"w": w}) == strategy
     exe = runtime.build(mod, "llvm", params={"w": w})
     [(want, got)] = assert_same_results(mod, mod, inputs=[x, w], rtol=1e-5, atol=1e-5,
                                         run_b=lambda m, x_, w_: exe(x_))
@@ -313,3 +326,160 @@ def test_classifier_head_is_a_row_reduction_with_the_same_values() -> None:
     got = runtime.build(rly.parse(src), "llvm", params={"w": w, "b": b})(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
     assert np.isnan(got[0, 3]) and np.isnan(got[0, 5])
+
+
+# (kind, batch, channels, height, width, pool, stride, padding, extra attributes, schedule):
+# ResNet's 3x3/2 max pool, odd widths (7, 14, 28, 56), stride 1 and 2, unpadded windows, batch
+# > 1, average pools with and without the padding counted, dilation, ceil_mode; the widths no
+# vector width divides (57 with ceil_mode, 17) fall back
+POOLS = [
+    ("max", 1, 8, 112, 112, 3, 2, 1, "", "pool-rows"),
+    ("max", 2, 4, 14, 14, 3, 1, 1, "", "pool-rows"),
+    ("max", 1, 4, 28, 28, 2, 2, 0, "", "pool-rows"),
+    ("max", 1, 3, 7, 7, 3, 1, 1, "", "pool-rows"),
+    ("max", 1, 4, 57, 57, 3, 2, 1, ", dilation=[2, 2]", "pool-rows"),
+    ("max", 1, 4, 30, 30, 3, 2, 1, ", ceil_mode=True", "pool-rows"),
+    ("max", 1, 3, 112, 112, 3, 2, 1, ", ceil_mode=True", "planned"),
+    ("avg", 1, 8, 56, 56, 3, 1, 1, "", "pool-rows"),
+    ("avg", 2, 4, 28, 28, 3, 2, 1, ", count_include_pad=True", "pool-rows"),
+    ("avg", 1, 4, 14, 14, 2, 2, 0, "", "pool-rows"),
+    ("avg", 1, 4, 17, 17, 3, 1, 1, "", "planned"),
+]
+
+
+def _pool_src(case: tuple, dtype: str = "float32", layout: str = "NCHW") -> str:
+    kind, n, c, h, w, k, s, p, extra, _ = case
+    shape = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
+    lay = "" if layout == "NCHW" else f', layout="{layout}"'
+    return HEADER + (f"def @main(%x: Tensor[({', '.join(map(str, shape))}), {dtype}]) {{\n"
+                     f"  nn.{kind}_pool2d(%x, pool_size=[{k}, {k}], strides=[{s}, {s}], "
+                     f"padding=[{p}, {p}]{extra}{lay})\n}}")
+
+
+@pytest.mark.parametrize("case", POOLS, ids=["-".join(map(str, c[:8])) + c[8].replace(
+    ", ", "-").replace("=", "").replace("[", "").replace("]", "").replace(" ", "")
+    for c in POOLS])
+def test_pools_match_the_interpreter(case: tuple) -> None:
+    # the pool schedule (pool-rows: the padded plane staged once, vectorized along output rows)
+    # where it applies; values as the interpreter's, inf, nan and -0.0 included (max: NaN
+    # propagates, the padding never wins, -0.0 kept; average: inf - inf = nan in the sums)
+    from relay_ir.runtime.interpreter import evaluate
+    kind, n, c, h, w = case[:5]
+    src = _pool_src(case)
+    assert _strategy(src) == case[-1]
+    rng = np.random.default_rng(h * w + c)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    # NOTE: at odd indices (read by the dilated stride-2 windows too)
+    x[0, 0, 1, 1], x[0, 1, 3, 5], x[-1, -1, -1, -1] = np.nan, np.inf, -np.inf
+    x[0, 1, 5, 5] = -np.inf
+    x[0, 2, :4, :6] = -0.0
+    x[-1, 0, 2:, 3] = -np.inf          # windows of -inf only
+    mod = rly.parse(src)
+    got = runtime.build(mod, "llvm")(x)
+    want = np.asarray(evaluate(mod, x))
+    assert got.shape == want.shape
+    if kind == "max":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+    assert np.isnan(got).any() and np.isinf(got).any()
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int8"])
+def test_integer_max_pool_takes_the_pool_schedule(dtype: str) -> None:
+    from relay_ir.runtime.interpreter import evaluate
+    case = ("max", 1, 4, 28, 28, 3, 2, 1, "", "pool-rows")
+    src = _pool_src(case, dtype)
+    assert _strategy(src) == "pool-rows"
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(2).integers(info.min, info.max, (1, 4, 28, 28)).astype(dtype)
+    x[0, 0, :2, :2] = info.min     # the corner window: only the padding's minimum and info.min
+    mod = rly.parse(src)
+    got = runtime.build(mod, "llvm")(x)
+    np.testing.assert_array_equal(got, np.asarray(evaluate(mod, x)))
+    assert got[0, 0, 0, 0] == info.min
+
+
+def test_nhwc_pool_falls_back_with_the_same_values() -> None:
+    from relay_ir.runtime.interpreter import evaluate
+    case = ("max", 1, 8, 14, 14, 3, 2, 1, "", "")
+    src = _pool_src(case, layout="NHWC")
+    assert _strategy(src) != "pool-rows"
+    x = np.random.default_rng(4).standard_normal((1, 14, 14, 8)).astype(np.float32)
+    mod = rly.parse(src)
+    np.testing.assert_array_equal(runtime.build(mod, "llvm")(x), np.asarray(evaluate(mod, x)))
+
+
+def conv_transpose_np(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dil: int,
+                      out_pad: int) -> np.ndarray:
+    """NCHW / IOHW transposed convolution (groups 1) in float64: each input pixel scatters
+    ``x[n, ci, iy, ix] * w[ci, co]`` onto the output window at ``(iy, ix) * stride``."""
+    n, ci, h, wd = x.shape
+    _, co, kh, kw = w.shape
+    full_h = (h - 1) * stride + dil * (kh - 1) + 1 + out_pad
+    full_w = (wd - 1) * stride + dil * (kw - 1) + 1 + out_pad
+    out = np.zeros((n, co, full_h + pad, full_w + pad))
+    for ky in range(kh):
+        for kx in range(kw):
+            contrib = np.einsum("nchw,co->nohw", x.astype(np.float64), w[:, :, ky, kx])
+            out[:, :, ky * dil: ky * dil + stride * (h - 1) + 1: stride,
+                kx * dil: kx * dil + stride * (wd - 1) + 1: stride] += contrib
+    return out[:, :, pad: full_h - pad, pad: full_w - pad]
+
+
+# (batch, in channels, height, width, out channels, kernel, stride, padding, dilation,
+# output padding): the DCGAN-style 4x4/2, 3x3/2 with output padding, stride 1 and 3, odd
+# widths (7, 14), dilation, batch > 1
+CONVT_CASES = [
+    (1, 16, 8, 8, 8, 4, 2, 1, 1, 0),
+    (1, 32, 7, 7, 16, 4, 2, 1, 1, 0),
+    (2, 8, 14, 14, 8, 3, 2, 1, 1, 1),
+    (1, 8, 14, 14, 4, 3, 1, 1, 1, 0),
+    (1, 4, 5, 7, 6, 3, 3, 0, 1, 0),
+    (1, 6, 9, 9, 4, 3, 2, 2, 2, 0),
+]
+
+
+@pytest.mark.parametrize("case", CONVT_CASES, ids=["x".join(map(str, c)) for c in CONVT_CASES])
+def test_conv2d_transpose_schedule_matches_numpy(case: tuple) -> None:
+    # the GEMM + col2im schedule (conv-transpose), a bias + relu epilogue fused; values as
+    # numpy's, and inf / nan where the interpreter has them
+    from relay_ir.runtime.interpreter import evaluate
+    n, c, h, w, o, k, s, p, d, op_ = case
+    src = HEADER + (
+        f"def @main(%x: Tensor[({n}, {c}, {h}, {w}), float32], "
+        f"%w: Tensor[({c}, {o}, {k}, {k}), float32], %b: Tensor[({o}, 1, 1), float32]) {{\n"
+        f"  nn.relu(add(nn.conv2d_transpose(%x, %w, channels={o}, kernel_size=[{k}, {k}], "
+        f"strides=[{s}, {s}], padding=[{p}, {p}], dilation=[{d}, {d}], "
+        f"output_padding=[{op_}, {op_}]), %b))\n}}")
+    assert _strategy(src) == "conv-transpose"
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, o, k, k)).astype(np.float32)
+    b = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    want = np.maximum(conv_transpose_np(x, wt, s, p, d, op_) + b, 0)
+    mod = rly.parse(src)
+    got = runtime.build(mod, "llvm", params={"w": wt})(x, b)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    x[0, 0, 1, 1], x[-1, -1, -1, -1] = np.inf, np.nan
+    got = runtime.build(mod, "llvm")(x, wt, b)
+    ref = np.asarray(evaluate(mod, x, wt, b))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert np.isnan(got).any()
+
+
+def test_conv2d_transpose_layouts_it_does_not_cover_fall_back() -> None:
+    from relay_ir.runtime.interpreter import evaluate
+    grouped = HEADER + """def @main(%x: Tensor[(1, 4, 6, 6), float32],
+          %w: Tensor[(4, 3, 3, 3), float32]) {
+  nn.conv2d_transpose(%x, %w, channels=6, kernel_size=[3, 3], strides=[2, 2], groups=2)
+}"""
+    assert _strategy(grouped) != "conv-transpose"
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    wt = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    mod = rly.parse(grouped)
+    np.testing.assert_allclose(runtime.build(mod, "llvm")(x, wt), np.asarray(evaluate(mod, x, wt)),
+                               rtol=1e-4, atol=1e-4)

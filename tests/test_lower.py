@@ -152,16 +152,18 @@ def _conv_ref(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
 
 
 def test_conv2d_nchw_and_nhwc_get_a_real_schedule() -> None:
-    x = te.placeholder((1, 4, 10, 16), "float32", name="x")
-    w = te.placeholder((8, 4, 3, 3), "float32", name="w")
-    y = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
-    mod, how, script = _sched([x, w], [y], "conv")
-    # NOTE: NCHW: vectorized over output channels (schedules.schedule_conv_channels)
-    assert how == "conv-channels" and "T.vectorized" in script and "T.unroll" in script
-    xv, wv = _rand(1, 4, 10, 16), _rand(8, 4, 3, 3)
-    ref = np.maximum(_conv_ref(xv, wv, 1), 0)
-    np.testing.assert_allclose(_run(mod, [xv, wv], [(1, 8, 10, 16)])[0], ref, rtol=1e-4,
-                               atol=1e-4)
+    # NOTE: NCHW: vectorized over output channels (schedules.schedule_conv_channels), or along
+    # the output rows for few input channels (schedules.schedule_conv_rows)
+    for c, want in ((8, "conv-channels"), (4, "conv-rows")):
+        x = te.placeholder((1, c, 10, 16), "float32", name="x")
+        w = te.placeholder((8, c, 3, 3), "float32", name="w")
+        y = topi.nn.relu(topi.nn.conv2d_nchw(x, w, 1, 1, 1))
+        mod, how, script = _sched([x, w], [y], "conv")
+        assert how == want and "T.vectorized" in script and "T.unroll" in script
+        xv, wv = _rand(1, c, 10, 16), _rand(8, c, 3, 3)
+        ref = np.maximum(_conv_ref(xv, wv, 1), 0)
+        np.testing.assert_allclose(_run(mod, [xv, wv], [(1, 8, 10, 16)])[0], ref, rtol=1e-4,
+                                   atol=1e-4)
     xh = te.placeholder((1, 10, 16, 4), "float32", name="xh")
     wh = te.placeholder((3, 3, 4, 16), "float32", name="wh")
     yh = topi.nn.conv2d_nhwc(xh, wh, 1, 1, 1)
@@ -178,7 +180,8 @@ def test_pooling_schedule() -> None:
     x = te.placeholder((1, 3, 8, 32), "float32", name="x")
     y = topi.nn.pool2d(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "max")
     mod, how, script = _sched([x], [y], "pool")
-    assert how == "planned" and "T.vectorized" in script
+    # NOTE: NCHW, unpadded: vectorized along the output rows (schedules.schedule_pool)
+    assert how == "pool-rows" and "T.vectorized" in script
     xv = _rand(1, 3, 8, 32)
     np.testing.assert_allclose(_run(mod, [xv], [(1, 3, 4, 16)])[0],
                                xv.reshape(1, 3, 4, 2, 16, 2).max((3, 5)))

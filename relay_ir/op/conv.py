@@ -111,6 +111,8 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
         ry = te.reduce_axis((0, kh), name="ry")
         rx = te.reduce_axis((0, kw), name="rx")
 
+        padded = bool(pt or pl or pb or pr)
+
         def window(oi, ry, rx):  # type: ignore[no-untyped-def]
             y = oi[lh] * sh + ry * dlh - pt
             xx = oi[lw] * sw + rx * dlw - pl
@@ -118,15 +120,44 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
             idx[lh], idx[lw] = y, xx
             inside = tirx.all(y >= 0, y < h, xx >= 0, xx < w)
             return inside, idx
+
+        def staged(value, fill):  # type: ignore[no-untyped-def]
+            """The window read ``(oi, ry, rx) -> value(x[..])``, ``fill`` outside the input.
+            With padding the values come from a separate stage ``T_pad`` over the padded
+            input (inlined by the generic schedules; the pool schedule computes it once per
+            plane, so that the window loads carry no bounds tests)."""
+            if not padded:
+                def direct(oi, ry, rx):  # type: ignore[no-untyped-def]
+                    inside, idx = window(oi, ry, rx)
+                    return tirx.if_then_else(inside, value(x(*idx)), fill) \
+                        if attrs.ceil_mode else value(x(*idx))
+                return direct
+            # NOTE: the stage covers every row / column a window reads (ceil_mode windows
+            # may pass the bottom / right padding), starting at the top / left padding; its
+            # width a multiple of the stride (the schedule may store it by column parity)
+            pshape = list(xs)
+            pshape[lh] = (oshape[lh] - 1) * sh + (kh - 1) * dlh + 1
+            pshape[lw] = ((oshape[lw] - 1) * sw + (kw - 1) * dlw + sw) // sw * sw
+
+            def pad_body(*i):  # type: ignore[no-untyped-def]
+                idx = list(i)
+                idx[lh], idx[lw] = i[lh] - pt, i[lw] - pl
+                inside = tirx.all(idx[lh] >= 0, idx[lh] < h, idx[lw] >= 0, idx[lw] < w)
+                return tirx.if_then_else(inside, value(x(*idx)), fill)
+            xp = te.compute(pshape, pad_body, name="T_pad", tag="injective,pad")
+
+            def read(oi, ry, rx):  # type: ignore[no-untyped-def]
+                idx = list(oi)
+                idx[lh], idx[lw] = oi[lh] * sh + ry * dlh, oi[lw] * sw + rx * dlw
+                return xp(*idx)
+            return read
         if kind == "max" and T.is_float(dt):
             # NOTE: NaN propagates as in numpy: the integer max of T.order_key (a built-in
             # reducer, vectorized), padding at the key of -inf, decoded after
-            pad = T.order_key(T.const(-np.inf, dt))
+            read = staged(T.order_key, T.order_key(T.const(-np.inf, dt)))
 
             def kbody(*oi):  # type: ignore[no-untyped-def]
-                inside, idx = window(oi, ry, rx)
-                return te.max(tirx.if_then_else(inside, T.order_key(x(*idx)), pad),
-                              axis=[ry, rx])
+                return te.max(read(oi, ry, rx), axis=[ry, rx])
             k = te.compute(oshape, kbody, name="T_max_pool2d_key", tag="pool_max")
             return te.compute(oshape, lambda *o: T.from_order_key(k(*o), dt),
                               name="T_max_pool2d", tag="elemwise")
@@ -135,19 +166,19 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
             red = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: T.min_value(t),
                                   name="max")
 
+            read = staged(lambda v: T.cast(v, vdt), T.min_value(vdt))
+
             def body(*oi):  # type: ignore[no-untyped-def]
-                inside, idx = window(oi, ry, rx)
-                return red(tirx.if_then_else(inside, T.cast(x(*idx), vdt), T.min_value(vdt)),
-                           axis=[ry, rx])
+                return red(read(oi, ry, rx), axis=[ry, rx])
             r = te.compute(oshape, body, name="T_max_pool2d", tag="pool_max")
             return T.cast_tensor(r, dt)
         acc = dt if dt in ("float32", "float64") else (
             "float32" if dt == "float16" else "float64")
 
+        sread = staged(lambda v: T.cast(v, acc), T.const(0, acc))
+
         def sbody(*oi):  # type: ignore[no-untyped-def]
-            inside, idx = window(oi, ry, rx)
-            return te.sum(tirx.if_then_else(inside, T.cast(x(*idx), acc), T.const(0, acc)),
-                          axis=[ry, rx])
+            return te.sum(sread(oi, ry, rx), axis=[ry, rx])
         total = te.compute(oshape, sbody, name="T_avg_pool2d_sum", tag="pool_sum")
         count = _avg_count(attrs, h, w)
 

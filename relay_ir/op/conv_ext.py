@@ -215,7 +215,10 @@ def conv2d_transpose_te(attrs: Attrs, inputs: list, out_type: TensorType) -> obj
                                                   cols(n, co, ky, kx, iy, ix),
                                                   T.const(0, acc))
         return T.cast(total, dt)
-    return te.compute(shape, out_body, name="T_conv2d_transpose", tag="injective")
+    # NOTE: the column stride, for the CPU schedule (schedules.schedule_conv_transpose: the
+    # output columns split by their phase modulo the stride read contiguous columns)
+    return te.compute(shape, out_body, name="T_conv2d_transpose", tag="injective",
+                      attrs={"rly_stride_w": sw} if dp[3] == 3 else None)
 
 
 @grad_rule
