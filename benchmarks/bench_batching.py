@@ -217,8 +217,9 @@ def check_batched_against_per_tree(torch: Any, params: list[np.ndarray],
     for t, y in trees:
         loss = per.loss(t, y)
         loss.backward()
-        ref_losses.append(float(loss))
-    ref_grads = [p.grad.detach().numpy().copy() for p in ps]
+        ref_losses.append(loss.item())
+    ref_grads = [np.zeros(p.shape, params[k].dtype) if p.grad is None
+                 else p.grad.detach().numpy().copy() for k, p in enumerate(ps)]
     pb = torch_params(torch, params)
     bat = LevelBatchedTreeLSTM(torch, pb)
     losses = bat.losses(LevelPlan([t for t, _ in trees]),
@@ -227,7 +228,8 @@ def check_batched_against_per_tree(torch: Any, params: list[np.ndarray],
     np.testing.assert_allclose(losses.detach().numpy(), ref_losses, rtol=rtol, atol=atol,
                                err_msg="hand-batched TreeLSTM losses != per-tree losses")
     for k, (p, g) in enumerate(zip(pb, ref_grads)):
-        np.testing.assert_allclose(p.grad.numpy(), g, rtol=rtol, atol=atol,
+        mine = np.zeros_like(g) if p.grad is None else p.grad.numpy()
+        np.testing.assert_allclose(mine, g, rtol=rtol, atol=atol,
                                    err_msg=f"hand-batched TreeLSTM gradient {k} != per-tree")
     return float(sum(ref_losses))
 
@@ -354,8 +356,8 @@ def bench_w5(rounds: int, torch: Any | None) -> dict[str, Any]:
                 for s in range(0, n, b):
                     plan = LevelPlan([t for t, _ in trees[s:s + b]])
                     loss = model.losses(plan, torch.tensor(labels_all[s:s + b])).sum()
-                    torch.autograd.grad(loss, ps)
-                    total += float(loss)
+                    torch.autograd.grad(loss, ps, materialize_grads=True)
+                    total += loss.item()
                 return total
             name = f"torch hand-batched level by level, batches of {b}"
             t0 = time.perf_counter()
@@ -387,14 +389,15 @@ def bench_w5(rounds: int, torch: Any | None) -> dict[str, Any]:
 TRAIN_TREES, TRAIN_LR = 64, 0.5
 
 
-def bench_train(rounds: int, batch: int, torch: Any | None) -> dict[str, Any]:
+def bench_train(rounds: int, batch: int, torch: Any | None,
+                ntrees: int = TRAIN_TREES) -> dict[str, Any]:
     """One epoch of minibatch SGD on the TreeLSTM example per implementation (trees/s)."""
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     import models as ex
     from relay_ir import passes, runtime
     mod = ex.load("treelstm.rly")
     init = ex.treelstm_params()
-    data = random_trees(TRAIN_TREES, 2, 12, 10, 3, seed=5)
+    data = random_trees(ntrees, 2, 12, 10, 3, seed=5)
     eye3 = np.eye(3)
     rows: dict[str, dict[str, Any]] = {}
     calls: dict[str, Callable[[], Any]] = {}
@@ -439,7 +442,7 @@ def bench_train(rounds: int, batch: int, torch: Any | None) -> dict[str, Any]:
                                           torch.tensor([y for _, y in mb])).sum()
                     else:
                         loss = sum(per.loss(t, y) for t, y in mb)
-                    gs = torch.autograd.grad(loss, ps)
+                    gs = torch.autograd.grad(loss, ps, materialize_grads=True)
                     with torch.no_grad():
                         for p, g in zip(ps, gs):
                             p -= (TRAIN_LR / len(mb)) * g
