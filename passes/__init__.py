@@ -78,6 +78,7 @@ def parse_pipeline(spec: str) -> Sequential:
 # NOTE: imported eagerly so that `passes.gradient` is the function, not its module (importing a
 # submodule binds its name on the package; binding the function afterwards wins for good).
 from relay_ir.passes.gradient import gradient  # noqa: E402
+from relay_ir.passes.vmap import vmap  # noqa: E402
 from relay_ir.passes.jvp import jvp  # noqa: E402
 
 __all__ = ["Pass", "FunctionPass", "PassContext", "PassInfo", "Sequential", "function_pass",

@@ -941,6 +941,23 @@ class RelaxExecutable:
         from relay_ir.runtime.relax_export import export_library
         export_library(self, path, entry)
 
+    def run_batch(self, arg_tuples: Sequence[Sequence[Any]], entry: str | None = None) -> list:
+        """Run ``entry`` on every tuple of arguments, the instances side by side, and return
+        the results in order (the value conventions of ``exe(*args)``). Kernel calls of the
+        instances that share a fused group and signature run as one call of the group's
+        batched kernel (``runtime.batching``; ``docs/batching.md``). An empty list gives
+        ``[]``; bad arguments raise the ``DiagnosticError`` of ``exe()``, naming the instance.
+        """
+        from relay_ir.runtime.batching import run_batch
+        return run_batch(self, arg_tuples, entry)
+
+    def batch_stats(self) -> dict[str, int]:
+        """Counters of the last :meth:`run_batch`: ``instance_calls`` (the kernel calls the
+        instances made), ``kernel_calls`` (the calls actually made: a batched call counts
+        once), ``batched_calls`` (calls of batched kernels) and ``groups`` (agenda picks)."""
+        runner = getattr(self, "_batch_runner", None)
+        return dict(runner.stats) if runner is not None else {}
+
     def _arg(self, v: Any) -> Any:
         """A checked argument as the VM takes it: tensors zero-copy, tuples, ADT values as
         ``(tag, fields...)``, references as one-element ``ffi.List`` (iterative)."""

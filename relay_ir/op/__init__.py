@@ -150,6 +150,8 @@ class OpDef:
     grad: Callable[..., Any] | None = None
     jvp: Callable[..., Any] | None = None
     non_differentiable: bool = False
+    batch: Callable[..., Any] | None = None
+    not_batchable: str = ""
     effectful: bool = False
     doc: str = ""
     op: Op = field(default=None, repr=False)  # type: ignore[assignment]
@@ -233,6 +235,8 @@ def _ensure_loaded() -> None:
         _LOADED.append(True)
         from relay_ir.op import tensor, reduce, transform, indexing, nn, conv  # noqa: F401
         from relay_ir.op import dyn, annotation, indexing_ext, conv_ext, sorting  # noqa: F401
+        from relay_ir.op import _batch
+        _batch.install()
 
 
 _LOADED: list[bool] = []

@@ -1,0 +1,583 @@
+"""``RelaxExecutable.run_batch``: many instances of one program, their kernel calls batched.
+
+The native Relax VM runs one instance to completion, so batching is its own execution mode.
+The driver (:class:`BatchRunner`) interprets the executable's instruction program (the same
+``runtime.compiler`` program the VM bytecode is emitted from, with one ``kernel`` instruction
+per fused group) for every instance side by side, with the reference interpreter's step
+closures (``runtime.interpreter``) for everything that is not a kernel call: tuples, ADT
+values, ``match``, references, closures and calls run in Python per instance, each instance
+with its own heap-allocated frame stack (no Python recursion: a 100,000-deep recursion runs).
+
+Kernel calls are **deferred**. An instance runs until its next kernel call and parks there.
+When every live instance is parked (or done), the pending calls are grouped by signature --
+the compiled kernel (alpha-equivalent groups share one), the shapes and dtypes of its
+flattened inputs, and which inputs are the very same array in every instance of the group
+(shared weights) -- and the agenda (DyNet's, decided at run time) runs the group with the most
+pending calls: one call of the group's batched kernel on the stacked inputs (shared ones
+passed once), whose outputs are split back (views, no copy) to the instances, which resume.
+A group of one calls the plain kernel.
+
+Batched kernels come from ``passes.vmap.vmap_function`` (the primitive function batched on a
+new leading axis of its non-shared inputs), compiled once over a **symbolic** batch size
+through the kernel cache (one kernel serves every batch size). A group whose function vmap
+cannot batch, with tuple inputs, or whose inputs are large (stacking would copy more than the
+kernel computes: :data:`STACK_LIMIT`) runs its calls one by one. Groups with ``?`` or symbolic
+dimensions and host groups run on the host (numpy reference implementations of the group).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from relay_ir.errors import DiagnosticError, InterpreterError
+from relay_ir.runtime.interpreter import (CALL, DEFAULT_MAX_DEPTH, RET, Code, Program,
+                                          _apply_builtin, _fn_name, _normalize_output,
+                                          _span_at, _too_deep, _execute)
+from relay_ir.runtime.values import Closure, check_arguments
+from relay_ir.ty import TensorType, TupleType, Type
+
+KERNEL = 3          # the action of a deferred kernel call: (KERNEL, k, args, site | None)
+
+# NOTE: per-instance input bytes above which a group is not stacked: gathering copies every
+# non-shared input once and the kernel reads it again, so for a memory-bound kernel on large
+# tensors (a weight-sized gradient accumulation) stacking costs more than the calls it saves.
+STACK_LIMIT = 1 << 18
+
+
+def _kernel_factory(ins: tuple, pc: int, code: Code) -> tuple:
+    """``("kernel", dst, k, srcs)``: park the instance on the call (the driver runs it)."""
+    _, dst, k, srcs = ins
+    idx = tuple(srcs)
+    site = (code, pc + 1, dst)
+
+    def step(regs: list) -> tuple:
+        return (KERNEL, k, [regs[i] for i in idx], site)
+    return step, None
+
+
+def _kernel_ret_factory(ins: tuple, pc: int, code: Code) -> tuple:
+    """``("kernel_ret", k, srcs)``: a kernel call in tail position."""
+    _, k, srcs = ins
+    idx = tuple(srcs)
+
+    def step(regs: list) -> tuple:
+        return (KERNEL, k, [regs[i] for i in idx], None)
+    return step, None
+
+
+class BatchProgram(Program):
+    """The instruction program with kernel calls as deferred actions."""
+
+    step_factories = {"kernel": _kernel_factory, "kernel_ret": _kernel_ret_factory}
+
+
+class _Instance:
+    """One instance's machine state: C (code, pc), E (regs), K (stack)."""
+
+    __slots__ = ("index", "code", "pc", "regs", "stack", "result", "done", "pending")
+
+    def __init__(self, index: int, code: Code, regs: list):
+        self.index = index
+        self.code = code
+        self.pc = 0
+        self.regs = regs
+        self.stack: list[Any] = []
+        self.result: Any = None
+        self.done = False
+        self.pending: Any = None      # (k, args, site) while parked on a kernel call
+
+
+class BatchError(DiagnosticError):
+    """A run_batch instance failed (the message says which)."""
+
+    kind = "runtime error"
+
+
+# ============================================================================ kernels
+def _flatten_value(v: Any, t: Type, out: list) -> None:
+    stack: list[tuple[Any, Type]] = [(v, t)]
+    order = []
+    while stack:
+        x, ty = stack.pop()
+        if isinstance(ty, TupleType):
+            stack.extend(reversed(list(zip(x, ty.fields))))
+        else:
+            order.append(x)
+    out.extend(order)
+
+
+def _build(struct: Any, outs: list) -> Any:
+    if type(struct) is int:
+        return outs[struct]
+    return tuple(_build(s, outs) for s in struct)     # NOTE: tuple nesting only
+
+
+class KernelRunner:
+    """Calls one fused group's compiled TVM kernel (or its host body) from Python."""
+
+    def __init__(self, runner: BatchRunner, k: int):
+        self.k = k
+        backend = runner.exe._backend
+        kern = backend.kernel(k, None)
+        self.kern = kern
+        self.fn = backend.cp.kernels[k]
+        self.param_types = kern.param_types
+        self.tuple_params = any(isinstance(t, TupleType) for t in kern.param_types)
+        self.host = kern.dyn is not None
+        self.signature = kern.symbol
+        # the agenda key of a static kernel (its types fix the shapes); None: look at values
+        self.static_key = None if self.host else kern.symbol
+        self.func: Any = None
+        self.consts: list[Any] = []
+        self.runner = runner
+        if not self.host:
+            import tvm
+            self.func = kern.module[kern.symbol]
+            self.consts = [tvm.runtime.tensor(c) for c in kern.consts]
+            self.outs = kern.outs
+            self.result = kern.result
+        else:
+            prog = runner.prog
+            fidx = backend.cp.kernel_fns[k]
+            self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
+
+    def leaves(self, args: list) -> list:
+        """The call's flattened tensor inputs."""
+        if not self.tuple_params:
+            return args
+        out: list = []
+        for v, t in zip(args, self.param_types):
+            _flatten_value(v, t, out)
+        return out
+
+    def call(self, args: list) -> Any:
+        """One call on one instance's arguments."""
+        self.runner.stats["kernel_calls"] += 1
+        if self.host:
+            return _execute(self.host_closure, list(args))
+        wrap = self.runner.wrap
+        ins = [wrap(a) for a in self.leaves(args)]
+        outs = [np.empty(shape, dtype) for shape, dtype in self.outs]
+        self.func(*ins, *self.consts, *[wrap(o) for o in outs])
+        return outs[0] if self.result == 0 and len(outs) == 1 else _build(self.result, outs)
+
+
+class BatchedKernel:
+    """A group's function batched by ``vmap_function`` over a symbolic leading batch axis."""
+
+    def __init__(self, runner: BatchRunner, kr: KernelRunner, shared: tuple[bool, ...]):
+        import tvm
+        from relay_ir.passes.vmap import vmap_function
+        from relay_ir.runtime.executor import kernel_request  # noqa: F401 (same cache)
+        from relay_ir.runtime.kernel_cache import KernelRequest
+        from relay_ir.runtime.lower_tvm import flatten_type, lower_group, schedule
+        from relay_ir.op._te import fast_math, symbolic_dims
+        from relay_ir.ty import ShapeVar
+        exe = runner.exe._backend.exe
+        fn = kr.fn
+        in_axes = tuple(None if s else 0 for s in shared)
+        bfn = vmap_function(fn, in_axes)
+        b = ShapeVar("batch")
+        bvar = tvm.tirx.Var("batch", "int64")
+        types: list[Type] = []
+        for t, s in zip(kr.param_types, shared):
+            types.append(t if s else TensorType((b, *t.shape), t.dtype))  # type: ignore
+
+        def dim(d: Any) -> Any:
+            if isinstance(d, int):
+                return d
+            if d is b:
+                return bvar
+            raise DiagnosticError(f"unexpected dimension {d!r} in a batched kernel")
+        with fast_math(exe.fast_math), symbolic_dims(dim):
+            lowered = lower_group(bfn, types, dim=dim)
+        target = exe.target
+        sig = ";".join(f"{t!r}" for t in lowered.in_types + lowered.out_types)
+        sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in lowered.constants) + "|batched"
+        req = KernelRequest(lowered.prim_func, sig, (lambda: schedule(lowered, target)),
+                            "+".join(lowered.ops),
+                            make_fallback=(lambda: schedule(lowered, target, fallback=True)))
+        exe.cache.get([req], target)
+        module = exe.cache.modules.get(req.key)
+        self.func = module["k_" + req.key]
+        self.consts = [tvm.runtime.tensor(np.array(c, order="C")) for c in lowered.constants]
+        self.outs = [(tuple(d for d in t.shape[1:]), t.dtype)
+                     for t in flatten_type(lowered.result_type)]
+        for t in flatten_type(lowered.result_type):
+            if not t.shape or t.shape[0] is not b or \
+                    not all(isinstance(d, int) for d in t.shape[1:]):
+                raise DiagnosticError(f"batched output type {t!r} is not batched on axis 0")
+        from relay_ir.runtime.vm import _result_struct
+        self.result = _result_struct(lowered.result_type)
+        self.shared = shared
+
+    def call(self, runner: BatchRunner, leaves: list[list]) -> list:
+        """One call for ``len(leaves)`` instances; returns each instance's result."""
+        n = len(leaves)
+        wrap = runner.wrap
+        ins = []
+        for j, s in enumerate(self.shared):
+            if s:
+                ins.append(wrap(leaves[0][j]))
+            else:
+                ins.append(wrap(np.stack([lv[j] for lv in leaves])))
+        outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
+        self.func(*ins, *self.consts, *[wrap(o) for o in outs])
+        runner.stats["batched_calls"] += 1
+        runner.stats["kernel_calls"] += 1
+        single = self.result == 0 and len(outs) == 1
+        res = []
+        for i in range(n):
+            parts = [o[i] for o in outs]
+            res.append(parts[0] if single else _build(self.result, parts))
+        return res
+
+
+# ============================================================================ the driver
+class BatchRunner:
+    """Runs many instances of an executable's entry, batching their kernel calls."""
+
+    def __init__(self, exe: Any):
+        self.exe = exe
+        backend = exe._backend
+        self.prog = BatchProgram(exe.module, backend.cp)
+        self.kernels: dict[int, KernelRunner] = {}
+        self.batched: dict[tuple, BatchedKernel | None] = {}
+        self.stats = {"kernel_calls": 0, "batched_calls": 0, "instance_calls": 0,
+                      "groups": 0}
+        import tvm_ffi
+        self._from_dlpack = tvm_ffi.from_dlpack
+        self.max_depth = DEFAULT_MAX_DEPTH
+
+    def wrap(self, a: Any) -> Any:
+        """A numpy array as a kernel argument (zero-copy when it can be)."""
+        if type(a) is not np.ndarray:
+            a = np.asarray(a)
+        if a.size == 0:
+            import tvm
+            return tvm.runtime.empty(a.shape, a.dtype)
+        fl = a.flags
+        if not (fl.c_contiguous and fl.writeable):
+            a = np.array(a, order="C")
+        return self._from_dlpack(a, require_alignment=0, require_contiguous=True)
+
+    def kernel(self, k: int) -> KernelRunner:
+        kr = self.kernels.get(k)
+        if kr is None:
+            kr = self.kernels[k] = KernelRunner(self, k)
+        return kr
+
+    # ------------------------------------------------------------------ instances
+    def run(self, arg_tuples: Sequence[Sequence[Any]], entry: str) -> list:
+        exe = self.exe
+        if entry not in exe.module:
+            raise DiagnosticError(f"there is no global function @{entry} (globals: "
+                                  f"{', '.join('@' + n for n in exe.module)})")
+        for key in self.stats:
+            self.stats[key] = 0
+        fn, ptypes, names = exe._entry_types(entry)
+        clo = self.prog.global_closure(entry)
+        code = clo.code if clo.code is not None else clo.force()
+        insts = []
+        for i, args in enumerate(arg_tuples):
+            if not isinstance(args, (tuple, list)):
+                raise DiagnosticError(f"run_batch: instance {i}: the arguments of an instance "
+                                      f"are a tuple or a list, not {type(args).__name__}")
+            try:
+                checked = check_arguments(fn, ptypes, tuple(args), names)
+            except DiagnosticError as e:
+                raise _instance_error(e, i) from None
+            insts.append(_Instance(i, code, list(checked) + clo.captured + code.rest))
+        with np.errstate(all="ignore"):
+            self._drive(insts)
+        return [self._export(_normalize_output(x.result)) for x in insts]
+
+    def run_closure(self, clo: Closure, args: list) -> Any:
+        """Call a function value a run returned (one instance, same driver)."""
+        code = clo.code if clo.code is not None else clo.force()
+        if len(args) != code.nparams:
+            raise InterpreterError(f"{_fn_name(clo)} expects {code.nparams} arguments, got "
+                                   f"{len(args)}")
+        x = _Instance(0, code, list(args) + clo.captured + code.rest)
+        with np.errstate(all="ignore"):
+            self._drive([x])
+        return self._export(_normalize_output(x.result))
+
+    def _export(self, v: Any) -> Any:
+        """``v`` with every function value in it (tuples, ADT fields, references) made
+        callable from Python through this driver (their code defers kernel calls)."""
+        from relay_ir.runtime.values import ADTValue, RefValue
+        stack = [v]
+        seen: set[int] = set()
+        found = False
+        while stack:
+            x = stack.pop()
+            t = type(x)
+            if t is tuple:
+                stack.extend(x)
+            elif isinstance(x, ADTValue):
+                stack.extend(x.fields)
+            elif isinstance(x, RefValue) and id(x) not in seen:
+                seen.add(id(x))
+                stack.append(x.value)
+            elif t is Closure:
+                found = True
+                break
+        if not found:
+            return v
+        return _rebuild(v, self)
+
+    def _drive(self, insts: list[_Instance]) -> None:
+        # NOTE: the agenda: signature -> the instances parked on a call with it, kept up to
+        # date as instances park (a static kernel's signature is its compiled symbol: its
+        # parameter types fix the shapes)
+        agenda: dict[Any, list[_Instance]] = {}
+        for x in insts:
+            self._advance(x)
+            if not x.done:
+                agenda.setdefault(self._key(x), []).append(x)
+        while agenda:
+            # NOTE: DyNet's agenda: the signature with the most pending calls first
+            best = None
+            n = 0
+            for key, members in agenda.items():
+                if len(members) > n:
+                    best, n = key, len(members)
+            members = agenda.pop(best)
+            self.stats["groups"] += 1
+            results = self._run_group(members)
+            for x, v in zip(members, results):
+                site = x.pending[2]
+                x.pending = None
+                self._resume(x, v, site)
+                if not x.done:
+                    key = self._key(x)
+                    got = agenda.get(key)
+                    if got is None:
+                        agenda[key] = [x]
+                    else:
+                        got.append(x)
+
+    def _key(self, x: _Instance) -> Any:
+        k = x.pending[0]
+        kr = self.kernels.get(k)
+        if kr is None:
+            kr = self.kernel(k)
+        if kr.static_key is not None:
+            return kr.static_key
+        return (kr.signature, k, tuple((np.shape(a), np.asarray(a).dtype.str)
+                                       for a in kr.leaves(x.pending[1])))
+
+    def _run_group(self, members: list[_Instance]) -> list:
+        k0 = members[0].pending[0]
+        kr = self.kernel(k0)
+        if len(members) == 1 or kr.host or kr.tuple_params:
+            return [self._call_one(x) for x in members]
+        leaves = [kr.leaves(x.pending[1]) for x in members]
+        first = leaves[0]
+        shared = tuple(all(lv[j] is first[j] for lv in leaves) for j in range(len(first)))
+        size = sum(np.asarray(a).nbytes for a, s in zip(first, shared) if not s)
+        bk = None
+        if size <= STACK_LIMIT and not all(shared):
+            key = (kr.signature, shared)
+            if key not in self.batched:
+                try:
+                    self.batched[key] = BatchedKernel(self, kr, shared)
+                except ImportError:
+                    self.batched[key] = None      # NOTE: no passes.vmap yet: loop
+                except DiagnosticError:
+                    self.batched[key] = None      # NOTE: vmap cannot batch it: loop
+            bk = self.batched[key]
+        if bk is None:
+            return [self._call_one(x) for x in members]
+        try:
+            return bk.call(self, leaves)
+        except Exception:
+            return [self._call_one(x) for x in members]
+
+    def _call_one(self, x: _Instance) -> Any:
+        k, args, site = x.pending
+        kr = self.kernel(k)
+        try:
+            return kr.call(args)
+        except Exception as e:
+            span = site[0].spans[site[1] - 1] if site is not None else None
+            raise _instance_error(_wrap_error(e, kr, span), x.index) from None
+
+    def _resume(self, x: _Instance, v: Any, site: Any) -> None:
+        if site is None:               # a kernel call in tail position: return its value
+            if not x.stack:
+                x.result, x.done = v, True
+                return
+            x.regs = x.stack.pop()
+            code, pc, dst = x.stack.pop()
+            x.regs[dst] = v
+            x.code, x.pc = code, pc
+        else:
+            code, pc, dst = site
+            x.regs[dst] = v
+            x.code, x.pc = code, pc
+        self._advance(x)
+
+    def _advance(self, x: _Instance) -> None:
+        """Run instance ``x`` until its next kernel call (parked) or its end (done)."""
+        code, pc, regs, stack = x.code, x.pc, x.regs, x.stack
+        steps = code.steps
+        push, pop = stack.append, stack.pop
+        limit = 2 * self.max_depth
+        try:
+            while True:
+                r = steps[pc](regs)
+                if r.__class__ is int:
+                    pc = r
+                    continue
+                tag = r[0]
+                if tag == KERNEL:
+                    x.code, x.pc, x.regs = code, pc, regs
+                    x.pending = (r[1], r[2], r[3])
+                    self.stats["instance_calls"] += 1
+                    return
+                if tag == RET:
+                    if not stack:
+                        x.result, x.done = r[1], True
+                        return
+                    regs = pop()
+                    code, pc, dst = pop()
+                    regs[dst] = r[1]
+                    steps = code.steps
+                    continue
+                f = r[1]
+                a = r[2]
+                if f.__class__ is Closure:
+                    ncode = f.code
+                    if ncode is None:
+                        ncode = f.force()
+                    if len(a) != ncode.nparams:
+                        raise InterpreterError(f"{_fn_name(f)} expects {ncode.nparams} "
+                                               f"arguments, got {len(a)}", code.spans[pc])
+                    if tag == CALL:
+                        if len(stack) >= limit:
+                            raise _too_deep(f, self.max_depth)
+                        push(r[3])
+                        push(regs)
+                    code = ncode
+                    regs = a + f.captured + ncode.rest
+                    steps = ncode.steps
+                    pc = 0
+                    continue
+                v = _apply_builtin(f, a)
+                if tag == CALL:
+                    _, pc, dst = r[3]
+                    regs[dst] = v
+                    continue
+                if not stack:
+                    x.result, x.done = v, True
+                    return
+                regs = pop()
+                code, pc, dst = pop()
+                regs[dst] = v
+                steps = code.steps
+        except InterpreterError as e:
+            raise _instance_error(e.with_span(_span_at(code, pc)), x.index) from None
+        except DiagnosticError as e:
+            raise _instance_error(e.with_span(_span_at(code, pc)), x.index) from None
+        except Exception as e:
+            err = InterpreterError(f"evaluation failed: {type(e).__name__}: {e}",
+                                   _span_at(code, pc))
+            raise _instance_error(err, x.index) from e
+
+
+class BatchClosure(Closure):
+    """A function value returned by ``run_batch``: calling it runs it with the batch driver."""
+
+    __slots__ = ("runner",)
+
+    def __call__(self, *args: Any) -> Any:
+        func = self.func
+        ptypes = [p.type_annotation for p in func.params] if func is not None else \
+            [None] * len(args)
+        return self.runner.run_closure(self, check_arguments(func, ptypes, args))
+
+
+def _rebuild(v: Any, runner: BatchRunner) -> Any:
+    """``v`` with its closures as :class:`BatchClosure` (tuples and ADT values rebuilt,
+    references updated in place); iterative."""
+    from relay_ir.runtime.values import ADTValue, RefValue
+    results: list[Any] = []
+    stack: list[tuple[Any, bool]] = [(v, False)]
+    refs: dict[int, Any] = {}
+    while stack:
+        x, done = stack.pop()
+        t = type(x)
+        if t is Closure:
+            bc = BatchClosure(x.code, x.captured, x.func, x.name, x.program)
+            bc.runner = runner
+            results.append(bc)
+            continue
+        if isinstance(x, RefValue):
+            if id(x) not in refs:
+                refs[id(x)] = x
+                x.value = _rebuild(x.value, runner)   # NOTE: one level per reference
+            results.append(x)
+            continue
+        kids = list(x) if t is tuple else list(x.fields) if isinstance(x, ADTValue) else None
+        if not kids:
+            results.append(x)
+            continue
+        if not done:
+            stack.append((x, True))
+            stack.extend((c, False) for c in reversed(kids))
+            continue
+        vals = results[len(results) - len(kids):]
+        del results[len(results) - len(kids):]
+        results.append(tuple(vals) if t is tuple else ADTValue(x.constructor, tuple(vals)))
+    return results[0]
+
+
+def _wrap_error(e: BaseException, kr: KernelRunner, span: Any) -> DiagnosticError:
+    if isinstance(e, DiagnosticError):
+        return e.with_span(span) if e.span is None else e
+    return InterpreterError(f"the kernel {kr.kern.label} failed: {type(e).__name__}: {e}",
+                            span)
+
+
+def _instance_error(e: DiagnosticError, i: int) -> DiagnosticError:
+    """``e`` with the failing instance named (same class, same span)."""
+    e.message = f"run_batch: instance {i}: {e.message}"
+    return e
+
+
+def have_vmap() -> bool:
+    """Whether ``passes.vmap.vmap_function`` is available (batched kernels; else a loop)."""
+    try:
+        from relay_ir.passes.vmap import vmap_function  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None = None) -> list:
+    """Run ``exe``'s ``entry`` on every argument tuple; results in order (see the module doc)."""
+    if isinstance(arg_tuples, (str, bytes)) or not hasattr(arg_tuples, "__len__"):
+        raise DiagnosticError(f"run_batch expects a list of argument tuples, not "
+                              f"{type(arg_tuples).__name__}")
+    if getattr(exe, "module", None) is None or not hasattr(exe._backend, "cp"):
+        raise DiagnosticError(
+            "run_batch: this module was loaded from a file, which holds no batched kernels "
+            "nor the instruction program run_batch interprets; build the program with "
+            "runtime.build(...) in this process to run it with run_batch")
+    if exe.vm is None:
+        from relay_ir.runtime.relax_cuda import no_gpu_error
+        raise no_gpu_error()
+    if exe._cuda:
+        raise DiagnosticError("run_batch: target cuda is not supported yet (build for llvm)")
+    if len(arg_tuples) == 0:
+        return []
+    runner = getattr(exe, "_batch_runner", None)
+    if runner is None:
+        runner = exe._batch_runner = BatchRunner(exe)
+    return runner.run(list(arg_tuples), entry or exe.entry)
+
+
+__all__ = ["run_batch", "have_vmap", "BatchRunner", "BatchProgram", "KERNEL", "STACK_LIMIT"]
