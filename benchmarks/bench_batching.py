@@ -265,6 +265,21 @@ def relay_batch_fn(exe: Any) -> Callable[..., Any] | None:
     return getattr(exe, "run_batch", None)
 
 
+def add_stats(acc: dict[str, int], exe: Any) -> None:
+    """Add the counters of ``exe``'s last run_batch (``exe.batch_stats()``) to ``acc``."""
+    get = getattr(exe, "batch_stats", None)
+    for k, v in (get() if get is not None else {}).items():
+        acc[k] = acc.get(k, 0) + int(v)
+
+
+def stats_note(stats: dict[str, int]) -> str:
+    """The kernel calls one pass made, in words (empty without counters)."""
+    if "kernel_calls" not in stats:
+        return ""
+    return (f"{stats['kernel_calls']} kernel calls for {stats.get('instance_calls', '?')} "
+            f"instance calls ({stats.get('batched_calls', '?')} batched) per pass")
+
+
 def _sum_grads(results: list[Any], skip: int) -> list[np.ndarray]:
     grads = [np.zeros_like(np.asarray(g)) for g in results[0][1][skip:]]
     for _v, gs in results:
@@ -317,14 +332,17 @@ def bench_w5(rounds: int, torch: Any | None) -> dict[str, Any]:
             rows[name] = {"note": "not available (this executable has no run_batch)"}
             continue
 
-        def batched(b: int = b) -> list[Any]:
+        def batched(b: int = b, stats: dict[str, int] | None = None) -> list[Any]:
             out: list[Any] = []
             for s in range(0, n, b):
                 out += run_batch(args[s:s + b], entry="main")
+                if stats is not None:
+                    add_stats(stats, exe)
             return out
         try:
             t0 = time.perf_counter()
-            got = batched()
+            stats: dict[str, int] = {}
+            got = batched(stats=stats)
             first = time.perf_counter() - t0
             # NOTE: float32 sums over up to 64 trees in a different order
             _assert_same_results(got, ref, 1, 1e-4, 1e-5, name)
@@ -333,7 +351,8 @@ def bench_w5(rounds: int, torch: Any | None) -> dict[str, Any]:
         except Exception as e:  # NOTE: a failing run_batch is reported in its row
             rows[name] = {"note": f"error: {type(e).__name__}: {str(e).splitlines()[0][:120]}"}
             continue
-        rows[name] = {"check": float(sum(float(v) for v, _ in got)), "setup_s": first}
+        rows[name] = {"check": float(sum(float(v) for v, _ in got)), "setup_s": first,
+                      "stats": stats, "note": stats_note(stats)}
         calls[name] = batched
 
     if torch is not None:
@@ -428,8 +447,14 @@ def bench_train(rounds: int, batch: int, torch: Any | None,
     if run_batch is None:
         rows[name] = {"note": "not available (this executable has no run_batch)"}
     else:
-        calls[name] = relay_epoch(lambda inst: run_batch(inst, entry="loss"))
-        rows[name] = {}
+        stats: dict[str, int] = {}
+
+        def batch_grads(inst: list[Any]) -> list[Any]:
+            out = run_batch(inst, entry="loss")
+            add_stats(stats, exe)
+            return out
+        calls[name] = relay_epoch(batch_grads)
+        rows[name] = {"stats": stats}
     if torch is not None:
         def torch_epoch(batched: bool) -> Callable[[], Any]:
             def epoch() -> list[np.ndarray]:
@@ -459,6 +484,10 @@ def bench_train(rounds: int, batch: int, torch: Any | None,
         t0 = time.perf_counter()
         finals[name] = call()
         rows[name]["first_epoch_s"] = time.perf_counter() - t0
+        if "stats" in rows[name]:
+            # NOTE: the counters of the first epoch only (the timed ones add to a copy)
+            rows[name]["stats"] = dict(rows[name]["stats"])
+            rows[name]["note"] = stats_note(rows[name]["stats"]).replace("pass", "epoch")
     # NOTE: every implementation trains the same float64 model from the same start: the
     # parameters after one epoch must agree
     ref_name = next(iter(finals))
@@ -522,7 +551,7 @@ def print_train(rec: dict[str, Any]) -> None:
             print(f"| {name} |  |  |  |  | {r.get('note', '')} |")
             continue
         print(f"| {name} | {fmt(r['trees_per_s'])} | {fmt(r['best_trees_per_s'])} | "
-              f"{fmt(r['median_ms'])} | {r['first_epoch_s']:.2f} |  |")
+              f"{fmt(r['median_ms'])} | {r['first_epoch_s']:.2f} | {r.get('note', '')} |")
     print(f"\nEvery implementation ends the epoch with the same parameters (checked); loss over "
           f"the {rec['trees']} trees {rec['loss_before']:.4f} -> {rec['loss_after']:.4f}.")
 
