@@ -178,16 +178,18 @@ class BatchedKernel:
         fn = kr.fn
         in_axes = tuple(None if s else 0 for s in shared)
         bfn = vmap_function(fn, in_axes)
-        b = ShapeVar("batch")
+        types: list[Type] = [p.type_annotation or p.checked_type_ for p in bfn.params]
+        b = None
+        for t, s in zip(types, shared):
+            if not s:
+                b = t.shape[0]           # type: ignore[union-attr]
+                break
         bvar = tvm.tirx.Var("batch", "int64")
-        types: list[Type] = []
-        for t, s in zip(kr.param_types, shared):
-            types.append(t if s else TensorType((b, *t.shape), t.dtype))  # type: ignore
 
         def dim(d: Any) -> Any:
             if isinstance(d, int):
                 return d
-            if d is b:
+            if d is b or (isinstance(d, ShapeVar) and isinstance(b, ShapeVar) and d == b):
                 return bvar
             raise DiagnosticError(f"unexpected dimension {d!r} in a batched kernel")
         with fast_math(exe.fast_math), symbolic_dims(dim):
@@ -205,7 +207,7 @@ class BatchedKernel:
         self.outs = [(tuple(d for d in t.shape[1:]), t.dtype)
                      for t in flatten_type(lowered.result_type)]
         for t in flatten_type(lowered.result_type):
-            if not t.shape or t.shape[0] is not b or \
+            if not t.shape or not isinstance(t.shape[0], ShapeVar) or \
                     not all(isinstance(d, int) for d in t.shape[1:]):
                 raise DiagnosticError(f"batched output type {t!r} is not batched on axis 0")
         from relay_ir.runtime.vm import _result_struct
