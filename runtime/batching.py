@@ -26,6 +26,7 @@ dimensions and host groups run on the host (numpy reference implementations of t
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,10 +40,27 @@ from relay_ir.ty import TensorType, TupleType, Type
 
 KERNEL = 3          # the action of a deferred kernel call: (KERNEL, k, args, site | None)
 
-# NOTE: per-instance input bytes above which a group is not stacked: gathering copies every
-# non-shared input once and the kernel reads it again, so for a memory-bound kernel on large
-# tensors (a weight-sized gradient accumulation) stacking costs more than the calls it saves.
+# NOTE: per-instance input (or output) bytes above which a group is not batched: gathering
+# copies every non-shared input once and the kernel reads it again, so for a memory-bound
+# kernel on large tensors (a weight-sized gradient accumulation) stacking costs more than the
+# calls it saves; and a large per-instance output (the outer product of a weight gradient)
+# already keeps a kernel busy, which its static schedule does better than the symbolic one.
 STACK_LIMIT = 1 << 18
+# NOTE: per-instance output bytes above which a group is not batched: W5's weight-gradient
+# outer products ((1,128)^T (1,384): 196 KB an instance) took 6 ms a call of 8 instances as a
+# symbolic batch_matmul, several times the 8 static calls (2-core Xeon under load)
+OUT_LIMIT = 1 << 16
+# NOTE: batched kernels whose iteration space (batch x per-instance work) is below this run
+# on one thread. Higher than the static kernels' SERIAL_BELOW (1 << 18): measured on the
+# 2-core Xeon under load (load average 8), 64 x (1x640 @ 640x256) took 0.62 ms serial and
+# 0.98 ms parallel, and the parallel variant of W5's batched matmuls 15 ms a call.
+SERIAL_BELOW = 1 << 24
+# outputs of at least POOL_MIN bytes come from a pool of POOL_SLOTS arrays per shape
+POOL_MIN = 1 << 15
+POOL_SLOTS = 16
+# the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
+# lowest average depth, counted in kernel calls)
+AGENDA = "most"
 
 
 def _kernel_factory(ins: tuple, pc: int, code: Code) -> tuple:
@@ -75,7 +93,7 @@ class BatchProgram(Program):
 class _Instance:
     """One instance's machine state: C (code, pc), E (regs), K (stack)."""
 
-    __slots__ = ("index", "code", "pc", "regs", "stack", "result", "done", "pending")
+    __slots__ = ("index", "code", "pc", "regs", "stack", "result", "done", "pending", "depth")
 
     def __init__(self, index: int, code: Code, regs: list):
         self.index = index
@@ -86,6 +104,7 @@ class _Instance:
         self.result: Any = None
         self.done = False
         self.pending: Any = None      # (k, args, site) while parked on a kernel call
+        self.depth = 0                # kernel calls made so far (the agenda's depth)
 
 
 class BatchError(DiagnosticError):
@@ -131,12 +150,16 @@ class KernelRunner:
         self.func: Any = None
         self.consts: list[Any] = []
         self.runner = runner
+        self.out_bytes = 0
         if not self.host:
             import tvm
             self.func = kern.module[kern.symbol]
             self.consts = [tvm.runtime.tensor(c) for c in kern.consts]
             self.outs = kern.outs
             self.result = kern.result
+            # NOTE: a weight-sized output (a per-instance gradient outer product): not batched
+            self.out_bytes = sum(int(np.prod(sh, dtype=np.int64)) * np.dtype(dt).itemsize
+                                 for sh, dt in kern.outs)
         else:
             prog = runner.prog
             fidx = backend.cp.kernel_fns[k]
@@ -158,7 +181,8 @@ class KernelRunner:
             return _execute(self.host_closure, list(args))
         wrap = self.runner.wrap
         ins = [wrap(a) for a in self.leaves(args)]
-        outs = [np.empty(shape, dtype) for shape, dtype in self.outs]
+        empty = self.runner.empty
+        outs = [empty(shape, dtype) for shape, dtype in self.outs]
         self.func(*ins, *self.consts, *[wrap(o) for o in outs])
         return outs[0] if self.result == 0 and len(outs) == 1 else _build(self.result, outs)
 
@@ -197,12 +221,9 @@ class BatchedKernel:
         target = exe.target
         sig = ";".join(f"{t!r}" for t in lowered.in_types + lowered.out_types)
         sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in lowered.constants) + "|batched"
-        req = KernelRequest(lowered.prim_func, sig, (lambda: schedule(lowered, target)),
-                            "+".join(lowered.ops),
-                            make_fallback=(lambda: schedule(lowered, target, fallback=True)))
-        exe.cache.get([req], target)
-        module = exe.cache.modules.get(req.key)
-        self.func = module["k_" + req.key]
+        self._cache, self._target, self._lowered, self._sig = exe.cache, target, lowered, sig
+        self.funcs: dict[bool, Any] = {}
+        self.func = self._variant(True)
         self.consts = [tvm.runtime.tensor(np.array(c, order="C")) for c in lowered.constants]
         self.outs = [(tuple(d for d in t.shape[1:]), t.dtype)
                      for t in flatten_type(lowered.result_type)]
@@ -212,7 +233,31 @@ class BatchedKernel:
                 raise DiagnosticError(f"batched output type {t!r} is not batched on axis 0")
         from relay_ir.runtime.vm import _result_struct
         self.result = _result_struct(lowered.result_type)
+        # NOTE: per-instance work, for the serial/parallel choice (output elements, times the
+        # reduction length of a matmul-like group)
+        self.volume = sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs) * \
+            max([int(t.shape[-1]) for t in kr.param_types if isinstance(t, TensorType)
+                 and t.shape and isinstance(t.shape[-1], int)] + [1]) \
+            if lowered.kind == "matmul" else \
+            sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs)
         self.shared = shared
+
+    def _variant(self, serial: bool) -> Any:
+        """The kernel on one thread (``serial``) or with parallel loops, compiled on first use
+        through the kernel cache."""
+        f = self.funcs.get(serial)
+        if f is None:
+            from relay_ir.runtime.kernel_cache import KernelRequest
+            from relay_ir.runtime.lower_tvm import schedule
+            lowered, target = self._lowered, self._target
+            req = KernelRequest(lowered.prim_func, self._sig + ("|serial" if serial else ""),
+                                (lambda: schedule(lowered, target, serial=serial)),
+                                "+".join(lowered.ops),
+                                make_fallback=(lambda: schedule(lowered, target, fallback=True,
+                                                                serial=serial)))
+            self._cache.get([req], target)
+            f = self.funcs[serial] = self._cache.modules.get(req.key)["k_" + req.key]
+        return f
 
     def call(self, runner: BatchRunner, leaves: list[list]) -> list:
         """One call for ``len(leaves)`` instances; returns each instance's result."""
@@ -225,7 +270,8 @@ class BatchedKernel:
             else:
                 ins.append(wrap(np.stack([lv[j] for lv in leaves])))
         outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
-        self.func(*ins, *self.consts, *[wrap(o) for o in outs])
+        func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
+        func(*ins, *self.consts, *[wrap(o) for o in outs])
         runner.stats["batched_calls"] += 1
         runner.stats["kernel_calls"] += 1
         single = self.result == 0 and len(outs) == 1
@@ -251,6 +297,34 @@ class BatchRunner:
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self.max_depth = DEFAULT_MAX_DEPTH
+        self.pool: dict[tuple, Any] = {}     # (shape, dtype) -> recyclable outputs | False
+
+    def empty(self, shape: tuple, dtype: Any) -> np.ndarray:
+        """An output array; a large one is recycled from the pool when nothing holds it.
+
+        NOTE: every holder of an array -- a register, a tuple, a view, a DLPack tensor --
+        holds a reference to it (views to their base), so an array of the pool whose only
+        references are the pool's own is free: reusing it keeps large outputs (a weight
+        gradient, 655 KB in W5) in cache and spares fresh pages (the VM plans its memory the
+        same way)."""
+        key = (shape, dtype)
+        got = self.pool.get(key)
+        if got is None:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if nbytes < POOL_MIN:
+                self.pool[key] = False
+                return np.empty(shape, dtype)
+            got = self.pool[key] = []
+        elif got is False:
+            return np.empty(shape, dtype)
+        refcount = sys.getrefcount
+        for a in got:
+            if refcount(a) == 3:          # the pool's list, `a`, getrefcount's argument
+                return a
+        a = np.empty(shape, dtype)
+        if len(got) < POOL_SLOTS:
+            got.append(a)
+        return a
 
     def wrap(self, a: Any) -> Any:
         """A numpy array as a kernel argument (zero-copy when it can be)."""
@@ -342,10 +416,18 @@ class BatchRunner:
         while agenda:
             # NOTE: DyNet's agenda: the signature with the most pending calls first
             best = None
-            n = 0
-            for key, members in agenda.items():
-                if len(members) > n:
-                    best, n = key, len(members)
+            if AGENDA == "most":
+                n = 0
+                for key, members in agenda.items():
+                    if len(members) > n:
+                        best, n = key, len(members)
+            else:
+                # NOTE: the lowest average depth first (DyNet's "agenda" strategy)
+                low = None
+                for key, members in agenda.items():
+                    d = sum(m.depth for m in members) / len(members)
+                    if low is None or d < low:
+                        best, low = key, d
             members = agenda.pop(best)
             self.stats["groups"] += 1
             results = self._run_group(members)
@@ -381,7 +463,7 @@ class BatchRunner:
         shared = tuple(all(lv[j] is first[j] for lv in leaves) for j in range(len(first)))
         size = sum(np.asarray(a).nbytes for a, s in zip(first, shared) if not s)
         bk = None
-        if size <= STACK_LIMIT and not all(shared):
+        if size <= STACK_LIMIT and kr.out_bytes <= OUT_LIMIT and not all(shared):
             key = (kr.signature, shared)
             if key not in self.batched:
                 try:
@@ -439,6 +521,7 @@ class BatchRunner:
                     x.code, x.pc, x.regs = code, pc, regs
                     x.pending = (r[1], r[2], r[3])
                     self.stats["instance_calls"] += 1
+                    x.depth += 1
                     return
                 if tag == RET:
                     if not stack:
@@ -576,6 +659,12 @@ def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None =
         raise DiagnosticError("run_batch: target cuda is not supported yet (build for llvm)")
     if len(arg_tuples) == 0:
         return []
+    if len(arg_tuples) == 1 and isinstance(arg_tuples[0], (tuple, list)):
+        # NOTE: nothing to batch: one instance runs on the VM (same values, its own speed)
+        try:
+            return [exe(*arg_tuples[0], entry=entry)]
+        except DiagnosticError as e:
+            raise _instance_error(e, 0) from None
     runner = getattr(exe, "_batch_runner", None)
     if runner is None:
         runner = exe._batch_runner = BatchRunner(exe)

@@ -1,0 +1,83 @@
+"""``exe.run_batch`` against one-by-one calls on W5 (TreeLSTM H=128, 64 trees, fwd + bwd).
+
+The optimized gradient program of W5 is built once (``runtime.build``); the 64 trees are run
+one by one (``exe(*args)``: the Relax VM, one tree to completion) and with ``run_batch`` over
+consecutive chunks of 1, 8 and 64 trees, interleaved in rounds; figures are per tree, the
+median over ``--rounds``. Also printed: the agenda's counters for each chunk size (kernel
+calls the instances made, calls made, batched calls, groups). Results of run_batch are
+checked against the one-by-one results (loss and every gradient).
+
+Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]``
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--trees", type=int, default=64)
+    ap.add_argument("--batches", default="1,8,64")
+    a = ap.parse_args(argv)
+    import relay_ir as rly
+    from relay_ir import passes, runtime
+    import workloads as W
+    mod = rly.parse(W.w5_source())
+    g = passes.optimize(passes.gradient(mod, entry="main"))
+    exe = runtime.build(g, target="llvm")
+    trees, params = W.w5_trees()[:a.trees], W.w5_params()
+    eye5 = np.eye(5, dtype=np.float32)
+    args = [(W._to_adt(mod, t), eye5[y], *params) for t, y in trees]
+    sizes = [int(b) for b in a.batches.split(",")]
+
+    def one_by_one() -> list:
+        return [exe(*x) for x in args]
+
+    def batched(b: int) -> list:
+        out: list = []
+        for i in range(0, len(args), b):
+            out.extend(exe.run_batch(args[i:i + b]))
+        return out
+    want = one_by_one()
+    stats = {}
+    for b in sizes:                       # warm-up: compiles the batched kernels once
+        got = batched(b)
+        stats[b] = exe.batch_stats()
+        for w, r in zip(want, got):
+            assert abs(float(w[0]) - float(r[0])) <= 1e-4 * max(1.0, abs(float(w[0])))
+            for x, y in zip(w[1][1:], r[1][1:]):
+                np.testing.assert_allclose(y, x, rtol=2e-3, atol=1e-5)
+    times: dict[str, list[float]] = {"one-by-one": []}
+    for b in sizes:
+        times[f"run_batch {b}"] = []
+    for _ in range(a.rounds):
+        t = time.perf_counter()
+        one_by_one()
+        times["one-by-one"].append(time.perf_counter() - t)
+        for b in sizes:
+            t = time.perf_counter()
+            batched(b)
+            times[f"run_batch {b}"].append(time.perf_counter() - t)
+    base = statistics.median(times["one-by-one"])
+    n = len(args)
+    print(f"W5 fwd+bwd, {n} trees, median of {a.rounds} rounds (ms per tree)")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"  {name:14s} {1e3 * med / n:8.2f} ms/tree   speedup vs one-by-one "
+              f"{base / med:5.2f}x")
+    for b in sizes:
+        print(f"  counters, chunks of {b} (last chunk): {stats[b]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
