@@ -83,4 +83,4 @@ from relay_ir.passes.jvp import jvp  # noqa: E402
 
 __all__ = ["Pass", "FunctionPass", "PassContext", "PassInfo", "Sequential", "function_pass",
            "module_pass", "run_pass", "get_pass", "parse_pipeline", "PASS_REGISTRY", "gradient",
-           "jvp"]
+           "jvp", "vmap"]

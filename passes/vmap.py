@@ -57,6 +57,9 @@ Gen = Generator[Any, Any, Any]
 __all__ = ["vmap", "vmap_function", "VmapError"]
 
 _UNSUPPORTED = "not supported by vmap; use exe.run_batch for such programs"
+_GRAD_HINT = (" (a gradient program must be first-order: passes.optimize makes the gradient of "
+              "a dataflow function first-order; one whose control flow depends on data keeps "
+              "its closures and references: vmap the function, then differentiate)")
 
 
 class VmapError(PassError):
@@ -74,6 +77,12 @@ def _batched(d: Any) -> bool:
     return d is not None
 
 
+def _has_float(t: Type) -> bool:
+    if isinstance(t, TupleType):
+        return any(_has_float(f) for f in t.fields)
+    return isinstance(t, TensorType) and t.dtype.startswith(("float", "bfloat"))
+
+
 def _insert(t: TensorType, axis: int, size: Dim) -> TensorType:
     shape = list(t.shape)
     shape.insert(axis, size)
@@ -83,8 +92,10 @@ def _insert(t: TensorType, axis: int, size: Dim) -> TensorType:
 class _Batcher:
     """One batching walk (a function body with its parameters' batch axes)."""
 
-    def __init__(self, mod: IRModule | None, ctx: BatchContext, graph: bool = False) -> None:
+    def __init__(self, mod: IRModule | None, ctx: BatchContext, graph: bool = False,
+                 guard_branches: bool = True) -> None:
         self.mod = mod
+        self.guard_branches = guard_branches
         # graph: the body is a dataflow graph (a primitive function): no let bindings are
         # made, shared nodes stay shared (memo by identity)
         self.graph = graph
@@ -169,12 +180,11 @@ class _Batcher:
             return (yield self.if_(e))
         if t in (Function, GlobalVar, Op):
             raise VmapError(f"functions as values (closures, higher-order calls) are "
-                            f"{_UNSUPPORTED}", e.span)
+                            f"{_UNSUPPORTED}{_GRAD_HINT}", e.span)
         if t in (Match, Constructor):
             raise VmapError(f"algebraic data types and match are {_UNSUPPORTED}", e.span)
         if t in (RefCreate, RefRead, RefWrite):
-            raise VmapError(f"references are {_UNSUPPORTED} (a gradient program must go through "
-                            "passes.optimize first)", e.span)
+            raise VmapError(f"references are {_UNSUPPORTED}{_GRAD_HINT}", e.span)
         raise VmapError(f"{t.__name__} is {_UNSUPPORTED}", e.span)  # pragma: no cover
 
     def call(self, e: Call) -> Gen:
@@ -237,12 +247,54 @@ class _Batcher:
             self.out = saved
             return If(self.emit(c), build_lets(bt, xt), build_lets(bf, xf), span=e.span), to
         # a batched condition: both branches run, a leafwise select
-        xt, dt = yield self.spine(e.true_branch)
-        xt = self.emit(xt)
-        xf, df = yield self.spine(e.false_branch)
-        xf = self.emit(xf)
         cond = self.emit(self.ctx.to_front(c, dc, 0))
+        saved = self.guard(e.true_branch, cond, True)
+        try:
+            xt, dt = yield self.spine(e.true_branch)
+        finally:
+            self.env.update(saved)
+        xt = self.emit(xt)
+        saved = self.guard(e.false_branch, cond, False)
+        try:
+            xf, df = yield self.spine(e.false_branch)
+        finally:
+            self.env.update(saved)
+        xf = self.emit(xf)
         return self.select(cond, xt, dt, xf, df, rt), self.all0(rt)
+
+    def guard(self, branch: Expr, cond: Expr, taken: bool) -> dict[Var, tuple[Expr, Any]]:
+        """With ``guard_branches``: every float tensor the branch reads from outside enters it
+        as ``where(cond, v, stop_gradient(v))`` (``taken`` False: the operands swapped) -- the
+        same value, but an adjoint that is zero, exactly, for the instances that do not take
+        the branch, so an inf or nan of the untaken branch's local derivatives never reaches
+        the adjoints outside. Returns the environment entries to restore after the branch."""
+        if not self.guard_branches:
+            return {}
+        from relay_ir.traversal import free_vars
+        saved: dict[Var, tuple[Expr, Any]] = {}
+        for v in free_vars(branch):
+            if v not in self.env or not _has_float(v.checked_type):
+                continue
+            x, d = saved[v] = self.env[v]
+            self.env[v] = (self.emit(self.guarded(x, d, v.checked_type, cond, taken),
+                                     v.name_hint), self.all0(v.checked_type))
+        return saved
+
+    def guarded(self, x: Expr, d: Any, t: Type, cond: Expr, taken: bool) -> Expr:
+        from relay_ir.op._rules import make_call
+        if isinstance(t, TupleType):
+            ds = d if isinstance(d, tuple) else (d,) * len(t.fields)
+            return Tuple(tuple(self.emit(self.guarded(self.field(x, i), ds[i], f, cond, taken))
+                               for i, f in enumerate(t.fields)))
+        if not isinstance(t, TensorType):
+            raise VmapError(f"a value of type {fmt_type(t)} used in an if on a batched "
+                            f"condition is {_UNSUPPORTED}")
+        v = self.emit(self.ctx.front(x, d, t))
+        if not t.dtype.startswith(("float", "bfloat")):
+            return v
+        m = cond if not t.ndim else make_call("expand_dims", cond, axis=1, num_newaxis=t.ndim)
+        sg = make_call("stop_gradient", v)
+        return make_call("where", m, v, sg) if taken else make_call("where", m, sg, v)
 
     def join(self, a: Any, b: Any, t: Type) -> Any:
         if isinstance(t, TupleType):
@@ -326,7 +378,8 @@ def _first_ref(params: Sequence[Var], types: Sequence[Type], dims: Sequence[Any]
 
 
 def _batch_function(fn: Function, in_axes: Any, batch_size: int | None,
-                    mod: IRModule | None, where: str, graph: bool = False) -> Function:
+                    mod: IRModule | None, where: str, graph: bool = False,
+                    guard_branches: bool = True) -> Function:
     """The batched version of the typed, A-normal-form function ``fn`` (untyped result)."""
     axes = _norm_in_axes(fn.params, in_axes, where)
     if batch_size is not None and (isinstance(batch_size, bool) or
@@ -353,7 +406,7 @@ def _batch_function(fn: Function, in_axes: Any, batch_size: int | None,
     if ref is None and batch_size is None:
         raise VmapError(f"no argument of {where} is batched (every in_axes entry is None): "
                         "give vmap a batch_size")
-    b = _Batcher(mod, BatchContext(size, ref), graph)
+    b = _Batcher(mod, BatchContext(size, ref), graph, guard_branches)
     for p, np_, d in zip(fn.params, new_params, dims):
         b.env[p] = (np_, d)
     x, d = run_generators(b.spine(fn.body))
@@ -391,7 +444,7 @@ def vmap_function(fn: Function, in_axes: Any, batch_size: int | None = None) -> 
 
 
 def vmap(mod: IRModule, entry: str = "main", in_axes: Any = 0,
-         batch_size: int | None = None) -> IRModule:
+         batch_size: int | None = None, guard_branches: bool = True) -> IRModule:
     """The module with ``@entry`` replaced by its batched version (same name); see the module
     docstring. Other globals are kept unchanged (the batched entry inlines those it calls)."""
     from relay_ir.passes.type_infer import InferType
@@ -402,7 +455,8 @@ def vmap(mod: IRModule, entry: str = "main", in_axes: Any = 0,
         raise VmapError(f"no global function @{entry} to batch (globals: {known})")
     m = _prepare(mod)
     fn = m[entry]
-    bf = _batch_function(fn, in_axes, batch_size, m, f"@{entry}")
+    bf = _batch_function(fn, in_axes, batch_size, m, f"@{entry}",
+                         guard_branches=guard_branches)
     return InferType()(mod.with_function(entry, bf))
 
 

@@ -30,7 +30,11 @@ An OpDef holds everything the project knows about an operator:
 * ``jvp(call, out, tangents) -> Expr`` -- the forward-mode rule: the tangent of ``out`` given
   one tangent atom per argument. The rules of :mod:`relay_ir.op._jvp` for linear operators
   (``jvp_linear``, ``jvp_linear_in``, ``jvp_multilinear[_in]``) also state that linearity
-  (:func:`relay_ir.op._jvp.linearity`), which partial evaluation uses to let zeros through.
+  (:func:`relay_ir.op._jvp.linearity`), which partial evaluation uses to let zeros through;
+* ``batch(call, args, in_dims, ctx) -> (expr, out_dim)`` -- the batching rule of
+  ``passes.vmap`` (:mod:`relay_ir.op._batch`: one table, applied to every OpDef once the
+  families are loaded); ``not_batchable`` is the reason text of an operator that cannot be
+  batched (value-dependent output shapes: ``dyn.*``), whose rule raises it.
 """
 from __future__ import annotations
 

@@ -64,6 +64,13 @@ def _op(name: str, *args: Expr, **attrs: Any) -> Expr:
     return make_call(name, *args, **attrs)
 
 
+def _prod(shape: Sequence[Dim]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)  # type: ignore[arg-type]
+    return n
+
+
 def _static(shape: Sequence[Dim]) -> bool:
     return all(isinstance(d, int) for d in shape)
 
@@ -236,7 +243,7 @@ def reduction(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     from relay_ir.op._rules import reduce_axes
     r = _rank(call, 0)
     axes = reduce_axes(r, call.attrs.axis, call.attrs.exclude)
-    new = [ctx.to_front(args[0], in_dims[0], r)]
+    new = [ctx.front(args[0], in_dims[0], ttype(call.args[0]))]
     for a, d, c in zip(args[1:], in_dims[1:], call.args[1:]):  # variance's mean
         new.append(ctx.front(a, d, ttype(c)))
     return _recall(call, new, axis=tuple(a + 1 for a in axes), exclude=False), 0
@@ -305,12 +312,9 @@ def tuple_axis(extra: int) -> Rule:
 
 def reshape_to_out(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
                    ctx: BatchContext) -> tuple[Expr, Any]:
-    """A reshape of the (first) argument: ``reshape(x, (-1,) + out_shape)`` (batch on 0).
-    The other arguments only give shapes (``reshape_like``)."""
+    """A reshape of the (batched) first argument: ``reshape(x, (-1,) + out_shape)`` (batch on
+    0). The other arguments only give shapes (``reshape_like``: see :func:`like_rule`)."""
     out = ttype_call(call)
-    if in_dims[0] is None:  # only a shape-giving argument is batched: the result is not
-        return call.__class__(call.op, (args[0],) + tuple(call.args[1:]), call.attrs,
-                              call.type_args), None
     if not _static(out.shape):
         return unrolled(call, args, in_dims, ctx)
     x = ctx.to_front(args[0], in_dims[0], _rank(call, 0))
@@ -522,9 +526,15 @@ def take_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     """``take(x, idx, axis, batch_dims)``: x batched -> axis + 1 (and batch_dims + 1 when the
     indices are batched too); only the indices batched -> the batch lands at ``axis``."""
     a = call.attrs
-    if a.axis is None:
-        return unrolled(call, args, in_dims, ctx)
     xt, it = ttype(call.args[0]), ttype(call.args[1])
+    if a.axis is None:  # the flattened x: indices index every instance's own elements
+        if in_dims[0] is None:
+            return _recall(call, args), in_dims[1]
+        x = _op("reshape", ctx.to_front(args[0], in_dims[0], xt.ndim), newshape=(0, -1))
+        if in_dims[1] is None:
+            return _recall(call, [x, args[1]], axis=1, batch_dims=0), 0
+        i = ctx.to_front(args[1], in_dims[1], it.ndim)
+        return _recall(call, [x, i], axis=1, batch_dims=1), 0
     ax = a.axis % xt.ndim if xt.ndim else 0
     bd = a.batch_dims % (it.ndim + 1) if a.batch_dims < 0 else a.batch_dims
     dx, di = in_dims
@@ -537,6 +547,34 @@ def take_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     x = ctx.front(args[0], dx, xt)
     i = ctx.front(args[1], di, it)
     return _recall(call, [x, i], axis=ax + 1, batch_dims=bd + 1), 0
+
+
+def take_grad_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+                   ctx: BatchContext) -> tuple[Expr, Any]:
+    """``take_grad(g, like, idx, axis, batch_dims)`` (``like`` gives only a shape): as
+    :func:`take_rule`, the scatter-add along ``axis + 1``, with ``batch_dims + 1`` when the
+    indices are batched."""
+    a = call.attrs
+    gt, lt, it = (ttype(c) for c in call.args)
+    if a.axis is None:  # scatter into each instance's flattened like, then its shape
+        if not _static(lt.shape):
+            return unrolled(call, args, in_dims, ctx)
+        g = ctx.front(args[0], in_dims[0], gt)
+        flat = _op("reshape", ctx.front(args[1], in_dims[1], lt), newshape=(0, -1))
+        if in_dims[2] is None:
+            y = _recall(call, [g, flat, args[2]], axis=1, batch_dims=0)
+        else:
+            i = ctx.to_front(args[2], in_dims[2], it.ndim)
+            y = _recall(call, [g, flat, i], axis=1, batch_dims=1)
+        return _op("reshape", y, newshape=(-1,) + tuple(lt.shape)), 0
+    ax = a.axis % lt.ndim
+    bd = a.batch_dims % (it.ndim + 1) if a.batch_dims < 0 else a.batch_dims
+    g = ctx.front(args[0], in_dims[0], gt)
+    like = ctx.front(args[1], in_dims[1], lt)
+    if in_dims[2] is None and bd == 0:
+        return _recall(call, [g, like, args[2]], axis=ax + 1, batch_dims=0), 0
+    i = ctx.front(args[2], in_dims[2], it)
+    return _recall(call, [g, like, i], axis=ax + 1, batch_dims=bd + 1), 0
 
 
 def matmul_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
@@ -553,6 +591,14 @@ def matmul_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     if dw is None and not ta:
         x = ctx.to_front(args[0], dx, xt.ndim)
         return _recall(call, [x, args[1]]), 0
+    if xt.ndim > 2 and not ta and _static(xt.shape):
+        # (B, a, b, .., K) rows flattened to (B, a*b*.., K), one batch_matmul, unflattened
+        x = ctx.front(args[0], dx, xt)
+        x = _op("reshape", x, newshape=(-1, int(_prod(xt.shape[:-1])), xt.shape[-1]))
+        w = _op("expand_dims", args[1], axis=0) if dw is None else ctx.to_front(args[1], dw, 2)
+        kw = {} if od is None else {"out_dtype": od}
+        y = _op("nn.batch_matmul", x, w, transpose_a=False, transpose_b=tb, **kw)
+        return _op("reshape", y, newshape=(-1,) + tuple(ttype_call(call).shape)), 0
     if xt.ndim not in (1, 2):
         return unrolled(call, args, in_dims, ctx)
     x = args[0] if dx is None else ctx.to_front(args[0], dx, xt.ndim)
@@ -584,33 +630,77 @@ def batch_matmul_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     return _op("reshape", z, newshape=(-1,) + tuple(out.shape)), 0
 
 
-def fold_n(n_data: int = 1, layout_attr: str | None = None) -> Rule:
+def fold_n(n_data: int | tuple[int, ...] = 1, layout_attr: str | None = None) -> Rule:
     """Per-sample operators (convolutions, pooling, resize, instance/group norm, pooling
-    gradients): the first ``n_data`` arguments carry a leading ``N`` axis and every other
-    argument is unbatched; the batch folds into ``N`` and unfolds after. Needs the layout to
-    start with ``N`` and static shapes; otherwise unrolled."""
+    gradients): the data arguments (the first ``n_data``, or those at the positions
+    ``n_data``) carry a leading ``N`` axis and every other argument is unbatched; the batch
+    folds into ``N`` and unfolds after. Needs the layout to start with ``N`` and static shapes;
+    otherwise unrolled."""
+    pos = tuple(range(n_data)) if isinstance(n_data, int) else n_data
+
     def rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
              ctx: BatchContext) -> tuple[Expr, Any]:
         out = call.checked_type_
         ok = (isinstance(out, TensorType) and _static(out.shape)
-              and all(d is None for d in in_dims[n_data:]))
+              and all(d is None for i, d in enumerate(in_dims) if i not in pos))
         if layout_attr is not None:
             ok = ok and str(call.attrs[layout_attr]).startswith("N")
             ol = call.attrs.get("out_layout")
             ok = ok and (not ol or str(ol).startswith("N"))
         if ok:
-            ts = [ttype(c) for c in call.args[:n_data]]
-            ok = all(_static(t.shape) and t.ndim >= 1 for t in ts)
+            ts = {i: ttype(call.args[i]) for i in pos}
+            ok = all(_static(t.shape) and t.ndim >= 1 for t in ts.values())
         if not ok:
             return unrolled(call, args, in_dims, ctx)
-        new = []
-        for a, d, t in zip(args[:n_data], in_dims, ts):
-            v = ctx.front(a, d, t)
-            new.append(_op("reshape", v, newshape=(-1,) + tuple(t.shape[1:])))
-        y = _recall(call, new + list(args[n_data:]))
+        new = list(args)
+        for i, t in ts.items():
+            v = ctx.front(args[i], in_dims[i], t)
+            new[i] = _op("reshape", v, newshape=(-1,) + tuple(t.shape[1:]))
+        y = _recall(call, new)
         return _op("reshape", y, newshape=(-1,) + tuple(out.shape)), 0  # type: ignore[union-attr]
     rule.__doc__ = "The batch folded into the N axis of the data (unbatched weights)."
     return rule
+
+
+def conv_rule(data_layout: str, kernel_layout: str) -> Rule:
+    """``nn.conv2d``/``nn.conv1d`` (default layouts): unbatched weight -> the batch folded into
+    ``N``; batched weight -> one grouped convolution (JAX's trick): the batch moves into the
+    channels, ``(N, B*C, ..)`` against a weight ``(B*O, C/g, ..)`` with ``B*g`` groups, and
+    back out of the result's channels."""
+    folded = fold_n(1, "data_layout")
+
+    def rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+             ctx: BatchContext) -> tuple[Expr, Any]:
+        if in_dims[1] is None:
+            return folded(call, args, in_dims, ctx)
+        a = call.attrs
+        xt, wt, out = ttype(call.args[0]), ttype(call.args[1]), ttype_call(call)
+        if (a.data_layout != data_layout or a.kernel_layout != kernel_layout
+                or (a.out_layout or data_layout) != data_layout
+                or not (_static(xt.shape) and _static(wt.shape) and _static(out.shape))):
+            return unrolled(call, args, in_dims, ctx)
+        r = xt.ndim
+        swap = (1, 0) + tuple(range(2, r + 1))
+        x = ctx.front(args[0], in_dims[0], xt)                      # (B, N, C, ..)
+        x = _op("reshape", _op("transpose", x, axes=swap),
+                newshape=(xt.shape[0], -1) + tuple(xt.shape[2:]))  # (N, B*C, ..)
+        w = ctx.to_front(args[1], in_dims[1], wt.ndim)              # (B, O, C/g, ..)
+        w = _op("reshape", w, newshape=(-1,) + tuple(wt.shape[1:]))  # (B*O, C/g, ..)
+        changes: dict[str, Any] = {"groups": a.groups * _size(ctx)}
+        if a.channels is not None:
+            changes["channels"] = a.channels * _size(ctx)
+        y = _recall(call, [x, w], **changes)                        # (N, B*O, ..)
+        y = _op("reshape", y, newshape=(out.shape[0], -1) + tuple(out.shape[1:]))
+        return _op("transpose", y, axes=swap), 0
+    rule.__doc__ = conv_rule.__doc__
+    return rule
+
+
+def _size(ctx: BatchContext) -> int:
+    if not isinstance(ctx.size, int):
+        raise BatchError("a convolution with a batched weight needs a static batch size "
+                         "(give vmap a static batch_size)")
+    return ctx.size
 
 
 def shape_of_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
@@ -775,7 +865,9 @@ def _table() -> dict[str, Rule]:
     t["nn.dense"] = matmul_rule
     t["nn.matmul"] = matmul_rule
     t["nn.batch_matmul"] = batch_matmul_rule
-    for n in ("nn.conv2d", "nn.conv1d", "nn.conv2d_transpose", "nn.conv1d_transpose"):
+    t["nn.conv2d"] = conv_rule("NCHW", "OIHW")
+    t["nn.conv1d"] = conv_rule("NCW", "OIW")
+    for n in ("nn.conv2d_transpose", "nn.conv1d_transpose"):
         t[n] = fold_n(1, "data_layout")
     for n in ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d"):
         t[n] = fold_n(1, "layout")
@@ -786,8 +878,9 @@ def _table() -> dict[str, Rule]:
               "annotation.compiler_begin", "annotation.compiler_end"):
         t[n] = passthrough
     # rare operators: unrolled (one call per instance, static batch size)
-    for n in ("take_grad", "strided_slice_grad", "nn.cross_entropy", "nn.conv2d_backward_data",
-              "nn.conv2d_backward_weight", "scatter_elements", "scatter_nd", "gather_nd",
+    t["take_grad"] = like_rule([1], take_grad_rule)
+    t["nn.conv2d_backward_data"] = fold_n((0, 2), "data_layout")
+    for n in ("strided_slice_grad", "nn.cross_entropy", "nn.conv2d_backward_weight", "scatter_elements", "scatter_nd", "gather_nd",
               "einsum", "layout_transform"):
         t[n] = unrolled
     return t
