@@ -26,7 +26,9 @@ dimensions and host groups run on the host (numpy reference implementations of t
 """
 from __future__ import annotations
 
+import gc
 import sys
+from time import perf_counter
 from typing import Any, Sequence
 
 import numpy as np
@@ -58,6 +60,8 @@ SERIAL_BELOW = 1 << 24
 # outputs of at least POOL_MIN bytes come from a pool of POOL_SLOTS arrays per shape
 POOL_MIN = 1 << 15
 POOL_SLOTS = 16
+# which kernels the instances park on (see KernelRunner._worth_deferring): "heavy" or "all"
+DEFER = "heavy"
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
 AGENDA = "most"
@@ -164,6 +168,26 @@ class KernelRunner:
             prog = runner.prog
             fidx = backend.cp.kernel_fns[k]
             self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
+        self.defer = self._worth_deferring(runner)
+        self.single_cost: float | None = None   # measured seconds per call (cost model)
+
+    def _worth_deferring(self, runner: BatchRunner) -> bool:
+        """Whether the instances park on this kernel for the agenda (else it runs inline).
+
+        ``DEFER = "all"``: every kernel but host groups. ``"heavy"`` (the default): only
+        matmul- and conv-like groups with small per-instance outputs -- a GEMV against a shared
+        weight becomes one GEMM -- since parking, grouping and resuming an instance costs a
+        few microseconds of Python, more than a (1, 128) elementwise kernel saves by running
+        in a batch."""
+        if self.host or self.tuple_params or self.out_bytes > OUT_LIMIT:
+            return False
+        if DEFER == "all":
+            return True
+        try:
+            kind = runner.exe._backend.exe._lower(self.fn, list(self.param_types)).kind
+        except DiagnosticError:
+            return False
+        return kind in ("matmul", "conv")
 
     def leaves(self, args: list) -> list:
         """The call's flattened tensor inputs."""
@@ -179,11 +203,9 @@ class KernelRunner:
         self.runner.stats["kernel_calls"] += 1
         if self.host:
             return _execute(self.host_closure, list(args))
-        wrap = self.runner.wrap
-        ins = [wrap(a) for a in self.leaves(args)]
         empty = self.runner.empty
         outs = [empty(shape, dtype) for shape, dtype in self.outs]
-        self.func(*ins, *self.consts, *[wrap(o) for o in outs])
+        self.runner.invoke(self.func, self.leaves(args), self.consts, outs)
         return outs[0] if self.result == 0 and len(outs) == 1 else _build(self.result, outs)
 
 
@@ -233,6 +255,8 @@ class BatchedKernel:
                 raise DiagnosticError(f"batched output type {t!r} is not batched on axis 0")
         from relay_ir.runtime.vm import _result_struct
         self.result = _result_struct(lowered.result_type)
+        self.cost: dict[int, float] = {}      # batch-size bucket -> measured seconds per call
+        self.tries: dict[int, int] = {}
         # NOTE: per-instance work, for the serial/parallel choice (output elements, times the
         # reduction length of a matmul-like group)
         self.volume = sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs) * \
@@ -262,16 +286,15 @@ class BatchedKernel:
     def call(self, runner: BatchRunner, leaves: list[list]) -> list:
         """One call for ``len(leaves)`` instances; returns each instance's result."""
         n = len(leaves)
-        wrap = runner.wrap
         ins = []
         for j, s in enumerate(self.shared):
             if s:
-                ins.append(wrap(leaves[0][j]))
+                ins.append(leaves[0][j])
             else:
-                ins.append(wrap(np.stack([lv[j] for lv in leaves])))
+                ins.append(np.stack([lv[j] for lv in leaves]))
         outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
         func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
-        func(*ins, *self.consts, *[wrap(o) for o in outs])
+        runner.invoke(func, ins, self.consts, outs)
         runner.stats["batched_calls"] += 1
         runner.stats["kernel_calls"] += 1
         single = self.result == 0 and len(outs) == 1
@@ -326,6 +349,19 @@ class BatchRunner:
             got.append(a)
         return a
 
+    def invoke(self, func: Any, ins: list, consts: list, outs: list) -> None:
+        """Call a compiled kernel on numpy inputs and outputs.
+
+        NOTE: numpy arrays go to the kernel as they are (DLPack, zero-copy); the kernel's
+        argument checks refuse what it cannot take (a strided view, a numpy scalar, a
+        read-only or empty array), and the call is then made again with every argument
+        converted by :meth:`wrap` (copied where needed). A check fails before anything runs."""
+        try:
+            func(*ins, *consts, *outs)
+        except Exception:
+            wrap = self.wrap
+            func(*[wrap(a) for a in ins], *consts, *[wrap(o) for o in outs])
+
     def wrap(self, a: Any) -> Any:
         """A numpy array as a kernel argument (zero-copy when it can be)."""
         if type(a) is not np.ndarray:
@@ -365,8 +401,18 @@ class BatchRunner:
             except DiagnosticError as e:
                 raise _instance_error(e, i) from None
             insts.append(_Instance(i, code, list(checked) + clo.captured + code.rest))
-        with np.errstate(all="ignore"):
-            self._drive(insts)
+        # NOTE: the cyclic GC would rescan every instance's frames and values again and again
+        # (the instances' heaps are alive together); the run makes few cycles (recursive
+        # closures), collected when it ends
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            with np.errstate(all="ignore"):
+                self._drive(insts)
+        finally:
+            if paused:
+                gc.enable()
         return [self._export(_normalize_output(x.result)) for x in insts]
 
     def run_closure(self, clo: Closure, args: list) -> Any:
@@ -457,7 +503,7 @@ class BatchRunner:
         k0 = members[0].pending[0]
         kr = self.kernel(k0)
         if len(members) == 1 or kr.host or kr.tuple_params:
-            return [self._call_one(x) for x in members]
+            return self._loop(kr, members)
         leaves = [kr.leaves(x.pending[1]) for x in members]
         first = leaves[0]
         shared = tuple(all(lv[j] is first[j] for lv in leaves) for j in range(len(first)))
@@ -474,11 +520,34 @@ class BatchRunner:
                     self.batched[key] = None      # NOTE: vmap cannot batch it: loop
             bk = self.batched[key]
         if bk is None:
-            return [self._call_one(x) for x in members]
+            return self._loop(kr, members)
+        # NOTE: the run-time cost model: the batched call's measured time at this batch size
+        # (bucketed by powers of two) against the measured per-instance time times n; an
+        # unmeasured side is tried first (a symbolic kernel is slower than the static one at
+        # small sizes: W5's (1,640)x(640,256) took 0.23 ms batched at n=2, 13 us a call alone)
+        n = len(members)
+        bucket = n.bit_length()
+        est = bk.cost.get(bucket)
+        if est is not None and (kr.single_cost is None or est > kr.single_cost * n):
+            if kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1:
+                return self._loop(kr, members)
+        bk.tries[bucket] = bk.tries.get(bucket, 0) + 1
+        t = perf_counter()
         try:
-            return bk.call(self, leaves)
+            out = bk.call(self, leaves)
         except Exception:
-            return [self._call_one(x) for x in members]
+            return self._loop(kr, members)
+        d = perf_counter() - t
+        bk.cost[bucket] = d if est is None else 0.7 * est + 0.3 * d
+        return out
+
+    def _loop(self, kr: KernelRunner, members: list[_Instance]) -> list:
+        """The group's calls one by one (timed: the cost model's per-instance figure)."""
+        t = perf_counter()
+        out = [self._call_one(x) for x in members]
+        d = (perf_counter() - t) / len(members)
+        kr.single_cost = d if kr.single_cost is None else 0.7 * kr.single_cost + 0.3 * d
+        return out
 
     def _call_one(self, x: _Instance) -> Any:
         k, args, site = x.pending
@@ -510,6 +579,7 @@ class BatchRunner:
         steps = code.steps
         push, pop = stack.append, stack.pop
         limit = 2 * self.max_depth
+        kernels = self.kernels
         try:
             while True:
                 r = steps[pc](regs)
@@ -518,9 +588,28 @@ class BatchRunner:
                     continue
                 tag = r[0]
                 if tag == KERNEL:
+                    self.stats["instance_calls"] += 1
+                    kr = kernels.get(r[1])
+                    if kr is None:
+                        kr = self.kernel(r[1])
+                    if not kr.defer:
+                        # NOTE: a kernel that batching does not pay for runs now, inline
+                        v = kr.call(r[2])
+                        site = r[3]
+                        if site is not None:
+                            regs[site[2]] = v
+                            pc = site[1]
+                            continue
+                        if not stack:
+                            x.result, x.done = v, True
+                            return
+                        regs = pop()
+                        code, pc, dst = pop()
+                        regs[dst] = v
+                        steps = code.steps
+                        continue
                     x.code, x.pc, x.regs = code, pc, regs
                     x.pending = (r[1], r[2], r[3])
-                    self.stats["instance_calls"] += 1
                     x.depth += 1
                     return
                 if tag == RET:
