@@ -11,8 +11,9 @@ process, compiled with ``runtime.build(target="llvm")``:
 * per-example gradients: ``vmap(optimize(gradient(mlp)))`` (symbolic and static batch, one
   call) against the single-instance gradient program called ``B`` times.
 
-The loop / vmap ratios use the faster of the two batched forms. Every batched result is checked against the loop before timing. Times: median of ``--repeat``
-runs after a warm-up (per batch, in microseconds).
+The loop / vmap ratios use the faster of the two batched forms. Every batched result is
+checked against the loop before timing. Times: median of ``--repeat`` runs after a warm-up (per
+batch, in microseconds).
 
 Run: ``.venv/bin/python benchmarks/bench_vmap.py [--repeat N] [--batches 1,8,64]``.
 """

@@ -363,8 +363,10 @@ def _param_dims(p: Var, t: Type, axis: int | None, size: Dim, where: str
     return _insert(t, a, size), a
 
 
-def _first_ref(params: Sequence[Var], types: Sequence[Type], dims: Sequence[Any],
-               orig: Sequence[Type]) -> tuple[Expr, int, TensorType] | None:
+def _first_ref(params: Sequence[Var], dims: Sequence[Any], orig: Sequence[Type]
+               ) -> tuple[Expr, int, TensorType] | None:
+    """The first batched tensor leaf of the parameters (expression, batch axis, per-instance
+    type): what a batch-shaped mask is made from when the batch size is symbolic."""
     for p, d, t in zip(params, dims, orig):
         x: Expr = p
         while isinstance(d, tuple):
@@ -402,7 +404,7 @@ def _batch_function(fn: Function, in_axes: Any, batch_size: int | None,
         nt, d = _param_dims(p, t, a, size, where)
         new_params.append(Var(p.name_hint, nt, span=p.span, attrs=p.attrs))
         dims.append(d)
-    ref = _first_ref(new_params, [v.type_annotation for v in new_params], dims, orig)
+    ref = _first_ref(new_params, dims, orig)
     if ref is None and batch_size is None:
         raise VmapError(f"no argument of {where} is batched (every in_axes entry is None): "
                         "give vmap a batch_size")

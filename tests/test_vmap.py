@@ -199,7 +199,7 @@ def _vmap_symbolic_or_static(mod, in_axes):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("name", BATCHABLE)
 def test_vmap_of_one_call_equals_a_loop(name):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(7)
-    for arg_types, given in SAMPLES[name][:2]:
+    for arg_types, given in SAMPLES[name]:
         if any(isinstance(a, np.ndarray) for a in arg_types):
             continue
         mod = _one_call_module(name, arg_types, given)
@@ -290,6 +290,21 @@ def @main(%x: Tensor[(2,), float32], %c: bool, %w: Tensor[(2,), float32]) {
         assert_loop_equal(mod, bm, [x, np.array(c), w], (0, None, None), 6)
 
 
+def test_vmap_of_vmap_equals_a_double_loop():
+    mod = _parse(BRANCHY)
+    b2 = passes.vmap(passes.vmap(mod, in_axes=(0, None)), in_axes=(1, 0))
+    assert "def @main[batch, batch1](%x: Tensor[(batch, batch1, 3), float32], " \
+        "%k: Tensor[(batch1), float32])" in rly.astext(b2)
+    x, k = _rand((6, 4, 3), seed=8), _rand((4,), seed=9)
+    y, kk = runtime.evaluate(b2, x, k)
+    assert y.shape == (4, 6, 3) and kk.shape == (4, 6)
+    for j in range(4):
+        for i in range(6):
+            wy, wk = runtime.evaluate(mod, x[i, j], k[j])
+            np.testing.assert_allclose(y[j, i], wy, rtol=1e-6)
+            assert kk[j, i] == wk
+
+
 def test_nested_globals_are_inlined_and_batched():
     mod = _parse("""
 def @sq(%a: Tensor[(2,), float32]) { multiply(%a, %a) }
@@ -337,16 +352,17 @@ def _mlp_grads(x, w, b):  # type: ignore[no-untyped-def]
 
 def test_vmap_of_an_optimized_gradient_program_gives_per_instance_gradients():
     mod = _parse(MLP)
-    gm = passes.optimize(passes.gradient(mod))
-    bm = passes.vmap(gm, in_axes=(0, None, None))
     xs, w, b = _rand((6, 4)), _rand((5, 4), seed=1), _rand((5,), seed=2)
-    val, (gx, gw, gb) = runtime.evaluate(bm, xs, w, b)
-    assert gw.shape == (6, 5, 4)
-    for i in range(6):
-        v, (wx, ww, wb) = _mlp_grads(xs[i], w, b)
-        np.testing.assert_allclose(val[i], v, rtol=1e-5)
-        for g, want in ((gx[i], wx), (gw[i], ww), (gb[i], wb)):
-            np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+    for gm in (passes.optimize(passes.gradient(mod)),
+               passes.gradient(mod, mode="first_order")):
+        bm = passes.vmap(gm, in_axes=(0, None, None))
+        val, (gx, gw, gb) = runtime.evaluate(bm, xs, w, b)
+        assert gw.shape == (6, 5, 4)
+        for i in range(6):
+            v, (wx, ww, wb) = _mlp_grads(xs[i], w, b)
+            np.testing.assert_allclose(val[i], v, rtol=1e-5)
+            for g, want in ((gx[i], wx), (gw[i], ww), (gb[i], wb)):
+                np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
 
 
 def test_gradient_of_a_vmapped_program_sums_over_instances():
@@ -446,8 +462,9 @@ def test_a_batched_tuple_parameter_batches_every_leaf():
 
 
 @pytest.mark.parametrize("src, msg", [
-    ("""def @main(%x: Tensor[(2,), float32], %f: fn (Tensor[(2,), float32]) -> Tensor[(2,), float32]) {
-          %f(%x) }""", "parameter %f of @main has type fn"),
+    ("""def @main(%x: Tensor[(2,), float32],
+                  %f: fn (Tensor[(2,), float32]) -> Tensor[(2,), float32]) { %f(%x) }""",
+     "parameter %f of @main has type fn"),
     ("""def @main(%x: Tensor[(2,), float32]) { let %r = ref(%x); ref_read(%r) }""",
      "references are not supported by vmap; use exe.run_batch for such programs"),
     ("""def @main(%x: Tensor[(2,), float32]) { let %f = fn (%y: Tensor[(2,), float32]) { %y };
@@ -596,3 +613,21 @@ def test_vmap_function_batches_every_fused_group_of_an_example(example):  # type
                         np.testing.assert_allclose(g[i], w, rtol=1e-5, atol=1e-6)
                 done += 1
     assert done >= 5
+
+
+@pytest.mark.parametrize("name", ["add", "where", "sum", "argmax", "nn.dense", "nn.matmul",
+                                  "nn.batch_matmul", "nn.softmax", "nn.layer_norm",
+                                  "concatenate", "split", "take", "take_grad", "strided_slice",
+                                  "reshape", "transpose", "squeeze", "nn.conv2d",
+                                  "nn.max_pool2d", "nn.global_avg_pool2d", "einsum", "cumsum",
+                                  "one_hot", "nn.bias_add", "collapse_sum_like"])
+def test_main_rules_batch_without_unrolling(name):  # type: ignore[no-untyped-def]
+    """The families' rules make one call for the whole batch (no per-instance stack), for the
+    first sample with the first argument batched and the rest shared."""
+    arg_types, given = SAMPLES[name][0]
+    mod = _one_call_module(name, arg_types, given)
+    in_axes = (0,) + (None,) * (len(arg_types) - 1)
+    text = rly.astext(passes.vmap(mod, in_axes=in_axes, batch_size=N)["main"])
+    assert "stack(" not in text, text
+    if name != "collapse_sum_like":  # (written as sums over the collapsed axes)
+        assert text.count(name.split(".")[-1] + "(") == 1, text

@@ -35,8 +35,10 @@ The families (each operator gets one in ``_TABLE`` at the bottom, or an explicit
 * **per-sample operators** (``nn.conv2d``, pooling, ``image.resize2d``, ``nn.instance_norm``...)
   with unbatched weights: the batch folded into ``N`` (``(B, N, ...) -> (B*N, ...)``) and
   unfolded after;
+* **einsum**: a fresh label for the batch in front of the batched operands' and the output's;
+* **batched convolution weights**: one grouped convolution (the batch moved into the channels);
 * **unrolled** (the fallback of every family for the argument combinations it does not cover,
-  and the whole rule of rare operators such as ``scatter_nd`` or ``einsum``): one call per
+  and the whole rule of rare operators such as ``scatter_nd``): one call per
   instance on ``take(x, i, axis=d)`` and a ``stack`` of the results. Correct for any batch
   size known at compile time; a symbolic batch size makes it an error (``VmapError``);
 * **not batchable**: operators whose output shape depends on values (``dyn.*``) and host-only
@@ -577,6 +579,43 @@ def take_grad_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     return _recall(call, [g, like, i], axis=ax + 1, batch_dims=bd + 1), 0
 
 
+def einsum_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+                ctx: BatchContext) -> tuple[Expr, Any]:
+    """``einsum(operands, equation)``: a fresh label for the batch, in front of every batched
+    operand's labels and of the output's (ellipses made explicit labels first)."""
+    import string
+    from relay_ir.op.indexing_ext import parse_einsum
+    t = call.args[0].checked_type_
+    assert isinstance(t, TupleType)
+    ranks = [f.ndim for f in t.fields]  # type: ignore[attr-defined]
+    labels, out = parse_einsum(call.attrs.equation, ranks)
+    letters = string.ascii_letters
+    used = {c for lab in labels for c in lab if c in letters}
+    free = iter(c for c in letters if c not in used)
+    named: dict[str, str] = {}
+
+    def name(c: str) -> str:
+        if c not in letters and c not in named:
+            named[c] = next(free)
+        return named.get(c, c)
+    labels = [[name(c) for c in lab] for lab in labels]
+    out = [name(c) for c in out]
+    z = next(free)
+    dims = in_dims[0] if isinstance(in_dims[0], tuple) else (in_dims[0],) * len(ranks)
+    src = args[0]
+    fields, terms = [], []
+    for k, (lab, d, r) in enumerate(zip(labels, dims, ranks)):
+        f = src.fields[k] if isinstance(src, Tuple) else TupleGetItem(src, k)
+        if d is None:
+            fields.append(f)
+            terms.append("".join(lab))
+        else:
+            fields.append(ctx.to_front(f, d, r))
+            terms.append(z + "".join(lab))
+    eq = ",".join(terms) + "->" + z + "".join(out)
+    return _recall(call, [Tuple(tuple(fields))], equation=eq), 0
+
+
 def matmul_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
                 ctx: BatchContext) -> tuple[Expr, Any]:
     """``nn.dense`` / ``nn.matmul``: an unbatched weight takes the batch as one more leading
@@ -862,6 +901,7 @@ def _table() -> dict[str, Rule]:
     t["argsort"] = sort_rule
     t["topk"] = sort_rule
     t["shape_of"] = shape_of_rule
+    t["einsum"] = einsum_rule
     t["nn.dense"] = matmul_rule
     t["nn.matmul"] = matmul_rule
     t["nn.batch_matmul"] = batch_matmul_rule
@@ -877,11 +917,11 @@ def _table() -> dict[str, Rule]:
     for n in ("on_device", "device_copy", "annotation.stop_fusion", "annotation.checkpoint",
               "annotation.compiler_begin", "annotation.compiler_end"):
         t[n] = passthrough
-    # rare operators: unrolled (one call per instance, static batch size)
     t["take_grad"] = like_rule([1], take_grad_rule)
     t["nn.conv2d_backward_data"] = fold_n((0, 2), "data_layout")
-    for n in ("strided_slice_grad", "nn.cross_entropy", "nn.conv2d_backward_weight", "scatter_elements", "scatter_nd", "gather_nd",
-              "einsum", "layout_transform"):
+    # rare operators: unrolled (one call per instance, static batch size)
+    for n in ("strided_slice_grad", "nn.cross_entropy", "nn.conv2d_backward_weight",
+              "scatter_elements", "scatter_nd", "gather_nd", "layout_transform"):
         t[n] = unrolled
     return t
 
