@@ -404,6 +404,15 @@ def bench_w5(rounds: int, torch: Any | None) -> dict[str, Any]:
         rec["run_batch_vs_torch_eager"] = rb["median"] / eager["median"]
     if "median" in rb and "median" in hand64:
         rec["run_batch_vs_hand_batched"] = rb["median"] / hand64["median"]
+    # NOTE: the kernel calls one tree makes (the agenda's instance_calls are the same for
+    # every chunk size): what a driver may spend per call to match a row
+    counted = [r["stats"]["instance_calls"] for r in rows.values()
+               if r.get("stats", {}).get("instance_calls")]
+    if counted:
+        per_tree = counted[0] / n
+        rec["kernel_calls_per_tree"] = per_tree
+        rec["us_per_instance_call"] = {name: r["median"] * 1e3 / per_tree
+                                       for name, r in rows.items() if "median" in r}
     return rec
 
 
@@ -540,6 +549,10 @@ def print_w5(rec: dict[str, Any]) -> None:
                      f"{'met' if v <= 1.0 else 'MISSED'})")
     if goals:
         print("\n" + "; ".join(goals))
+    if "us_per_instance_call" in rec:
+        per = "; ".join(f"{name}: {v:.2f}" for name, v in rec["us_per_instance_call"].items())
+        print(f"\nOne tree makes {rec['kernel_calls_per_tree']:.0f} kernel calls (fused groups "
+              f"of the gradient program). Time per tree divided by them, in us: {per}.")
 
 
 def print_train(rec: dict[str, Any]) -> None:
