@@ -7,7 +7,9 @@ median over ``--rounds``. Also printed: the agenda's counters for each chunk siz
 calls the instances made, calls made, batched calls, groups). Results of run_batch are
 checked against the one-by-one results (loss and every gradient).
 
-Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]``
+Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]
+[--defer heavy|all] [--agenda most|depth] [--hidden 128] [--forward]`` (``--hidden``
+changes W5's H = D; ``--forward`` runs the loss alone, without the gradient).
 """
 from __future__ import annotations
 
@@ -27,12 +29,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trees", type=int, default=64)
     ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--defer", default="heavy", choices=["heavy", "all"],
+                    help="which kernels park on the agenda (runtime.batching.DEFER)")
+    ap.add_argument("--agenda", default="most", choices=["most", "depth"],
+                    help="the agenda's choice (runtime.batching.AGENDA)")
+    ap.add_argument("--hidden", type=int, default=128, help="H = D (W5: 128)")
+    ap.add_argument("--forward", action="store_true",
+                    help="the forward program only (no gradient)")
     a = ap.parse_args(argv)
+    from relay_ir.runtime import batching
+    batching.DEFER, batching.AGENDA = a.defer, a.agenda
     import relay_ir as rly
     from relay_ir import passes, runtime
     import workloads as W
+    W.H5 = a.hidden            # NOTE: w5_source and w5_params read it when called
     mod = rly.parse(W.w5_source())
-    g = passes.optimize(passes.gradient(mod, entry="main"))
+    g = mod if a.forward else passes.optimize(passes.gradient(mod, entry="main"))
     exe = runtime.build(g, target="llvm")
     trees, params = W.w5_trees()[:a.trees], W.w5_params()
     eye5 = np.eye(5, dtype=np.float32)
@@ -53,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         got = batched(b)
         stats[b] = exe.batch_stats()
         for w, r in zip(want, got):
+            if a.forward:
+                w, r = (w, ()), (r, ())
             assert abs(float(w[0]) - float(r[0])) <= 1e-4 * max(1.0, abs(float(w[0])))
             for x, y in zip(w[1][1:], r[1][1:]):
                 np.testing.assert_allclose(y, x, rtol=2e-3, atol=1e-5)
@@ -69,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             times[f"run_batch {b}"].append(time.perf_counter() - t)
     base = statistics.median(times["one-by-one"])
     n = len(args)
-    print(f"W5 fwd+bwd, {n} trees, median of {a.rounds} rounds (ms per tree)")
+    what = "fwd" if a.forward else "fwd+bwd"
+    print(f"W5 {what} H={a.hidden}, {n} trees, median of {a.rounds} rounds (ms per tree); "
+          f"defer={a.defer} agenda={a.agenda}")
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:14s} {1e3 * med / n:8.2f} ms/tree   speedup vs one-by-one "

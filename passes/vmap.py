@@ -455,6 +455,13 @@ def vmap(mod: IRModule, entry: str = "main", in_axes: Any = 0,
     if entry not in mod:
         known = ", ".join(f"@{n}" for n in mod.functions) or "none"
         raise VmapError(f"no global function @{entry} to batch (globals: {known})")
+    from relay_ir.traversal import post_order
+    for name in mod.functions:
+        if name != entry and any(isinstance(e, GlobalVar) and e.name_hint == entry
+                                 for e in post_order(mod[name].body)):
+            raise VmapError(f"@{name} uses the entry @{entry}, whose type vmap changes: batch "
+                            f"a wrapper entry that calls @{entry} instead",
+                            getattr(mod[name], "span", None))
     m = _prepare(mod)
     fn = m[entry]
     bf = _batch_function(fn, in_axes, batch_size, m, f"@{entry}",

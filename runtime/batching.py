@@ -170,6 +170,9 @@ class KernelRunner:
             self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
         self.defer = self._worth_deferring(runner)
         self.single_cost: float | None = None   # measured seconds per call (cost model)
+        if not self.host and not self.tuple_params and len(self.outs) == 1 and \
+                self.result == 0 and self.out_bytes < POOL_MIN:
+            self.call = self._fast_call()       # type: ignore[method-assign]
 
     def _worth_deferring(self, runner: BatchRunner) -> bool:
         """Whether the instances park on this kernel for the agenda (else it runs inline).
@@ -198,9 +201,24 @@ class KernelRunner:
             _flatten_value(v, t, out)
         return out
 
+    def _fast_call(self) -> Any:
+        """A specialised :meth:`call` for a static kernel with tensor parameters and one small
+        output (most calls of control-heavy programs): no pool, no result building."""
+        f, consts, slow = self.func, tuple(self.consts), self.call
+        (shape, dtype), = self.outs
+        empty = np.empty
+
+        def call(args: list) -> Any:
+            o = empty(shape, dtype)
+            try:
+                f(*args, *consts, o)
+            except Exception:
+                return slow(args)       # NOTE: an argument the kernel refused: converted
+            return o
+        return call
+
     def call(self, args: list) -> Any:
         """One call on one instance's arguments."""
-        self.runner.stats["kernel_calls"] += 1
         if self.host:
             return _execute(self.host_closure, list(args))
         empty = self.runner.empty
@@ -215,9 +233,7 @@ class BatchedKernel:
     def __init__(self, runner: BatchRunner, kr: KernelRunner, shared: tuple[bool, ...]):
         import tvm
         from relay_ir.passes.vmap import vmap_function
-        from relay_ir.runtime.executor import kernel_request  # noqa: F401 (same cache)
-        from relay_ir.runtime.kernel_cache import KernelRequest
-        from relay_ir.runtime.lower_tvm import flatten_type, lower_group, schedule
+        from relay_ir.runtime.lower_tvm import flatten_type, lower_group
         from relay_ir.op._te import fast_math, symbolic_dims
         from relay_ir.ty import ShapeVar
         exe = runner.exe._backend.exe
@@ -296,7 +312,7 @@ class BatchedKernel:
         func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
         runner.invoke(func, ins, self.consts, outs)
         runner.stats["batched_calls"] += 1
-        runner.stats["kernel_calls"] += 1
+        runner.stats["batched_instances"] += n
         single = self.result == 0 and len(outs) == 1
         res = []
         for i in range(n):
@@ -316,7 +332,7 @@ class BatchRunner:
         self.kernels: dict[int, KernelRunner] = {}
         self.batched: dict[tuple, BatchedKernel | None] = {}
         self.stats = {"kernel_calls": 0, "batched_calls": 0, "instance_calls": 0,
-                      "groups": 0}
+                      "groups": 0, "batched_instances": 0}
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self.max_depth = DEFAULT_MAX_DEPTH
@@ -413,6 +429,9 @@ class BatchRunner:
         finally:
             if paused:
                 gc.enable()
+            st = self.stats
+            st["kernel_calls"] = st["instance_calls"] - st["batched_instances"] + \
+                st["batched_calls"]
         return [self._export(_normalize_output(x.result)) for x in insts]
 
     def run_closure(self, clo: Closure, args: list) -> Any:

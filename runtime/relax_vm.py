@@ -954,7 +954,8 @@ class RelaxExecutable:
     def batch_stats(self) -> dict[str, int]:
         """Counters of the last :meth:`run_batch`: ``instance_calls`` (the kernel calls the
         instances made), ``kernel_calls`` (the calls actually made: a batched call counts
-        once), ``batched_calls`` (calls of batched kernels) and ``groups`` (agenda picks)."""
+        once), ``batched_calls`` (calls of batched kernels), ``batched_instances`` (the instance
+        calls they served) and ``groups`` (agenda picks)."""
         runner = getattr(self, "_batch_runner", None)
         return dict(runner.stats) if runner is not None else {}
 

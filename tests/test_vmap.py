@@ -484,6 +484,16 @@ def test_unsupported_programs_are_clear_errors(src, msg):  # type: ignore[no-unt
     assert msg in info.value.message
 
 
+def test_an_entry_used_by_another_global_is_refused():
+    mod = _parse("""
+def @main(%x: Tensor[(2,), float32]) { exp(%x) }
+def @user(%y: Tensor[(2,), float32]) { @main(%y) }""")
+    with pytest.raises(VmapError, match="@user uses the entry @main, whose type vmap changes"):
+        passes.vmap(mod, in_axes=0)
+    bm = passes.vmap(mod, entry="user", in_axes=0)  # a wrapper entry is fine
+    assert_loop_equal(mod, bm, [_rand((3, 2))], (0,), 3, entry="user")
+
+
 def test_a_gradient_program_with_references_says_what_to_do():
     gm = passes.optimize(passes.gradient(_parse(BRANCHY)))
     with pytest.raises(VmapError) as info:
@@ -631,3 +641,88 @@ def test_main_rules_batch_without_unrolling(name):  # type: ignore[no-untyped-de
     assert "stack(" not in text, text
     if name != "collapse_sum_like":  # (written as sums over the collapsed axes)
         assert text.count(name.split(".")[-1] + "(") == 1, text
+
+
+# ----------------------------------------------------------------------------- random programs
+def _random_program(seed: int):  # type: ignore[no-untyped-def]
+    """A random dataflow program over (3, 4), (4,) and () float tensors: elementwise,
+    broadcasting, reductions, transposes, reshapes, concatenation, take, softmax, select."""
+    rng = np.random.default_rng(seed)
+    pool = [("%p0", (3, 4)), ("%p1", (4,)), ("%p2", ())]
+    lines = []
+
+    def pick(pred=lambda s: True):  # type: ignore[no-untyped-def]
+        cands = [v for v in pool if pred(v[1])]
+        return cands[rng.integers(len(cands))]
+
+    for i in range(12):
+        a, sa = pick()
+        k = rng.integers(8)
+        if k == 0:
+            e, s = f"{['exp', 'tanh', 'negative', 'sigmoid'][rng.integers(4)]}({a})", sa
+        elif k == 1:
+            b, sb = pick(lambda s: _bcast_ok(s, sa))
+            e, s = (f"{['add', 'multiply', 'maximum', 'subtract'][rng.integers(4)]}({a}, {b})",
+                    np.broadcast_shapes(sa, sb))
+        elif k == 2 and sa:
+            ax = int(rng.integers(len(sa)))
+            e, s = f"sum({a}, axis=[{ax}])", sa[:ax] + sa[ax + 1:]
+        elif k == 3 and len(sa) == 2:
+            e, s = f"transpose({a})", sa[::-1]
+        elif k == 4 and sa:
+            e, s = f"reshape({a}, newshape=[-1])", (int(np.prod(sa)),)
+        elif k == 5 and sa:
+            e, s = f"concatenate(({a}, {a}), axis=0)", (2 * sa[0],) + sa[1:]
+        elif k == 6 and sa:
+            e, s = f"nn.softmax({a}, axis=-1)", sa
+        elif k == 7 and sa and sa[-1] >= 2:
+            e, s = f"take({a}, %idx, axis={len(sa) - 1})", sa[:-1] + (2,)
+        else:
+            b, sb = pick(lambda s: _bcast_ok(s, sa))
+            e = f"where(greater({a}, {b}), {a}, {b})"
+            s = np.broadcast_shapes(sa, sb)
+        lines.append(f"  let %v{i} = {e};")
+        pool.append((f"%v{i}", tuple(s)))
+    body = "\n".join(lines)
+    return _parse(f"""
+def @main(%p0: Tensor[(3, 4), float32], %p1: Tensor[(4,), float32], %p2: float32,
+          %idx: Tensor[(2,), int32]) {{
+{body}
+  ({pool[-1][0]}, {pool[-2][0]})
+}}""")
+
+
+def _bcast_ok(a, b) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        np.broadcast_shapes(a, b)
+        return True
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_equal_a_loop(seed):  # type: ignore[no-untyped-def]
+    mod = _random_program(seed)
+    rng = np.random.default_rng(100 + seed)
+    choices = [0, None, -1]
+    in_axes = tuple(choices[rng.integers(3)] for _ in range(3)) + (
+        None if seed % 2 else 0,)  # odd seeds: shared indices; even: per-instance ones
+    if all(a is None for a in in_axes):
+        in_axes = (0,) + in_axes[1:]
+    types = [(3, 4), (4,), ()]
+    args = [np.stack([_rand(t, seed=seed * 10 + j + i) for i in range(N)], axis=a % (len(t) + 1))
+            if a is not None else _rand(t, seed=seed * 10 + j)
+            for j, (t, a) in enumerate(zip(types, in_axes))]
+    idx = np.array([[1, 0], [3, 3], [0, 2]], "int32")
+    args.append(idx if in_axes[3] == 0 else idx[0])
+    assert_loop_equal(mod, passes.vmap(mod, in_axes=in_axes), args, in_axes, N)
+
+
+def test_vmap_of_a_jvp_program_equals_a_loop():
+    mod = _parse(MLP)
+    jm = passes.jvp(mod)
+    in_axes = (0, None, None, 0, None, None)  # batched points and their tangents
+    bm = passes.vmap(jm, in_axes=in_axes)
+    args = [_rand((4, 4)), _rand((5, 4), seed=1), _rand((5,), seed=2), _rand((4, 4), seed=3),
+            np.zeros((5, 4), "float32"), np.zeros(5, "float32")]
+    assert_loop_equal(jm, bm, args, in_axes, 4)

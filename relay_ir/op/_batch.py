@@ -523,6 +523,19 @@ def strided_slice_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     return _recall(call, [x] + list(args[1:]), axes=tuple(i + 1 for i in axes)), 0
 
 
+def strided_slice_grad_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+                            ctx: BatchContext) -> tuple[Expr, Any]:
+    """``strided_slice_grad(g, like)`` (``like`` gives only a shape): both batched on 0, the
+    slice's axes explicit and shifted, as :func:`strided_slice_rule`."""
+    gt, lt = ttype(call.args[0]), ttype(call.args[1])
+    a = call.attrs
+    axes = tuple(range(len(a.begin))) if a.axes is None else a.axes
+    axes = tuple(x % lt.ndim for x in axes)
+    g = ctx.front(args[0], in_dims[0], gt)
+    like = ctx.front(args[1], in_dims[1], lt)
+    return _recall(call, [g, like], axes=tuple(i + 1 for i in axes)), 0
+
+
 def take_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
               ctx: BatchContext) -> tuple[Expr, Any]:
     """``take(x, idx, axis, batch_dims)``: x batched -> axis + 1 (and batch_dims + 1 when the
@@ -920,8 +933,10 @@ def _table() -> dict[str, Rule]:
     t["take_grad"] = like_rule([1], take_grad_rule)
     t["nn.conv2d_backward_data"] = fold_n((0, 2), "data_layout")
     # rare operators: unrolled (one call per instance, static batch size)
-    for n in ("strided_slice_grad", "nn.cross_entropy", "nn.conv2d_backward_weight",
-              "scatter_elements", "scatter_nd", "gather_nd", "layout_transform"):
+    t["strided_slice_grad"] = like_rule([1], strided_slice_grad_rule)
+    t["scatter_elements"] = axis_attr("axis")
+    for n in ("nn.cross_entropy", "nn.conv2d_backward_weight", "scatter_nd", "gather_nd",
+              "layout_transform"):
         t[n] = unrolled
     return t
 
