@@ -600,6 +600,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
     print(f"machine: {machine_line()}; threads {threads} (a shared machine: compare rows of "
           f"this run only)")
+    if threads > 1 and os.getloadavg()[0] > len(os.sched_getaffinity(0)):
+        # NOTE: measured on the shared 2-core Xeon (load 6): torch eager per tree went from
+        # ~11 ms at --threads 1 to ~330 ms at --threads 2 (OpenMP workers waiting for cores)
+        print(f"WARNING: load average {os.getloadavg()[0]:.1f} exceeds the cores: multi-threaded "
+              f"PyTorch (OpenMP) slows down by up to 30x on oversubscribed cores, which makes "
+              f"its rows meaningless; use --threads 1 on a loaded machine")
     recs = []
     if "w5" in sections:
         recs.append(bench_w5(a.rounds, torch))
