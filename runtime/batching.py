@@ -22,7 +22,9 @@ new leading axis of its non-shared inputs), compiled once over a **symbolic** ba
 through the kernel cache (one kernel serves every batch size). A group whose function vmap
 cannot batch, with tuple inputs, or whose inputs are large (stacking would copy more than the
 kernel computes: :data:`STACK_LIMIT`) runs its calls one by one. Groups with ``?`` or symbolic
-dimensions and host groups run on the host (numpy reference implementations of the group).
+dimensions run their symbolic kernel per instance (output shapes from the group's type
+relations, cached per input shape); host groups run on the host (numpy reference
+implementations of the group), as on the VM.
 """
 from __future__ import annotations
 
@@ -130,6 +132,14 @@ def _flatten_value(v: Any, t: Type, out: list) -> None:
     out.extend(order)
 
 
+def _type_of(v: Any) -> Type:
+    """The concrete type of a tensor or (nested) tuple value."""
+    if type(v) is tuple:
+        return TupleType(tuple(_type_of(x) for x in v))    # NOTE: tuple nesting only
+    a = np.asarray(v)
+    return TensorType(tuple(int(d) for d in a.shape), str(a.dtype))
+
+
 def _build(struct: Any, outs: list) -> Any:
     if type(struct) is int:
         return outs[struct]
@@ -168,6 +178,17 @@ class KernelRunner:
             prog = runner.prog
             fidx = backend.cp.kernel_fns[k]
             self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
+            # NOTE: a symbolic kernel (`?` or symbolic dims) runs compiled, its output shapes
+            # from the group's type relations at the call's shapes (cached per shape); a
+            # host group, or one whose symbolic kernel speculates equal dims, on the host
+            info = kern.dyn
+            if info.mode == "symbolic" and not info.guard and kern.module is not None:
+                import tvm
+                self.sym_func = kern.module[kern.symbol]
+                self.consts = [tvm.runtime.tensor(c) for c in kern.consts]
+                self.result = kern.result
+                self.sym_outs: dict[tuple, list] = {}
+                self.call = self._symbolic_call      # type: ignore[method-assign]
         self.defer = self._worth_deferring(runner)
         self.single_cost: float | None = None   # measured seconds per call (cost model)
         if not self.host and not self.tuple_params and len(self.outs) == 1 and \
@@ -216,6 +237,21 @@ class KernelRunner:
                 return slow(args)       # NOTE: an argument the kernel refused: converted
             return o
         return call
+
+    def _symbolic_call(self, args: list) -> Any:
+        """One call of a symbolic kernel: output shapes from the input shapes."""
+        leaves = self.leaves(args)
+        key = tuple((np.shape(a), np.asarray(a).dtype.str) for a in leaves)
+        outs_t = self.sym_outs.get(key)
+        if outs_t is None:
+            from relay_ir.runtime.lower_tvm import flatten_type, infer_group_types
+            types = [_type_of(a) for a in args]
+            rt = infer_group_types(self.fn, types)[id(self.fn.body)]
+            outs_t = self.sym_outs[key] = [(tuple(int(d) for d in t.shape), t.dtype)
+                                           for t in flatten_type(rt)]
+        outs = [np.empty(sh, dt) for sh, dt in outs_t]
+        self.runner.invoke(self.sym_func, leaves, self.consts, outs)
+        return outs[0] if self.result == 0 and len(outs) == 1 else _build(self.result, outs)
 
     def call(self, args: list) -> Any:
         """One call on one instance's arguments."""

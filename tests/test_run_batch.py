@@ -254,6 +254,7 @@ def test_mixed_shapes_cannot_share_a_call():
     for (x, w_), r in zip(batch, got):
         assert r.shape == (x.shape[0], 2)
         np.testing.assert_allclose(r, np.tanh(x @ w_), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(r, exe(x, w_))     # the same symbolic kernel
 
 
 # ----------------------------------------------------------------------------- refs, closures
