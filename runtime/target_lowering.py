@@ -60,12 +60,19 @@ def target_kind(target: Any) -> str:
     return str(resolve_target(target).kind.name)
 
 
-def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2) -> IRModule:
+def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2,
+                    winograd: bool = False) -> IRModule:
     """``mod`` with the cost rewrites of ``target``'s kind applied (:data:`TARGET_PASSES`);
-    ``mod`` itself for targets without any, or below ``opt_level`` 2 (the passes' level)."""
+    ``mod`` itself for targets without any, or below ``opt_level`` 2 (the passes' level).
+    ``winograd`` (``runtime.build(fast_math=True)``): on llvm, ``conv-winograd``
+    (:mod:`relay_ir.runtime.winograd`) before ``conv-weight-layout``."""
     from relay_ir.passes import get_pass
     from relay_ir.passes.pass_manager import PassContext, Sequential, run_pass
-    names = INFERENCE_PASSES + TARGET_PASSES.get(target_kind(target), ())
+    kind = target_kind(target)
+    names = INFERENCE_PASSES + TARGET_PASSES.get(kind, ())
+    if winograd and kind == "llvm":
+        i = names.index("conv-weight-layout")
+        names = names[:i] + ("conv-winograd",) + names[i:]
     if not names or opt_level < 2:
         return mod
     outer = PassContext.current()
@@ -75,12 +82,20 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2) -> IRModule:
         typed = run_pass(infer, mod, ctx)  # NOTE: the passes require types
         out = typed
         for n in names:
-            new = run_pass(get_pass(n), out, ctx)
+            new = run_pass(_get(n), out, ctx)
             if not _same(new, out):
                 out = run_pass(infer, new, ctx)
         if out is typed:
             return mod
         return Sequential(tuple(get_pass(n) for n in CLEANUP), seq_name="cleanup")(out, ctx)
+
+
+def _get(name: str) -> Any:
+    if name == "conv-winograd":
+        from relay_ir.runtime.winograd import ConvWinograd
+        return ConvWinograd()
+    from relay_ir.passes import get_pass
+    return get_pass(name)
 
 
 def _same(a: IRModule, b: IRModule) -> bool:
