@@ -71,10 +71,19 @@ TRANSFORMS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
 # The cost rule's thresholds (measured, benchmarks/RESULTS.md "Winograd"): Winograd pays where
 # the products dominate the transforms, i.e. enough channels, and where the tiles fill the
 # matmul's rows (pixels per image / m^2)
-MIN_CHANNELS = 32
+# (1 thread, loaded 2-core machine, medians: direct / F(2x2) / F(4x4) ms, bias+relu fused):
+# 64x56x56: 1.55 / 4.9 / 10.3; 128x28x28: 1.48 / 21 / 12.6; 256x14x14: 1.43 / 13 / 1.32;
+# 512x7x7: 1.55 / 1.77 / 2.85 (benchmarks/RESULTS.md): only F(4x4) at 256+ channels won
+MIN_CHANNELS = 256
 MIN_TILES = 16
+MAX_WASTE = 1 / 3
+# False: conv-winograd leaves every convolution alone (bench_models --switch WINOGRAD=...)
+WINOGRAD = True
 # None: winograd_tile's rule; 0, 2 or 4: that choice for every eligible layer (A/B figures)
 FORCE_TILE: list[int | None] = [None]
+# True: the transforms as products with constant matrices (three matmul kernels and two
+# layout kernels); False: as sums of slices (the fuser splits them into dozens of kernels)
+TRANSFORM_MATMUL = [True]
 
 
 def winograd_tile(n: int, c: int, k: int, h: int, w: int) -> int:
@@ -84,11 +93,11 @@ def winograd_tile(n: int, c: int, k: int, h: int, w: int) -> int:
         return FORCE_TILE[0]
     if min(c, k) < MIN_CHANNELS:
         return 0
-    for m in (4, 2):
+    for m in (4,):
         tiles = n * (-(-h // m)) * (-(-w // m))
-        # NOTE: the partial edge tiles waste work: keep it under a quarter
+        # NOTE: the partial edge tiles waste work (14x14 in 4x4 tiles: 31%, and it still won)
         waste = tiles * m * m / (n * h * w) - 1
-        if tiles >= MIN_TILES and waste <= 0.25:
+        if tiles >= MIN_TILES and waste <= MAX_WASTE:
             return m
     return 0
 
@@ -145,6 +154,8 @@ def winograd_conv2d(x: Expr, w: np.ndarray, padding: tuple[int, int, int, int],
     d = [[_call("strided_slice", xp, span=span, begin=(0, 0, a, b),
                 end=(n, c, a + m * (th - 1) + 1, b + m * (tw - 1) + 1), strides=(1, 1, m, m))
           for b in range(alpha)] for a in range(alpha)]
+    if TRANSFORM_MATMUL[0]:
+        return _matmul_form(xp, d, w, m, (n, c, k, th, tw, ho, wo), span)
     # B^T d B, rows then columns
     rows = [[_lincomb(bt[xi], [d[a][b] for a in range(alpha)], span) for b in range(alpha)]
             for xi in range(alpha)]
@@ -166,6 +177,43 @@ def winograd_conv2d(x: Expr, w: np.ndarray, padding: tuple[int, int, int, int],
     ys = _call("stack", Tuple(tuple(y), span=span), span=span, axis=0)   # [m*m, P, K]
     y6 = _call("reshape", ys, span=span, newshape=(m, m, n, th, tw, k))
     yt = _call("transpose", y6, span=span, axes=(2, 5, 3, 0, 4, 1))      # [N, K, th, m, tw, m]
+    yr = _call("reshape", yt, span=span, newshape=(n, k, th * m, tw * m))
+    if th * m == ho and tw * m == wo:
+        return yr
+    return _call("strided_slice", yr, span=span, begin=(0, 0, 0, 0), end=(n, k, ho, wo))
+
+
+def _const(a: np.ndarray, span: Any) -> Constant:
+    a = np.ascontiguousarray(a.astype(np.float32))
+    return Constant(a, span=span, checked_type_=TensorType(tuple(a.shape), "float32"))
+
+
+def _matmul_form(xp: Expr, d: list[list[Expr]], w: np.ndarray, m: int,
+                 dims: tuple[int, ...], span: Any) -> Expr:
+    """The transforms as products with the constant matrices ``kron(B^T, B^T)`` and
+    ``kron(A^T, A^T)`` (one matmul kernel each, on the matmul schedule)."""
+    bt, _, at = TRANSFORMS[m]
+    alpha = m + 2
+    a2 = alpha * alpha
+    n, c, k, th, tw, ho, wo = dims
+    p = n * th * tw
+    ds = _call("stack", Tuple(tuple(d[a][b] for a in range(alpha) for b in range(alpha)),
+                              span=span), span=span, axis=0)      # [a2, N, C, th, tw]
+    dflat = _call("reshape", ds, span=span, newshape=(a2, n * c * th * tw))
+    v = _call("nn.matmul", _const(np.kron(bt, bt), span), dflat, span=span)
+    if n == 1:
+        vr = _call("reshape", v, span=span, newshape=(a2, c, p))
+    else:
+        v4 = _call("reshape", v, span=span, newshape=(a2, n, c, th * tw))
+        vr = _call("reshape", _call("transpose", v4, span=span, axes=(0, 2, 1, 3)),
+                   span=span, newshape=(a2, c, p))
+    u = transform_weight(w, m).transpose(0, 2, 1)                  # [a2, K, C]
+    prod = _call("nn.batch_matmul", _const(u, span), vr, span=span,
+                 transpose_b=False)                                # [a2, K, P]
+    flat = _call("reshape", prod, span=span, newshape=(a2, k * p))
+    y = _call("nn.matmul", _const(np.kron(at, at), span), flat, span=span)   # [m*m, K*P]
+    y6 = _call("reshape", y, span=span, newshape=(m, m, k, n, th, tw))
+    yt = _call("transpose", y6, span=span, axes=(3, 2, 4, 0, 5, 1))      # [N, K, th, m, tw, m]
     yr = _call("reshape", yt, span=span, newshape=(n, k, th * m, tw * m))
     if th * m == ho and tw * m == wo:
         return yr
@@ -211,7 +259,8 @@ class ConvWinograd(FunctionPass):
 class _Winograd(ExprMutator):
     def visit_call(self, c: Call) -> Expr:
         new = super().visit_call(c)
-        if type(new) is not Call or type(new.op) is not Op or new.op.name != "nn.conv2d":
+        if (not WINOGRAD or type(new) is not Call or type(new.op) is not Op
+                or new.op.name != "nn.conv2d"):
             return new
         # NOTE: the input's type from the original call (the mutated argument may be new)
         probe = Call(new.op, (c.args[0], new.args[1]), new.attrs, new.type_args)
