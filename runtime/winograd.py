@@ -71,9 +71,10 @@ TRANSFORMS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
 # The cost rule's thresholds (measured, benchmarks/RESULTS.md "Winograd"): Winograd pays where
 # the products dominate the transforms, i.e. enough channels, and where the tiles fill the
 # matmul's rows (pixels per image / m^2)
-# (1 thread, loaded 2-core machine, medians: direct / F(2x2) / F(4x4) ms, bias+relu fused):
-# 64x56x56: 1.55 / 4.9 / 10.3; 128x28x28: 1.48 / 21 / 12.6; 256x14x14: 1.43 / 13 / 1.32;
-# 512x7x7: 1.55 / 1.77 / 2.85 (benchmarks/RESULTS.md): only F(4x4) at 256+ channels won
+# (1 thread, loaded 2-core machine, medians of one layer with bias+relu fused, direct / F(4x4) ms):
+# 64x56x56: 1.51 / 3.31; 128x28x28: 1.44 / 1.74; 256x14x14: 1.41 / 1.29; 512x7x7: 1.50 / 2.18
+# (2 threads: 256x14x14 0.79 / 0.85; benchmarks/RESULTS.md): only F(4x4) at 256+ channels won;
+# F(2x2) lost everywhere (1.2-4x the direct time)
 MIN_CHANNELS = 256
 MIN_TILES = 16
 MAX_WASTE = 1 / 3
@@ -151,11 +152,11 @@ def winograd_conv2d(x: Expr, w: np.ndarray, padding: tuple[int, int, int, int],
     xp = _call("nn.pad", x, zero, span=span,
                pad_width=((0, 0), (0, 0), (pt, m * th + 2 - hi - pt),
                           (pl, m * tw + 2 - wi - pl)))
+    if TRANSFORM_MATMUL[0]:
+        return _matmul_form(xp, w, m, (n, c, k, th, tw, ho, wo), span)
     d = [[_call("strided_slice", xp, span=span, begin=(0, 0, a, b),
                 end=(n, c, a + m * (th - 1) + 1, b + m * (tw - 1) + 1), strides=(1, 1, m, m))
           for b in range(alpha)] for a in range(alpha)]
-    if TRANSFORM_MATMUL[0]:
-        return _matmul_form(xp, d, w, m, (n, c, k, th, tw, ho, wo), span)
     # B^T d B, rows then columns
     rows = [[_lincomb(bt[xi], [d[a][b] for a in range(alpha)], span) for b in range(alpha)]
             for xi in range(alpha)]
@@ -188,7 +189,7 @@ def _const(a: np.ndarray, span: Any) -> Constant:
     return Constant(a, span=span, checked_type_=TensorType(tuple(a.shape), "float32"))
 
 
-def _matmul_form(xp: Expr, d: list[list[Expr]], w: np.ndarray, m: int,
+def _matmul_form(xp: Expr, w: np.ndarray, m: int,
                  dims: tuple[int, ...], span: Any) -> Expr:
     """The transforms as products with the constant matrices ``kron(B^T, B^T)`` and
     ``kron(A^T, A^T)`` (one matmul kernel each, on the matmul schedule)."""
@@ -197,23 +198,28 @@ def _matmul_form(xp: Expr, d: list[list[Expr]], w: np.ndarray, m: int,
     a2 = alpha * alpha
     n, c, k, th, tw, ho, wo = dims
     p = n * th * tw
-    ds = _call("stack", Tuple(tuple(d[a][b] for a in range(alpha) for b in range(alpha)),
-                              span=span), span=span, axis=0)      # [a2, N, C, th, tw]
+    # NOTE: a stack of a2 strided slices (inlined: a chain of a2 selects per element, the
+    # slowest kernel of the form at 56x56; a take over a constant index table failed to
+    # schedule: int32/int64 index types)
+    ds = _call("stack", Tuple(tuple(
+        _call("strided_slice", xp, span=span, begin=(0, 0, a, b),
+              end=(n, c, a + m * (th - 1) + 1, b + m * (tw - 1) + 1), strides=(1, 1, m, m))
+        for a in range(alpha) for b in range(alpha)), span=span), span=span, axis=0)
     dflat = _call("reshape", ds, span=span, newshape=(a2, n * c * th * tw))
     v = _call("nn.matmul", _const(np.kron(bt, bt), span), dflat, span=span)
-    if n == 1:
-        vr = _call("reshape", v, span=span, newshape=(a2, c, p))
-    else:
-        v4 = _call("reshape", v, span=span, newshape=(a2, n, c, th * tw))
-        vr = _call("reshape", _call("transpose", v4, span=span, axes=(0, 2, 1, 3)),
-                   span=span, newshape=(a2, c, p))
-    u = transform_weight(w, m).transpose(0, 2, 1)                  # [a2, K, C]
-    prod = _call("nn.batch_matmul", _const(u, span), vr, span=span,
-                 transpose_b=False)                                # [a2, K, P]
-    flat = _call("reshape", prod, span=span, newshape=(a2, k * p))
-    y = _call("nn.matmul", _const(np.kron(at, at), span), flat, span=span)   # [m*m, K*P]
-    y6 = _call("reshape", y, span=span, newshape=(m, m, k, n, th, tw))
-    yt = _call("transpose", y6, span=span, axes=(3, 2, 4, 0, 5, 1))      # [N, K, th, m, tw, m]
+    # NOTE: the tiles as the product's rows and the output channels as its columns: the
+    # matmul schedule's 32-wide column panels divide K, and any number of rows tiles by 6
+    # (tiles as columns, 16 or 49 of them, ran at 14-53 GFLOP/s)
+    v5 = _call("reshape", v, span=span, newshape=(a2, n, c, th, tw))
+    vr = _call("reshape", _call("transpose", v5, span=span, axes=(0, 1, 3, 4, 2)),
+               span=span, newshape=(a2, p, c))
+    u = transform_weight(w, m)                                     # [a2, C, K]
+    prod = _call("nn.batch_matmul", vr, _const(u, span), span=span,
+                 transpose_b=False)                                # [a2, P, K]
+    flat = _call("reshape", prod, span=span, newshape=(a2, p * k))
+    y = _call("nn.matmul", _const(np.kron(at, at), span), flat, span=span)   # [m*m, P*K]
+    y6 = _call("reshape", y, span=span, newshape=(m, m, n, th, tw, k))
+    yt = _call("transpose", y6, span=span, axes=(2, 5, 3, 0, 4, 1))      # [N, K, th, m, tw, m]
     yr = _call("reshape", yt, span=span, newshape=(n, k, th * m, tw * m))
     if th * m == ho and tw * m == wo:
         return yr
