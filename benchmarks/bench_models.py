@@ -23,7 +23,10 @@ without the compile-time weight packing (for before/after figures).
 and with the generic one it had before, against ONNX Runtime's ConvTranspose.
 ``--profile`` gives each kernel's CPU time for the convolutional models too. ``--switch
 POOL_ROWS=False:True`` builds each model with ``runtime.schedules`` switches at both values and
-times the two interleaved (before/after figures; no other tables).
+times the two interleaved (before/after figures; no other tables); ``--switch
+WINOGRAD=False:True`` builds both sides with ``fast_math=True``, without and with the opt-in
+Winograd convolutions (``runtime.winograd.WINOGRAD``; ``MIN_TILES`` and ``MIN_CHANNELS``, its
+cost rule's thresholds, can be set the same way).
 
 Run: ``.venv/bin/python benchmarks/bench_models.py [--threads 2] [--rounds 10]
 [--only resnet50_v1,mobilenet_v2] [--no-layers] [--profile] [--no-dense-pack]
@@ -337,12 +340,13 @@ def bench_switch(name: str, spec: str, rounds: int) -> None:
     for item in spec.split(","):
         key, _, vals = item.partition("=")
         before, _, after = vals.partition(":")
-        if key == "WINOGRAD":
+        if key in ("WINOGRAD", "MIN_TILES", "MIN_CHANNELS"):
             fast = True     # NOTE: conv-winograd runs only with fast_math=True: both sides
         elif not hasattr(schedules, key):
             raise SystemExit(f"--switch: runtime.schedules has no {key!r}")
         pairs.append((key, ast.literal_eval(before), ast.literal_eval(after)))
-    where = {k: winograd if k == "WINOGRAD" else schedules for k, _, _ in pairs}
+    where = {k: winograd if k in ("WINOGRAD", "MIN_TILES", "MIN_CHANNELS") else schedules
+             for k, _, _ in pairs}
     saved = {k: getattr(where[k], k) for k, _, _ in pairs}
     net = M.MODELS[name]()
     x = net.input()

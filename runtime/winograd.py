@@ -72,11 +72,14 @@ TRANSFORMS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
 # the products dominate the transforms, i.e. enough channels, and where the tiles fill the
 # matmul's rows (pixels per image / m^2)
 # (1 thread, loaded 2-core machine, medians of one layer with bias+relu fused, direct / F(4x4) ms):
-# 64x56x56: 1.51 / 3.31; 128x28x28: 1.44 / 1.74; 256x14x14: 1.41 / 1.29; 512x7x7: 1.50 / 2.18
-# (2 threads: 256x14x14 0.79 / 0.85; benchmarks/RESULTS.md): only F(4x4) at 256+ channels won;
-# F(2x2) lost everywhere (1.2-4x the direct time)
+# 64x56x56: 1.51 / 3.31; 128x28x28: 1.44 / 1.74; 256x28x28: 5.48 / 4.20; 256x14x14: 1.41 / 1.29;
+# 512x14x14: 5.48 / 8.01; 512x7x7: 1.50 / 2.18 (2 threads: 256x14x14 0.79 / 0.85). F(2x2) lost
+# everywhere (1.2-4x the direct time). ResNet-50 with its six 256x14x14 layers as Winograd ran
+# 3.6-4.1% slower (bench_models --switch): each transformed weight element (36 per 3x3 window,
+# 4x the direct weight's bytes) is used by only P = 16 tile rows there, and the model is
+# bound by its weights' memory traffic. So: 256+ channels and at least 32 tiles (256x28x28).
 MIN_CHANNELS = 256
-MIN_TILES = 16
+MIN_TILES = 32
 MAX_WASTE = 1 / 3
 # False: conv-winograd leaves every convolution alone (bench_models --switch WINOGRAD=...)
 WINOGRAD = True

@@ -108,8 +108,12 @@ def test_winograd_matches_numpy(case: tuple, m: int, force_tile) -> None:
 
 
 def test_cost_rule_chooses_measured_layers(force_tile) -> None:
-    # ResNet-50's 3x3 stride-1 layers: only 256 channels at 14x14 won (benchmarks/RESULTS.md)
-    assert winograd.winograd_tile(1, 256, 256, 14, 14) == 4
+    # measured (runtime/winograd.py, benchmarks/RESULTS.md): 256 channels at 28x28 won; none
+    # of ResNet-50's 3x3 stride-1 layers wins in the model
+    assert winograd.winograd_tile(1, 256, 256, 28, 28) == 4
+    assert winograd.winograd_tile(1, 256, 256, 14, 14) == 0   # 16 tiles: weight-bound
+    assert winograd.winograd_tile(2, 256, 256, 14, 14) == 4   # 32 tiles over the batch
+    assert winograd.winograd_tile(1, 512, 512, 14, 14) == 0
     assert winograd.winograd_tile(1, 64, 64, 56, 56) == 0
     assert winograd.winograd_tile(1, 128, 128, 28, 28) == 0
     assert winograd.winograd_tile(1, 512, 512, 7, 7) == 0     # 4 tiles: too few rows
@@ -119,12 +123,12 @@ def test_cost_rule_chooses_measured_layers(force_tile) -> None:
 
 
 def test_cost_rule_applies_in_the_opt_in_build_only() -> None:
-    src = _src(1, 256, 14, 14, 256, 1, "bias-relu")
+    src = _src(1, 256, 28, 28, 256, 1, "bias-relu")
     rng = np.random.default_rng(3)
     wt = (rng.standard_normal((256, 256, 3, 3)) / 48).astype(np.float32)
-    x = rng.standard_normal((1, 256, 14, 14)).astype(np.float32)
+    x = rng.standard_normal((1, 256, 28, 28)).astype(np.float32)
     b = rng.standard_normal((256, 1, 1)).astype(np.float32)
-    r = np.zeros((1, 256, 14, 14), np.float32)
+    r = np.zeros((1, 256, 28, 28), np.float32)
     fast = runtime.build(rly.parse(src), "llvm", params={"w": wt}, fast_math=True)
     assert "nn.conv2d" not in _ops(fast)
     for opt in (None, False):
