@@ -19,6 +19,9 @@ here, in ``runtime.build``'s lowering, for that target only:
   9.4 MB weight took ~5 ms per call to pack on one core, as long as the product itself), the
   product written as a ``batch_matmul`` over the panels (measured on the BERT and GPT-2 layers
   of benchmarks/bench_models.py: dense layers 1.8-1.9x faster, bitwise the same results).
+  With ``runtime.build(..., fast_math=True)`` only: ``conv-winograd`` before
+  ``conv-weight-layout`` (3x3 stride-1 convolutions as Winograd F(4x4, 3x3) where its measured
+  cost rule picks them; it changes values beyond rounding: ``runtime/winograd.py``).
 * every other target (``cuda``): nothing; these costs were not measured there.
 
 Before them, on every target: ``simplify-inference`` (batch norm with constant statistics to a

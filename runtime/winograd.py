@@ -4,16 +4,17 @@
 stride 1, dilation 1 and one group into the Winograd form (Lavin and Gray, "Fast Algorithms
 for Convolutional Neural Networks", 2015) written with ordinary operators::
 
-    U[xi, nu, c, k] = (G W[k, c] G^T)[xi, nu]                  at compile time (float64, then float32)
-    V[xi, nu, p, c] = (B^T d[p, c] B)[xi, nu]                  d: the (m+2)^2 input tile p
-    M[xi, nu]       = nn.batch_matmul(V[xi, nu], U[xi, nu])    (m+2)^2 products [P, C] x [C, K]
-    Y[p, k]         = (A^T M[., ., p, k] A)                    the m x m output tile
+    U[xi, nu, c, k] = (G W[k, c] G^T)[xi, nu]           at compile time (float64 -> float32)
+    V[xi, nu, p, c] = (B^T d[p, c] B)[xi, nu]           d: the (m+2)^2 input tile p
+    M[xi, nu]       = nn.batch_matmul(V[xi, nu], U[xi, nu])    [P, C] x [C, K]
+    Y[p, k]         = (A^T M[., ., p, k] A)             the m x m output tile
 
-``d`` is read with ``strided_slice`` of stride ``m`` out of the zero-padded input, so the
-input transform (pad, slices, sums, stack, layout) is one injective kernel, the products one
-kernel on the matmul schedule (``schedules.schedule_matmul``), and the output transform one
-injective kernel into which the fuser folds the convolution's epilogue (bias, relu, the
-residual add), as it does after a direct convolution.
+The tiles ``d`` are strided slices of the zero-padded input, stacked (one injective kernel);
+``V`` is one product with the constant ``kron(B^T, B^T)`` and ``Y`` one with
+``kron(A^T, A^T)`` (matmul kernels), then one injective kernel puts the tiles in place, into
+which the fuser folds the convolution's epilogue (bias, relu, the residual add) as after a
+direct convolution. (``TRANSFORM_MATMUL[0] = False``: the transforms as sums of slices
+instead, which the fuser splits into dozens of kernels; kept for comparison.)
 
 Values: a tile output is a sum of (m+2)^2 products of transformed values, whose rounding
 differs from the direct sum's (F(2x2, 3x3): relative errors ~1e-6 of the output scale;

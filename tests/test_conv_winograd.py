@@ -164,7 +164,8 @@ def test_weights_that_are_not_constants_are_left_alone(force_tile) -> None:
 def test_default_build_keeps_ieee_values_and_opt_in_spreads_nan(force_tile) -> None:
     # even with a tile forced, the default build never rewrites: inf/nan as the interpreter
     force_tile(2)
-    src = HEADER + """def @main(%x: Tensor[(1, 8, 8, 8), float32], %w: Tensor[(8, 8, 3, 3), float32]) {
+    src = HEADER + """def @main(%x: Tensor[(1, 8, 8, 8), float32],
+          %w: Tensor[(8, 8, 3, 3), float32]) {
   nn.conv2d(%x, %w, padding=[1, 1])
 }"""
     rng = np.random.default_rng(11)
@@ -186,3 +187,20 @@ def test_default_build_keeps_ieee_values_and_opt_in_spreads_nan(force_tile) -> N
     assert np.isnan(out).sum() > 0 and (np.isnan(out) | np.isinf(out)).sum() > 8 * 9
     finite = np.isfinite(want) & np.isfinite(out)
     np.testing.assert_allclose(out[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_sums_of_slices_form_matches_numpy(m: int, force_tile, monkeypatch) -> None:
+    # the first form (TRANSFORM_MATMUL False), kept for comparison: same values
+    monkeypatch.setattr(winograd, "TRANSFORM_MATMUL", [False])
+    force_tile(m)
+    src = _src(2, 8, 9, 10, 16, 1, "bias-relu")
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((2, 8, 9, 10)).astype(np.float32)
+    wt = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32)
+    b = rng.standard_normal((16, 1, 1)).astype(np.float32)
+    r = np.zeros((2, 16, 9, 10), np.float32)
+    exe = runtime.build(rly.parse(src), "llvm", params={"w": wt}, fast_math=True)
+    assert "nn.conv2d" not in _ops(exe) and "nn.matmul" not in _ops(exe)
+    want = np.maximum(conv_np(x, wt, 1, 1, 1, 1) + b, 0)
+    assert np.abs(exe(x, b, r) - want).max() <= TOL[m] * float(np.abs(want).max())
