@@ -23,7 +23,10 @@ without the compile-time weight packing (for before/after figures).
 and with the generic one it had before, against ONNX Runtime's ConvTranspose.
 ``--profile`` gives each kernel's CPU time for the convolutional models too. ``--switch
 POOL_ROWS=False:True`` builds each model with ``runtime.schedules`` switches at both values and
-times the two interleaved (before/after figures; no other tables).
+times the two interleaved (before/after figures; no other tables); ``--switch
+WINOGRAD=False:True`` builds both sides with ``fast_math=True``, without and with the opt-in
+Winograd convolutions (``runtime.winograd.WINOGRAD``; ``MIN_TILES`` and ``MIN_CHANNELS``, its
+cost rule's thresholds, can be set the same way).
 
 Run: ``.venv/bin/python benchmarks/bench_models.py [--threads 2] [--rounds 10]
 [--only resnet50_v1,mobilenet_v2] [--no-layers] [--profile] [--no-dense-pack]
@@ -331,26 +334,35 @@ def bench_switch(name: str, spec: str, rounds: int) -> None:
     values (``spec``: ``NAME=before:after[,NAME=before:after...]``, Python literals), called
     interleaved; medians, and whether the outputs are bitwise equal."""
     import ast
-    from relay_ir.runtime import schedules
+    from relay_ir.runtime import schedules, winograd
     pairs = []
+    fast = False
     for item in spec.split(","):
         key, _, vals = item.partition("=")
         before, _, after = vals.partition(":")
-        if not hasattr(schedules, key):
+        if key in ("WINOGRAD", "MIN_TILES", "MIN_CHANNELS"):
+            fast = True     # NOTE: conv-winograd runs only with fast_math=True: both sides
+        elif not hasattr(schedules, key):
             raise SystemExit(f"--switch: runtime.schedules has no {key!r}")
         pairs.append((key, ast.literal_eval(before), ast.literal_eval(after)))
-    saved = {k: getattr(schedules, k) for k, _, _ in pairs}
+    where = {k: winograd if k in ("WINOGRAD", "MIN_TILES", "MIN_CHANNELS") else schedules
+             for k, _, _ in pairs}
+    saved = {k: getattr(where[k], k) for k, _, _ in pairs}
     net = M.MODELS[name]()
     x = net.input()
     exes = {}
     for side in (1, 2):
         for key, *vals in pairs:
-            setattr(schedules, key, vals[side - 1])
+            setattr(where[key], key, vals[side - 1])
         exes["before" if side == 1 else "after"] = runtime.build(
-            rly.parse(net.rly()), "llvm", params=net.weights, cache=KernelCache(use_disk=False))
+            rly.parse(net.rly()), "llvm", params=net.weights, cache=KernelCache(use_disk=False),
+            fast_math=True if fast else None)
     for key, value in saved.items():
-        setattr(schedules, key, value)
-    same = np.array_equal(exes["before"](x), exes["after"](x))
+        setattr(where[key], key, value)
+    ob, oa = exes["before"](x), exes["after"](x)
+    same = np.array_equal(ob, oa)
+    if not same:
+        print(f"max abs diff {float(np.abs(ob - oa).max()):.3g} of {float(np.abs(ob).max()):.3g}")
     t = _race({k: (lambda e=e: e(x)) for k, e in exes.items()}, rounds)
     med = {k: 1e3 * float(np.median(v)) for k, v in t.items()}
     print(f"\n{name}, {spec}: before {med['before']:.2f} ms, after {med['after']:.2f} ms "

@@ -325,7 +325,7 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     if params is not None:
         mod = bind_params(mod, entry, params)
     opt = optimize(mod, opt_level=opt_level, entry=entry)
-    opt = target_rewrites(refine_types(opt), target, opt_level)
+    opt = target_rewrites(refine_types(opt), target, opt_level, winograd=fast_math is True)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
     fused = fuse_ops(opt, max_depth=max_fuse_depth if opt_level >= 1 else 1)
     from relay_ir.runtime.relax_vm import RelaxExecutable

@@ -19,6 +19,9 @@ here, in ``runtime.build``'s lowering, for that target only:
   9.4 MB weight took ~5 ms per call to pack on one core, as long as the product itself), the
   product written as a ``batch_matmul`` over the panels (measured on the BERT and GPT-2 layers
   of benchmarks/bench_models.py: dense layers 1.8-1.9x faster, bitwise the same results).
+  With ``runtime.build(..., fast_math=True)`` only: ``conv-winograd`` before
+  ``conv-weight-layout`` (3x3 stride-1 convolutions as Winograd F(4x4, 3x3) where its measured
+  cost rule picks them; it changes values beyond rounding: ``runtime/winograd.py``).
 * every other target (``cuda``): nothing; these costs were not measured there.
 
 Before them, on every target: ``simplify-inference`` (batch norm with constant statistics to a
@@ -60,12 +63,19 @@ def target_kind(target: Any) -> str:
     return str(resolve_target(target).kind.name)
 
 
-def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2) -> IRModule:
+def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2,
+                    winograd: bool = False) -> IRModule:
     """``mod`` with the cost rewrites of ``target``'s kind applied (:data:`TARGET_PASSES`);
-    ``mod`` itself for targets without any, or below ``opt_level`` 2 (the passes' level)."""
+    ``mod`` itself for targets without any, or below ``opt_level`` 2 (the passes' level).
+    ``winograd`` (``runtime.build(fast_math=True)``): on llvm, ``conv-winograd``
+    (:mod:`relay_ir.runtime.winograd`) before ``conv-weight-layout``."""
     from relay_ir.passes import get_pass
     from relay_ir.passes.pass_manager import PassContext, Sequential, run_pass
-    names = INFERENCE_PASSES + TARGET_PASSES.get(target_kind(target), ())
+    kind = target_kind(target)
+    names = INFERENCE_PASSES + TARGET_PASSES.get(kind, ())
+    if winograd and kind == "llvm":
+        i = names.index("conv-weight-layout")
+        names = names[:i] + ("conv-winograd",) + names[i:]
     if not names or opt_level < 2:
         return mod
     outer = PassContext.current()
@@ -75,12 +85,20 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2) -> IRModule:
         typed = run_pass(infer, mod, ctx)  # NOTE: the passes require types
         out = typed
         for n in names:
-            new = run_pass(get_pass(n), out, ctx)
+            new = run_pass(_get(n), out, ctx)
             if not _same(new, out):
                 out = run_pass(infer, new, ctx)
         if out is typed:
             return mod
         return Sequential(tuple(get_pass(n) for n in CLEANUP), seq_name="cleanup")(out, ctx)
+
+
+def _get(name: str) -> Any:
+    if name == "conv-winograd":
+        from relay_ir.runtime.winograd import ConvWinograd
+        return ConvWinograd()
+    from relay_ir.passes import get_pass
+    return get_pass(name)
 
 
 def _same(a: IRModule, b: IRModule) -> bool:
