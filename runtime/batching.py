@@ -151,10 +151,10 @@ class KernelRunner:
 
     def __init__(self, runner: BatchRunner, k: int):
         self.k = k
-        backend = runner.exe._backend
-        kern = backend.kernel(k, None)
+        src = runner.src
+        kern = src.kernel(k)
         self.kern = kern
-        self.fn = backend.cp.kernels[k]
+        self.fn = src.cp.kernels[k]
         self.param_types = kern.param_types
         self.tuple_params = any(isinstance(t, TupleType) for t in kern.param_types)
         self.host = kern.dyn is not None
@@ -176,8 +176,8 @@ class KernelRunner:
                                  for sh, dt in kern.outs)
         else:
             prog = runner.prog
-            fidx = backend.cp.kernel_fns[k]
-            self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
+            fidx = src.cp.kernel_fns[k]
+            self.host_closure = Closure(prog.code(fidx), [], src.cp.functions[fidx].func)
             # NOTE: a symbolic kernel (`?` or symbolic dims) runs compiled, its output shapes
             # from the group's type relations at the call's shapes (cached per shape); a
             # host group, or one whose symbolic kernel speculates equal dims, on the host
@@ -207,11 +207,7 @@ class KernelRunner:
             return False
         if DEFER == "all":
             return True
-        try:
-            kind = runner.exe._backend.exe._lower(self.fn, list(self.param_types)).kind
-        except DiagnosticError:
-            return False
-        return kind in ("matmul", "conv")
+        return runner.src.kind(self) in ("matmul", "conv")
 
     def leaves(self, args: list) -> list:
         """The call's flattened tensor inputs."""
@@ -297,8 +293,11 @@ class BatchedKernel:
         sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in lowered.constants) + "|batched"
         self._cache, self._target, self._lowered, self._sig = exe.cache, target, lowered, sig
         self.funcs: dict[bool, Any] = {}
+        self.requests: dict[bool, Any] = {}     # variant -> its kernel-cache request (export)
+        self.symbol = kr.signature
         self.func = self._variant(True)
-        self.consts = [tvm.runtime.tensor(np.array(c, order="C")) for c in lowered.constants]
+        self.consts_np = [np.array(c, order="C") for c in lowered.constants]
+        self.consts = [tvm.runtime.tensor(c) for c in self.consts_np]
         self.outs = [(tuple(d for d in t.shape[1:]), t.dtype)
                      for t in flatten_type(lowered.result_type)]
         for t in flatten_type(lowered.result_type):
@@ -333,7 +332,17 @@ class BatchedKernel:
                                                                 serial=serial)))
             self._cache.get([req], target)
             f = self.funcs[serial] = self._cache.modules.get(req.key)["k_" + req.key]
+            self.requests[serial] = req
         return f
+
+    def spec(self) -> dict:
+        """What a module file needs to call the serial variant (``export_library(...,
+        batched=True)``): its symbol, sharing pattern, constants, outputs, result structure."""
+        req = self.requests[True]
+        return {"kernel": self.symbol, "shared": list(self.shared), "symbol": "k_" + req.key,
+                "consts": [_array_json(c) for c in self.consts_np],
+                "outs": [[list(sh), str(dt)] for sh, dt in self.outs],
+                "result": self.result, "volume": int(self.volume)}
 
     def call(self, runner: BatchRunner, leaves: list[list]) -> list:
         """One call for ``len(leaves)`` instances; returns each instance's result."""
@@ -357,14 +366,195 @@ class BatchedKernel:
         return res
 
 
+class LoadedBatchedKernel(BatchedKernel):
+    """A batched kernel of a module file (its serial variant, linked into the library)."""
+
+    def __init__(self, library: Any, spec: dict):      # NOTE: no lowering, no compiling
+        import tvm
+        self.symbol = str(spec["kernel"])
+        self.shared = tuple(bool(x) for x in spec["shared"])
+        self.func = library.get_function(str(spec["symbol"]), True)
+        self.consts_np = [_array_from_json(c) for c in spec["consts"]]
+        self.consts = [tvm.runtime.tensor(c) for c in self.consts_np]
+        self.outs = [(tuple(int(d) for d in sh), str(dt)) for sh, dt in spec["outs"]]
+        self.result = _struct_from_json(spec["result"])
+        self.volume = int(spec["volume"])
+        self.cost = {}
+        self.tries = {}
+        self.funcs = {True: self.func}
+        self.requests = {}
+
+    def _variant(self, serial: bool) -> Any:
+        return self.func          # NOTE: only the serial variant is exported
+
+
+def _array_json(a: np.ndarray) -> dict:
+    import base64
+    a = np.ascontiguousarray(a)
+    return {"dtype": str(a.dtype), "shape": list(a.shape),
+            "data": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _array_from_json(d: dict) -> np.ndarray:
+    import base64
+    raw = base64.b64decode(d["data"])
+    return np.frombuffer(raw, dtype=d["dtype"]).reshape(d["shape"]).copy()
+
+
+def _struct_from_json(x: Any) -> Any:
+    """A result structure (an int, or nested lists of ints) as tuples."""
+    if isinstance(x, int):
+        return x
+    return tuple(_struct_from_json(y) for y in x)
+
+
+# ============================================================================ sources
+class BuiltSource:
+    """What the driver reads of an executable built in this process (``runtime.build``)."""
+
+    def __init__(self, exe: Any):
+        backend = exe._backend
+        self.exe, self.backend = exe, backend
+        self.module, self.cp = exe.module, backend.cp
+
+    def kernel(self, k: int) -> Any:
+        return self.backend.kernel(k, None)
+
+    def kind(self, kr: KernelRunner) -> str:
+        """The lowered group's kind (``matmul``, ``conv``, ``elementwise``, ...)."""
+        try:
+            return self.backend.exe._lower(kr.fn, list(kr.param_types)).kind
+        except DiagnosticError:
+            return "?"
+
+    def batched_kernel(self, runner: BatchRunner, kr: KernelRunner,
+                       shared: tuple[bool, ...]) -> BatchedKernel:
+        return BatchedKernel(runner, kr, shared)
+
+
+class LoadedSource:
+    """What the driver reads of a module file exported with ``batched=True``: the program
+    (Relay text, compiled to the instruction program again at load: deterministic, so its
+    kernel numbers are the exporter's), each static kernel's symbol, constants, outputs and
+    kind, and the batched kernels the exporter had compiled. Nothing is compiled: groups
+    with ``?`` or symbolic dimensions run on the host (the numpy reference implementations),
+    signatures without an exported batched kernel run one call per instance."""
+
+    def __init__(self, loaded: Any, meta: dict):
+        from relay_ir.runtime.compiler import CompiledProgram
+        self.library = loaded.library
+        self.module = _parse_program(meta["program"])
+        self.cp = CompiledProgram(self.module, kernels=True).compile_all()
+        self.info = {int(k): v for k, v in meta["kernels"].items()}
+        self.specs = {(str(b["kernel"]), tuple(bool(x) for x in b["shared"])): b
+                      for b in meta["batched"]}
+        self._kernels: dict[int, Any] = {}
+
+    def kernel(self, k: int) -> Any:
+        got = self._kernels.get(k)
+        if got is not None:
+            return got
+        from types import SimpleNamespace
+        from relay_ir.runtime.relax_vm import _Kernel
+        fn = self.cp.kernels[k]
+        types = [p.type_annotation or p.checked_type_ for p in fn.params]
+        info = self.info.get(k)
+        if info is None:        # NOTE: a host or symbolic group: the host implementation
+            kern = _Kernel(f"host{k}", None, [], [], 0, types, f"group{k}")
+            kern.dyn = SimpleNamespace(mode="host", guard=False)
+        else:
+            kern = _Kernel(str(info["symbol"]), self.library,
+                           [_array_from_json(c) for c in info["consts"]],
+                           [(tuple(int(d) for d in sh), str(dt)) for sh, dt in info["outs"]],
+                           _struct_from_json(info["result"]), types, str(info["label"]))
+            kern.module = _LibraryFunctions(self.library)
+        self._kernels[k] = kern
+        return kern
+
+    def kind(self, kr: KernelRunner) -> str:
+        info = self.info.get(kr.k)
+        return str(info["kind"]) if info is not None else "host"
+
+    def batched_kernel(self, runner: BatchRunner, kr: KernelRunner,
+                       shared: tuple[bool, ...]) -> BatchedKernel:
+        spec = self.specs.get((kr.signature, shared))
+        if spec is None:
+            raise DiagnosticError("no batched kernel exported for this signature")
+        return LoadedBatchedKernel(self.library, spec)
+
+
+def _parse_program(text: str) -> Any:
+    """The exported program text as a typed module (calls get their type arguments back,
+    so the groups equal the built ones structurally)."""
+    import relay_ir as rly
+    from relay_ir.passes import infer_type
+    return infer_type(rly.parse(text))
+
+
+class _LibraryFunctions:
+    """``lib[symbol]``: a kernel function of a loaded library (its imports searched)."""
+
+    def __init__(self, library: Any):
+        self.library = library
+
+    def __getitem__(self, symbol: str) -> Any:
+        f = self.library.get_function(symbol, True)
+        if f is None:
+            raise DiagnosticError(f"the module file has no kernel {symbol}")
+        return f
+
+
+def batch_metadata(exe: Any) -> tuple[dict, list]:
+    """(the metadata ``export_library(..., batched=True)`` writes, the batched kernels to link
+    into the library: objects with ``symbol``, ``label``, ``request``, ``module``, ``dyn``)."""
+    from types import SimpleNamespace
+    from relay_ir.printer import astext
+    from relay_ir.runtime.compiler import CompiledProgram
+    from relay_ir.structural import structural_equal, structural_hash
+    backend = exe._backend
+    src = BuiltSource(exe)
+    # NOTE: the loader parses the text and compiles it again; kernel numbers follow the
+    # order groups are met (shared group objects count once), which printing and parsing may
+    # change, so the numbers written are those of the program as the loader will see it,
+    # each group matched to the built one structurally here (same process: same hashes)
+    text = astext(exe.module)
+    again = CompiledProgram(_parse_program(text), kernels=True).compile_all()
+    by_hash: dict[int, list[int]] = {}
+    for k, fn in enumerate(backend.cp.kernels):
+        by_hash.setdefault(structural_hash(fn), []).append(k)
+    kernels = {}
+    for k2, fn2 in enumerate(again.kernels):
+        match = [k for k in by_hash.get(structural_hash(fn2), ())
+                 if structural_equal(fn2, backend.cp.kernels[k])]
+        kern = backend.kernels.get(match[0]) if match else None
+        if kern is None or kern.dyn is not None:
+            continue            # NOTE: symbolic kernels and host groups run on the host
+        probe = SimpleNamespace(fn=backend.cp.kernels[match[0]], param_types=kern.param_types)
+        kernels[str(k2)] = {"symbol": kern.symbol, "label": kern.label,
+                            "consts": [_array_json(c) for c in kern.consts],
+                            "outs": [[list(sh), str(dt)] for sh, dt in kern.outs],
+                            "result": kern.result, "kind": src.kind(probe)}  # type: ignore
+    batched, extra = [], []
+    runner = getattr(exe, "_batch_runner", None)
+    for bk in (runner.batched.values() if runner is not None else ()):
+        if bk is None or True not in bk.requests:
+            continue
+        req = bk.requests[True]
+        batched.append(bk.spec())
+        extra.append(SimpleNamespace(symbol="k_" + req.key, label="batched", request=req,
+                                     module=bk._cache.modules.get(req.key), dyn=None))
+    return {"program": text, "kernels": kernels, "batched": batched}, extra
+
+
 # ============================================================================ the driver
 class BatchRunner:
     """Runs many instances of an executable's entry, batching their kernel calls."""
 
-    def __init__(self, exe: Any):
+    def __init__(self, exe: Any, src: Any = None):
         self.exe = exe
-        backend = exe._backend
-        self.prog = BatchProgram(exe.module, backend.cp)
+        self.src = src if src is not None else BuiltSource(exe)
+        self.module = self.src.module
+        self.prog = BatchProgram(self.module, self.src.cp)
         self.kernels: dict[int, KernelRunner] = {}
         self.batched: dict[tuple, BatchedKernel | None] = {}
         self.stats = {"kernel_calls": 0, "batched_calls": 0, "instance_calls": 0,
@@ -435,9 +625,9 @@ class BatchRunner:
     # ------------------------------------------------------------------ instances
     def run(self, arg_tuples: Sequence[Sequence[Any]], entry: str) -> list:
         exe = self.exe
-        if entry not in exe.module:
+        if entry not in self.module:
             raise DiagnosticError(f"there is no global function @{entry} (globals: "
-                                  f"{', '.join('@' + n for n in exe.module)})")
+                                  f"{', '.join('@' + n for n in self.module)})")
         for key in self.stats:
             self.stats[key] = 0
         fn, ptypes, names = exe._entry_types(entry)
@@ -568,7 +758,7 @@ class BatchRunner:
             key = (kr.signature, shared)
             if key not in self.batched:
                 try:
-                    self.batched[key] = BatchedKernel(self, kr, shared)
+                    self.batched[key] = self.src.batched_kernel(self, kr, shared)
                 except ImportError:
                     self.batched[key] = None      # NOTE: no passes.vmap yet: loop
                 except DiagnosticError:
@@ -791,11 +981,12 @@ def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None =
     if isinstance(arg_tuples, (str, bytes)) or not hasattr(arg_tuples, "__len__"):
         raise DiagnosticError(f"run_batch expects a list of argument tuples, not "
                               f"{type(arg_tuples).__name__}")
-    if getattr(exe, "module", None) is None or not hasattr(exe._backend, "cp"):
+    loaded = getattr(exe, "module", None) is None or not hasattr(exe._backend, "cp")
+    if loaded and "batch" not in (getattr(exe, "metadata", None) or {}):
         raise DiagnosticError(
-            "run_batch: this module was loaded from a file, which holds no batched kernels "
-            "nor the instruction program run_batch interprets; build the program with "
-            "runtime.build(...) in this process to run it with run_batch")
+            "run_batch: this module file holds no batched kernels nor the instruction "
+            "program run_batch interprets: export it with exe.export_library(path, "
+            "batched=True), or build the program with runtime.build(...) in this process")
     if exe.vm is None:
         from relay_ir.runtime.relax_cuda import no_gpu_error
         raise no_gpu_error()
@@ -811,7 +1002,8 @@ def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None =
             raise _instance_error(e, 0) from None
     runner = getattr(exe, "_batch_runner", None)
     if runner is None:
-        runner = exe._batch_runner = BatchRunner(exe)
+        src = LoadedSource(exe, exe.metadata["batch"]) if loaded else None
+        runner = exe._batch_runner = BatchRunner(exe, src)
     return runner.run(list(arg_tuples), entry or exe.entry)
 
 
