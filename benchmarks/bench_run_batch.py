@@ -8,7 +8,7 @@ calls the instances made, calls made, batched calls, groups). Results of run_bat
 checked against the one-by-one results (loss and every gradient).
 
 Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]
-[--defer heavy|all] [--agenda most|depth] [--hidden 128] [--forward]`` (``--hidden``
+[--defer heavy|all] [--agenda most|depth] [--sizes static|symbolic] [--hidden 128] [--forward]`` (``--hidden``
 changes W5's H = D; ``--forward`` runs the loss alone, without the gradient).
 """
 from __future__ import annotations
@@ -33,12 +33,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="which kernels park on the agenda (runtime.batching.DEFER)")
     ap.add_argument("--agenda", default="most", choices=["most", "depth"],
                     help="the agenda's choice (runtime.batching.AGENDA)")
+    ap.add_argument("--sizes", default="static", choices=["static", "symbolic"],
+                    help="batched kernels' batch size (runtime.batching.BATCH_SIZES)")
     ap.add_argument("--hidden", type=int, default=128, help="H = D (W5: 128)")
     ap.add_argument("--forward", action="store_true",
                     help="the forward program only (no gradient)")
     a = ap.parse_args(argv)
     from relay_ir.runtime import batching
     batching.DEFER, batching.AGENDA = a.defer, a.agenda
+    batching.BATCH_SIZES = a.sizes
     import relay_ir as rly
     from relay_ir import passes, runtime
     import workloads as W
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     n = len(args)
     what = "fwd" if a.forward else "fwd+bwd"
     print(f"W5 {what} H={a.hidden}, {n} trees, median of {a.rounds} rounds (ms per tree); "
-          f"defer={a.defer} agenda={a.agenda}")
+          f"defer={a.defer} agenda={a.agenda} sizes={a.sizes}")
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:14s} {1e3 * med / n:8.2f} ms/tree   speedup vs one-by-one "

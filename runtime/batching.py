@@ -64,36 +64,84 @@ POOL_MIN = 1 << 15
 POOL_SLOTS = 16
 # which kernels the instances park on (see KernelRunner._worth_deferring): "heavy" or "all"
 DEFER = "heavy"
+# the batched kernels' batch size: "static" (one kernel per power-of-two bucket, the batch
+# padded up to it) or "symbolic" (one kernel over a symbolic batch size serves every size)
+BATCH_SIZES = "static"
+# the cost model measures the side it rejects again every RETRY-th time
+RETRY = 8
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
 AGENDA = "most"
 
 
-def _kernel_factory(ins: tuple, pc: int, code: Code) -> tuple:
-    """``("kernel", dst, k, srcs)``: park the instance on the call (the driver runs it)."""
-    _, dst, k, srcs = ins
-    idx = tuple(srcs)
-    site = (code, pc + 1, dst)
+def _kernel_factories(runner: BatchRunner) -> dict:
+    """The step factories of ``kernel``/``kernel_ret`` instructions for ``runner``'s program.
 
-    def step(regs: list) -> tuple:
-        return (KERNEL, k, [regs[i] for i in idx], site)
-    return step, None
+    A kernel the instances park on (:meth:`KernelRunner._worth_deferring`) becomes a deferred
+    action ``(KERNEL, k, args, site)``; any other kernel is called inside the step itself, an
+    ordinary instruction to the driver's loop (no action tuple, no lookups per call)."""
+    count = runner.inline_calls
 
+    def kernel(ins: tuple, pc: int, code: Code) -> tuple:
+        _, dst, k, srcs = ins
+        idx = tuple(srcs)
+        nxt = pc + 1
+        kr = runner.kernel(k)
+        if not kr.defer:
+            call = kr.call
+            if len(idx) == 1:
+                (i0,) = idx
 
-def _kernel_ret_factory(ins: tuple, pc: int, code: Code) -> tuple:
-    """``("kernel_ret", k, srcs)``: a kernel call in tail position."""
-    _, k, srcs = ins
-    idx = tuple(srcs)
+                def step1(regs: list) -> int:
+                    count[0] += 1
+                    regs[dst] = call([regs[i0]])
+                    return nxt
+                return step1, None
+            if len(idx) == 2:
+                i0, i1 = idx
 
-    def step(regs: list) -> tuple:
-        return (KERNEL, k, [regs[i] for i in idx], None)
-    return step, None
+                def step2(regs: list) -> int:
+                    count[0] += 1
+                    regs[dst] = call([regs[i0], regs[i1]])
+                    return nxt
+                return step2, None
+
+            def step_n(regs: list) -> int:
+                count[0] += 1
+                regs[dst] = call([regs[i] for i in idx])
+                return nxt
+            return step_n, None
+        site = (code, nxt, dst)
+
+        def step(regs: list) -> tuple:
+            return (KERNEL, k, [regs[i] for i in idx], site)
+        return step, None
+
+    def kernel_ret(ins: tuple, pc: int, code: Code) -> tuple:
+        """A kernel call in tail position."""
+        _, k, srcs = ins
+        idx = tuple(srcs)
+        kr = runner.kernel(k)
+        if not kr.defer:
+            call = kr.call
+
+            def step_ret(regs: list) -> tuple:
+                count[0] += 1
+                return (RET, call([regs[i] for i in idx]))
+            return step_ret, None
+
+        def step(regs: list) -> tuple:
+            return (KERNEL, k, [regs[i] for i in idx], None)
+        return step, None
+    return {"kernel": kernel, "kernel_ret": kernel_ret}
 
 
 class BatchProgram(Program):
-    """The instruction program with kernel calls as deferred actions."""
+    """The instruction program with kernel calls as deferred actions (or inline calls)."""
 
-    step_factories = {"kernel": _kernel_factory, "kernel_ret": _kernel_ret_factory}
+    def __init__(self, mod: Any, compiled: Any, runner: BatchRunner):
+        super().__init__(mod, compiled)
+        self.step_factories = _kernel_factories(runner)
 
 
 class _Instance:
@@ -295,7 +343,10 @@ class BatchedKernel:
         self.funcs: dict[bool, Any] = {}
         self.requests: dict[bool, Any] = {}     # variant -> its kernel-cache request (export)
         self.symbol = kr.signature
-        self.func = self._variant(True)
+        self._exe, self._fn, self._in_axes = exe, fn, in_axes
+        self.static: dict[int, tuple] = {}      # bucket -> (kernel, constants)
+        self.mode = BATCH_SIZES
+        self.func = self._variant(True) if self.mode == "symbolic" else None
         self.consts_np = [np.array(c, order="C") for c in lowered.constants]
         self.consts = [tvm.runtime.tensor(c) for c in self.consts_np]
         self.outs = [(tuple(d for d in t.shape[1:]), t.dtype)
@@ -308,6 +359,7 @@ class BatchedKernel:
         self.result = _result_struct(lowered.result_type)
         self.cost: dict[int, float] = {}      # batch-size bucket -> measured seconds per call
         self.tries: dict[int, int] = {}
+        self.skips: dict[int, int] = {}
         # NOTE: per-instance work, for the serial/parallel choice (output elements, times the
         # reduction length of a matmul-like group)
         self.volume = sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs) * \
@@ -335,6 +387,32 @@ class BatchedKernel:
             self.requests[serial] = req
         return f
 
+    def prepare(self, n: int) -> None:
+        """Compile the kernel a call for ``n`` instances uses (outside the cost model's
+        timing)."""
+        if self.mode == "static":
+            self._static(1 << (n - 1).bit_length())
+        elif n * self.volume >= SERIAL_BELOW:
+            self._variant(False)
+
+    def _static(self, size: int) -> tuple:
+        """(kernel, constants) of the group batched for exactly ``size`` instances (a static
+        batch size: the static schedules tile it), compiled on first use through the cache."""
+        got = self.static.get(size)
+        if got is None:
+            import tvm
+            from relay_ir.passes.vmap import vmap_function
+            from relay_ir.runtime.executor import kernel_request
+            bfn = vmap_function(self._fn, self._in_axes, batch_size=size)
+            types = [p.type_annotation or p.checked_type_ for p in bfn.params]
+            lowered = self._exe._lower(bfn, types)
+            req = kernel_request(lowered, self._target)
+            self._cache.get([req], self._target)
+            f = self._cache.modules.get(req.key)["k_" + req.key]
+            got = self.static[size] = (f, [tvm.runtime.tensor(np.array(c, order="C"))
+                                           for c in lowered.constants])
+        return got
+
     def spec(self) -> dict:
         """What a module file needs to call the serial variant (``export_library(...,
         batched=True)``): its symbol, sharing pattern, constants, outputs, result structure."""
@@ -348,14 +426,32 @@ class BatchedKernel:
         """One call for ``len(leaves)`` instances; returns each instance's result."""
         n = len(leaves)
         ins = []
-        for j, s in enumerate(self.shared):
-            if s:
-                ins.append(leaves[0][j])
-            else:
-                ins.append(np.stack([lv[j] for lv in leaves]))
-        outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
-        func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
-        runner.invoke(func, ins, self.consts, outs)
+        if self.mode == "static":
+            # NOTE: padded to the next power of two (a few kernels serve every size); the
+            # padding rows are zeros and their results are dropped
+            size = 1 << (n - 1).bit_length()
+            for j, s in enumerate(self.shared):
+                if s:
+                    ins.append(leaves[0][j])
+                    continue
+                first = leaves[0][j]
+                buf = np.empty((size, *np.shape(first)), np.asarray(first).dtype)
+                np.stack([lv[j] for lv in leaves], out=buf[:n])
+                if size > n:
+                    buf[n:] = 0
+                ins.append(buf)
+            func, consts = self._static(size)
+            outs = [np.empty((size, *shape), dtype) for shape, dtype in self.outs]
+            runner.invoke(func, ins, consts, outs)
+        else:
+            for j, s in enumerate(self.shared):
+                if s:
+                    ins.append(leaves[0][j])
+                else:
+                    ins.append(np.stack([lv[j] for lv in leaves]))
+            outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
+            func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
+            runner.invoke(func, ins, self.consts, outs)
         runner.stats["batched_calls"] += 1
         runner.stats["batched_instances"] += n
         single = self.result == 0 and len(outs) == 1
@@ -381,8 +477,10 @@ class LoadedBatchedKernel(BatchedKernel):
         self.volume = int(spec["volume"])
         self.cost = {}
         self.tries = {}
+        self.skips = {}
         self.funcs = {True: self.func}
         self.requests = {}
+        self.mode = "symbolic"      # NOTE: the exported kernels have a symbolic batch size
 
     def _variant(self, serial: bool) -> Any:
         return self.func          # NOTE: only the serial variant is exported
@@ -537,8 +635,10 @@ def batch_metadata(exe: Any) -> tuple[dict, list]:
     batched, extra = [], []
     runner = getattr(exe, "_batch_runner", None)
     for bk in (runner.batched.values() if runner is not None else ()):
-        if bk is None or True not in bk.requests:
+        if bk is None:
             continue
+        if True not in bk.requests:
+            bk._variant(True)       # NOTE: the run used static sizes; files get symbolic ones
         req = bk.requests[True]
         batched.append(bk.spec())
         extra.append(SimpleNamespace(symbol="k_" + req.key, label="batched", request=req,
@@ -554,8 +654,9 @@ class BatchRunner:
         self.exe = exe
         self.src = src if src is not None else BuiltSource(exe)
         self.module = self.src.module
-        self.prog = BatchProgram(self.module, self.src.cp)
+        self.inline_calls = [0]          # kernel calls made inline (counted by their steps)
         self.kernels: dict[int, KernelRunner] = {}
+        self.prog = BatchProgram(self.module, self.src.cp, self)
         self.batched: dict[tuple, BatchedKernel | None] = {}
         self.stats = {"kernel_calls": 0, "batched_calls": 0, "instance_calls": 0,
                       "groups": 0, "batched_instances": 0}
@@ -630,6 +731,7 @@ class BatchRunner:
                                   f"{', '.join('@' + n for n in self.module)})")
         for key in self.stats:
             self.stats[key] = 0
+        self.inline_calls[0] = 0
         fn, ptypes, names = exe._entry_types(entry)
         clo = self.prog.global_closure(entry)
         code = clo.code if clo.code is not None else clo.force()
@@ -656,6 +758,7 @@ class BatchRunner:
             if paused:
                 gc.enable()
             st = self.stats
+            st["instance_calls"] += self.inline_calls[0]
             st["kernel_calls"] = st["instance_calls"] - st["batched_instances"] + \
                 st["batched_calls"]
         return [self._export(_normalize_output(x.result)) for x in insts]
@@ -774,11 +877,17 @@ class BatchRunner:
         bucket = n.bit_length()
         est = bk.cost.get(bucket)
         if est is not None and (kr.single_cost is None or est > kr.single_cost * n):
-            if kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1:
+            # NOTE: the losing side is measured again every RETRY-th time (one sample on a
+            # loaded machine can be far off)
+            skips = bk.skips.get(bucket, 0) + 1
+            bk.skips[bucket] = skips
+            if (kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1) and \
+                    skips % RETRY:
                 return self._loop(kr, members)
         bk.tries[bucket] = bk.tries.get(bucket, 0) + 1
-        t = perf_counter()
         try:
+            bk.prepare(n)           # NOTE: compiling is not the call's cost
+            t = perf_counter()
             out = bk.call(self, leaves)
         except Exception:
             return self._loop(kr, members)
