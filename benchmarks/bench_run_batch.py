@@ -8,7 +8,7 @@ calls the instances made, calls made, batched calls, groups). Results of run_bat
 checked against the one-by-one results (loss and every gradient).
 
 Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]
-[--defer heavy|all] [--agenda most|depth] [--sizes static|symbolic] [--hidden 128] [--forward]`` (``--hidden``
+[--defer heavy|all|none] [--agenda most|depth] [--sizes static|symbolic] [--hidden 128] [--forward]`` (``--hidden``
 changes W5's H = D; ``--forward`` runs the loss alone, without the gradient).
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trees", type=int, default=64)
     ap.add_argument("--batches", default="1,8,64")
-    ap.add_argument("--defer", default="heavy", choices=["heavy", "all"],
+    ap.add_argument("--defer", default="heavy", choices=["heavy", "all", "none"],
                     help="which kernels park on the agenda (runtime.batching.DEFER)")
     ap.add_argument("--agenda", default="most", choices=["most", "depth"],
                     help="the agenda's choice (runtime.batching.AGENDA)")
@@ -73,26 +73,35 @@ def main(argv: list[str] | None = None) -> int:
             assert abs(float(w[0]) - float(r[0])) <= 1e-4 * max(1.0, abs(float(w[0])))
             for x, y in zip(w[1][1:], r[1][1:]):
                 np.testing.assert_allclose(y, x, rtol=2e-3, atol=1e-5)
+    # NOTE: wall time and this process's CPU time (every thread); on a machine shared with
+    # other jobs the CPU time is the steadier figure
     times: dict[str, list[float]] = {"one-by-one": []}
+    cpu: dict[str, list[float]] = {"one-by-one": []}
     for b in sizes:
         times[f"run_batch {b}"] = []
+        cpu[f"run_batch {b}"] = []
     for _ in range(a.rounds):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         one_by_one()
         times["one-by-one"].append(time.perf_counter() - t)
+        cpu["one-by-one"].append(time.process_time() - c)
         for b in sizes:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             batched(b)
             times[f"run_batch {b}"].append(time.perf_counter() - t)
+            cpu[f"run_batch {b}"].append(time.process_time() - c)
     base = statistics.median(times["one-by-one"])
+    cbase = statistics.median(cpu["one-by-one"])
     n = len(args)
     what = "fwd" if a.forward else "fwd+bwd"
     print(f"W5 {what} H={a.hidden}, {n} trees, median of {a.rounds} rounds (ms per tree); "
           f"defer={a.defer} agenda={a.agenda} sizes={a.sizes}")
     for name, ts in times.items():
         med = statistics.median(ts)
+        cmed = statistics.median(cpu[name])
         print(f"  {name:14s} {1e3 * med / n:8.2f} ms/tree   speedup vs one-by-one "
-              f"{base / med:5.2f}x")
+              f"{base / med:5.2f}x   (CPU time {1e3 * cmed / n:8.2f} ms/tree, "
+              f"{cbase / cmed:5.2f}x)")
     for b in sizes:
         print(f"  counters, chunks of {b} (last chunk): {stats[b]}")
     return 0

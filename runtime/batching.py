@@ -251,7 +251,7 @@ class KernelRunner:
         weight becomes one GEMM -- since parking, grouping and resuming an instance costs a
         few microseconds of Python, more than a (1, 128) elementwise kernel saves by running
         in a batch."""
-        if self.host or self.tuple_params or self.out_bytes > OUT_LIMIT:
+        if self.host or self.tuple_params or self.out_bytes > OUT_LIMIT or DEFER == "none":
             return False
         if DEFER == "all":
             return True
