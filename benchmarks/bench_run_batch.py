@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="which kernels park on the agenda (runtime.batching.DEFER)")
     ap.add_argument("--agenda", default="most", choices=["most", "depth"],
                     help="the agenda's choice (runtime.batching.AGENDA)")
-    ap.add_argument("--sizes", default="static", choices=["static", "symbolic"],
+    ap.add_argument("--sizes", default="symbolic", choices=["static", "symbolic"],
                     help="batched kernels' batch size (runtime.batching.BATCH_SIZES)")
     ap.add_argument("--hidden", type=int, default=128, help="H = D (W5: 128)")
     ap.add_argument("--forward", action="store_true",

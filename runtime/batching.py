@@ -66,7 +66,7 @@ POOL_SLOTS = 16
 DEFER = "heavy"
 # the batched kernels' batch size: "static" (one kernel per power-of-two bucket, the batch
 # padded up to it) or "symbolic" (one kernel over a symbolic batch size serves every size)
-BATCH_SIZES = "static"
+BATCH_SIZES = "symbolic"
 # the cost model measures the side it rejects again every RETRY-th time
 RETRY = 8
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
@@ -89,6 +89,8 @@ def _kernel_factories(runner: BatchRunner) -> dict:
         kr = runner.kernel(k)
         if not kr.defer:
             call = kr.call
+            if kr.fast and not kr.consts and len(idx) in (1, 2):
+                return _fast_step(kr, idx, dst, nxt, count), None
             if len(idx) == 1:
                 (i0,) = idx
 
@@ -134,6 +136,39 @@ def _kernel_factories(runner: BatchRunner) -> dict:
             return (KERNEL, k, [regs[i] for i in idx], None)
         return step, None
     return {"kernel": kernel, "kernel_ret": kernel_ret}
+
+
+def _fast_step(kr: KernelRunner, idx: tuple, dst: int, nxt: int, count: list) -> Any:
+    """The step of an inline call of a static kernel without constants, one or two inputs
+    and one small output: the kernel called on the registers directly."""
+    f, slow = kr.func, kr.call
+    (shape, dtype), = kr.outs
+    empty = np.empty
+    if len(idx) == 1:
+        (i0,) = idx
+
+        def step1(regs: list) -> int:
+            count[0] += 1
+            o = empty(shape, dtype)
+            try:
+                f(regs[i0], o)
+            except Exception:
+                o = slow([regs[i0]])     # NOTE: an argument the kernel refused: converted
+            regs[dst] = o
+            return nxt
+        return step1
+    i0, i1 = idx
+
+    def step2(regs: list) -> int:
+        count[0] += 1
+        o = empty(shape, dtype)
+        try:
+            f(regs[i0], regs[i1], o)
+        except Exception:
+            o = slow([regs[i0], regs[i1]])
+        regs[dst] = o
+        return nxt
+    return step2
 
 
 class BatchProgram(Program):
@@ -239,8 +274,10 @@ class KernelRunner:
                 self.call = self._symbolic_call      # type: ignore[method-assign]
         self.defer = self._worth_deferring(runner)
         self.single_cost: float | None = None   # measured seconds per call (cost model)
+        self.fast = False       # a static kernel with tensor inputs, one small output
         if not self.host and not self.tuple_params and len(self.outs) == 1 and \
                 self.result == 0 and self.out_bytes < POOL_MIN:
+            self.fast = True
             self.call = self._fast_call()       # type: ignore[method-assign]
 
     def _worth_deferring(self, runner: BatchRunner) -> bool:

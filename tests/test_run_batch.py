@@ -122,6 +122,33 @@ def test_tree_gradient_program():
         assert_values_close(r, runtime.evaluate(g, *args), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("defer,sizes", [("all", "static"), ("all", "symbolic"),
+                                         ("none", "symbolic")])
+def test_policies_give_the_same_results(monkeypatch, defer, sizes):
+    """Every kernel parked (batched kernels of static power-of-two sizes, padded, or of a
+    symbolic size) or none: the gradients equal one-by-one runs."""
+    from relay_ir.runtime import batching
+    monkeypatch.setattr(batching, "DEFER", defer)
+    monkeypatch.setattr(batching, "BATCH_SIZES", sizes)
+    mod = rly.parse(TREE)
+    g = passes.optimize(passes.gradient(mod, entry="main"))
+    exe = runtime.build(g, target="llvm")
+    batch = _tree_batch(mod, [5, 5, 5, 2, 7], seed=11)
+    _check(exe, batch, rtol=1e-4, atol=1e-5)
+    stats = exe.batch_stats()
+    assert stats["instance_calls"] > 0
+    if defer == "none":
+        assert stats["groups"] == 0 and stats["kernel_calls"] == stats["instance_calls"]
+    else:
+        assert stats["groups"] > 0
+        if batching.have_vmap():
+            assert stats["batched_calls"] > 0     # 3 instances and more share calls
+    if sizes == "static" and batching.have_vmap():
+        bks = [b for b in exe._batch_runner.batched.values() if b is not None]
+        assert any(b.static for b in bks)       # a padded static kernel ran
+        assert all(size & (size - 1) == 0 for b in bks for size in b.static)
+
+
 def test_batching_happened_and_shared_weights():
     """Fewer kernel calls than the instances make one by one; weights are passed once."""
     mod = rly.parse(TREE)
