@@ -8,7 +8,7 @@ calls the instances made, calls made, batched calls, groups). Results of run_bat
 checked against the one-by-one results (loss and every gradient).
 
 Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]
-[--defer heavy|all|none] [--agenda most|depth] [--sizes static|symbolic] [--hidden 128] [--forward]`` (``--hidden``
+[--defer heavy|all|none] [--agenda most|depth] [--sizes static|symbolic] [--hidden 128] [--forward] [--sizes symbolic|static] [--kernels]`` (``--hidden``
 changes W5's H = D; ``--forward`` runs the loss alone, without the gradient).
 """
 from __future__ import annotations
@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=128, help="H = D (W5: 128)")
     ap.add_argument("--forward", action="store_true",
                     help="the forward program only (no gradient)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also time each batched kernel alone: static (padded) and symbolic "
+                         "batch sizes against single calls, per instance (CPU time)")
     a = ap.parse_args(argv)
     from relay_ir.runtime import batching
     batching.DEFER, batching.AGENDA = a.defer, a.agenda
@@ -104,7 +107,49 @@ def main(argv: list[str] | None = None) -> int:
               f"{cbase / cmed:5.2f}x)")
     for b in sizes:
         print(f"  counters, chunks of {b} (last chunk): {stats[b]}")
+    if a.kernels:
+        kernel_table(exe)
     return 0
+
+
+def kernel_table(exe) -> None:
+    """Per instance CPU microseconds of each batched kernel run_batch made (random inputs of
+    the kernel's shapes; shared inputs passed once), static and symbolic batch sizes, against
+    the plain kernel called once per instance."""
+    r = exe._batch_runner
+    clock = time.process_time
+    rng = np.random.default_rng(0)
+    print("  batched kernels, us per instance (CPU): static / symbolic / single calls")
+    for (sig, shared), bk in r.batched.items():
+        if bk is None:
+            continue
+        kr = next(k for k in r.kernels.values() if k.signature == sig)
+        one = [rng.standard_normal(t.shape).astype(t.dtype) for t in kr.param_types]
+        row = []
+        for n in (2, 8, 64):
+            leaves = [[x if s else x.copy() for x, s in zip(one, shared)] for _ in range(n)]
+            reps = max(3, 256 // n)
+            res = []
+            for mode in ("static", "symbolic"):
+                bk.mode = mode
+                bk.prepare(n)
+                if mode == "symbolic" and bk.func is None:
+                    bk.func = bk._variant(True)
+                bk.call(r, leaves)
+                t = clock()
+                for _ in range(reps):
+                    bk.call(r, leaves)
+                res.append((clock() - t) / reps / n * 1e6)
+            t = clock()
+            for _ in range(reps):
+                for lv in leaves:
+                    kr.call(lv)
+            res.append((clock() - t) / reps / n * 1e6)
+            row.append(f"n={n}: " + " / ".join(f"{x:.1f}" for x in res))
+        bk.mode = "symbolic"
+        shapes = "x".join(str(tuple(t.shape)) for t in kr.param_types)
+        print(f"    {kr.kern.label} {shapes} shared={tuple(int(s) for s in shared)}: "
+              + ";  ".join(row))
 
 
 if __name__ == "__main__":

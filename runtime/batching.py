@@ -8,7 +8,9 @@ closures (``runtime.interpreter``) for everything that is not a kernel call: tup
 values, ``match``, references, closures and calls run in Python per instance, each instance
 with its own heap-allocated frame stack (no Python recursion: a 100,000-deep recursion runs).
 
-Kernel calls are **deferred**. An instance runs until its next kernel call and parks there.
+Kernel calls worth batching (:data:`DEFER`) are **deferred**; the others are called inside
+their instruction's step. An instance runs until its next deferred kernel call and parks
+there.
 When every live instance is parked (or done), the pending calls are grouped by signature --
 the compiled kernel (alpha-equivalent groups share one), the shapes and dtypes of its
 flattened inputs, and which inputs are the very same array in every instance of the group
@@ -24,7 +26,13 @@ cannot batch, with tuple inputs, or whose inputs are large (stacking would copy 
 kernel computes: :data:`STACK_LIMIT`) runs its calls one by one. Groups with ``?`` or symbolic
 dimensions run their symbolic kernel per instance (output shapes from the group's type
 relations, cached per input shape); host groups run on the host (numpy reference
-implementations of the group), as on the VM.
+implementations of the group), as on the VM. :data:`BATCH_SIZES` = ``"static"`` compiles one
+kernel per power-of-two batch size instead (inputs padded; measured slower, not the default).
+
+Module files: ``export_library(path, batched=True)`` writes :func:`batch_metadata` (the
+program text, the static kernels' calling information, the batched kernels compiled so far,
+linked into the library); a loaded module's ``run_batch`` reads it through
+:class:`LoadedSource` and compiles nothing.
 """
 from __future__ import annotations
 
@@ -67,7 +75,7 @@ DEFER = "heavy"
 # the batched kernels' batch size: "static" (one kernel per power-of-two bucket, the batch
 # padded up to it) or "symbolic" (one kernel over a symbolic batch size serves every size)
 BATCH_SIZES = "symbolic"
-# the cost model measures the side it rejects again every RETRY-th time
+# the cost model tries a batched kernel it rejected again every RETRY-th time
 RETRY = 8
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
@@ -914,8 +922,8 @@ class BatchRunner:
         bucket = n.bit_length()
         est = bk.cost.get(bucket)
         if est is not None and (kr.single_cost is None or est > kr.single_cost * n):
-            # NOTE: the losing side is measured again every RETRY-th time (one sample on a
-            # loaded machine can be far off)
+            # NOTE: a rejected batched kernel is tried again every RETRY-th time (one sample
+            # on a loaded machine can be far off)
             skips = bk.skips.get(bucket, 0) + 1
             bk.skips[bucket] = skips
             if (kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1) and \
