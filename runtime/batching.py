@@ -77,6 +77,9 @@ DEFER = "heavy"
 BATCH_SIZES = "symbolic"
 # the cost model tries a batched kernel it rejected again every RETRY-th time
 RETRY = 8
+# a kernel whose batched calls never paid in UNDEFER groups (of 8 instances or more; or that
+# cannot be batched) is no longer deferred: its calls run inline
+UNDEFER = 16
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
 AGENDA = "most"
@@ -281,6 +284,8 @@ class KernelRunner:
                 self.sym_outs: dict[tuple, list] = {}
                 self.call = self._symbolic_call      # type: ignore[method-assign]
         self.defer = self._worth_deferring(runner)
+        self.won = 0        # batched calls that paid (the cost model's evidence)
+        self.lost = 0       # groups run one call per instance since batching did not pay
         self.single_cost: float | None = None   # measured seconds per call (cost model)
         self.fast = False       # a static kernel with tensor inputs, one small output
         if not self.host and not self.tuple_params and len(self.outs) == 1 and \
@@ -704,7 +709,7 @@ class BatchRunner:
         self.prog = BatchProgram(self.module, self.src.cp, self)
         self.batched: dict[tuple, BatchedKernel | None] = {}
         self.stats = {"kernel_calls": 0, "batched_calls": 0, "instance_calls": 0,
-                      "groups": 0, "batched_instances": 0}
+                      "groups": 0, "batched_instances": 0, "undeferred": 0}
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self.max_depth = DEFAULT_MAX_DEPTH
@@ -913,6 +918,7 @@ class BatchRunner:
                     self.batched[key] = None      # NOTE: vmap cannot batch it: loop
             bk = self.batched[key]
         if bk is None:
+            self._lost(kr)
             return self._loop(kr, members)
         # NOTE: the run-time cost model: the batched call's measured time at this batch size
         # (bucketed by powers of two) against the measured per-instance time times n; an
@@ -928,6 +934,8 @@ class BatchRunner:
             bk.skips[bucket] = skips
             if (kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1) and \
                     skips % RETRY:
+                if n >= 8:
+                    self._lost(kr)
                 return self._loop(kr, members)
         bk.tries[bucket] = bk.tries.get(bucket, 0) + 1
         try:
@@ -938,7 +946,19 @@ class BatchRunner:
             return self._loop(kr, members)
         d = perf_counter() - t
         bk.cost[bucket] = d if est is None else 0.7 * est + 0.3 * d
+        if kr.single_cost is not None and d <= kr.single_cost * n:
+            kr.won += 1
         return out
+
+    def _lost(self, kr: KernelRunner) -> None:
+        """A group of ``kr`` ran one call per instance since batching did not pay (or cannot
+        be done). After :data:`UNDEFER` such groups and no batched call that paid, the
+        instances stop parking on ``kr``: its calls run inline from then on (parking and
+        resuming cost Python time, and interleaving the instances costs cache)."""
+        kr.lost += 1
+        if kr.lost >= UNDEFER and kr.won == 0:
+            kr.defer = False
+            self.stats["undeferred"] += 1
 
     def _loop(self, kr: KernelRunner, members: list[_Instance]) -> list:
         """The group's calls one by one (timed: the cost model's per-instance figure)."""
