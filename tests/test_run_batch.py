@@ -149,6 +149,28 @@ def test_policies_give_the_same_results(monkeypatch, defer, sizes):
         assert all(size & (size - 1) == 0 for b in bks for size in b.static)
 
 
+def test_kernels_that_never_pay_stop_parking(monkeypatch):
+    """The cost model's evidence: a parked kernel that cannot be batched (or whose batched
+    calls never pay) runs inline after UNDEFER groups; results unchanged, fewer groups."""
+    from relay_ir.runtime import batching
+    monkeypatch.setattr(batching, "DEFER", "all")
+    monkeypatch.setattr(batching, "UNDEFER", 2)
+    mod = rly.parse(TREE)
+    g = passes.optimize(passes.gradient(mod, entry="main"))
+    exe = runtime.build(g, target="llvm")
+    batch = _tree_batch(mod, [6] * 8, seed=2)
+    _check(exe, batch, rtol=1e-4, atol=1e-5)
+    first = exe.batch_stats()
+    assert first["undeferred"] > 0
+    stopped = [kr for kr in exe._batch_runner.kernels.values()
+               if not kr.defer and kr.lost >= 2 and kr.won == 0]
+    assert stopped
+    _check(exe, batch, rtol=1e-4, atol=1e-5)
+    second = exe.batch_stats()
+    assert second["groups"] < first["groups"]
+    assert second["instance_calls"] == first["instance_calls"]
+
+
 def test_batching_happened_and_shared_weights():
     """Fewer kernel calls than the instances make one by one; weights are passed once."""
     mod = rly.parse(TREE)
