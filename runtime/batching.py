@@ -80,6 +80,11 @@ RETRY = 8
 # a kernel whose batched calls never paid in UNDEFER groups (of 8 instances or more; or that
 # cannot be batched) is no longer deferred: its calls run inline
 UNDEFER = 16
+# NOTE: seconds a parked call costs its instance beyond the call (parking, regrouping,
+# resuming, and the cache the interleaved instances evict): W5's gradient (H = 128, 64 trees)
+# ran 3 ms/tree slower parking its 83 GEMVs per tree than calling them inline (36 us each;
+# 2-core Xeon under load), while batching them saved nothing measurable
+PARK_COST = 30e-6
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
 AGENDA = "most"
@@ -709,7 +714,8 @@ class BatchRunner:
         self.prog = BatchProgram(self.module, self.src.cp, self)
         self.batched: dict[tuple, BatchedKernel | None] = {}
         self.stats = {"kernel_calls": 0, "batched_calls": 0, "instance_calls": 0,
-                      "groups": 0, "batched_instances": 0, "undeferred": 0}
+                      "groups": 0, "batched_instances": 0, "undeferred": 0,
+                      "parked": 0}
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self.max_depth = DEFAULT_MAX_DEPTH
@@ -808,6 +814,7 @@ class BatchRunner:
             if paused:
                 gc.enable()
             st = self.stats
+            st["parked"] = st["instance_calls"]
             st["instance_calls"] += self.inline_calls[0]
             st["kernel_calls"] = st["instance_calls"] - st["batched_instances"] + \
                 st["batched_calls"]
@@ -946,8 +953,12 @@ class BatchRunner:
             return self._loop(kr, members)
         d = perf_counter() - t
         bk.cost[bucket] = d if est is None else 0.7 * est + 0.3 * d
-        if kr.single_cost is not None and d <= kr.single_cost * n:
-            kr.won += 1
+        if kr.single_cost is not None:
+            # NOTE: a batched call pays when it saves more than parking costs its instances
+            if d + n * PARK_COST <= kr.single_cost * n:
+                kr.won += 1
+            elif n >= 8:
+                self._lost(kr)
         return out
 
     def _lost(self, kr: KernelRunner) -> None:
