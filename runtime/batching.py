@@ -77,9 +77,9 @@ DEFER = "heavy"
 BATCH_SIZES = "symbolic"
 # the cost model tries a batched kernel it rejected again every RETRY-th time
 RETRY = 8
-# a kernel whose batched calls never paid in UNDEFER groups (of 8 instances or more; or that
-# cannot be batched) is no longer deferred: its calls run inline
-UNDEFER = 16
+# a kernel whose batched calls never paid over UNDEFER parked calls (in groups of 8 or more;
+# or that cannot be batched) is no longer deferred: its calls run inline
+UNDEFER = 128
 # NOTE: seconds a parked call costs its instance beyond the call (parking, regrouping,
 # resuming, and the cache the interleaved instances evict): W5's gradient (H = 128, 64 trees)
 # ran 3 ms/tree slower parking its 83 GEMVs per tree than calling them inline (36 us each;
@@ -290,7 +290,7 @@ class KernelRunner:
                 self.call = self._symbolic_call      # type: ignore[method-assign]
         self.defer = self._worth_deferring(runner)
         self.won = 0        # batched calls that paid (the cost model's evidence)
-        self.lost = 0       # groups run one call per instance since batching did not pay
+        self.lost = 0       # parked calls batching did not pay for
         self.single_cost: float | None = None   # measured seconds per call (cost model)
         self.fast = False       # a static kernel with tensor inputs, one small output
         if not self.host and not self.tuple_params and len(self.outs) == 1 and \
@@ -814,7 +814,6 @@ class BatchRunner:
             if paused:
                 gc.enable()
             st = self.stats
-            st["parked"] = st["instance_calls"]
             st["instance_calls"] += self.inline_calls[0]
             st["kernel_calls"] = st["instance_calls"] - st["batched_instances"] + \
                 st["batched_calls"]
@@ -925,7 +924,7 @@ class BatchRunner:
                     self.batched[key] = None      # NOTE: vmap cannot batch it: loop
             bk = self.batched[key]
         if bk is None:
-            self._lost(kr)
+            self._lost(kr, len(members))
             return self._loop(kr, members)
         # NOTE: the run-time cost model: the batched call's measured time at this batch size
         # (bucketed by powers of two) against the measured per-instance time times n; an
@@ -942,7 +941,7 @@ class BatchRunner:
             if (kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1) and \
                     skips % RETRY:
                 if n >= 8:
-                    self._lost(kr)
+                    self._lost(kr, n)
                 return self._loop(kr, members)
         bk.tries[bucket] = bk.tries.get(bucket, 0) + 1
         try:
@@ -958,15 +957,15 @@ class BatchRunner:
             if d + n * PARK_COST <= kr.single_cost * n:
                 kr.won += 1
             elif n >= 8:
-                self._lost(kr)
+                self._lost(kr, n)
         return out
 
-    def _lost(self, kr: KernelRunner) -> None:
-        """A group of ``kr`` ran one call per instance since batching did not pay (or cannot
-        be done). After :data:`UNDEFER` such groups and no batched call that paid, the
+    def _lost(self, kr: KernelRunner, n: int) -> None:
+        """A group of ``n`` calls of ``kr`` gained nothing from batching (or cannot be
+        batched). After :data:`UNDEFER` such calls and no batched call that paid, the
         instances stop parking on ``kr``: its calls run inline from then on (parking and
         resuming cost Python time, and interleaving the instances costs cache)."""
-        kr.lost += 1
+        kr.lost += n
         if kr.lost >= UNDEFER and kr.won == 0:
             kr.defer = False
             self.stats["undeferred"] += 1
@@ -1039,6 +1038,7 @@ class BatchRunner:
                         steps = code.steps
                         continue
                     x.code, x.pc, x.regs = code, pc, regs
+                    self.stats["parked"] += 1
                     x.pending = (r[1], r[2], r[3])
                     x.depth += 1
                     return

@@ -151,7 +151,7 @@ def test_policies_give_the_same_results(monkeypatch, defer, sizes):
 
 def test_kernels_that_never_pay_stop_parking(monkeypatch):
     """The cost model's evidence: a parked kernel that cannot be batched (or whose batched
-    calls never pay) runs inline after UNDEFER groups; results unchanged, fewer groups."""
+    calls never pay) runs inline after UNDEFER parked calls; results unchanged, fewer groups."""
     from relay_ir.runtime import batching
     monkeypatch.setattr(batching, "DEFER", "all")
     monkeypatch.setattr(batching, "UNDEFER", 2)
