@@ -289,7 +289,7 @@ class KernelRunner:
                 self.sym_outs: dict[tuple, list] = {}
                 self.call = self._symbolic_call      # type: ignore[method-assign]
         self.defer = self._worth_deferring(runner)
-        self.won = 0        # batched calls that paid (the cost model's evidence)
+        self.won = 0        # parked calls whose batched call paid (the cost model's evidence)
         self.lost = 0       # parked calls batching did not pay for
         self.single_cost: float | None = None   # measured seconds per call (cost model)
         self.fast = False       # a static kernel with tensor inputs, one small output
@@ -955,7 +955,7 @@ class BatchRunner:
         if kr.single_cost is not None:
             # NOTE: a batched call pays when it saves more than parking costs its instances
             if d + n * PARK_COST <= kr.single_cost * n:
-                kr.won += 1
+                kr.won += n
             elif n >= 8:
                 self._lost(kr, n)
         return out
@@ -966,7 +966,9 @@ class BatchRunner:
         instances stop parking on ``kr``: its calls run inline from then on (parking and
         resuming cost Python time, and interleaving the instances costs cache)."""
         kr.lost += n
-        if kr.lost >= UNDEFER and kr.won == 0:
+        # NOTE: a few wins on a noisy clock do not keep a kernel parked: it must win at least
+        # a quarter as often as it loses
+        if kr.lost >= UNDEFER and kr.lost > 4 * kr.won:
             kr.defer = False
             self.stats["undeferred"] += 1
 
