@@ -8,8 +8,11 @@ calls the instances made, calls made, batched calls, groups). Results of run_bat
 checked against the one-by-one results (loss and every gradient).
 
 Run: ``.venv/bin/python benchmarks/bench_run_batch.py [--rounds 3] [--trees 64]
-[--defer heavy|all|none] [--agenda most|depth] [--sizes static|symbolic] [--hidden 128] [--forward] [--sizes symbolic|static] [--kernels]`` (``--hidden``
-changes W5's H = D; ``--forward`` runs the loss alone, without the gradient).
+[--defer heavy|all|none] [--agenda most|depth] [--sizes symbolic|static] [--hidden 128]
+[--forward] [--kernels]`` (``--hidden`` changes W5's H = D; ``--forward`` runs the loss
+alone, without the gradient; ``--kernels`` also times each batched kernel alone, static and
+symbolic batch sizes against single calls). Times are wall time and this process's CPU time
+(every thread): on a machine shared with other jobs the CPU time is the steadier figure.
 """
 from __future__ import annotations
 
