@@ -8,7 +8,9 @@ closures (``runtime.interpreter``) for everything that is not a kernel call: tup
 values, ``match``, references, closures and calls run in Python per instance, each instance
 with its own heap-allocated frame stack (no Python recursion: a 100,000-deep recursion runs).
 
-Kernel calls are **deferred**. An instance runs until its next kernel call and parks there.
+Kernel calls worth batching (:data:`DEFER`) are **deferred**; the others are called inside
+their instruction's step. An instance runs until its next deferred kernel call and parks
+there.
 When every live instance is parked (or done), the pending calls are grouped by signature --
 the compiled kernel (alpha-equivalent groups share one), the shapes and dtypes of its
 flattened inputs, and which inputs are the very same array in every instance of the group
@@ -24,7 +26,13 @@ cannot batch, with tuple inputs, or whose inputs are large (stacking would copy 
 kernel computes: :data:`STACK_LIMIT`) runs its calls one by one. Groups with ``?`` or symbolic
 dimensions run their symbolic kernel per instance (output shapes from the group's type
 relations, cached per input shape); host groups run on the host (numpy reference
-implementations of the group), as on the VM.
+implementations of the group), as on the VM. :data:`BATCH_SIZES` = ``"static"`` compiles one
+kernel per power-of-two batch size instead (inputs padded; measured slower, not the default).
+
+Module files: ``export_library(path, batched=True)`` writes :func:`batch_metadata` (the
+program text, the static kernels' calling information, the batched kernels compiled so far,
+linked into the library); a loaded module's ``run_batch`` reads it through
+:class:`LoadedSource` and compiles nothing.
 """
 from __future__ import annotations
 
@@ -64,36 +72,127 @@ POOL_MIN = 1 << 15
 POOL_SLOTS = 16
 # which kernels the instances park on (see KernelRunner._worth_deferring): "heavy" or "all"
 DEFER = "heavy"
+# the batched kernels' batch size: "static" (one kernel per power-of-two bucket, the batch
+# padded up to it) or "symbolic" (one kernel over a symbolic batch size serves every size)
+BATCH_SIZES = "symbolic"
+# the cost model tries a batched kernel it rejected again every RETRY-th time
+RETRY = 8
+# a kernel whose batched calls never paid over UNDEFER parked calls (in groups of 8 or more;
+# or that cannot be batched) is no longer deferred: its calls run inline
+UNDEFER = 128
+# NOTE: seconds a parked call costs its instance beyond the call (parking, regrouping,
+# resuming, and the cache the interleaved instances evict): W5's gradient (H = 128, 64 trees)
+# ran 3 ms/tree slower parking its 83 GEMVs per tree than calling them inline (36 us each;
+# 2-core Xeon under load), while batching them saved nothing measurable
+PARK_COST = 30e-6
 # the agenda's choice: "most" (the signature with the most pending calls) or "depth" (the
 # lowest average depth, counted in kernel calls)
 AGENDA = "most"
 
 
-def _kernel_factory(ins: tuple, pc: int, code: Code) -> tuple:
-    """``("kernel", dst, k, srcs)``: park the instance on the call (the driver runs it)."""
-    _, dst, k, srcs = ins
-    idx = tuple(srcs)
-    site = (code, pc + 1, dst)
+def _kernel_factories(runner: BatchRunner) -> dict:
+    """The step factories of ``kernel``/``kernel_ret`` instructions for ``runner``'s program.
 
-    def step(regs: list) -> tuple:
-        return (KERNEL, k, [regs[i] for i in idx], site)
-    return step, None
+    A kernel the instances park on (:meth:`KernelRunner._worth_deferring`) becomes a deferred
+    action ``(KERNEL, k, args, site)``; any other kernel is called inside the step itself, an
+    ordinary instruction to the driver's loop (no action tuple, no lookups per call)."""
+    count = runner.inline_calls
+
+    def kernel(ins: tuple, pc: int, code: Code) -> tuple:
+        _, dst, k, srcs = ins
+        idx = tuple(srcs)
+        nxt = pc + 1
+        kr = runner.kernel(k)
+        if not kr.defer:
+            call = kr.call
+            if kr.fast and not kr.consts and len(idx) in (1, 2):
+                return _fast_step(kr, idx, dst, nxt, count), None
+            if len(idx) == 1:
+                (i0,) = idx
+
+                def step1(regs: list) -> int:
+                    count[0] += 1
+                    regs[dst] = call([regs[i0]])
+                    return nxt
+                return step1, None
+            if len(idx) == 2:
+                i0, i1 = idx
+
+                def step2(regs: list) -> int:
+                    count[0] += 1
+                    regs[dst] = call([regs[i0], regs[i1]])
+                    return nxt
+                return step2, None
+
+            def step_n(regs: list) -> int:
+                count[0] += 1
+                regs[dst] = call([regs[i] for i in idx])
+                return nxt
+            return step_n, None
+        site = (code, nxt, dst)
+
+        def step(regs: list) -> tuple:
+            return (KERNEL, k, [regs[i] for i in idx], site)
+        return step, None
+
+    def kernel_ret(ins: tuple, pc: int, code: Code) -> tuple:
+        """A kernel call in tail position."""
+        _, k, srcs = ins
+        idx = tuple(srcs)
+        kr = runner.kernel(k)
+        if not kr.defer:
+            call = kr.call
+
+            def step_ret(regs: list) -> tuple:
+                count[0] += 1
+                return (RET, call([regs[i] for i in idx]))
+            return step_ret, None
+
+        def step(regs: list) -> tuple:
+            return (KERNEL, k, [regs[i] for i in idx], None)
+        return step, None
+    return {"kernel": kernel, "kernel_ret": kernel_ret}
 
 
-def _kernel_ret_factory(ins: tuple, pc: int, code: Code) -> tuple:
-    """``("kernel_ret", k, srcs)``: a kernel call in tail position."""
-    _, k, srcs = ins
-    idx = tuple(srcs)
+def _fast_step(kr: KernelRunner, idx: tuple, dst: int, nxt: int, count: list) -> Any:
+    """The step of an inline call of a static kernel without constants, one or two inputs
+    and one small output: the kernel called on the registers directly."""
+    f, slow = kr.func, kr.call
+    (shape, dtype), = kr.outs
+    empty = np.empty
+    if len(idx) == 1:
+        (i0,) = idx
 
-    def step(regs: list) -> tuple:
-        return (KERNEL, k, [regs[i] for i in idx], None)
-    return step, None
+        def step1(regs: list) -> int:
+            count[0] += 1
+            o = empty(shape, dtype)
+            try:
+                f(regs[i0], o)
+            except Exception:
+                o = slow([regs[i0]])     # NOTE: an argument the kernel refused: converted
+            regs[dst] = o
+            return nxt
+        return step1
+    i0, i1 = idx
+
+    def step2(regs: list) -> int:
+        count[0] += 1
+        o = empty(shape, dtype)
+        try:
+            f(regs[i0], regs[i1], o)
+        except Exception:
+            o = slow([regs[i0], regs[i1]])
+        regs[dst] = o
+        return nxt
+    return step2
 
 
 class BatchProgram(Program):
-    """The instruction program with kernel calls as deferred actions."""
+    """The instruction program with kernel calls as deferred actions (or inline calls)."""
 
-    step_factories = {"kernel": _kernel_factory, "kernel_ret": _kernel_ret_factory}
+    def __init__(self, mod: Any, compiled: Any, runner: BatchRunner):
+        super().__init__(mod, compiled)
+        self.step_factories = _kernel_factories(runner)
 
 
 class _Instance:
@@ -151,10 +250,10 @@ class KernelRunner:
 
     def __init__(self, runner: BatchRunner, k: int):
         self.k = k
-        backend = runner.exe._backend
-        kern = backend.kernel(k, None)
+        src = runner.src
+        kern = src.kernel(k)
         self.kern = kern
-        self.fn = backend.cp.kernels[k]
+        self.fn = src.cp.kernels[k]
         self.param_types = kern.param_types
         self.tuple_params = any(isinstance(t, TupleType) for t in kern.param_types)
         self.host = kern.dyn is not None
@@ -176,8 +275,8 @@ class KernelRunner:
                                  for sh, dt in kern.outs)
         else:
             prog = runner.prog
-            fidx = backend.cp.kernel_fns[k]
-            self.host_closure = Closure(prog.code(fidx), [], backend.cp.functions[fidx].func)
+            fidx = src.cp.kernel_fns[k]
+            self.host_closure = Closure(prog.code(fidx), [], src.cp.functions[fidx].func)
             # NOTE: a symbolic kernel (`?` or symbolic dims) runs compiled, its output shapes
             # from the group's type relations at the call's shapes (cached per shape); a
             # host group, or one whose symbolic kernel speculates equal dims, on the host
@@ -190,9 +289,13 @@ class KernelRunner:
                 self.sym_outs: dict[tuple, list] = {}
                 self.call = self._symbolic_call      # type: ignore[method-assign]
         self.defer = self._worth_deferring(runner)
+        self.won = 0        # parked calls whose batched call paid (the cost model's evidence)
+        self.lost = 0       # parked calls batching did not pay for
         self.single_cost: float | None = None   # measured seconds per call (cost model)
+        self.fast = False       # a static kernel with tensor inputs, one small output
         if not self.host and not self.tuple_params and len(self.outs) == 1 and \
                 self.result == 0 and self.out_bytes < POOL_MIN:
+            self.fast = True
             self.call = self._fast_call()       # type: ignore[method-assign]
 
     def _worth_deferring(self, runner: BatchRunner) -> bool:
@@ -203,15 +306,11 @@ class KernelRunner:
         weight becomes one GEMM -- since parking, grouping and resuming an instance costs a
         few microseconds of Python, more than a (1, 128) elementwise kernel saves by running
         in a batch."""
-        if self.host or self.tuple_params or self.out_bytes > OUT_LIMIT:
+        if self.host or self.tuple_params or self.out_bytes > OUT_LIMIT or DEFER == "none":
             return False
         if DEFER == "all":
             return True
-        try:
-            kind = runner.exe._backend.exe._lower(self.fn, list(self.param_types)).kind
-        except DiagnosticError:
-            return False
-        return kind in ("matmul", "conv")
+        return runner.src.kind(self) in ("matmul", "conv")
 
     def leaves(self, args: list) -> list:
         """The call's flattened tensor inputs."""
@@ -297,8 +396,14 @@ class BatchedKernel:
         sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in lowered.constants) + "|batched"
         self._cache, self._target, self._lowered, self._sig = exe.cache, target, lowered, sig
         self.funcs: dict[bool, Any] = {}
-        self.func = self._variant(True)
-        self.consts = [tvm.runtime.tensor(np.array(c, order="C")) for c in lowered.constants]
+        self.requests: dict[bool, Any] = {}     # variant -> its kernel-cache request (export)
+        self.symbol = kr.signature
+        self._exe, self._fn, self._in_axes = exe, fn, in_axes
+        self.static: dict[int, tuple] = {}      # bucket -> (kernel, constants)
+        self.mode = BATCH_SIZES
+        self.func = self._variant(True) if self.mode == "symbolic" else None
+        self.consts_np = [np.array(c, order="C") for c in lowered.constants]
+        self.consts = [tvm.runtime.tensor(c) for c in self.consts_np]
         self.outs = [(tuple(d for d in t.shape[1:]), t.dtype)
                      for t in flatten_type(lowered.result_type)]
         for t in flatten_type(lowered.result_type):
@@ -309,6 +414,7 @@ class BatchedKernel:
         self.result = _result_struct(lowered.result_type)
         self.cost: dict[int, float] = {}      # batch-size bucket -> measured seconds per call
         self.tries: dict[int, int] = {}
+        self.skips: dict[int, int] = {}
         # NOTE: per-instance work, for the serial/parallel choice (output elements, times the
         # reduction length of a matmul-like group)
         self.volume = sum(int(np.prod(sh, dtype=np.int64)) for sh, _ in self.outs) * \
@@ -333,20 +439,74 @@ class BatchedKernel:
                                                                 serial=serial)))
             self._cache.get([req], target)
             f = self.funcs[serial] = self._cache.modules.get(req.key)["k_" + req.key]
+            self.requests[serial] = req
         return f
+
+    def prepare(self, n: int) -> None:
+        """Compile the kernel a call for ``n`` instances uses (outside the cost model's
+        timing)."""
+        if self.mode == "static":
+            self._static(1 << (n - 1).bit_length())
+        elif n * self.volume >= SERIAL_BELOW:
+            self._variant(False)
+
+    def _static(self, size: int) -> tuple:
+        """(kernel, constants) of the group batched for exactly ``size`` instances (a static
+        batch size: the static schedules tile it), compiled on first use through the cache."""
+        got = self.static.get(size)
+        if got is None:
+            import tvm
+            from relay_ir.passes.vmap import vmap_function
+            from relay_ir.runtime.executor import kernel_request
+            bfn = vmap_function(self._fn, self._in_axes, batch_size=size)
+            types = [p.type_annotation or p.checked_type_ for p in bfn.params]
+            lowered = self._exe._lower(bfn, types)
+            req = kernel_request(lowered, self._target)
+            self._cache.get([req], self._target)
+            f = self._cache.modules.get(req.key)["k_" + req.key]
+            got = self.static[size] = (f, [tvm.runtime.tensor(np.array(c, order="C"))
+                                           for c in lowered.constants])
+        return got
+
+    def spec(self) -> dict:
+        """What a module file needs to call the serial variant (``export_library(...,
+        batched=True)``): its symbol, sharing pattern, constants, outputs, result structure."""
+        req = self.requests[True]
+        return {"kernel": self.symbol, "shared": list(self.shared), "symbol": "k_" + req.key,
+                "consts": [_array_json(c) for c in self.consts_np],
+                "outs": [[list(sh), str(dt)] for sh, dt in self.outs],
+                "result": self.result, "volume": int(self.volume)}
 
     def call(self, runner: BatchRunner, leaves: list[list]) -> list:
         """One call for ``len(leaves)`` instances; returns each instance's result."""
         n = len(leaves)
         ins = []
-        for j, s in enumerate(self.shared):
-            if s:
-                ins.append(leaves[0][j])
-            else:
-                ins.append(np.stack([lv[j] for lv in leaves]))
-        outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
-        func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
-        runner.invoke(func, ins, self.consts, outs)
+        if self.mode == "static":
+            # NOTE: padded to the next power of two (a few kernels serve every size); the
+            # padding rows are zeros and their results are dropped
+            size = 1 << (n - 1).bit_length()
+            for j, s in enumerate(self.shared):
+                if s:
+                    ins.append(leaves[0][j])
+                    continue
+                first = leaves[0][j]
+                buf = np.empty((size, *np.shape(first)), np.asarray(first).dtype)
+                np.stack([lv[j] for lv in leaves], out=buf[:n])
+                if size > n:
+                    buf[n:] = 0
+                ins.append(buf)
+            func, consts = self._static(size)
+            outs = [np.empty((size, *shape), dtype) for shape, dtype in self.outs]
+            runner.invoke(func, ins, consts, outs)
+        else:
+            for j, s in enumerate(self.shared):
+                if s:
+                    ins.append(leaves[0][j])
+                else:
+                    ins.append(np.stack([lv[j] for lv in leaves]))
+            outs = [np.empty((n, *shape), dtype) for shape, dtype in self.outs]
+            func = self.func if n * self.volume < SERIAL_BELOW else self._variant(False)
+            runner.invoke(func, ins, self.consts, outs)
         runner.stats["batched_calls"] += 1
         runner.stats["batched_instances"] += n
         single = self.result == 0 and len(outs) == 1
@@ -357,18 +517,205 @@ class BatchedKernel:
         return res
 
 
+class LoadedBatchedKernel(BatchedKernel):
+    """A batched kernel of a module file (its serial variant, linked into the library)."""
+
+    def __init__(self, library: Any, spec: dict):      # NOTE: no lowering, no compiling
+        import tvm
+        self.symbol = str(spec["kernel"])
+        self.shared = tuple(bool(x) for x in spec["shared"])
+        self.func = library.get_function(str(spec["symbol"]), True)
+        self.consts_np = [_array_from_json(c) for c in spec["consts"]]
+        self.consts = [tvm.runtime.tensor(c) for c in self.consts_np]
+        self.outs = [(tuple(int(d) for d in sh), str(dt)) for sh, dt in spec["outs"]]
+        self.result = _struct_from_json(spec["result"])
+        self.volume = int(spec["volume"])
+        self.cost = {}
+        self.tries = {}
+        self.skips = {}
+        self.funcs = {True: self.func}
+        self.requests = {}
+        self.mode = "symbolic"      # NOTE: the exported kernels have a symbolic batch size
+
+    def _variant(self, serial: bool) -> Any:
+        return self.func          # NOTE: only the serial variant is exported
+
+
+def _array_json(a: np.ndarray) -> dict:
+    import base64
+    a = np.ascontiguousarray(a)
+    return {"dtype": str(a.dtype), "shape": list(a.shape),
+            "data": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def _array_from_json(d: dict) -> np.ndarray:
+    import base64
+    raw = base64.b64decode(d["data"])
+    return np.frombuffer(raw, dtype=d["dtype"]).reshape(d["shape"]).copy()
+
+
+def _struct_from_json(x: Any) -> Any:
+    """A result structure (an int, or nested lists of ints) as tuples."""
+    if isinstance(x, int):
+        return x
+    return tuple(_struct_from_json(y) for y in x)
+
+
+# ============================================================================ sources
+class BuiltSource:
+    """What the driver reads of an executable built in this process (``runtime.build``)."""
+
+    def __init__(self, exe: Any):
+        backend = exe._backend
+        self.exe, self.backend = exe, backend
+        self.module, self.cp = exe.module, backend.cp
+
+    def kernel(self, k: int) -> Any:
+        return self.backend.kernel(k, None)
+
+    def kind(self, kr: KernelRunner) -> str:
+        """The lowered group's kind (``matmul``, ``conv``, ``elementwise``, ...)."""
+        try:
+            return self.backend.exe._lower(kr.fn, list(kr.param_types)).kind
+        except DiagnosticError:
+            return "?"
+
+    def batched_kernel(self, runner: BatchRunner, kr: KernelRunner,
+                       shared: tuple[bool, ...]) -> BatchedKernel:
+        return BatchedKernel(runner, kr, shared)
+
+
+class LoadedSource:
+    """What the driver reads of a module file exported with ``batched=True``: the program
+    (Relay text, compiled to the instruction program again at load: deterministic, so its
+    kernel numbers are the exporter's), each static kernel's symbol, constants, outputs and
+    kind, and the batched kernels the exporter had compiled. Nothing is compiled: groups
+    with ``?`` or symbolic dimensions run on the host (the numpy reference implementations),
+    signatures without an exported batched kernel run one call per instance."""
+
+    def __init__(self, loaded: Any, meta: dict):
+        from relay_ir.runtime.compiler import CompiledProgram
+        self.library = loaded.library
+        self.module = _parse_program(meta["program"])
+        self.cp = CompiledProgram(self.module, kernels=True).compile_all()
+        self.info = {int(k): v for k, v in meta["kernels"].items()}
+        self.specs = {(str(b["kernel"]), tuple(bool(x) for x in b["shared"])): b
+                      for b in meta["batched"]}
+        self._kernels: dict[int, Any] = {}
+
+    def kernel(self, k: int) -> Any:
+        got = self._kernels.get(k)
+        if got is not None:
+            return got
+        from types import SimpleNamespace
+        from relay_ir.runtime.relax_vm import _Kernel
+        fn = self.cp.kernels[k]
+        types = [p.type_annotation or p.checked_type_ for p in fn.params]
+        info = self.info.get(k)
+        if info is None:        # NOTE: a host or symbolic group: the host implementation
+            kern = _Kernel(f"host{k}", None, [], [], 0, types, f"group{k}")
+            kern.dyn = SimpleNamespace(mode="host", guard=False)
+        else:
+            kern = _Kernel(str(info["symbol"]), self.library,
+                           [_array_from_json(c) for c in info["consts"]],
+                           [(tuple(int(d) for d in sh), str(dt)) for sh, dt in info["outs"]],
+                           _struct_from_json(info["result"]), types, str(info["label"]))
+            kern.module = _LibraryFunctions(self.library)
+        self._kernels[k] = kern
+        return kern
+
+    def kind(self, kr: KernelRunner) -> str:
+        info = self.info.get(kr.k)
+        return str(info["kind"]) if info is not None else "host"
+
+    def batched_kernel(self, runner: BatchRunner, kr: KernelRunner,
+                       shared: tuple[bool, ...]) -> BatchedKernel:
+        spec = self.specs.get((kr.signature, shared))
+        if spec is None:
+            raise DiagnosticError("no batched kernel exported for this signature")
+        return LoadedBatchedKernel(self.library, spec)
+
+
+def _parse_program(text: str) -> Any:
+    """The exported program text as a typed module (calls get their type arguments back,
+    so the groups equal the built ones structurally)."""
+    import relay_ir as rly
+    from relay_ir.passes import infer_type
+    return infer_type(rly.parse(text))
+
+
+class _LibraryFunctions:
+    """``lib[symbol]``: a kernel function of a loaded library (its imports searched)."""
+
+    def __init__(self, library: Any):
+        self.library = library
+
+    def __getitem__(self, symbol: str) -> Any:
+        f = self.library.get_function(symbol, True)
+        if f is None:
+            raise DiagnosticError(f"the module file has no kernel {symbol}")
+        return f
+
+
+def batch_metadata(exe: Any) -> tuple[dict, list]:
+    """(the metadata ``export_library(..., batched=True)`` writes, the batched kernels to link
+    into the library: objects with ``symbol``, ``label``, ``request``, ``module``, ``dyn``)."""
+    from types import SimpleNamespace
+    from relay_ir.printer import astext
+    from relay_ir.runtime.compiler import CompiledProgram
+    from relay_ir.structural import structural_equal, structural_hash
+    backend = exe._backend
+    src = BuiltSource(exe)
+    # NOTE: the loader parses the text and compiles it again; kernel numbers follow the
+    # order groups are met (shared group objects count once), which printing and parsing may
+    # change, so the numbers written are those of the program as the loader will see it,
+    # each group matched to the built one structurally here (same process: same hashes)
+    text = astext(exe.module)
+    again = CompiledProgram(_parse_program(text), kernels=True).compile_all()
+    by_hash: dict[int, list[int]] = {}
+    for k, fn in enumerate(backend.cp.kernels):
+        by_hash.setdefault(structural_hash(fn), []).append(k)
+    kernels = {}
+    for k2, fn2 in enumerate(again.kernels):
+        match = [k for k in by_hash.get(structural_hash(fn2), ())
+                 if structural_equal(fn2, backend.cp.kernels[k])]
+        kern = backend.kernels.get(match[0]) if match else None
+        if kern is None or kern.dyn is not None:
+            continue            # NOTE: symbolic kernels and host groups run on the host
+        probe = SimpleNamespace(fn=backend.cp.kernels[match[0]], param_types=kern.param_types)
+        kernels[str(k2)] = {"symbol": kern.symbol, "label": kern.label,
+                            "consts": [_array_json(c) for c in kern.consts],
+                            "outs": [[list(sh), str(dt)] for sh, dt in kern.outs],
+                            "result": kern.result, "kind": src.kind(probe)}  # type: ignore
+    batched, extra = [], []
+    runner = getattr(exe, "_batch_runner", None)
+    for bk in (runner.batched.values() if runner is not None else ()):
+        if bk is None:
+            continue
+        if True not in bk.requests:
+            bk._variant(True)       # NOTE: the run used static sizes; files get symbolic ones
+        req = bk.requests[True]
+        batched.append(bk.spec())
+        extra.append(SimpleNamespace(symbol="k_" + req.key, label="batched", request=req,
+                                     module=bk._cache.modules.get(req.key), dyn=None))
+    return {"program": text, "kernels": kernels, "batched": batched}, extra
+
+
 # ============================================================================ the driver
 class BatchRunner:
     """Runs many instances of an executable's entry, batching their kernel calls."""
 
-    def __init__(self, exe: Any):
+    def __init__(self, exe: Any, src: Any = None):
         self.exe = exe
-        backend = exe._backend
-        self.prog = BatchProgram(exe.module, backend.cp)
+        self.src = src if src is not None else BuiltSource(exe)
+        self.module = self.src.module
+        self.inline_calls = [0]          # kernel calls made inline (counted by their steps)
         self.kernels: dict[int, KernelRunner] = {}
+        self.prog = BatchProgram(self.module, self.src.cp, self)
         self.batched: dict[tuple, BatchedKernel | None] = {}
         self.stats = {"kernel_calls": 0, "batched_calls": 0, "instance_calls": 0,
-                      "groups": 0, "batched_instances": 0}
+                      "groups": 0, "batched_instances": 0, "undeferred": 0,
+                      "parked": 0}
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self.max_depth = DEFAULT_MAX_DEPTH
@@ -435,11 +782,12 @@ class BatchRunner:
     # ------------------------------------------------------------------ instances
     def run(self, arg_tuples: Sequence[Sequence[Any]], entry: str) -> list:
         exe = self.exe
-        if entry not in exe.module:
+        if entry not in self.module:
             raise DiagnosticError(f"there is no global function @{entry} (globals: "
-                                  f"{', '.join('@' + n for n in exe.module)})")
+                                  f"{', '.join('@' + n for n in self.module)})")
         for key in self.stats:
             self.stats[key] = 0
+        self.inline_calls[0] = 0
         fn, ptypes, names = exe._entry_types(entry)
         clo = self.prog.global_closure(entry)
         code = clo.code if clo.code is not None else clo.force()
@@ -466,6 +814,7 @@ class BatchRunner:
             if paused:
                 gc.enable()
             st = self.stats
+            st["instance_calls"] += self.inline_calls[0]
             st["kernel_calls"] = st["instance_calls"] - st["batched_instances"] + \
                 st["batched_calls"]
         return [self._export(_normalize_output(x.result)) for x in insts]
@@ -568,13 +917,14 @@ class BatchRunner:
             key = (kr.signature, shared)
             if key not in self.batched:
                 try:
-                    self.batched[key] = BatchedKernel(self, kr, shared)
+                    self.batched[key] = self.src.batched_kernel(self, kr, shared)
                 except ImportError:
                     self.batched[key] = None      # NOTE: no passes.vmap yet: loop
                 except DiagnosticError:
                     self.batched[key] = None      # NOTE: vmap cannot batch it: loop
             bk = self.batched[key]
         if bk is None:
+            self._lost(kr, len(members))
             return self._loop(kr, members)
         # NOTE: the run-time cost model: the batched call's measured time at this batch size
         # (bucketed by powers of two) against the measured per-instance time times n; an
@@ -584,17 +934,43 @@ class BatchRunner:
         bucket = n.bit_length()
         est = bk.cost.get(bucket)
         if est is not None and (kr.single_cost is None or est > kr.single_cost * n):
-            if kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1:
+            # NOTE: a rejected batched kernel is tried again every RETRY-th time (one sample
+            # on a loaded machine can be far off)
+            skips = bk.skips.get(bucket, 0) + 1
+            bk.skips[bucket] = skips
+            if (kr.single_cost is not None or bk.tries.get(bucket, 0) >= 1) and \
+                    skips % RETRY:
+                if n >= 8:
+                    self._lost(kr, n)
                 return self._loop(kr, members)
         bk.tries[bucket] = bk.tries.get(bucket, 0) + 1
-        t = perf_counter()
         try:
+            bk.prepare(n)           # NOTE: compiling is not the call's cost
+            t = perf_counter()
             out = bk.call(self, leaves)
         except Exception:
             return self._loop(kr, members)
         d = perf_counter() - t
         bk.cost[bucket] = d if est is None else 0.7 * est + 0.3 * d
+        if kr.single_cost is not None:
+            # NOTE: a batched call pays when it saves more than parking costs its instances
+            if d + n * PARK_COST <= kr.single_cost * n:
+                kr.won += n
+            elif n >= 8:
+                self._lost(kr, n)
         return out
+
+    def _lost(self, kr: KernelRunner, n: int) -> None:
+        """A group of ``n`` calls of ``kr`` gained nothing from batching (or cannot be
+        batched). After :data:`UNDEFER` such calls and no batched call that paid, the
+        instances stop parking on ``kr``: its calls run inline from then on (parking and
+        resuming cost Python time, and interleaving the instances costs cache)."""
+        kr.lost += n
+        # NOTE: a few wins on a noisy clock do not keep a kernel parked: it must win at least
+        # a quarter as often as it loses
+        if kr.lost >= UNDEFER and kr.lost > 4 * kr.won:
+            kr.defer = False
+            self.stats["undeferred"] += 1
 
     def _loop(self, kr: KernelRunner, members: list[_Instance]) -> list:
         """The group's calls one by one (timed: the cost model's per-instance figure)."""
@@ -664,6 +1040,7 @@ class BatchRunner:
                         steps = code.steps
                         continue
                     x.code, x.pc, x.regs = code, pc, regs
+                    self.stats["parked"] += 1
                     x.pending = (r[1], r[2], r[3])
                     x.depth += 1
                     return
@@ -791,11 +1168,12 @@ def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None =
     if isinstance(arg_tuples, (str, bytes)) or not hasattr(arg_tuples, "__len__"):
         raise DiagnosticError(f"run_batch expects a list of argument tuples, not "
                               f"{type(arg_tuples).__name__}")
-    if getattr(exe, "module", None) is None or not hasattr(exe._backend, "cp"):
+    loaded = getattr(exe, "module", None) is None or not hasattr(exe._backend, "cp")
+    if loaded and "batch" not in (getattr(exe, "metadata", None) or {}):
         raise DiagnosticError(
-            "run_batch: this module was loaded from a file, which holds no batched kernels "
-            "nor the instruction program run_batch interprets; build the program with "
-            "runtime.build(...) in this process to run it with run_batch")
+            "run_batch: this module file holds no batched kernels nor the instruction "
+            "program run_batch interprets: export it with exe.export_library(path, "
+            "batched=True), or build the program with runtime.build(...) in this process")
     if exe.vm is None:
         from relay_ir.runtime.relax_cuda import no_gpu_error
         raise no_gpu_error()
@@ -811,7 +1189,8 @@ def run_batch(exe: Any, arg_tuples: Sequence[Sequence[Any]], entry: str | None =
             raise _instance_error(e, 0) from None
     runner = getattr(exe, "_batch_runner", None)
     if runner is None:
-        runner = exe._batch_runner = BatchRunner(exe)
+        src = LoadedSource(exe, exe.metadata["batch"]) if loaded else None
+        runner = exe._batch_runner = BatchRunner(exe, src)
     return runner.run(list(arg_tuples), entry or exe.entry)
 
 

@@ -104,11 +104,16 @@ def _tvm_log_filtered() -> Iterator[None]:
 
 
 # ============================================================================ export
-def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None) -> None:
+def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None,
+                   batched: bool = False) -> None:
     """Write ``rexe`` as one TVM shared library with relay_ir's trailer (module docstring).
 
     ``entry``: the global a call of the loaded module runs by default (default: the entry
-    the executable was built for).
+    the executable was built for). ``batched``: also write what ``run_batch`` needs on the
+    loaded module -- the program (Relay text, compiled again to the instruction program at
+    load), each static kernel's calling information, and the batched kernels (symbolic batch
+    size, one thread) that ``rexe.run_batch`` compiled so far, linked into the library
+    (``runtime.batching.batch_metadata``; docs/batching.md).
     """
     backend = getattr(rexe, "_backend", None)
     if backend is None or getattr(backend, "executable", None) is None:
@@ -119,10 +124,18 @@ def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None) -
         raise DiagnosticError(f"there is no global function @{entry} to export (globals: "
                               f"{', '.join('@' + n for n in rexe.module)})")
     path = os.fspath(path)
+    extra: list = []
+    batch_meta = None
+    if batched:
+        if rexe._cuda:
+            raise DiagnosticError("export_library(batched=True): run_batch supports target "
+                                  "llvm only")
+        from relay_ir.runtime.batching import batch_metadata
+        batch_meta, extra = batch_metadata(rexe)
     work = tempfile.mkdtemp(prefix="relay_ir_export_")
     try:
         with _tvm_log_filtered():
-            lib = _link(backend, work)
+            lib = _link(backend, work, extra)
     except DiagnosticError:
         raise
     except Exception as e:   # NOTE: TVM's errors (writing the bytecode, compiling a kernel)
@@ -130,7 +143,10 @@ def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None) -
         raise DiagnosticError(f"export_library failed: {type(e).__name__}: {msg}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    meta = json.dumps(_metadata(rexe, entry), separators=(",", ":")).encode()
+    data = _metadata(rexe, entry)
+    if batch_meta is not None:
+        data["batch"] = batch_meta
+    meta = json.dumps(data, separators=(",", ":")).encode()
     footer = _FOOTER.pack(len(lib), len(meta), hashlib.sha256(lib).digest(),
                           hashlib.sha256(meta).digest(), FORMAT_VERSION, TRAILER_MAGIC)
     tmp = f"{path}.tmp{os.getpid()}"
@@ -149,7 +165,7 @@ def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None) -
             from None
 
 
-def _link(backend: Any, work: str) -> bytes:
+def _link(backend: Any, work: str, extra: list = ()) -> bytes:
     """The shared library: the executable's bytecode, re-read into a fresh executable (the
     built one imports the cache's libraries, which cannot be packed), importing the depth
     functions and compiled modules holding every kernel."""
@@ -159,7 +175,7 @@ def _link(backend: Any, work: str) -> bytes:
     fresh = tvm_ffi.get_global_func("ffi.Module.load_from_file.relax.VMExecutable")
     depth_lib = backend.depth_library()
     so = os.path.join(work, "module.so")
-    kernels = list(backend.kernels.values())
+    kernels = list(backend.kernels.values()) + list(extra)
     target = backend.exe.target
     first_try = _kernel_code(kernels, target, backend.exe.cache)
     for attempt in (first_try, None):
@@ -542,7 +558,8 @@ class LoadedRelaxModule(RelaxExecutable):
     def cache(self) -> Any:
         return None         # NOTE: a loaded module never compiles
 
-    def export_library(self, path: str, entry: str | None = None) -> None:
+    def export_library(self, path: str, entry: str | None = None,
+                       batched: bool = False) -> None:
         raise DiagnosticError("a loaded module cannot be exported again; export the "
                               "runtime.build result")
 

@@ -942,13 +942,16 @@ class RelaxExecutable:
                 out.append("\n".join(texts))
         return out
 
-    def export_library(self, path: str, entry: str | None = None) -> None:
+    def export_library(self, path: str, entry: str | None = None,
+                       batched: bool = False) -> None:
         """Write one standard TVM shared library (bytecode + kernels) with relay_ir's trailer:
         ``tvm.runtime.load_module`` + ``relax.VirtualMachine`` run it without relay_ir;
         ``runtime.load_module`` adds numpy and the argument checks (``runtime.relax_export``).
+        ``batched=True`` also writes the program and the batched kernels ``run_batch`` has
+        compiled so far, so that ``run_batch`` works on the loaded module (docs/batching.md).
         """
         from relay_ir.runtime.relax_export import export_library
-        export_library(self, path, entry)
+        export_library(self, path, entry, batched=batched)
 
     def run_batch(self, arg_tuples: Sequence[Sequence[Any]], entry: str | None = None) -> list:
         """Run ``entry`` on every tuple of arguments, the instances side by side, and return

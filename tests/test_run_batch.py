@@ -122,6 +122,55 @@ def test_tree_gradient_program():
         assert_values_close(r, runtime.evaluate(g, *args), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("defer,sizes", [("all", "static"), ("all", "symbolic"),
+                                         ("none", "symbolic")])
+def test_policies_give_the_same_results(monkeypatch, defer, sizes):
+    """Every kernel parked (batched kernels of static power-of-two sizes, padded, or of a
+    symbolic size) or none: the gradients equal one-by-one runs."""
+    from relay_ir.runtime import batching
+    monkeypatch.setattr(batching, "DEFER", defer)
+    monkeypatch.setattr(batching, "BATCH_SIZES", sizes)
+    mod = rly.parse(TREE)
+    g = passes.optimize(passes.gradient(mod, entry="main"))
+    exe = runtime.build(g, target="llvm")
+    batch = _tree_batch(mod, [5, 5, 5, 2, 7], seed=11)
+    _check(exe, batch, rtol=1e-4, atol=1e-5)
+    stats = exe.batch_stats()
+    assert stats["instance_calls"] > 0
+    if defer == "none":
+        assert stats["groups"] == 0 and stats["kernel_calls"] == stats["instance_calls"]
+    else:
+        assert stats["groups"] > 0
+        if batching.have_vmap():
+            assert stats["batched_calls"] > 0     # 3 instances and more share calls
+    if sizes == "static" and batching.have_vmap():
+        bks = [b for b in exe._batch_runner.batched.values() if b is not None]
+        assert any(b.static for b in bks)       # a padded static kernel ran
+        assert all(size & (size - 1) == 0 for b in bks for size in b.static)
+
+
+def test_kernels_that_never_pay_stop_parking(monkeypatch):
+    """The cost model's evidence: a parked kernel that cannot be batched (or whose batched
+    calls never pay) runs inline after UNDEFER parked calls; results unchanged, fewer groups."""
+    from relay_ir.runtime import batching
+    monkeypatch.setattr(batching, "DEFER", "all")
+    monkeypatch.setattr(batching, "UNDEFER", 2)
+    mod = rly.parse(TREE)
+    g = passes.optimize(passes.gradient(mod, entry="main"))
+    exe = runtime.build(g, target="llvm")
+    batch = _tree_batch(mod, [6] * 8, seed=2)
+    _check(exe, batch, rtol=1e-4, atol=1e-5)
+    first = exe.batch_stats()
+    assert first["undeferred"] > 0
+    stopped = [kr for kr in exe._batch_runner.kernels.values()
+               if not kr.defer and kr.lost >= 2 and kr.lost > 4 * kr.won]
+    assert stopped
+    _check(exe, batch, rtol=1e-4, atol=1e-5)
+    second = exe.batch_stats()
+    assert second["groups"] < first["groups"]
+    assert second["instance_calls"] == first["instance_calls"]
+
+
 def test_batching_happened_and_shared_weights():
     """Fewer kernel calls than the instances make one by one; weights are passed once."""
     mod = rly.parse(TREE)
@@ -357,8 +406,94 @@ def test_loaded_module_gives_a_clear_error(tmp_path):
     path = str(tmp_path / "m.so")
     exe.export_library(path)
     loaded = runtime.load_module(path)
-    with pytest.raises(rly.DiagnosticError, match="runtime.build"):
-        loaded.run_batch([(np.ones(4, "float32"), np.array(1, "int32"))])
+    with pytest.raises(rly.DiagnosticError, match=r"batched=True.*runtime.build"):
+        loaded.run_batch([(np.ones(4, "float32"), np.array(1, "int32")),
+                          (np.ones(4, "float32"), np.array(2, "int32"))])
+
+
+# the child process: the loaded module's run_batch against its own one-by-one calls (VM)
+_CHILD = r"""
+import json, sys
+import numpy as np
+from relay_ir import runtime
+from relay_ir.runtime.values import ADTValue
+m = runtime.load_module(sys.argv[1])
+leaf, node = m.constructors["Leaf"], m.constructors["Node"]
+def tree(n, rng):
+    todo, vals = [("build", n)], []
+    while todo:
+        kind, k = todo.pop()
+        if kind == "node":
+            r, left = vals.pop(), vals.pop()
+            vals.append(ADTValue(node, (left, r)))
+        elif k == 1:
+            vals.append(ADTValue(leaf, (rng.standard_normal((1, 4)).astype("float32"),)))
+        else:
+            j = int(rng.integers(1, k))
+            todo += [("node", 0), ("build", k - j), ("build", j)]
+    return vals[0]
+rng = np.random.default_rng(5)
+w = rng.uniform(-0.5, 0.5, (8, 4)).astype("float32")
+b = rng.uniform(-0.5, 0.5, (4,)).astype("float32")
+batch = [(tree(n, rng), w, b) for n in json.loads(sys.argv[2])]
+want = [m(*a) for a in batch]
+got = m.run_batch(batch)
+diff = 0.0
+for x, y in zip(want, got):
+    for u, v in zip([x[0], *x[1][1:]], [y[0], *y[1][1:]]):
+        diff = max(diff, float(np.max(np.abs(np.asarray(u) - np.asarray(v)))))
+print(json.dumps({"diff": diff, "loss": [float(x[0]) for x in got],
+                  "stats": m.batch_stats(), "nbatched": len(m.metadata["batch"]["batched"])}))
+"""
+
+
+def test_loaded_module_runs_batches_in_a_fresh_process(tmp_path):
+    """``export_library(path, batched=True)`` after a run_batch: a fresh process loads the
+    file and its run_batch (batched kernels from the file, nothing compiled) equals the loaded
+    module's one-by-one calls and this process's results."""
+    import json
+    import subprocess
+    mod = rly.parse(TREE)
+    g = passes.optimize(passes.gradient(mod, entry="main"))
+    exe = runtime.build(g, target="llvm")
+    sizes = [6, 6, 6, 6, 3, 9, 1, 6]
+    batch = _tree_batch(mod, sizes, seed=5)
+    want = _check(exe, batch, rtol=1e-4, atol=1e-5)     # compiles the batched kernels
+    assert exe.batch_stats()["batched_calls"] > 0
+    path = str(tmp_path / "tree_b.so")
+    exe.export_library(path, batched=True)
+    from relay_ir.runtime.relax_export import read_metadata
+    meta = read_metadata(path)
+    assert meta["batch"]["batched"] and meta["batch"]["program"].startswith("#[version")
+    env = dict(os.environ, RELAY_IR_CACHE_DIR=str(tmp_path / "empty_cache"))
+    r = subprocess.run([sys.executable, "-c", _CHILD, path, json.dumps(sizes)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["diff"] <= 1e-4
+    assert out["nbatched"] > 0
+    st = out["stats"]
+    assert st["batched_calls"] > 0 and st["kernel_calls"] < st["instance_calls"]
+    np.testing.assert_allclose(out["loss"], [float(w[0]) for w in want], rtol=1e-5, atol=1e-6)
+    # nothing was compiled in the child: its kernel cache stayed empty
+    cache = tmp_path / "empty_cache"
+    assert not cache.exists() or not any(p.suffix == ".so" for p in cache.rglob("*"))
+
+
+def test_export_batched_refused_for_loaded_and_plain_loads_keep_working(tmp_path):
+    mod = rly.parse(TREE)
+    exe = runtime.build(mod, target="llvm")
+    path = str(tmp_path / "plain_b.so")
+    exe.export_library(path, batched=True)     # no run_batch yet: no batched kernels
+    loaded = runtime.load_module(path)
+    batch = _tree_batch(mod, [3, 5, 2], seed=1)
+    got = loaded.run_batch(batch)              # one call per instance, from the file
+    for a, g in zip(batch, got):
+        assert_values_close(g, exe(*a), rtol=1e-5, atol=1e-6)
+    assert loaded.batch_stats()["batched_calls"] == 0
+    assert_values_close(loaded(*batch[0]), exe(*batch[0]), rtol=1e-6, atol=1e-6)
+    with pytest.raises(rly.DiagnosticError, match="cannot be exported again"):
+        loaded.export_library(str(tmp_path / "again.so"), batched=True)
 
 
 def test_treelstm_minibatch_training_lowers_the_loss():
