@@ -135,8 +135,10 @@ class _Spine:
 
 def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
     """Merge the continuation chains of one let spine (see the module docstring)."""
-    lets, body = flatten_lets(spine)
-    n = len(lets)
+    spine_lets, body = flatten_lets(spine)
+    n = len(spine_lets)
+    # NOTE: the final expression takes part as a binding of no variable (index n)
+    lets: list[Any] = [*spine_lets, Let(Var("_"), body, body)]
     # per reference: (index of the live write, the closure it stored) while nothing since
     # may have touched the reference
     live: dict[Var, list] = {}   # reference -> [index of its live write, closure, reads since]
@@ -152,6 +154,8 @@ def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
 
     for i, node in enumerate(lets):
         var, val = node.var, node.value
+        if i == n:
+            var = None
         t = type(val)
         if t is RefRead and type(val.ref) is Var and val.ref in live:
             r = val.ref
@@ -164,7 +168,7 @@ def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
                 del live[r]   # NOTE: a second reader would see the closure a merge drops
             continue
         if t is Function:
-            if _chain_closure(val):
+            if var is not None and _chain_closure(val):
                 index_of_fn[var] = i
                 tail = _tail_call_of(val.body)
                 if tail is not None and tail[1] in index_of_fn and counts.get(tail[1], 0) == 1:
