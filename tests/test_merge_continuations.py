@@ -193,3 +193,31 @@ def test_w6_gradient_has_one_closure_per_iteration() -> None:
     # d/dx sum_i sin(x*i)*0.001 = sum_i i*cos(x*i)*0.001
     i = np.arange(1000, dtype=np.float64)
     assert abs(float(got[1][0]) - float(np.sum(i * np.cos(0.5 * i)) * 0.001)) < 1e-4
+
+
+# ----------------------------------------------------------------------------- outer products
+def test_outer_product_with_accumulation_is_one_elementwise_kernel() -> None:
+    # the weight gradient of a one-row product, accumulated: one kernel, no reduction; the
+    # values are the sum's (0 + x*w: a -0.0 product gives +0.0), inf and nan included
+    text = HEADER + """def @main(%old: Tensor[(8, 40), float32], %x: Tensor[(1, 8), float32],
+          %dy: Tensor[(1, 40), float32]) -> Tensor[(8, 40), float32] {
+  add(%old, nn.matmul(%x, %dy, transpose_a=True))
+}"""
+    mod = rly.parse(text)
+    x = rng.standard_normal((1, 8)).astype("float32")
+    dy = rng.standard_normal((1, 40)).astype("float32")
+    x[0, :3] = [-1.0, np.inf, np.nan]
+    dy[0, :2] = [0.0, -2.0]
+    old = np.full((8, 40), -0.0, "float32")
+    exe = runtime.build(mod)
+    assert exe.num_kernels() == 1
+    got = exe(old, x, dy)
+    with np.errstate(invalid="ignore"):
+        prod = np.float32(0) + x.T * dy
+    want = old + prod
+    np.testing.assert_array_equal(got, want)
+    assert not np.signbit(got[0, 0]) and float(x[0, 0] * dy[0, 0]) == 0.0
+    plain = runtime.build(rly.parse(text.replace("add(%old, nn.matmul(%x, %dy, transpose_a=True))",
+                                                 "nn.matmul(%x, %dy, transpose_a=True)")))
+    np.testing.assert_array_equal(plain(old, x, dy), prod)
+    assert not np.signbit(plain(old, x, dy)[0, 0])
