@@ -91,7 +91,12 @@ def _tail_call_of(body: Expr) -> tuple[list[Let], Var] | None:
 
 
 def _chain_closure(e: Expr) -> bool:
-    return (type(e) is Function and not e.params and not e.type_params and not e.attrs)
+    return (type(e) is Function and not e.params and not e.type_params
+            and (not e.attrs or dict(e.attrs) == {"Once": 1}))
+
+
+def _once(e: Expr) -> bool:
+    return type(e) is Function and bool(e.attrs) and e.attrs.get("Once", 0) == 1
 
 
 class _Spine:
@@ -176,7 +181,8 @@ def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
                     # inline it there (it runs at the same point)
                     inner = literal(tail[1])
                     new_body = build_lets(((b.var, b.value) for b in tail[0]), inner.body)
-                    merged[var] = Function((), new_body, val.ret_type, span=val.span)
+                    merged[var] = Function((), new_body, val.ret_type, attrs=val.attrs,
+                                           span=val.span)
                     drop.add(index_of_fn.pop(tail[1]))
                     merged.pop(tail[1], None)
             continue
@@ -190,7 +196,8 @@ def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
                 lit_a = literal(f_a)
                 k_idx = next(j for j in range(w_a + 1, i) if lets[j].var is tail[1])
                 new_body = build_lets(((b.var, b.value) for b in tail[0]), lit_a.body)
-                merged[f] = Function((), new_body, lit.ret_type, span=lit.span)
+                merged[f] = Function((), new_body, lit.ret_type, attrs=lit.attrs,
+                                     span=lit.span)
                 drop.update((w_a, index_of_fn[f_a], k_idx))
                 merged.pop(f_a, None)
             for r2 in [r2 for r2 in live if facts.may_alias(r, r2)]:
@@ -200,7 +207,8 @@ def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
             continue
         for r in [r for r in live if facts.may_touch(val, r)]:
             del live[r]
-    if not merged:
+    moved = _localize_cells(lets[:n], merged, drop, counts)
+    if not merged and not moved:
         return spine
     out: Expr = body
     for i in range(n - 1, -1, -1):
@@ -210,6 +218,44 @@ def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
         value = merged.get(node.var, node.value)
         out = Let(node.var, value, out, span=node.span)
     return out
+
+
+def _localize_cells(lets: list[Let], merged: dict[Var, Function], drop: set[int],
+                    counts: dict[Var, int]) -> bool:
+    """Move each ``let %c = ref(atom)`` of the spine whose every use is inside one ``Once=1``
+    closure literal of the spine into that closure (then :func:`dead_ref_elim` turns it into
+    lets there). Sound because such a closure value runs at most once: the cell is made, then
+    used only by that one run, exactly as before. Updates ``merged`` and ``drop``; whether
+    anything moved."""
+    from relay_ir.passes.dead_ref import dead_ref_elim
+    cells = {node.var: i for i, node in enumerate(lets)
+             if i not in drop and type(node.value) is RefCreate and is_atom(node.value.value)
+             and counts.get(node.var, 0) > 0}
+    if not cells:
+        return False
+    moved = False
+    for j, node in enumerate(lets):
+        if j in drop:
+            continue
+        lit = merged.get(node.var, node.value)
+        if not _once(lit):
+            continue
+        inner = use_counts(lit.body)
+        if inner is None:
+            continue
+        mine = [c for c, i in cells.items() if i < j and i not in drop
+                and inner.get(c, 0) == counts[c]]
+        if not mine:
+            continue
+        body = lit.body
+        for c in sorted(mine, key=lambda c: -cells[c]):
+            body = Let(c, lets[cells[c]].value, body, span=lets[cells[c]].span)
+            drop.add(cells[c])
+        new = Function(lit.params, body, lit.ret_type, lit.type_params, lit.attrs,
+                       span=lit.span)
+        merged[node.var] = dead_ref_elim(new)  # type: ignore[assignment]
+        moved = True
+    return moved
 
 
 def forward_reads(spine: Let, facts: _Spine) -> Expr:

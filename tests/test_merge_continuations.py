@@ -221,3 +221,54 @@ def test_outer_product_with_accumulation_is_one_elementwise_kernel() -> None:
                                                  "nn.matmul(%x, %dy, transpose_a=True)")))
     np.testing.assert_array_equal(plain(old, x, dy), prod)
     assert not np.signbit(plain(old, x, dy)[0, 0])
+
+
+# ----------------------------------------------------------------------------- Once=1 closures
+LOCAL = """def @main(%x: float32, %bp: ref(fn () -> ())) -> float32 {
+  let %z = zeros(shape=[], symbolic=True);
+  let %c = ref(%z);
+  let %k = ref_read(%bp);
+  let %f = fn (ATTRS) -> () {
+    let %a = ref_read(%c);
+    let %s = add(%a, %x);
+    let %u = ref_write(%c, %s);
+    let %b = ref_read(%c);
+    let %m = multiply(%b, %x);
+    let %u1 = ref_write(%c, %m);
+    %k()
+  };
+  let %w = ref_write(%bp, %f);
+  OUTSIDE
+}"""
+
+
+def refs_created(mod: rly.IRModule) -> int:
+    from relay_ir.expr import RefCreate
+    return sum(1 for fn in mod.functions.values() for n in post_order(fn.body)
+               if type(n) is RefCreate)
+
+
+def test_a_cell_used_only_by_a_once_closure_moves_into_it_and_becomes_lets() -> None:
+    out = run(LOCAL.replace("ATTRS", "Once=1").replace("OUTSIDE", "%x"))
+    assert refs_created(out) == 0
+    text = rly.astext(out)
+    assert "add(%z, %x)" in text and "ref_read(%c)" not in text
+
+
+@pytest.mark.parametrize("attrs,outside", [("", "%x"), ("Once=1", "ref_read(%c)")],
+                         ids=["not-once", "used-outside"])
+def test_other_cells_stay(attrs: str, outside: str) -> None:
+    mod = rly.parse(HEADER + LOCAL.replace("ATTRS", attrs).replace("OUTSIDE", outside))
+    out = MergeContinuations()(mod)
+    assert refs_created(out) == 1
+
+
+def test_gradients_mark_their_backward_steps_once() -> None:
+    g = passes.gradient(rly.parse(HEADER + CASES["scalar_loop"][0]), entry="main")
+    backs = [n for fn in g.functions.values() for n in post_order(fn.body)
+             if type(n) is Function and not n.params and n.attrs.get("Once", 0) == 1]
+    assert len(backs) >= 4
+    assert rly.parse(rly.astext(g)) is not None   # the attribute prints and parses
+    opt = passes.optimize(g)
+    unmerged = passes.optimize(g, disabled_pass=("merge-continuations",))
+    assert refs_created(opt) < refs_created(unmerged)
