@@ -205,8 +205,9 @@ def merge_spine(spine: Let, counts: dict[Var, int], facts: _Spine) -> Expr:
             if f in index_of_fn and counts.get(f, 0) == 1 and counts.get(var, 0) == 0:
                 live[r] = [i, f, 0]
             continue
-        for r in [r for r in live if facts.may_touch(val, r)]:
-            del live[r]
+        if live and not _writes_nothing(val) or t is RefRead:
+            for r in [r for r in live if facts.may_touch(val, r)]:
+                del live[r]
     moved = _localize_cells(lets[:n], merged, drop, counts)
     if not merged and not moved:
         return spine
@@ -243,8 +244,8 @@ def _localize_cells(lets: list[Let], merged: dict[Var, Function], drop: set[int]
         inner = use_counts(lit.body)
         if inner is None:
             continue
-        mine = [c for c, i in cells.items() if i < j and i not in drop
-                and inner.get(c, 0) == counts[c]]
+        mine = [c for c, k in inner.items() if c in cells and cells[c] < j
+                and cells[c] not in drop and k == counts[c]]
         if not mine:
             continue
         body = lit.body
@@ -258,24 +259,78 @@ def _localize_cells(lets: list[Let], merged: dict[Var, Function], drop: set[int]
     return moved
 
 
+class _LastWrites:
+    """The value last written to each reference of a spine, killed in amortized O(1): by
+    type buckets (cells made by ``ref(...)`` in scope never alias one another)."""
+
+    def __init__(self, facts: _Spine):
+        self.facts = facts
+        self.value: dict[Var, Expr] = {}
+        self.buckets: dict[tuple[Any, bool], set[Var]] = {}
+
+    def _key(self, r: Var) -> tuple[Any, bool]:
+        t = type_of(r)
+        return (t if isinstance(t, RefType) else None, r in self.facts.created)
+
+    def _kill(self, key: tuple[Any, bool]) -> None:
+        for r in self.buckets.pop(key, ()):
+            self.value.pop(r, None)
+
+    def kill_all(self) -> None:
+        self.value.clear()
+        self.buckets.clear()
+
+    def write(self, r: Expr, v: Expr | None) -> None:
+        """A write of ``v`` (None: unknown) to ``r``: kill what may alias it, then record."""
+        if type(r) is not Var or self._key(r)[0] is None:
+            self.kill_all()
+        else:
+            t, made = self._key(r)
+            self.value.pop(r, None)
+            self.buckets.get((t, made), set()).discard(r)
+            self._kill((t, False))      # NOTE: another variable may hold the same cell
+            self._kill((None, False))
+            self._kill((None, True))
+            if not made:
+                self._kill((t, True))
+        if v is not None and type(r) is Var and self._key(r)[0] is not None:
+            self.value[r] = v
+            self.buckets.setdefault(self._key(r), set()).add(r)
+
+
+def _writes_nothing(val: Expr) -> bool:
+    """Whether evaluating ``val`` cannot write any reference."""
+    t = type(val)
+    if is_atom(val) or t in (Tuple, TupleGetItem, Function, RefCreate, RefRead):
+        return True
+    if t is Call:
+        op = val.op
+        if type(op) is Op:
+            return not op_is_effectful(op)
+        return type(op) is Constructor
+    return False
+
+
 def forward_reads(spine: Let, facts: _Spine) -> Expr:
     """Within one spine: ``ref_write(%r, %v); ...; let %x = ref_read(%r)`` => ``%x := %v``
     when no binding in between may write ``%r``."""
     lets, body = flatten_lets(spine)
-    last: dict[Var, Expr] = {}
+    last = _LastWrites(facts)
     subst: dict[Var, Expr] = {}
     out: list[Let] = []
     for node in lets:
         val = node.value
         t = type(val)
-        if t is RefRead and type(val.ref) is Var and val.ref in last:
-            subst[node.var] = last[val.ref]
+        if t is RefRead and type(val.ref) is Var and val.ref in last.value:
+            subst[node.var] = last.value[val.ref]
             continue
-        for r in [r for r in last if facts.may_write(val, r)]:
-            del last[r]
-        if t is RefWrite and type(val.ref) is Var and is_atom(val.value):
-            last[val.ref] = subst.get(val.value, val.value) if type(val.value) is Var \
-                else val.value
+        if t is RefWrite:
+            v = val.value
+            if type(v) is Var:
+                v = subst.get(v, v)
+            last.write(val.ref, v if is_atom(v) else None)
+        elif not _writes_nothing(val):
+            last.kill_all()
         out.append(node)
     if not subst:
         return spine

@@ -272,3 +272,37 @@ def test_gradients_mark_their_backward_steps_once() -> None:
     opt = passes.optimize(g)
     unmerged = passes.optimize(g, disabled_pass=("merge-continuations",))
     assert refs_created(opt) < refs_created(unmerged)
+
+
+# ----------------------------------------------------------------------------- scale
+def _long_gradient(n: int, blocked: bool) -> rly.IRModule:
+    # n sin steps on a loop-carried scalar; ``blocked``: a call of a global between each
+    # step, so no two backward steps merge (every cell and closure stays)
+    from util_scale import shallow_stack  # noqa: F401  (imported for the caller)
+    call = "let %q{i} = @id(%v{i});" if blocked else ""
+    body = "\n".join(f"  let %v{i + 1} = sin(multiply(%v{i}, 1.01f64)); " + call.format(i=i)
+                     for i in range(n))
+    text = f"""def @id(%a: {F}) -> {F} {{ %a }}
+def @main(%v0: {F}) -> {F} {{
+{body}
+  %v{n}
+}}"""
+    return passes.gradient(rly.parse(HEADER + text), entry="main")
+
+
+@pytest.mark.parametrize("blocked", [False, True], ids=["merged", "blocked"])
+def test_merge_is_linear_and_iterative_on_long_gradients(blocked: bool) -> None:
+    import time
+    from util_scale import shallow_stack
+    times = []
+    for n in (400, 1600):
+        g = _long_gradient(n, blocked)
+        with shallow_stack():
+            t = time.perf_counter()
+            out = MergeContinuations()(g)
+            times.append(time.perf_counter() - t)
+        assert (closures(out) < n / 4) != blocked
+    assert times[1] < 4 * times[0] * 2.5   # NOTE: 4x the size; quadratic would be 16x
+    x = np.float64(0.3)
+    want = runtime.evaluate(g, x)
+    assert_values_close(runtime.evaluate(out, x), want, rtol=1e-12, atol=0)
