@@ -13,31 +13,38 @@ import sys
 import time
 import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import numpy as np
-import workloads as wl
-from relay_ir.runtime import schedules
-import relay_ir.op.nn as nn_mod
-import relay_ir.passes.fuse_ops as fuse_ops
-import relay_ir.passes.merge_continuations as merge
-from relay_ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, Var
+
+import relay_ir.op.nn as nn_mod  # noqa: E402
+import workloads as wl  # noqa: E402
+from relay_ir.runtime import schedules  # noqa: E402
+
+
 def sum_volume(func):
+    """The old serial-threshold measure: the sum over blocks."""
     from tvm import s_tir
-    sch = s_tir.Schedule(func); total = 0
+    sch = s_tir.Schedule(func)
+    total = 0
     for b in schedules.blocks(sch):
         vol = 1
         for loop in sch.get_loops(b):
             e = schedules._extent(sch, loop)
-            if e is None: return None
+            if e is None:
+                return None
             vol *= e
         total += vol
     return total
+
 orig = dict(wv=schedules.work_volume, sb=schedules.SERIAL_BELOW, T=nn_mod.T)
 fakeT = types.SimpleNamespace(**{k: getattr(orig["T"], k) for k in dir(orig["T"]) if not k.startswith("__")})
 fakeT.is_one = lambda d: False
+
+
 def setmode(serial_old, k1_old):
     schedules.work_volume = sum_volume if serial_old else orig["wv"]
     schedules.SERIAL_BELOW = orig["sb"] + 1 if serial_old else orig["sb"]
     nn_mod.T = fakeT if k1_old else orig["T"]
+
+
 which = sys.argv[1]
 impl = {"W2": lambda: wl.w2_impls()[0], "W4a": lambda: wl.w4_impls(1)[0]}[which]()
 variants = {"new": (False, False), "old-serial": (True, False), "old-k1": (False, True), "old-both": (True, True)}
