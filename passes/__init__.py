@@ -17,6 +17,7 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "partial-eval": ("relay_ir.passes.partial_eval", "PartialEvaluate"),
     "lambda-lift": ("relay_ir.passes.lambda_lift", "LambdaLift"),
     "dead-ref-elim": ("relay_ir.passes.dead_ref", "DeadRefElimination"),
+    "merge-continuations": ("relay_ir.passes.merge_continuations", "MergeContinuations"),
     "to-anf": ("relay_ir.passes.to_anf", "ToANormalForm"),
     "to-gnf": ("relay_ir.passes.to_gnf", "ToGraphNormalForm"),
     "dce": ("relay_ir.passes.dce", "DeadCodeElimination"),

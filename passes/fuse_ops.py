@@ -16,8 +16,10 @@ branches and match arms are fused on their own, never across them). Rules, by th
     a producer joins a group only when every use of its value is inside that group (a value
     used by two groups is materialized once and never recomputed);
     effectful operators, tuple projections, closures, calls of non-primitive functions, ifs,
-    matches and references stay in the host program, and they are barriers: no group takes
-    a producer from before such a binding and a consumer after it.
+    matches and references stay in the host program; effectful operators, calls of
+    non-primitive functions, ifs and matches are barriers: no group takes a producer from
+    before such a binding and a consumer after it. Reference operations are not barriers
+    (no kernel reads or writes a reference cell, so a pure group may move across them).
 
 ``max_depth`` bounds the number of operator calls per group. Disabled below ``opt_level`` 1
 (the pass itself is level 0 so that a pipeline always names it; it is the identity there).
@@ -29,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generator
 
 from relay_ir.attrs import Attrs
-from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, Tuple,
-                           TupleGetItem, Var, with_fields)
+from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, RefCreate,
+                           RefRead, RefWrite, Tuple, TupleGetItem, Var, with_fields)
 from relay_ir.module import IRModule
 from relay_ir.op import OpPattern
 from relay_ir.passes.pass_manager import Pass, PassContext
@@ -59,7 +61,11 @@ def _is_barrier(value: Expr) -> bool:
         if isinstance(value.op, Op):
             return value.op.opdef.effectful
         return True                      # functions, closures, globals, constructors: unknown
-    return not isinstance(value, (Tuple, TupleGetItem, Var, Constant, Function, Op))
+    # NOTE: reference operations touch only reference cells, which no kernel reads or
+    # writes, so a pure group may be computed across them (a backward pass interleaves its
+    # kernels with adjoint reads and writes)
+    return not isinstance(value, (Tuple, TupleGetItem, Var, Constant, Function, Op,
+                                  RefCreate, RefRead, RefWrite))
 
 
 @dataclass
@@ -148,8 +154,8 @@ class _SpineFuser:
             if i is not None:
                 users[i].add(-1)
 
-        # NOTE: effects are barriers: an effectful binding (reference ops, calls of functions
-        # or closures, if/match, effectful operators) starts a new epoch, and no group spans
+        # NOTE: effects are barriers: an effectful binding (calls of functions or closures,
+        # if/match, effectful operators; not reference ops, see _is_barrier) starts a new epoch, and no group spans
         # two epochs, so fused code never moves across an effect.
         self.epoch = []
         e = 0

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from typing import Any, Generator, Sequence
 
+from relay_ir.attrs import Attrs
 from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError, PassError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
@@ -97,6 +98,11 @@ _RETURNS = ("the objective must be built of tensors, tuples and ADTs (every floa
 # The backpropagator cell: a reference to the closure that runs the rest of the backward pass.
 BP_TYPE: Type = RefType(FuncType((), UNIT))
 MODES = ("higher_order", "first_order")
+
+# A backward step is invoked at most once per value (the chain runs once: the entry's
+# ``ref_read(%bp)()``, or a checkpoint's private chain): ``Once=1`` says so to the optimizer
+# (merge-continuations moves a cell used only inside such a closure into it)
+ONCE = Attrs({"Once": 1})
 
 
 class GradientError(PassError):
@@ -215,7 +221,8 @@ class _AD(_Twin):
             k2 = sb.let_(RefRead(bp2), "k", FuncType((), UNIT))
             sb.let_(Call(k2, ()), "_", UNIT)
             back_body = sb.build(Call(k, (), span=e.span))
-        back = sb.let_(Function((), back_body, UNIT, span=e.span), "back", FuncType((), UNIT))
+        back = sb.let_(Function((), back_body, UNIT, attrs=ONCE, span=e.span), "back",
+                       FuncType((), UNIT))
         sb.let_(RefWrite(bp, back), "_", UNIT)
         return result
 
@@ -375,7 +382,7 @@ class _AD(_Twin):
                 if v is not None and g is not None:
                     self.accumulate(v, g, t)
             back_body = sb.build(Call(k, (), span=e.span))
-        back = sb.let_(Function((), back_body, UNIT, span=e.span), "back",
+        back = sb.let_(Function((), back_body, UNIT, attrs=ONCE, span=e.span), "back",
                        FuncType((), UNIT))
         sb.let_(RefWrite(bp, back), "_", UNIT)
         return result

@@ -25,6 +25,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "inline",         # 1  functions called once or marked Inline=1
     "partial-eval",   # 1  static values, closures, known branches, store forwarding
     "dead-ref-elim",  # 1  references that no longer escape become lets (writes dropped)
+    "merge-continuations",  # 1  one backpropagator closure per straight-line region
     "dce",            # 1  the closures and cells nothing reads any more
     "fold-constant",  # 2  constants exposed by inlining / partial evaluation
     "cse",            # 3  share identical pure computations
@@ -71,7 +72,8 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
     Pipeline (a pass runs when its level <= ``opt_level``)::
 
         remove-unused-functions (1) -> to-anf (0) -> infer-type (0) -> simplify-expr (2)
-        -> fold-constant (2) -> inline (1) -> partial-eval (1) -> dead-ref-elim (1) -> dce (1)
+        -> fold-constant (2) -> inline (1) -> partial-eval (1) -> dead-ref-elim (1)
+        -> merge-continuations (1) -> dce (1)
         -> fold-constant (2) -> cse (3) -> dce (1)
         -> remove-unused-functions (1) -> to-anf (0)
 

@@ -122,7 +122,7 @@ def kernel_request(group: Any, target: Any) -> Any:
     from relay_ir.runtime.schedules import SERIAL_BELOW
     sig = ";".join(f"{t.concrete_shape}:{t.dtype}" for t in group.in_types + group.out_types)
     sig += "|" + ";".join(f"{c.shape}:{c.dtype}" for c in group.constants)
-    sig += f"|serial<{SERIAL_BELOW}"
+    sig += f"|serial<{SERIAL_BELOW}:max"   # NOTE: the rule of schedules.work_volume
     return KernelRequest(group.prim_func, sig,
                          (lambda: schedule(group, target, serial_below=SERIAL_BELOW)),
                          "+".join(group.ops),

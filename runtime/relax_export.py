@@ -173,7 +173,7 @@ def _link(backend: Any, work: str, extra: list = ()) -> bytes:
     code = os.path.join(work, "bytecode.vmexec")
     backend.executable.mod.write_to_file(code)
     fresh = tvm_ffi.get_global_func("ffi.Module.load_from_file.relax.VMExecutable")
-    depth_lib = backend.depth_library()
+    depth_lib = backend.depth_library(exportable=True)
     so = os.path.join(work, "module.so")
     kernels = list(backend.kernels.values()) + list(extra)
     target = backend.exe.target

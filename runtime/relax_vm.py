@@ -73,7 +73,10 @@ back only after the run that returns), and that entry starts on such a thread fr
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import tempfile
 import threading
 from typing import Any, Sequence
 
@@ -178,7 +181,44 @@ def _depth_module() -> Any:
                        target="llvm").mod
 
 
-_DEPTH_LIB: list[Any] = []
+_DEPTH_LIB: list[Any] = []        # the module this process runs (maybe loaded from disk)
+_DEPTH_COMPILED: list[Any] = []   # compiled here (what export links)
+
+
+def _cached_depth_module() -> Any:
+    """:func:`_depth_module`, kept as a library in the kernel cache directory: compiling it
+    costs 0.15-0.26 s in every fresh process (W8's time to the first step), loading 1 ms. The
+    file name holds a digest of this file (relax_vm.py) and TVM's version; a file that does not
+    load is rebuilt; a directory that cannot be written only costs the compile."""
+    import tvm
+
+    from relay_ir.runtime.kernel_cache import cache_dir
+    with open(__file__, "rb") as f:
+        h = hashlib.sha256(f.read())
+    h.update(tvm.__version__.encode())
+    d = cache_dir()
+    path = os.path.join(d, f"depth-{h.hexdigest()[:24]}.so")
+    if os.path.exists(path):
+        try:
+            return tvm.runtime.load_module(path)
+        except Exception:  # NOTE: unreadable or foreign: rebuilt below
+            pass
+    if not _DEPTH_COMPILED:
+        _DEPTH_COMPILED.append(_depth_module())
+    mod = _DEPTH_COMPILED[0]
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
+        os.close(fd)
+        try:
+            mod.export_library(tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except Exception:  # NOTE: a read-only or full disk must not fail the build
+        pass
+    return mod
 
 
 class _Kernel:
@@ -605,13 +645,18 @@ class RelaxBackend:
         from relay_ir.runtime import relax_cuda as rc
         return ("call", rc.DEPTH_FN, [("i", rc.RESET), ("i", 0), limits], None)
 
-    def depth_library(self) -> Any:
-        """The host module of the depth functions this executable calls."""
+    def depth_library(self, exportable: bool = False) -> Any:
+        """The host module of the depth functions this executable calls (``exportable``: one
+        compiled in this process, which ``export_library`` can link)."""
         if self.static_depth:
             from relay_ir.runtime.relax_cuda import static_depth_module
             return static_depth_module()
+        if exportable:
+            if not _DEPTH_COMPILED:
+                _DEPTH_COMPILED.append(_depth_module())
+            return _DEPTH_COMPILED[0]
         if not _DEPTH_LIB:
-            _DEPTH_LIB.append(_depth_module())
+            _DEPTH_LIB.append(_cached_depth_module())
         return _DEPTH_LIB[0]
 
     def name_of(self, fidx: int) -> str:

@@ -64,10 +64,17 @@ def _parallel(sch: Any, loop: Any) -> None:
 
 
 def work_volume(func: Any) -> int | None:
-    """The iteration-space size of an unscheduled PrimFunc (None when symbolic)."""
+    """The largest iteration space among the blocks of an unscheduled PrimFunc (None when
+    symbolic).
+
+    The largest block, not the sum: the elementwise blocks of a fused group are inlined into
+    one loop nest, so a chain of them costs about one pass. (With the sum, W5's fused
+    ``add(old, outer product)`` of 256x640 counted twice, went parallel, and waking the pool
+    made it 4-8x slower than its two serial kernels had been on the shared 2-core machine.)
+    """
     from tvm import s_tir
     sch = s_tir.Schedule(func)
-    total = 0
+    most = 0
     for b in blocks(sch):
         vol = 1
         for loop in sch.get_loops(b):
@@ -75,8 +82,8 @@ def work_volume(func: Any) -> int | None:
             if e is None:
                 return None
             vol *= e
-        total += vol
-    return total
+        most = max(most, vol)
+    return most
 
 
 def _tvm() -> Any:

@@ -399,6 +399,28 @@ def test_graph_form_input_is_normalized_first() -> None:
 
 def test_effects_are_barriers() -> None:
     out = check(f"""
+def @g(%a: {T}) -> {T} {{ %a }}
+def @main(%x: {T}) {{
+  let %e = exp(%x);
+  let %c = @g(%x);
+  let %n = negative(%e);
+  (%n, %c)
+}}""", f"""
+def @g(%a: {T}) -> {T} {{ %a }}
+def @main(%x: {T}) {{
+  let %f0 = fn (%p0: {T}, Primitive=1) -> {T} {{ exp(%p0) }};
+  let %e = %f0(%x);
+  let %c = @g(%x);
+  let %f1 = fn (%p0: {T}, Primitive=1) -> {T} {{ negative(%p0) }};
+  let %n = %f1(%e);
+  (%n, %c)
+}}""")
+    assert len(groups(out)) == 2
+
+
+def test_reference_ops_are_not_barriers() -> None:
+    # no kernel reads or writes a reference cell: the group is computed after the write
+    out = check(f"""
 def @main(%x: {T}) {{
   let %e = exp(%x);
   let %r = ref(%x);
@@ -407,13 +429,11 @@ def @main(%x: {T}) {{
   (%n, ref_read(%r))
 }}""", f"""
 def @main(%x: {T}) {{
-  let %f0 = fn (%p0: {T}, Primitive=1) -> {T} {{ exp(%p0) }};
-  let %e = %f0(%x);
   let %r = ref(%x);
   let %w = ref_write(%r, %x);
-  let %f1 = fn (%p0: {T}, Primitive=1) -> {T} {{ negative(%p0) }};
-  let %n = %f1(%e);
+  let %f0 = fn (%p0: {T}, Primitive=1) -> {T} {{ negative(exp(%p0)) }};
+  let %n = %f0(%x);
   let %v = ref_read(%r);
   (%n, %v)
 }}""")
-    assert len(groups(out)) == 2
+    assert len(groups(out)) == 1

@@ -87,6 +87,22 @@ def test_injective_chain_is_one_parallel_vectorized_loop() -> None:
                                np.maximum((av + bv) * 2, 0), rtol=1e-6)
 
 
+def test_serial_threshold_counts_the_largest_block() -> None:
+    # three elementwise blocks of 400x400: 480,000 iterations summed, 160,000 in the largest;
+    # inlined they are one 160,000-element pass, below SERIAL_BELOW: one thread
+    from relay_ir.runtime.schedules import SERIAL_BELOW, work_volume
+    a = te.placeholder((400, 400), "float32", name="a")
+    y = topi.nn.relu(topi.add(topi.multiply(a, 2.0), 1.0))
+    func = te.create_prim_func([a, y])
+    assert work_volume(func) == 160_000 < SERIAL_BELOW < 3 * 160_000
+    script = schedule_cpu(func, "", serial_below=SERIAL_BELOW).script()
+    assert "T.parallel" not in script and "T.vectorized" in script
+    big = te.placeholder((600, 600), "float32", name="a")
+    script = schedule_cpu(te.create_prim_func([big, topi.multiply(big, 2.0)]), "",
+                          serial_below=SERIAL_BELOW).script()
+    assert "T.parallel" in script
+
+
 @pytest.mark.parametrize("n", [64, 40])
 def test_dense_bias_relu_is_tiled_packed_and_fused(n: int) -> None:
     x = te.placeholder((30, 24), "float32", name="x")

@@ -76,8 +76,21 @@ def _matmul_te(x: object, w: object, ta: bool, tb: bool, out_dt: str, name: str)
     else:
         lead, kdim = xs[:-1], xs[-1]
     n = ws[0] if tb else ws[1]
-    k = te.reduce_axis((0, kdim), name="k")
     nl = len(lead)
+    if T.is_one(kdim):
+        # NOTE: one term (an outer product): no reduction, so the group schedules as an
+        # elementwise kernel and takes its epilogue in one pass. ``0 + x*w`` is what the sum
+        # computes (-0.0 products give +0.0); the zero is opaque so that TVM's simplifier
+        # keeps the addition (LLVM keeps a float add of +0.0 too).
+        zero = T.opaque(T.const(0, acc))
+
+        def one(*o):  # type: ignore[no-untyped-def]
+            xi = [0, o[0]] if ta else list(o[:nl]) + [0]
+            wi = [o[nl], 0] if tb else [0, o[nl]]
+            return zero + T.cast(T.cast(x(*xi), cdt), acc) * T.cast(T.cast(w(*wi), cdt), acc)
+        r1 = te.compute(lead + [n], one, name=name, tag="matmul")
+        return _mm_result(r1, T.dtype_of(x), out_dt)
+    k = te.reduce_axis((0, kdim), name="k")
 
     def body(*o):  # type: ignore[no-untyped-def]
         xi = [k, o[0]] if ta else list(o[:nl]) + [k]
