@@ -6,6 +6,8 @@ generic function types (which the text format cannot write) are compared through
 """
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import relay_ir as rly
@@ -506,6 +508,17 @@ def test_types_are_plain_values() -> None:
 _TEST_OP = "a type-relation test operator (registered by tests/test_type_infer.py)"
 
 
+@pytest.fixture
+def test_ops() -> Any:
+    """The test operators, registered for one test and removed after it (registry-wide tests
+    such as every operator having a batching rule must not see them)."""
+    from relay_ir.op import _REGISTRY
+    _register_test_ops()
+    yield
+    for name in ("test.identity", "test.broadcast", "test.never", "test.first_dim"):
+        _REGISTRY.pop(name, None)
+
+
 def _register_test_ops() -> None:
     from relay_ir.op import OpDef, lookup_opdef, register_op
     from relay_ir.op._rules import broadcast_rel, identity_rel
@@ -527,16 +540,14 @@ def _register_test_ops() -> None:
                       host_only=_TEST_OP))
 
 
-def test_python_defined_relations() -> None:
-    _register_test_ops()
+def test_python_defined_relations(test_ops: Any) -> None:
     mod = infer("def @main(%a: Tensor[(3, 1), float32], %b: Tensor[(4), float32]) {\n"
                 "  (test.identity(%a), test.broadcast(%a, %b), test.first_dim(%b))\n}")
     same(mod["main"].checked_type.ret_type,
          "(Tensor[(3, 1), float32], Tensor[(3, 4), float32], Tensor[(4), int64])")
 
 
-def test_relation_that_never_resolves_is_reported() -> None:
-    _register_test_ops()
+def test_relation_that_never_resolves_is_reported(test_ops: Any) -> None:
     with pytest.raises(rly.TypeInferenceError,
                        match=r"unable to resolve the type relation of `test.never` for argument "
                              r"types \(Tensor\[\(2\), float32\]\)"):
