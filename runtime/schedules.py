@@ -15,7 +15,8 @@ of what is left:
   input plane per channel, split by column parity for stride 2),
   :func:`schedule_conv_rows` (at most 4 input channels: vectorized along output rows, 8
   output channels per register tile),
-  :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels)
+  :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels,
+  each pixel panel's input packed contiguous inside the parallel loop: :data:`PACK_PANELS`)
   and :func:`schedule_conv_channels` (vectorized over a block of 16 (8, 4) output channels,
   the weight read in place (``OIHW16o``, ``IHWO``) or packed ``[O/16, I, kh, kw, 16]`` per
   call (``OIHW``), the zero-padded input staged once, a register tile of up to 8 output
