@@ -1024,20 +1024,19 @@ def _subsample_strided_1x1(sch: Any, blk: Any, schedule: bool = True,
     return rb
 
 
-# The input of a 1x1 conv-gemm (subsampled when strided) packed per pixel panel into a
-# contiguous [C, panel width] buffer, inside the GEMM's parallel loop, just before the panel's
-# output-channel tiles read it (False: the tiles read the input rows in place, a page apart,
-# and a strided convolution's input is subsampled by one separate parallel copy first; for
-# before/after figures)
+# The input of a stride-1 1x1 conv-gemm packed per pixel panel into a contiguous [C, panel
+# width] buffer, inside the GEMM's parallel loop, just before the panel's output-channel tiles
+# read it (False: the tiles read the input rows in place, a page apart; for before/after
+# figures)
 PACK_PANELS = True
 
 
 def _input_at_panel(sch: Any, rb: Any, conv: Any) -> None:
-    """Move the input copy ``rb`` (:func:`_subsample_strided_1x1`, unscheduled) of a conv-gemm
-    convolution ``conv`` (scheduled: its outer loop the parallel pixel panels, its innermost
-    the panel's pixels) into each panel: the copy's buffer laid out ``[N, panels, C, width]``
-    and its iteration flattened to ``[N, C, OH * OW]`` so that a panel needs exactly its own
-    pixels, computed at the panel loop, the pixels vectorized."""
+    """Move the input copy ``rb`` (:func:`_subsample_strided_1x1` with ``strides=(1,)``,
+    unscheduled) of a conv-gemm convolution ``conv`` (scheduled: its outer loop the parallel
+    pixel panels, its innermost the panel's pixels) into each panel: the copy's buffer laid
+    out ``[N, panels, C, width]`` and its iteration flattened to ``[N, C, OH * OW]`` so that
+    a panel needs exactly its own pixels, computed at the panel loop, the pixels vectorized."""
     ow = _extent(sch, sch.get_loops(rb)[2])       # the copy's loops: (n, y, x, c)
     nr = _extent(sch, sch.get_loops(conv)[-1])
     if ow is None or nr is None:
@@ -1054,11 +1053,14 @@ def _gemm_plan(sch: Any) -> None:
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
     if len(reds) != 1:
         raise ValueError("not one reduction")
-    rb = _subsample_strided_1x1(sch, reds[0], schedule=not PACK_PANELS,
-                                strides=(1, 2, 3, 4) if PACK_PANELS else (2, 3, 4))
+    # NOTE: a strided one keeps its separate subsampling copy: packed per panel instead, it
+    # measured 1-3% slower (ResNet-50's 256->128 56x56/2, 1 and 2 threads; RESULTS.md)
+    pack = None
+    if _subsample_strided_1x1(sch, reds[0]) is None and PACK_PANELS:
+        pack = _subsample_strided_1x1(sch, reds[0], schedule=False, strides=(1,))
     schedule_conv1x1_gemm(sch, reds[0])
-    if rb is not None and PACK_PANELS:
-        _input_at_panel(sch, rb, reds[0])
+    if pack is not None:
+        _input_at_panel(sch, pack, reds[0])
 
 
 # Pools get schedule_pool (False: the generic reduction schedule; for before/after figures)
