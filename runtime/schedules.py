@@ -1054,7 +1054,7 @@ def _gemm_plan(sch: Any) -> None:
     if len(reds) != 1:
         raise ValueError("not one reduction")
     # NOTE: a strided one keeps its separate subsampling copy: packed per panel instead, it
-    # measured 1-3% slower (ResNet-50's 256->128 56x56/2, 1 and 2 threads; RESULTS.md)
+    # measured 0.6-3% slower (ResNet-50's 256->128 56x56/2, 1 and 2 threads; RESULTS.md)
     pack = None
     if _subsample_strided_1x1(sch, reds[0]) is None and PACK_PANELS:
         pack = _subsample_strided_1x1(sch, reds[0], schedule=False, strides=(1,))
