@@ -224,8 +224,14 @@ def gemm_peak(rounds: int) -> dict[str, float]:
     w = rng.standard_normal((1024, 1024), dtype=np.float32)
     exe = runtime.build(rly.parse(DENSE_SRC), "llvm", params={"w": w})
     wt = np.ascontiguousarray(w.T)
-    times = _race({"relay_ir dense": lambda: exe(a), "numpy matmul": lambda: a @ wt},
-                  max(rounds, 20))
+    # NOTE: each timed alone, not interleaved: BLAS's worker threads spin for a while after a
+    # call, and the dense kernel called right after numpy's product ran at half speed (133
+    # against 305 GFLOP/s alone, 2 threads, idle machine; RESULTS.md, branch c1x1)
+    times = {**_race({"relay_ir dense": lambda: exe(a)}, max(rounds, 20)),
+             **_race({"numpy matmul": lambda: a @ wt}, max(rounds, 20))}
+    # NOTE: and the layer timings after it wait until BLAS's worker threads stop spinning
+    # (the first layers timed right after ran at 3-50% of their speed otherwise)
+    time.sleep(1.0)
     return {k: 2 * 1024 ** 3 / min(v) / 1e9 for k, v in times.items()}
 
 

@@ -38,11 +38,18 @@ def _einsum_matmul(call: Any, operands: Any) -> bool:
 
 
 def ensure_threads() -> int:
-    """Set ``TVM_NUM_THREADS`` to the core count unless the user set it (TVM_NOTES section 8).
+    """Set ``TVM_NUM_THREADS`` to the core count and ``TVM_BIND_THREADS`` to 0 (the pool's
+    workers not pinned to cores) unless the user set them (TVM_NOTES section 8).
 
     TVM's pool defaults to half the cores; it reads the variable when it starts, lazily, at
     the first parallel kernel call, so this must run before that call.
     """
+    # NOTE: unpinned workers. TVM pins its pool's worker to core 1 and leaves the calling thread
+    # free: when the scheduler has put the caller on core 1 too (after a compile, or with a BLAS
+    # thread spinning on core 0), the two halves of every parallel loop ran one after the other
+    # until the caller migrated: 3-4 of ResNet-50's 15 distinct 1x1 convolutions timed at
+    # half speed right after their compile; none unpinned (2 threads; RESULTS.md, branch c1x1)
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
     n = os.environ.get("TVM_NUM_THREADS")
     if n is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \

@@ -15,7 +15,8 @@ of what is left:
   input plane per channel, split by column parity for stride 2),
   :func:`schedule_conv_rows` (at most 4 input channels: vectorized along output rows, 8
   output channels per register tile),
-  :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels)
+  :func:`schedule_conv1x1_gemm` (1x1, stride 1, unpadded: a GEMM over the flattened pixels,
+  each pixel panel's input packed contiguous inside the parallel loop: :data:`PACK_PANELS`)
   and :func:`schedule_conv_channels` (vectorized over a block of 16 (8, 4) output channels,
   the weight read in place (``OIHW16o``, ``IHWO``) or packed ``[O/16, I, kh, kw, 16]`` per
   call (``OIHW``), the zero-padded input staged once, a register tile of up to 8 output
@@ -985,11 +986,13 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
 SUBSAMPLE_STRIDED = True
 
 
-def _subsample_strided_1x1(sch: Any, blk: Any) -> Any | None:
+def _subsample_strided_1x1(sch: Any, blk: Any, schedule: bool = True,
+                           strides: tuple[int, ...] = (2, 3, 4)) -> Any | None:
     """For a 1x1, unpadded NCHW convolution with a stride above 1: a block copying the pixels
     it reads, ``x[n, c, s*y, s*x]``, into a dense ``[N, C, OH, OW]`` buffer that the
-    convolution reads instead (returned, scheduled: parallel over (image, channel)); else
-    None."""
+    convolution reads instead (returned; scheduled, parallel over (image, channel), unless
+    ``schedule`` is False); else None. ``strides=(1,)``: the same copy of a stride-1 one (for
+    :func:`_input_at_panel`)."""
     if not SUBSAMPLE_STRIDED or _conv_nchw(sch, blk) is None:
         return None
     loops = sch.get_loops(blk)
@@ -1003,19 +1006,46 @@ def _subsample_strided_1x1(sch: Any, blk: Any) -> Any | None:
     from tvm.sym import analyzer as arith
     ana = arith.Analyzer()
     stride = None
-    for st in (2, 3, 4):
-        if ana.can_prove_equal(data[2].min, ivs[2] * st + ivs[5]) and \
-                ana.can_prove_equal(data[3].min, ivs[3] * st + ivs[6]):
+    for st in strides:
+        if any(ana.can_prove_equal(data[2].min, ivs[2] * st + r) and
+               ana.can_prove_equal(data[3].min, ivs[3] * st + c)
+               for r, c in ((ivs[5], ivs[6]), (0, 0))):
             stride = st
     if stride is None:
         return None
     rb = sch.reindex(blk, ("read", 0))
     # NOTE: reindex lays the copy out by the convolution's iterators, [n, y, x, c]
     sch.transform_layout(rb, ("write", 0), lambda n, y, x, c: (n, c, y, x))
+    if not schedule:
+        return rb
     n_, y, x, c = sch.get_loops(rb)
     sch.reorder(n_, c, y, x)
     _parallel(sch, sch.fuse(n_, c))
     return rb
+
+
+# The input of a stride-1 1x1 conv-gemm packed per pixel panel into a contiguous [C, panel
+# width] buffer, inside the GEMM's parallel loop, just before the panel's output-channel tiles
+# read it (False: the tiles read the input rows in place, a page apart; for before/after
+# figures)
+PACK_PANELS = True
+
+
+def _input_at_panel(sch: Any, rb: Any, conv: Any) -> None:
+    """Move the input copy ``rb`` (:func:`_subsample_strided_1x1` with ``strides=(1,)``,
+    unscheduled) of a conv-gemm convolution ``conv`` (scheduled: its outer loop the parallel
+    pixel panels, its innermost the panel's pixels) into each panel: the copy's buffer laid
+    out ``[N, panels, C, width]`` and its iteration flattened to ``[N, C, OH * OW]`` so that
+    a panel needs exactly its own pixels, computed at the panel loop, the pixels vectorized."""
+    ow = _extent(sch, sch.get_loops(rb)[2])       # the copy's loops: (n, y, x, c)
+    nr = _extent(sch, sch.get_loops(conv)[-1])
+    if ow is None or nr is None:
+        raise ValueError("symbolic extents")
+    sch.transform_layout(rb, ("write", 0),
+                         lambda n, c, y, x: (n, (y * ow + x) // nr, c, (y * ow + x) % nr))
+    sch.transform_block_layout(rb, lambda n, y, x, c: (n, c, y * ow + x))
+    sch.compute_at(rb, sch.get_loops(conv)[0])
+    _try_vectorize(sch, sch.get_loops(rb)[-1])
 
 
 def _gemm_plan(sch: Any) -> None:
@@ -1023,8 +1053,14 @@ def _gemm_plan(sch: Any) -> None:
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
     if len(reds) != 1:
         raise ValueError("not one reduction")
-    _subsample_strided_1x1(sch, reds[0])
+    # NOTE: a strided one keeps its separate subsampling copy: packed per panel instead, it
+    # measured 0.6-3% slower (ResNet-50's 256->128 56x56/2, 1 and 2 threads; RESULTS.md)
+    pack = None
+    if _subsample_strided_1x1(sch, reds[0]) is None and PACK_PANELS:
+        pack = _subsample_strided_1x1(sch, reds[0], schedule=False, strides=(1,))
     schedule_conv1x1_gemm(sch, reds[0])
+    if pack is not None:
+        _input_at_panel(sch, pack, reds[0])
 
 
 # Pools get schedule_pool (False: the generic reduction schedule; for before/after figures)

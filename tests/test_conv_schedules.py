@@ -84,6 +84,8 @@ CASES = [
     # strided 1x1: the input subsampled first, then conv-gemm (8x8 pixels) or conv-channels
     (1, 8, 16, 16, 16, 1, 2, 0, 1, 1),
     (2, 8, 13, 13, 8, 1, 3, 0, 1, 1),
+    (2, 16, 32, 32, 24, 1, 2, 0, 1, 1),     # batch 2, 16x16 pixels (32-wide panels)
+    (1, 64, 28, 28, 8, 1, 1, 0, 1, 1),      # 784 pixels: 16-wide panels, 64 channels deep
     # a channel multiplier (two outputs per input channel): not depthwise, conv-channels;
     # a prime output width above 16 (no vector width divides it): conv-channels
     (1, 8, 14, 14, 16, 3, 1, 1, 1, 8),
@@ -483,3 +485,74 @@ def test_conv2d_transpose_layouts_it_does_not_cover_fall_back() -> None:
     mod = rly.parse(grouped)
     np.testing.assert_allclose(runtime.build(mod, "llvm")(x, wt), np.asarray(evaluate(mod, x, wt)),
                                rtol=1e-4, atol=1e-4)
+
+
+def _scheduled(src: str) -> object:
+    """The scheduled CPU module of the (first) fused group of ``src``."""
+    from relay_ir.runtime import lower_tvm, schedules
+    mod = fuse_ops(InferType()(rly.parse(src)))
+    fn = next(f for f in post_order(mod["main"])
+              if type(f) is Function and f is not mod["main"])
+    group = lower_tvm.lower_group(fn, [p.checked_type_ for p in fn.params])
+    return schedules.schedule_cpu(group.prim_func, group.kind)
+
+
+@pytest.mark.parametrize("case", [(1, 16, 16, 16, 24, 1, 1, 0, 1, 1),
+                                  (2, 8, 28, 28, 16, 1, 1, 0, 1, 1),
+                                  (1, 8, 32, 32, 12, 1, 2, 0, 1, 1),
+                                  (2, 12, 24, 24, 8, 1, 3, 0, 1, 1)],
+                         ids=["s1", "s1-batch2-784px", "s2", "s3-batch2"])
+def test_conv_gemm_packs_the_input_per_pixel_panel_with_the_same_values(
+        case: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    # conv-gemm copies each pixel panel of a stride-1 input into a contiguous [N, panels, C,
+    # width] buffer inside its parallel loop: bitwise the values of the schedule reading the
+    # input in place, and numpy's; a strided one reads its subsampled copy (no panels)
+    from relay_ir.runtime import schedules
+    from relay_ir.runtime.kernel_cache import KernelCache
+    n, c, h, w, o, k, s, p, d, g = case
+    src = _src(case, "bias-relu")
+    assert _strategy(src) == "conv-gemm"
+    px = ((h - 1) // s + 1) * ((w - 1) // s + 1)
+    nr = 32 if px % 32 == 0 else 16
+    panel = f"T.sblock_alloc_buffer(({n}, {px // nr}, {c}, {nr})"
+    assert (panel in _scheduled(src).script()) == (s == 1)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, 1, 1)).astype(np.float32)
+    b = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    want = np.maximum(conv_np(x, wt, s, 0, 1, 1) + b, 0)
+    r = np.zeros(want.shape, np.float32)
+    got = runtime.build(rly.parse(src), "llvm", params={"w": wt},
+                        cache=KernelCache(use_disk=False))(x, b, r)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(schedules, "PACK_PANELS", False)
+    assert panel not in _scheduled(src).script()
+    before = runtime.build(rly.parse(src), "llvm", params={"w": wt},
+                           cache=KernelCache(use_disk=False))(x, b, r)
+    np.testing.assert_array_equal(got, before)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_gemm_keeps_ieee_values_of_the_interpreter(stride: int) -> None:
+    # inf, nan and -0.0 through the packed input panels of conv-gemm: inf * 0 = nan,
+    # inf - inf = nan, -0.0 sums keep their sign, as in the interpreter
+    from util_diff import assert_same_results
+    src = HEADER + f"""def @main(%x: Tensor[(1, 8, 16, 16), float32],
+          %w: Tensor[(6, 8, 1, 1), float32]) {{
+  nn.conv2d(%x, %w, strides=[{stride}, {stride}])
+}}"""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    x[0, 0, 2, 4], x[0, 1, 0, 0], x[0, 2, 6, 6], x[0, 3, 14, 12] = np.inf, np.nan, -np.inf, np.inf
+    x[0, 0, 8, 8], x[0, 1, 8, 8] = np.inf, -np.inf
+    x[0, :, 10:14, 10:14] = -0.0
+    w = np.abs(rng.standard_normal((6, 8, 1, 1))).astype(np.float32)
+    w[0, 0] = 0.0              # inf * 0
+    mod = rly.parse(src)
+    assert _strategy(src, {"w": w}) == "conv-gemm"
+    exe = runtime.build(mod, "llvm", params={"w": w})
+    [(want, got)] = assert_same_results(mod, mod, inputs=[x, w], rtol=1e-5, atol=1e-5,
+                                        run_b=lambda m, x_, w_: exe(x_))
+    want, got = np.asarray(want), np.asarray(got)
+    assert np.isnan(got).any() and np.isinf(got).any() and (want == 0).any()
+    np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))

@@ -46,6 +46,43 @@ def test_threads_default_to_the_core_count(monkeypatch: pytest.MonkeyPatch) -> N
     assert ensure_threads() == 1
 
 
+def test_pool_workers_are_not_pinned_unless_the_user_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TVM_BIND_THREADS", raising=False)
+    ensure_threads()
+    assert os.environ["TVM_BIND_THREADS"] == "0"
+    monkeypatch.setenv("TVM_BIND_THREADS", "1")
+    ensure_threads()
+    assert os.environ["TVM_BIND_THREADS"] == "1"
+    if len(os.sched_getaffinity(0)) < 2:
+        return
+    # in a fresh process (TVM's pool starts once): after a parallel kernel ran, every thread
+    # may run on every core of the process
+    import subprocess
+    import sys
+    code = """if True:
+        import glob, os
+        import numpy as np
+        import relay_ir as rly
+        from relay_ir import runtime
+        exe = runtime.build(rly.parse('#[version = "0.0.5"]\\ndef @main(%x: Tensor[(1024, 1024), float32]) '
+                                      '{ nn.relu(add(%x, 1f)) }'), "llvm")
+        x = np.ones((1024, 1024), np.float32)
+        assert float(exe(x).sum()) == 2 * 1024 * 1024
+        cores = sorted(os.sched_getaffinity(0))
+        for t in glob.glob("/proc/self/task/*/status"):
+            line = next(l for l in open(t) if l.startswith("Cpus_allowed_list"))
+            assert line.split()[-1] == f"{cores[0]}-{cores[-1]}", (t, line, cores)
+        print(len(glob.glob("/proc/self/task/*")))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TVM_BIND_THREADS"}
+    env["TVM_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) >= 2      # the pool's worker among them
+
+
 def _run(func_mod: object, arrays: list[np.ndarray], out_shapes: list[tuple]) -> list:
     ensure_threads()
     ex = tvm.compile(func_mod, target=cpu())
