@@ -33,7 +33,8 @@ def _old_barrier(value):
     return not isinstance(value, (Tuple, TupleGetItem, Var, Constant, Function, Op))
 
 
-def _sum_volume(func):
+def sum_volume(func):
+    """The old serial-threshold measure: the sum of the blocks' iteration volumes."""
     from tvm import s_tir
     sch = s_tir.Schedule(func)
     total = 0
@@ -48,15 +49,26 @@ def _sum_volume(func):
     return total
 
 
-merge.merge_continuations = lambda f: f
-fuse_ops._is_barrier = _old_barrier
-_t = nn_mod.T
-nn_mod.T = types.SimpleNamespace(**{k: getattr(_t, k) for k in dir(_t) if not k.startswith("__")})
-nn_mod.T.is_one = lambda d: False
-schedules.work_volume = _sum_volume
-schedules.SERIAL_BELOW += 1
+def old_matmul_T(t):
+    """A copy of ``relay_ir.op.nn.T`` whose ``is_one`` says no: one-term matmul/dense keep
+    their one-element reduction."""
+    fake = types.SimpleNamespace(**{k: getattr(t, k) for k in dir(t) if not k.startswith("__")})
+    fake.is_one = lambda d: False
+    return fake
 
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-runpy.run_path(script, run_name="__main__")
+
+def switch_off():
+    """Restore, in this process, what main did before the execperf changes."""
+    merge.merge_continuations = lambda f: f
+    fuse_ops._is_barrier = _old_barrier
+    nn_mod.T = old_matmul_T(nn_mod.T)
+    schedules.work_volume = sum_volume
+    schedules.SERIAL_BELOW += 1
+
+
+if __name__ == "__main__":
+    switch_off()
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")

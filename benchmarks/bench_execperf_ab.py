@@ -11,32 +11,16 @@ import os
 import statistics
 import sys
 import time
-import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import relay_ir.op.nn as nn_mod  # noqa: E402
 import workloads as wl  # noqa: E402
+from as_main import old_matmul_T, sum_volume  # noqa: E402
 from relay_ir.runtime import schedules  # noqa: E402
 
 
-def sum_volume(func):
-    """The old serial-threshold measure: the sum over blocks."""
-    from tvm import s_tir
-    sch = s_tir.Schedule(func)
-    total = 0
-    for b in schedules.blocks(sch):
-        vol = 1
-        for loop in sch.get_loops(b):
-            e = schedules._extent(sch, loop)
-            if e is None:
-                return None
-            vol *= e
-        total += vol
-    return total
-
 orig = dict(wv=schedules.work_volume, sb=schedules.SERIAL_BELOW, T=nn_mod.T)
-fakeT = types.SimpleNamespace(**{k: getattr(orig["T"], k) for k in dir(orig["T"]) if not k.startswith("__")})
-fakeT.is_one = lambda d: False
+fakeT = old_matmul_T(orig["T"])
 
 
 def setmode(serial_old, k1_old):
