@@ -1023,60 +1023,48 @@ class BatchRunner:
                     kr = kernels.get(r[1])
                     if kr is None:
                         kr = self.kernel(r[1])
-                    if not kr.defer:
-                        # NOTE: a kernel that batching does not pay for runs now, inline
-                        v = kr.call(r[2])
-                        site = r[3]
-                        if site is not None:
-                            regs[site[2]] = v
-                            pc = site[1]
-                            continue
-                        if not stack:
-                            x.result, x.done = v, True
-                            return
-                        regs = pop()
-                        code, pc, dst = pop()
-                        regs[dst] = v
-                        steps = code.steps
-                        continue
-                    x.code, x.pc, x.regs = code, pc, regs
-                    self.stats["parked"] += 1
-                    x.pending = (r[1], r[2], r[3])
-                    x.depth += 1
-                    return
-                if tag == RET:
-                    if not stack:
-                        x.result, x.done = r[1], True
+                    if kr.defer:
+                        x.code, x.pc, x.regs = code, pc, regs
+                        self.stats["parked"] += 1
+                        x.pending = (r[1], r[2], r[3])
+                        x.depth += 1
                         return
-                    regs = pop()
-                    code, pc, dst = pop()
-                    regs[dst] = r[1]
-                    steps = code.steps
-                    continue
-                f = r[1]
-                a = r[2]
-                if f.__class__ is Closure:
-                    ncode = f.code
-                    if ncode is None:
-                        ncode = f.force()
-                    if len(a) != ncode.nparams:
-                        raise InterpreterError(f"{_fn_name(f)} expects {ncode.nparams} "
-                                               f"arguments, got {len(a)}", code.spans[pc])
+                    # NOTE: a kernel that batching does not pay for runs now, inline
+                    v = kr.call(r[2])
+                    site = r[3]
+                    if site is not None:
+                        regs[site[2]] = v
+                        pc = site[1]
+                        continue
+                elif tag == RET:
+                    v = r[1]
+                else:
+                    f = r[1]
+                    a = r[2]
+                    if f.__class__ is Closure:
+                        ncode = f.code
+                        if ncode is None:
+                            ncode = f.force()
+                        if len(a) != ncode.nparams:
+                            raise InterpreterError(f"{_fn_name(f)} expects {ncode.nparams} "
+                                                   f"arguments, got {len(a)}", code.spans[pc])
+                        if tag == CALL:
+                            if len(stack) >= limit:
+                                raise _too_deep(f, self.max_depth)
+                            push(r[3])
+                            push(regs)
+                        code = ncode
+                        regs = a + f.captured + ncode.rest
+                        steps = ncode.steps
+                        pc = 0
+                        continue
+                    v = _apply_builtin(f, a)
                     if tag == CALL:
-                        if len(stack) >= limit:
-                            raise _too_deep(f, self.max_depth)
-                        push(r[3])
-                        push(regs)
-                    code = ncode
-                    regs = a + f.captured + ncode.rest
-                    steps = ncode.steps
-                    pc = 0
-                    continue
-                v = _apply_builtin(f, a)
-                if tag == CALL:
-                    _, pc, dst = r[3]
-                    regs[dst] = v
-                    continue
+                        _, pc, dst = r[3]
+                        regs[dst] = v
+                        continue
+                # the value v returns to the caller (a tail kernel call, a return, a tail
+                # call of a builtin)
                 if not stack:
                     x.result, x.done = v, True
                     return
@@ -1084,9 +1072,7 @@ class BatchRunner:
                 code, pc, dst = pop()
                 regs[dst] = v
                 steps = code.steps
-        except InterpreterError as e:
-            raise _instance_error(e.with_span(_span_at(code, pc)), x.index) from None
-        except DiagnosticError as e:
+        except DiagnosticError as e:        # InterpreterError included
             raise _instance_error(e.with_span(_span_at(code, pc)), x.index) from None
         except Exception as e:
             err = InterpreterError(f"evaluation failed: {type(e).__name__}: {e}",
