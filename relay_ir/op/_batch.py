@@ -357,15 +357,22 @@ def expand_dims_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
     return _recall(call, [x], axis=norm_axis(call.attrs.axis, r, extra=1) + 1), 0
 
 
-def broadcast_to_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
-                      ctx: BatchContext) -> tuple[Expr, Any]:
-    """``broadcast_to(x, shape)``: batch to 0, size-1 axes up to the rank, broadcast."""
+def _front_at_rank(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+                   ctx: BatchContext) -> Expr:
+    """The first argument with its batch axis at 0 and size-1 axes after it up to the rank of
+    the call's (per-instance) result."""
     out = ttype_call(call)
     r = _rank(call, 0)
     x = ctx.to_front(args[0], in_dims[0], r)
     if r < out.ndim:
         x = _op("expand_dims", x, axis=1, num_newaxis=out.ndim - r)
-    return ctx.broadcast(x, out.shape), 0
+    return x
+
+
+def broadcast_to_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
+                      ctx: BatchContext) -> tuple[Expr, Any]:
+    """``broadcast_to(x, shape)``: batch to 0, size-1 axes up to the rank, broadcast."""
+    return ctx.broadcast(_front_at_rank(call, args, in_dims, ctx), ttype_call(call).shape), 0
 
 
 def _shape_giver_unbatched(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
@@ -395,14 +402,11 @@ def like_rule(shape_args: Sequence[int], main: Rule) -> Rule:
 
 def _bt_like(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
              ctx: BatchContext) -> tuple[Expr, Any]:
-    out = ttype_call(call)
-    r = _rank(call, 0)
-    x = ctx.to_front(args[0], in_dims[0], r)
-    if r < out.ndim:
-        x = _op("expand_dims", x, axis=1, num_newaxis=out.ndim - r)
-    if in_dims[1] is not None:
-        return _op("broadcast_to_like", x, ctx.to_front(args[1], in_dims[1], out.ndim)), 0
-    return ctx.broadcast(x, out.shape), 0
+    if in_dims[1] is None:
+        return broadcast_to_rule(call, args, in_dims, ctx)
+    x = _front_at_rank(call, args, in_dims, ctx)
+    return _op("broadcast_to_like", x,
+               ctx.to_front(args[1], in_dims[1], ttype_call(call).ndim)), 0
 
 
 def collapse_rule(call: Call, args: Sequence[Expr], in_dims: Sequence[Any],
