@@ -11,6 +11,7 @@ values, as in TVM.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -48,9 +49,10 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     dt = out_type.dtype
     comp = "int32" if dt == "bool" else (
         dt if T.is_int(dt) else ("float32" if dt == "float16" else dt))
-    dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
+    (dn, dc, dh, dw), dblock = _data_layout(attrs.data_layout, "data_layout")
     (ko, ki, kh_, kw_), block = _kernel_layout(attrs.kernel_layout)
-    on, oc, oh_, ow_ = _layout(attrs.out_layout or attrs.data_layout, "NCHW", "out_layout")
+    (on, oc, oh_, ow_), oblock = _data_layout(attrs.out_layout or attrs.data_layout,
+                                              "out_layout")
     xs, ws = T.shape_of(x), T.shape_of(w)
     sh, sw = _pair(attrs.strides, "strides", 1)
     dlh, dlw = _pair(attrs.dilation, "dilation", 1)
@@ -79,15 +81,23 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
     owd = (wd + pl + pr - (kw - 1) * dlw - 1) // sw + 1
     oshape: list[object] = [0] * 4
     oshape[on], oshape[oc], oshape[oh_], oshape[ow_] = xs[dn], o, ohd, owd
+    if oblock:
+        oshape[oc] = o // oblock
+        oshape.append(oblock)
     rc = te.reduce_axis((0, cg), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
 
     def body(*oi):  # type: ignore[no-untyped-def]
         n, co, y, xx = oi[on], oi[oc], oi[oh_], oi[ow_]
+        if oblock:
+            co = co * oblock + oi[4]
         cin = rc if g == 1 else tirx.floordiv(co, og) * cg + rc
         di: list[object] = [0] * 4
         di[dn], di[dc], di[dh], di[dw] = n, cin, y * sh + ry * dlh, xx * sw + rx * dlw
+        if dblock:
+            di[dc] = tirx.floordiv(cin, dblock)
+            di.append(tirx.floormod(cin, dblock))
         wi: list[object] = [0] * 4
         wi[ko], wi[ki], wi[kh_], wi[kw_] = co, rc, ry, rx
         if block:
@@ -103,7 +113,7 @@ def _pool_te(kind: str):  # type: ignore[no-untyped-def]
         te, tirx = T.te_mod(), T.tir_mod()
         x = inputs[0]
         dt = T.dtype_of(x)
-        ln, lc, lh, lw = _layout(attrs.layout, "NCHW", "layout")
+        (ln, lc, lh, lw), _ = _data_layout(attrs.layout, "layout")
         xs = T.shape_of(x)
         h, w = xs[lh], xs[lw]
         kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
@@ -195,7 +205,7 @@ def _global_te(kind: str):  # type: ignore[no-untyped-def]
     def compute(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
         x = inputs[0]
         dt = T.dtype_of(x)
-        _, _, lh, lw = _layout(attrs.layout, "NCHW", "layout")
+        (_, _, lh, lw), _ = _data_layout(attrs.layout, "layout")
         if kind == "max":
             vdt = "int8" if dt == "bool" else dt
             return T.cast_tensor(T.reduce(x, [lh, lw], True, "max", acc_dtype=vdt), dt)
@@ -258,6 +268,41 @@ def _kernel_layout(layout: str) -> tuple[tuple[int, ...], int]:
     return _layout(layout, "OIHW", "kernel_layout"), block
 
 
+def _data_layout(layout: str, what: str) -> tuple[tuple[int, ...], int]:
+    """Positions of ``N, C, H, W`` in a data layout, and its channel block.
+
+    A layout permutes ``NCHW`` (block 0) or is such a permutation followed by ``<b>c``
+    (``NCHW16c`` is ``[N, C/16, H, W, 16]``: element ``x[n, c // 16, h, w, c % 16]``; the
+    positions are those of the first four dimensions, the block is the fifth).
+    """
+    m = re.fullmatch(r"([A-Z]{4})(\d+)c", layout or "")
+    if m is None:
+        return _layout(layout, "NCHW", what), 0
+    block = int(m.group(2))
+    if block < 1:
+        raise TypeInferenceError(f"unsupported {what} {layout!r} (a block of at least one "
+                                 f"channel is expected)")
+    return _layout(m.group(1), "NCHW", what), block
+
+
+def _unblock_data(x: np.ndarray, c: int, block: int) -> np.ndarray:
+    """A blocked array (``<perm><b>c``) as the 4-d array of the permutation ``<perm>``."""
+    if not block:
+        return x
+    shape = list(x.shape[:4])
+    shape[c] *= block
+    return np.moveaxis(x, 4, c + 1).reshape(shape)
+
+
+def _block_data(x: np.ndarray, c: int, block: int) -> np.ndarray:
+    """The 4-d array ``x`` (channels at ``c``) blocked by ``block`` channels (``<perm><b>c``)."""
+    if not block:
+        return x
+    shape = list(x.shape)
+    shape[c:c + 1] = [shape[c] // block, block]
+    return np.ascontiguousarray(np.moveaxis(x.reshape(shape), c + 1, 4))
+
+
 def _unblock_kernel(w: np.ndarray, ko: int, block: int) -> np.ndarray:
     """A blocked kernel (``<perm><b>o``) as the 4-d kernel of the permutation ``<perm>``."""
     if not block:
@@ -289,17 +334,23 @@ def _out_dim(d: Dim, pad: int, k: int, dil: int, stride: int, ceil_mode: bool = 
 
 def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     """``nn.conv2d``: output ``(N, O, OH, OW)`` in the data layout; infers the weight."""
-    data = ranked_arg(arg_types[0], "nn.conv2d", "data", 4)
+    (dn, dc, dh, dw), dblock = _data_layout(attrs.data_layout, "data_layout")
+    data = ranked_arg(arg_types[0], "nn.conv2d", "data", 5 if dblock else 4)
     if data is None:
         return None
-    dn, dc, dh, dw = _layout(attrs.data_layout, "NCHW", "data_layout")
     (ko, ki, kh_, kw_), block = _kernel_layout(attrs.kernel_layout)
     out_layout = attrs.out_layout or attrs.data_layout
-    on, oc, oh, ow = _layout(out_layout, "NCHW", "out_layout")
+    (on, oc, oh, ow), oblock = _data_layout(out_layout, "out_layout")
     groups = attrs.groups
     if groups < 1:
         raise TypeInferenceError(f"nn.conv2d: groups must be >= 1, found {groups}")
     c = data.shape[dc]
+    if dblock:
+        if not dim_compatible(data.shape[4], dblock):
+            raise ShapeMismatchError(f"nn.conv2d: data_layout {attrs.data_layout!r} needs a "
+                                     f"last data dimension of {dblock}, found "
+                                     f"{format_dim(data.shape[4])}")
+        c = c * dblock if isinstance(c, int) else ANY
     if isinstance(c, int) and c % groups:
         raise ShapeMismatchError(f"nn.conv2d: {c} input channels are not divisible by "
                                  f"groups={groups}")
@@ -357,6 +408,12 @@ def conv2d_rel(arg_types: Sequence[Type], attrs: Attrs) -> Any:
     out_w = ANY if kw < 0 else _out_dim(data.shape[dw], pl + pr, kw, dw_, sw)
     oshape: list[Dim] = [0, 0, 0, 0]
     oshape[on], oshape[oc], oshape[oh], oshape[ow] = data.shape[dn], o, out_h, out_w
+    if oblock:
+        if isinstance(o, int) and o % oblock:
+            raise ShapeMismatchError(f"nn.conv2d: out_layout {out_layout!r} needs output "
+                                     f"channels divisible by {oblock}, found {o}")
+        oshape[oc] = o // oblock if isinstance(o, int) else ANY
+        oshape.append(oblock)
     out = TensorType(tuple(oshape), _out_dtype(attrs, data.dtype))
     return out if refined is None else (out, refined)
 
@@ -373,7 +430,8 @@ def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
     """Direct convolution through window views and ``tensordot``."""
     x, w = args
     dt = attrs.out_dtype or x.dtype
-    x = np.transpose(x, _layout(attrs.data_layout, "NCHW", "data_layout"))
+    dperm, dblock = _data_layout(attrs.data_layout, "data_layout")
+    x = np.transpose(_unblock_data(x, dperm[1], dblock), dperm)
     kperm, block = _kernel_layout(attrs.kernel_layout)
     w = np.transpose(_unblock_kernel(w, kperm[0], block), kperm)
     comp = np.dtype(dt) if np.dtype(dt).kind in "iu" else (
@@ -398,8 +456,9 @@ def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
     out = np.concatenate(outs, axis=3) if g > 1 else outs[0]
     out = np.transpose(out, (0, 3, 1, 2))  # NCHW
     out_layout = attrs.out_layout or attrs.data_layout
-    perm = _layout(out_layout, "NCHW", "out_layout")
-    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), dt)
+    perm, oblock = _data_layout(out_layout, "out_layout")
+    out = np.ascontiguousarray(np.transpose(out, _inv_perm(perm)))
+    return wrap(_block_data(out, perm[1], oblock), dt)
 
 
 _PADDING_DOC = "1 (all sides), 2 (top/bottom, left/right) or 4 (top, left, bottom, right) values"
@@ -437,10 +496,10 @@ defop("nn.conv2d", 2, grad=conv2d_grad, jvp=jvp_multilinear,
 
 # ----------------------------------------------------------------------------- pooling
 def _pool_rel(arg_types: Sequence[Type], attrs: Attrs, name: str) -> Type | None:
-    data = ranked_arg(arg_types[0], name, "data", 4)
+    (_, _, dh, dw), block = _data_layout(attrs.layout, "layout")
+    data = ranked_arg(arg_types[0], name, "data", 5 if block else 4)
     if data is None:
         return None
-    _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
     if attrs.out_layout and attrs.out_layout != attrs.layout:
         raise TypeInferenceError(f"{name}: out_layout {attrs.out_layout!r} must equal layout")
     kh, kw, sh, sw, dlh, dlw, pt, pl, pb, pr = _pool_geometry(attrs)
@@ -453,8 +512,8 @@ def _pool_rel(arg_types: Sequence[Type], attrs: Attrs, name: str) -> Type | None
 def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
     """Canonical NCHW input, window geometry ``(kh, kw, sh, sw, dh, dw, oh, ow)`` and the pads of
     a pool (the bottom/right pads grow where ``ceil_mode`` needs windows past the padding)."""
-    perm = _layout(attrs.layout, "NCHW", "layout")
-    xn = np.transpose(x, perm)
+    perm, block = _data_layout(attrs.layout, "layout")
+    xn = np.transpose(_unblock_data(x, perm[1], block), perm)
     n, c, h, w = xn.shape
     kh, kw, sh, sw, dh, dw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
@@ -496,7 +555,8 @@ def _pool_ref(args: list, attrs: Attrs, kind: str) -> np.ndarray:
             out = total / np.maximum(count, 1)
         if xn.dtype.kind in "iu":
             out = np.trunc(out)
-    return wrap(np.ascontiguousarray(np.transpose(out, _inv_perm(perm))), x.dtype)
+    out = np.ascontiguousarray(np.transpose(out, _inv_perm(perm)))
+    return wrap(_block_data(out, perm[1], _data_layout(attrs.layout, "layout")[1]), x.dtype)
 
 
 _POOL_ATTRS = [F("pool_size", "ints", (1, 1), "window size (h, w)"),
@@ -551,10 +611,10 @@ defop("nn.avg_pool2d", 1, grad=avg_pool2d_grad, jvp=jvp_linear,
 
 def global_pool_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
     """``nn.global_*_pool2d``: spatial dims become 1."""
-    data = ranked_arg(arg_types[0], "global pooling", "data", 4)
+    (_, _, dh, dw), block = _data_layout(attrs.layout, "layout")
+    data = ranked_arg(arg_types[0], "global pooling", "data", 5 if block else 4)
     if data is None:
         return None
-    _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
     shape = list(data.shape)
     shape[dh] = shape[dw] = 1
     return TensorType(tuple(shape), data.dtype)
@@ -563,7 +623,7 @@ def global_pool_rel(arg_types: Sequence[Type], attrs: Attrs) -> Type | None:
 def _global_ref(kind: str):  # type: ignore[no-untyped-def]
     def impl(args: list, attrs: Attrs) -> np.ndarray:
         x = args[0]
-        _, _, dh, dw = _layout(attrs.layout, "NCHW", "layout")
+        (_, _, dh, dw), _ = _data_layout(attrs.layout, "layout")
         if kind == "max":
             return wrap(np.max(x, axis=(dh, dw), keepdims=True), x.dtype)
         m = np.mean(_acc(x), axis=(dh, dw), keepdims=True)
