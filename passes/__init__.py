@@ -32,6 +32,7 @@ PASS_REGISTRY: dict[str, tuple[str, str]] = {
     "simplify-inference": ("relay_ir.passes.simplify_inference", "SimplifyInference"),
     "conv-weight-layout": ("relay_ir.runtime.target_lowering", "ConvWeightLayout"),
     "dense-weight-pack": ("relay_ir.runtime.target_lowering", "DenseWeightPack"),
+    "conv-nchwc": ("relay_ir.runtime.nchwc", "ConvNCHWc"),
 }
 
 # Names re-exported lazily from their modules: `from relay_ir.passes import InferType`. Every

@@ -51,6 +51,9 @@ TARGET_PASSES: dict[str, tuple[str, ...]] = {
     "llvm": ("combine-sums", "share-weight-transpose", "conv-weight-layout",
              "dense-weight-pack"),
 }
+# ``conv-nchwc`` (runtime/nchwc.py) before ``conv-weight-layout`` on llvm: convolutions and the
+# ops between them in a blocked channel layout (NCHW16c). Off by default: see RESULTS.md
+NCHWC = False
 # passes applied for every target, before TARGET_PASSES
 INFERENCE_PASSES: tuple[str, ...] = ("simplify-inference",)
 # NOTE: what the rewrites leave: the joined terms' own bindings (dead), duplicated joins
@@ -76,6 +79,9 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2,
     if winograd and kind == "llvm":
         i = names.index("conv-weight-layout")
         names = names[:i] + ("conv-winograd",) + names[i:]
+    if NCHWC and kind == "llvm":
+        i = names.index("conv-weight-layout")
+        names = names[:i] + ("conv-nchwc",) + names[i:]
     if not names or opt_level < 2:
         return mod
     outer = PassContext.current()
@@ -85,7 +91,7 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2,
         typed = run_pass(infer, mod, ctx)  # NOTE: the passes require types
         out = typed
         for n in names:
-            new = run_pass(_get(n), out, ctx)
+            new = run_pass(_get(n, target), out, ctx)
             if not _same(new, out):
                 out = run_pass(infer, new, ctx)
         if out is typed:
@@ -93,7 +99,10 @@ def target_rewrites(mod: IRModule, target: Any, opt_level: int = 2,
         return Sequential(tuple(get_pass(n) for n in CLEANUP), seq_name="cleanup")(out, ctx)
 
 
-def _get(name: str) -> Any:
+def _get(name: str, target: Any = "llvm") -> Any:
+    if name == "conv-nchwc":
+        from relay_ir.runtime.nchwc import ConvNCHWc, target_block
+        return ConvNCHWc(blocks=target_block(target))
     if name == "conv-winograd":
         from relay_ir.runtime.winograd import ConvWinograd
         return ConvWinograd()
