@@ -1115,14 +1115,114 @@ def _conv_plan(sch: Any) -> None:
         _try_vectorize(sch, loops[-1])
 
 
+# Register tiles (output columns) of the blocked convolution schedule, by preference:
+# regular convolutions (one input broadcast per column and input channel) and depthwise ones
+# (one vector load per column and tap)
+NCHWC_TILES = (7, 8, 6, 5, 4, 3, 2, 1)
+NCHWC_DW_TILES = (14, 8, 7, 16, 12, 6, 5, 4, 3, 2, 1)
+
+
+def _conv_nchwc(sch: Any, blk: Any) -> bool:
+    """Whether ``blk`` is a conv2d writing ``out[n, cb, y, x, c]`` (a blocked ``NCHW<b>c``
+    result, ``conv-nchwc``) reduced over ``rc, ry, rx``, with its weight (second read) indexed
+    ``[cb, rc, ry, rx, c]`` (``OIHW<b>o``, the same block)."""
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    if _iter_types(sch, blk) != [0, 0, 0, 0, 0, 2, 2, 2] or len(stmt.reads) < 2 or \
+            len(stmt.writes) != 1 or len(sch.get_loops(blk)) != 8:
+        return False
+    out = stmt.writes[0].region
+    if len(out) != 5 or not all(r.min.same_as(v) for r, v in zip(out, ivs)):
+        return False
+    w = [r.min for r in stmt.reads[1].region]
+    return len(w) == 5 and all(m.same_as(ivs[i]) for m, i in zip(w, (1, 5, 6, 7, 4)))
+
+
+def schedule_conv_nchwc(sch: Any, blk: Any) -> None:
+    """A blocked-layout conv2d (``NCHW<b>c`` result, ``OIHW<b>o`` weight; regular, grouped or
+    depthwise) vectorized over the channel block.
+
+    Loops ``(n, cb, y) parallel, x/tile, rc, ry, rx, x-tile unrolled, c vectorized``: each
+    weight vector is read in place, contiguously; a regular convolution broadcasts each input
+    element to the block, a depthwise one (``rc`` of extent 1) loads each input as a vector of
+    the block's channels (contiguous for any stride: no gathers) with the window unrolled. The
+    ``tile x b`` accumulators stay in registers and are written back contiguously, where the
+    fused epilogue runs, vectorized over the block. Raises ``ValueError`` for other blocks."""
+    if not _conv_nchwc(sch, blk):
+        raise ValueError("not a blocked conv2d block")
+    n_, cb, y, x, c, rc, ry, rx = sch.get_loops(blk)
+    ow, ci, lanes = _extent(sch, x), _extent(sch, rc), _extent(sch, c)
+    if ow is None or ci is None or lanes is None or lanes > 64:
+        raise ValueError("symbolic extents")
+    depthwise = ci == 1
+    tile = next(d for d in (NCHWC_DW_TILES if depthwise else NCHWC_TILES) if ow % d == 0)
+    x_o, x_i = sch.split(x, [None, tile])
+    sch.reorder(n_, cb, y, x_o, rc, ry, rx, x_i, c)
+    _accumulate_at(sch, blk, x_o)
+    par = sch.fuse(n_, cb, y)
+    if depthwise:
+        sch.unroll(ry)
+        sch.unroll(rx)
+    sch.unroll(x_i)
+    sch.vectorize(c)
+    _parallel(sch, par)
+    sch.decompose_reduction(blk, rc)
+
+
+def _nchwc_plan(sch: Any) -> None:
+    inline_all(sch, keep=("T_pad",) if STAGE_PAD else ())
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    pad = next((b for b in blocks(sch) if sch.get(b).name_hint == "T_pad"), None)
+    schedule_conv_nchwc(sch, reds[0])
+    if pad is not None:
+        loops = sch.get_loops(pad)
+        _parallel(sch, sch.fuse(*loops[:2]))
+        _try_vectorize(sch, loops[-1])
+
+
+def schedule_pool_nchwc(sch: Any, blk: Any) -> None:
+    """A max / average pool over a blocked ``NCHW<b>c`` input: ``(n, cb, y) parallel, x,
+    window, c vectorized`` (the window's bounds tests do not depend on the channel), the
+    epilogue per column, vectorized. Raises ``ValueError`` for other blocks."""
+    stmt = sch.get(blk)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    if _iter_types(sch, blk) != [0, 0, 0, 0, 0, 2, 2] or len(sch.get_loops(blk)) != 7 or \
+            len(stmt.writes) != 1 or not stmt.reads:
+        raise ValueError("not a blocked 2-d pool block")
+    out, data = stmt.writes[0].region, stmt.reads[0].region
+    if len(out) != 5 or not all(r.min.same_as(v) for r, v in zip(out, ivs)) or \
+            len(data) != 5 or not data[4].min.same_as(ivs[4]):
+        raise ValueError("not a blocked pool")
+    n_, cb, y, x, c, ry, rx = sch.get_loops(blk)
+    sch.reorder(n_, cb, y, x, ry, rx, c)
+    _accumulate_at(sch, blk, x)
+    sch.unroll(ry)
+    sch.unroll(rx)
+    sch.vectorize(c)
+    _parallel(sch, sch.fuse(n_, cb, y))
+    sch.decompose_reduction(blk, ry)
+
+
+def _pool_nchwc_plan(sch: Any) -> None:
+    inline_all(sch)
+    reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+    if len(reds) != 1:
+        raise ValueError("not one reduction")
+    schedule_pool_nchwc(sch, reds[0])
+
+
 def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
+        ("conv-nchwc", _nchwc_plan),
         ("conv-depthwise", _depthwise_plan),
         ("conv-rows", _rows_plan),
         ("conv-gemm", _gemm_plan),
         ("conv-channels", _conv_plan)] if kind == "conv" else \
-        [("pool-rows", _pool_plan)] if kind == "pool" and POOL_ROWS else \
+        [("pool-nchwc", _pool_nchwc_plan), ("pool-rows", _pool_plan)] \
+        if kind == "pool" and POOL_ROWS else \
         [("conv-transpose", schedule_conv_transpose)] if kind == "convt" and CONV_TRANSPOSE \
         else []
     strategies += [

@@ -95,12 +95,21 @@ def conv2d_te(attrs: Attrs, inputs: list, out_type: TensorType) -> object:
         cin = rc if g == 1 else tirx.floordiv(co, og) * cg + rc
         di: list[object] = [0] * 4
         di[dn], di[dc], di[dh], di[dw] = n, cin, y * sh + ry * dlh, xx * sw + rx * dlw
-        if dblock:
+        if dblock and dblock == oblock and cg == 1 and og == 1:
+            # NOTE: depthwise with the same block in and out: index the blocks directly (the
+            # schedule then sees contiguous channel vectors; floordiv/floormod of
+            # ``cb * b + c`` would not simplify)
+            di[dc] = oi[oc]
+            di.append(oi[4] + rc)
+        elif dblock:
             di[dc] = tirx.floordiv(cin, dblock)
             di.append(tirx.floormod(cin, dblock))
         wi: list[object] = [0] * 4
         wi[ko], wi[ki], wi[kh_], wi[kw_] = co, rc, ry, rx
-        if block:
+        if block and block == oblock:
+            wi[ko] = oi[oc]
+            wi.append(oi[4])
+        elif block:
             wi[ko] = tirx.floordiv(co, block)
             wi.append(tirx.floormod(co, block))
         return te.sum(T.cast(xp(*di), comp) * T.cast(w(*wi), comp), axis=[rc, ry, rx])
