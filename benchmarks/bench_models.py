@@ -22,7 +22,8 @@ without the compile-time weight packing (for before/after figures).
 ``--conv-transpose`` adds ``nn.conv2d_transpose`` cases (weights bound), each with its schedule
 and with the generic one it had before, against ONNX Runtime's ConvTranspose.
 ``--profile`` gives each kernel's CPU time for the convolutional models too. ``--switch
-POOL_ROWS=False:True`` builds each model with ``runtime.schedules`` switches at both values and
+POOL_ROWS=False:True`` builds each model with ``runtime.schedules`` switches (or
+``target_lowering.NCHWC``: ``--switch NCHWC=False:True``) at both values and
 times the two interleaved (before/after figures; no other tables); ``--switch
 WINOGRAD=False:True`` builds both sides with ``fast_math=True``, without and with the opt-in
 Winograd convolutions (``runtime.winograd.WINOGRAD``; ``MIN_TILES`` and ``MIN_CHANNELS``, its
@@ -340,7 +341,7 @@ def bench_switch(name: str, spec: str, rounds: int) -> None:
     values (``spec``: ``NAME=before:after[,NAME=before:after...]``, Python literals), called
     interleaved; medians, and whether the outputs are bitwise equal."""
     import ast
-    from relay_ir.runtime import schedules, winograd
+    from relay_ir.runtime import schedules, target_lowering, winograd
     pairs = []
     fast = False
     for item in spec.split(","):
@@ -348,11 +349,11 @@ def bench_switch(name: str, spec: str, rounds: int) -> None:
         before, _, after = vals.partition(":")
         if key in ("WINOGRAD", "MIN_TILES", "MIN_CHANNELS"):
             fast = True     # NOTE: conv-winograd runs only with fast_math=True: both sides
-        elif not hasattr(schedules, key):
+        elif key != "NCHWC" and not hasattr(schedules, key):
             raise SystemExit(f"--switch: runtime.schedules has no {key!r}")
         pairs.append((key, ast.literal_eval(before), ast.literal_eval(after)))
-    where = {k: winograd if k in ("WINOGRAD", "MIN_TILES", "MIN_CHANNELS") else schedules
-             for k, _, _ in pairs}
+    where = {k: winograd if k in ("WINOGRAD", "MIN_TILES", "MIN_CHANNELS") else
+             target_lowering if k == "NCHWC" else schedules for k, _, _ in pairs}
     saved = {k: getattr(where[k], k) for k, _, _ in pairs}
     net = M.MODELS[name]()
     x = net.input()

@@ -1120,6 +1120,9 @@ def _conv_plan(sch: Any) -> None:
 # (one vector load per column and tap)
 NCHWC_TILES = (7, 8, 6, 5, 4, 3, 2, 1)
 NCHWC_DW_TILES = (14, 8, 7, 16, 12, 6, 5, 4, 3, 2, 1)
+# channel blocks per register tile of a regular blocked convolution (else 2, else 1; each
+# input broadcast then feeds this many weight vectors)
+NCHWC_BLOCK_TILE = 2
 
 
 def _conv_nchwc(sch: Any, blk: Any) -> bool:
@@ -1156,13 +1159,17 @@ def schedule_conv_nchwc(sch: Any, blk: Any) -> None:
         raise ValueError("symbolic extents")
     depthwise = ci == 1
     tile = next(d for d in (NCHWC_DW_TILES if depthwise else NCHWC_TILES) if ow % d == 0)
+    ncb = _extent(sch, cb) or 1
+    cbt = 1 if depthwise else next((t for t in (NCHWC_BLOCK_TILE, 2, 1) if ncb % t == 0), 1)
     x_o, x_i = sch.split(x, [None, tile])
-    sch.reorder(n_, cb, y, x_o, rc, ry, rx, x_i, c)
+    cb_o, cb_i = sch.split(cb, [None, cbt])
+    sch.reorder(n_, cb_o, y, x_o, rc, ry, rx, cb_i, x_i, c)
     _accumulate_at(sch, blk, x_o)
-    par = sch.fuse(n_, cb, y)
+    par = sch.fuse(n_, cb_o, y)
     if depthwise:
         sch.unroll(ry)
         sch.unroll(rx)
+    sch.unroll(cb_i)
     sch.unroll(x_i)
     sch.vectorize(c)
     _parallel(sch, par)
