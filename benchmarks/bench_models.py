@@ -392,8 +392,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="each kernel's CPU time (use --threads 1)")
     ap.add_argument("--no-dense-pack", action="store_true",
                     help="build without dense-weight-pack (the per-call weight packing)")
+    ap.add_argument("--nchwc", default=None, choices=("on", "off"),
+                    help="build with the blocked channel layout on or off (conv-nchwc; "
+                         "default: runtime.target_lowering.NCHWC)")
     args = ap.parse_args(argv)
     names = [s for s in args.only.split(",") if s]
+    if args.nchwc is not None:
+        from relay_ir.runtime import target_lowering
+        target_lowering.NCHWC = args.nchwc == "on"
     if args.no_dense_pack:
         from relay_ir.runtime import target_lowering
         target_lowering.PACK_MIN_ROWS = 1 << 62
