@@ -4,8 +4,10 @@ the global pools) and their gradient operators (``nn.conv2d_backward_data``/``_w
 
 Layouts: ``nn.conv2d`` accepts any data layout that permutes ``NCHW`` (``NCHW``, ``NHWC``) and any
 kernel layout that permutes ``OIHW`` (``OIHW``, ``HWIO``, ...), optionally with a block of output
-channels innermost (``OIHW16o``: a 5-d ``[O/16, I, H, W, 16]`` weight; no gradient); pools take
-``NCHW``-style layouts.
+channels innermost (``OIHW16o``: a 5-d ``[O/16, I, H, W, 16]`` weight; no gradient); its data
+and result, and the pools' data, may also be blocked by channels (``NCHW16c``: a 5-d
+``[N, C/16, H, W, 16]`` tensor, what ``runtime.build``'s ``conv-nchwc`` lowering gives; no
+gradient).
 ``padding`` has 1 (all sides), 2 (top/bottom, left/right) or 4 (top, left, bottom, right)
 values, as in TVM.
 """
@@ -477,10 +479,12 @@ _CONV_ATTRS = [F("strides", "ints", (1, 1), "step per spatial dim (h, w)"),
                F("groups", "int", 1, "channel groups (input and output channels split evenly)"),
                F("channels", "int?", None, "output channels (with kernel_size: infers weight)"),
                F("kernel_size", "ints?", None, "(kh, kw) (with channels: infers weight)"),
-               F("data_layout", "str", "NCHW", "a permutation of NCHW"),
+               F("data_layout", "str", "NCHW", "a permutation of NCHW, optionally followed by "
+                 "a block of channels (NCHW16c: [N, C/16, H, W, 16])"),
                F("kernel_layout", "str", "OIHW", "a permutation of OIHW, optionally followed by "
                  "a block of output channels (OIHW16o: [O/16, I, H, W, 16])"),
-               F("out_layout", "str", "", "the result layout (\"\": data_layout)"),
+               F("out_layout", "str", "", "the result layout (\"\": data_layout; may be "
+                 "blocked, NCHW16c)"),
                F("out_dtype", "str", "", "the result dtype (\"\": the input's)")]
 
 
@@ -572,7 +576,7 @@ _POOL_ATTRS = [F("pool_size", "ints", (1, 1), "window size (h, w)"),
                F("strides", "ints", (1, 1), "window step (h, w)"),
                F("dilation", "ints", (1, 1), "window dilation (h, w)"),
                F("padding", "ints", (0, 0), _PADDING_DOC),
-               F("layout", "str", "NCHW", "a permutation of NCHW"),
+               F("layout", "str", "NCHW", "a permutation of NCHW, optionally blocked (NCHW16c)"),
                F("out_layout", "str", "", "must be layout (\"\": layout)"),
                F("ceil_mode", "bool", False, "round the output size up")]
 
@@ -664,7 +668,8 @@ def global_max_pool2d_grad(call, out, g):  # type: ignore[no-untyped-def]
     return (op("multiply", ind, op("divide", g, count)),)
 
 
-_GLOBAL_ATTRS = [F("layout", "str", "NCHW", "a permutation of NCHW"),
+_GLOBAL_ATTRS = [F("layout", "str", "NCHW", "a permutation of NCHW, optionally blocked "
+                   "(NCHW16c)"),
                  F("out_layout", "str", "", "accepted for TVM; the result keeps layout")]
 defop("nn.global_avg_pool2d", 1, grad=global_avg_pool2d_grad, jvp=jvp_linear,
       attrs=_GLOBAL_ATTRS, attrs_type="GlobalPool2DAttrs",
