@@ -1160,7 +1160,8 @@ def schedule_conv_nchwc(sch: Any, blk: Any) -> None:
     depthwise = ci == 1
     tile = next(d for d in (NCHWC_DW_TILES if depthwise else NCHWC_TILES) if ow % d == 0)
     ncb = _extent(sch, cb) or 1
-    cbt = 1 if depthwise else next((t for t in (NCHWC_BLOCK_TILE, 2, 1) if ncb % t == 0), 1)
+    cbt = 1 if depthwise else next((t for t in (NCHWC_BLOCK_TILE, 2, 3, 1)
+                                    if ncb % t == 0 and t * lanes <= 32), 1)
     x_o, x_i = sch.split(x, [None, tile])
     cb_o, cb_i = sch.split(cb, [None, cbt])
     sch.reorder(n_, cb_o, y, x_o, rc, ry, rx, cb_i, x_i, c)
@@ -1176,8 +1177,21 @@ def schedule_conv_nchwc(sch: Any, blk: Any) -> None:
     sch.decompose_reduction(blk, rc)
 
 
+# Stage the zero-padded input of a blocked depthwise convolution in a buffer (as the regular
+# ones do). False (the default): the window loads test the bounds, once per column and tap
+# for a whole channel vector; measured on MobileNet v2 (1 thread, CPU time): its depthwise
+# layers 1.3-3.7x faster without the extra pass over the input, the model 8.1 -> 7.0 ms
+NCHWC_DW_STAGE_PAD = False
+
+
 def _nchwc_plan(sch: Any) -> None:
-    inline_all(sch, keep=("T_pad",) if STAGE_PAD else ())
+    stage = STAGE_PAD
+    if not NCHWC_DW_STAGE_PAD:
+        reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
+        loops = sch.get_loops(reds[0]) if len(reds) == 1 else []
+        if len(loops) == 8 and _extent(sch, loops[5]) == 1:
+            stage = False
+    inline_all(sch, keep=("T_pad",) if stage else ())
     reds = [b for b in blocks(sch) if _is_reduction(sch, b)]
     if len(reds) != 1:
         raise ValueError("not one reduction")
