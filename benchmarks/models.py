@@ -9,6 +9,8 @@ ONNX graph (for ONNX Runtime), so every peer computes the same function.
   down-sampling bottleneck is in its first 1x1 convolution), batch 1, 224x224, NCHW.
 * MobileNet v2 (Sandler et al. 2018, width 1.0): inverted residuals with depthwise 3x3
   convolutions and ReLU6.
+* ResNet-50 v2 (He et al. 2016, pre-activation, as gluon's resnet50_v2): batch norm and relu
+  before each convolution (batch norms that remain scale-and-shift after the folding).
 
 Every convolution has no bias and is followed by a batch norm, as in the published models.
 """
@@ -77,6 +79,34 @@ class Net:
     def _weight(self, name: str, a: np.ndarray) -> str:
         self.weights[name] = a.astype(np.float32)
         return name
+
+    def conv(self, x: str, name: str, out_c: int, k: int, stride: int = 1,
+             groups: int = 1) -> str:
+        """conv2d (no bias, no batch norm after: ResNet v2's pre-activation blocks)."""
+        n, c, h, w = self.shapes[x]
+        pad = k // 2
+        wt = self._weight(f"{name}_w", self.rng.standard_normal((out_c, c // groups, k, k))
+                          * np.sqrt(2.0 / (c // groups * k * k)))
+        conv = Conv(name, (n, c, h, w), out_c, k, stride, pad, groups)
+        self.convs.append(conv)
+        y = self._out()
+        self.layers.append(("conv", y, (x,), {"stride": stride, "pad": pad, "groups": groups},
+                            (wt,)))
+        self.shapes[y] = (n, out_c, *conv.out_hw)
+        return y
+
+    def bn(self, x: str, name: str, act: str | None = "relu") -> str:
+        """batch_norm -> relu / nothing (a pre-activation: nothing to fold it into)."""
+        c = self.shapes[x][1]
+        bn = tuple(self._weight(f"{name}_bn_{k_}", v) for k_, v in (
+            ("gamma", self.rng.uniform(0.5, 1.5, c)),
+            ("beta", self.rng.uniform(-0.2, 0.2, c)),
+            ("mean", self.rng.uniform(-0.2, 0.2, c)),
+            ("var", self.rng.uniform(0.5, 1.5, c))))
+        z = self._out()
+        self.layers.append(("bn", z, (x,), {}, bn))
+        self.shapes[z] = self.shapes[x]
+        return self.act(z, act) if act else z
 
     def conv_bn(self, x: str, name: str, out_c: int, k: int, stride: int = 1,
                 groups: int = 1, act: str | None = "relu") -> str:
@@ -297,7 +327,31 @@ def mobilenet_v2(batch: int = 1, size: int = 224, seed: int = 0) -> Net:
     return net
 
 
-MODELS = {"resnet50_v1": resnet50_v1, "mobilenet_v2": mobilenet_v2}
+def resnet50_v2(batch: int = 1, size: int = 224, seed: int = 0) -> Net:
+    """ResNet-50 v2 (He et al. 2016, pre-activation; the stride in the 3x3 convolution as in
+    gluon's resnet50_v2): batch norm and relu before each convolution, so 17 of its batch
+    norms follow a residual add or the input and cannot fold into a convolution's weights."""
+    net = Net("resnet50_v2", (batch, 3, size, size), seed)
+    x = net.bn("data", "bn_data", act=None)
+    x = net.conv_bn(x, "conv0", 64, 7, stride=2)
+    x = net.max_pool(x)
+    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+        for b in range(blocks):
+            stride = 2 if stage > 0 and b == 0 else 1
+            name = f"s{stage + 1}b{b + 1}"
+            a = net.bn(x, name + "_bn1")
+            short = net.conv(a, name + "_sc", 4 * width, 1, stride=stride) \
+                if b == 0 else x
+            y = net.conv_bn(a, name + "_c1", width, 1)
+            y = net.conv_bn(y, name + "_c2", width, 3, stride=stride)
+            y = net.conv(y, name + "_c3", 4 * width, 1)
+            x = net.add(y, short)
+    x = net.bn(x, "bn_last")
+    net.head(x)
+    return net
+
+
+MODELS = {"resnet50_v1": resnet50_v1, "mobilenet_v2": mobilenet_v2, "resnet50_v2": resnet50_v2}
 
 
 # ----------------------------------------------------------------------------- transformers

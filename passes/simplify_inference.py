@@ -147,7 +147,7 @@ class _Plan:
         if type(x) is not Var or self.uses.get(x, 0) != 1 or x in self.scaled:
             return None
         e = self.env.get(x)
-        if type(e) is not Call or type(e.args[1]) is not Constant:
+        if type(e) is not Call or len(e.args) < 2 or type(e.args[1]) is not Constant:
             return None
         if not (_is_op(e, "nn.conv2d") or _is_op(e, "nn.dense")):
             return None

@@ -92,6 +92,15 @@ def @main(%x: Tensor[(1, 2, 5, 5), float32],
   add(%1.0, %0)
 }}""", {"w": _f32(3, 2, 3, 3), **_bn_params("a", 3)}, (1, 2, 5, 5),
         ["add", "add", "multiply", "nn.conv2d"]),
+    # ResNet v2's pre-activation: a batch norm after a one-argument op (relu), not foldable
+    "bn after relu (pre-activation)": (f"""
+def @main(%x: Tensor[(1, 4, 5, 5), float32],
+          %w: Tensor[(4, 4, 1, 1), float32], {_bn_sig("a", 4)}) {{
+  %0 = nn.relu(%x);
+  %1 = {_bn("%0", "a")};
+  nn.conv2d(nn.relu(%1.0), %w)
+}}""", {"w": _f32(4, 4, 1, 1), **_bn_params("a", 4)}, (1, 4, 5, 5),
+        ["add", "multiply", "nn.conv2d", "nn.relu", "nn.relu"]),
 }
 
 
