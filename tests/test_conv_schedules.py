@@ -149,7 +149,8 @@ def _strategy(src: str, params: dict | None = None) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=["x".join(map(str, c)) for c in CASES])
-def test_conv_matches_numpy(case: tuple) -> None:
+def test_conv_matches_numpy(case: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    from relay_ir.runtime import target_lowering
     n, c, h, w, o, k, s, p, d, g = case
     epilogue = ("none", "bias-relu", "residual", "clip")[sum(case) % 4]
     src = _src(case, epilogue)
@@ -164,9 +165,14 @@ def test_conv_matches_numpy(case: tuple) -> None:
         want = np.clip(want + b, 0, 6)
     elif epilogue != "none":
         want = np.maximum(want + b + (r if epilogue == "residual" else 0), 0)
-    assert _strategy(src, {"w": wt}) == _expected_strategy(case)
-    got = runtime.build(rly.parse(src), "llvm", params={"w": wt})(x, b, r)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # constant weights: with the blocked layout (conv-nchwc, the default: every output
+    # channel count 8 divides) and without it (the NCHW schedules over packed weights)
+    for nchwc in (True, False):
+        monkeypatch.setattr(target_lowering, "NCHWC", nchwc)
+        want_strategy = "conv-nchwc" if nchwc and o % 8 == 0 else _expected_strategy(case)
+        assert _strategy(src, {"w": wt}) == want_strategy
+        got = runtime.build(rly.parse(src), "llvm", params={"w": wt})(x, b, r)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_layouts_it_does_not_cover_fall_back_with_the_same_values() -> None:
@@ -205,7 +211,11 @@ def _conv_calls(exe: object) -> list:
     ((1, 8, 14, 14, 8, 3, 1, 1, 1, 8), "IHWO"),      # depthwise
     ((1, 4, 9, 9, 6, 3, 1, 1, 1, 1), "IHWO"),        # no block divides 6
 ])
-def test_constant_weights_take_a_packed_layout_and_keep_values(case: tuple, layout: str) -> None:
+def test_constant_weights_take_a_packed_layout_and_keep_values(
+        case: tuple, layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # NOTE: the NCHW path (conv-weight-layout alone); the blocked one is tests/test_nchwc.py
+    from relay_ir.runtime import target_lowering
+    monkeypatch.setattr(target_lowering, "NCHWC", False)
     n, c, h, w, o, k, s, p, d, g = case
     src = _src(case, "bias-relu")
     rng = np.random.default_rng(5)
