@@ -9,7 +9,15 @@ here, in ``runtime.build``'s lowering, for that target only:
   and ``share-weight-transpose`` (a weight read ``transpose_b`` by two or more products of at
   most 32 rows is transposed once: TVM's CPU dense schedule repacks it per call), then CSE and
   DCE over what they leave. Measured on W4 and W7 (benchmarks/run_workloads.py).
-  Then ``conv-weight-layout``: a convolution's constant OIHW weight stored blocked by 16 (8,
+  Then ``conv-nchwc`` (:mod:`relay_ir.runtime.nchwc`, on unless :data:`NCHWC` is False):
+  convolutions with constant weights computed in a blocked channel layout (``NCHW16c``, 8c
+  where 16 does not divide the channels or the CPU has AVX2 only), weights packed
+  ``OIHW16o`` at compile time, the elementwise ops, batch-norm remains, pools and global
+  pools between them kept blocked, ``layout_transform`` back to NCHW only where an op has no
+  blocked form (dense, reshape, the result). Measured on ResNet-50 v1 / v2 and MobileNet v2
+  (benchmarks/RESULTS.md): 1.2-1.4x faster at 1 and 2 threads, the same values bitwise.
+  Then ``conv-weight-layout`` (for the convolutions left in NCHW): a convolution's constant
+  OIHW weight stored blocked by 16 (8,
   4) output channels, ``OIHW16o`` (IHWO, transposed, for depthwise weights and channel counts
   no block divides), at compile time, so that the CPU schedule, vectorized over output
   channels, reads each weight vector in place, contiguously, without packing it on every call
