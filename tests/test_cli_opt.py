@@ -110,7 +110,7 @@ def test_bad_opt_level_and_print_after_are_refused(capsys: pytest.CaptureFixture
                          (["--opt-level", "two"], "invalid level 'two'"),
                          (["--print-after", "no-such-pass"],
                           "unknown pass 'no-such-pass' (choose from all, combine-sums, "
-                          "conv-weight-layout, cse, dce")):
+                          "conv-nchwc, conv-weight-layout, cse, dce")):
         with pytest.raises(SystemExit) as info:
             main(["opt", prog, *argv])
         assert info.value.code == 2
