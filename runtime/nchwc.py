@@ -41,6 +41,9 @@ from relay_ir.ty import TensorType
 # channel blocks, by preference, for a vector of 16 (AVX-512) and of 8 (AVX2) float32 lanes
 BLOCKS_512 = (16, 8)
 BLOCKS_256 = (8,)
+# attributes of elementwise / broadcast ops that say nothing about positions or shapes (an op
+# with any other, an axis or a shape, keeps NCHW operands)
+_POSITION_FREE = frozenset({"a_min", "a_max", "alpha", "approximate", "dtype"})
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 
 
@@ -261,7 +264,8 @@ class _Blocked(ExprMutator):
 
     def _elemwise(self, new: Call, c: Call) -> Expr | None:
         od = getattr(new.op, "opdef", None)
-        if od is None or od.pattern > OpPattern.BROADCAST or "axis" in (new.attrs or {}):
+        if od is None or od.pattern > OpPattern.BROADCAST or \
+                any(f.name not in _POSITION_FREE for f in (od.attrs or ())):
             return None
         shape = _static4(c.checked_type_)
         infos = [self.blk.get(id(a)) for a in new.args]

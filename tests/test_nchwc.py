@@ -239,3 +239,26 @@ def test_blocked_networks_keep_ieee_values(nchwc: None) -> None:
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     ok = np.isfinite(want)
     np.testing.assert_allclose(got[ok], want[ok], rtol=2e-5, atol=2e-5)
+
+
+def test_ops_with_axes_or_shapes_read_nchw(nchwc: None) -> None:
+    # broadcast_to (a shape) and nn.prelu (an axis) have no blocked form here: their blocked
+    # operand goes back to NCHW; leaky_relu (position-free) stays blocked
+    src = HEADER + """def @main(%x: Tensor[(1, 8, 6, 6), float32], %w: Tensor[(16, 8, 3, 3), float32],
+          %a: Tensor[(16), float32]) {
+  %0 = nn.leaky_relu(nn.conv2d(%x, %w, padding=[1, 1]), alpha=0.1f);
+  %1 = nn.prelu(%0, %a);
+  add(%1, broadcast_to(%0, shape=[1, 16, 6, 6]))
+}"""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    params = {"w": _w(rng, 16, 8, 3, 3), "a": rng.standard_normal(16).astype(np.float32)}
+    mod = rly.parse(src)
+    low = _lowered(mod, params)
+    assert len(_calls(low, "layout_transform")) == 1
+    from relay_ir.runtime.nchwc import target_block
+    b = target_block()[0]
+    assert _calls(low, "nn.leaky_relu")[0].checked_type_.shape == (1, 16 // b, 6, 6, b)
+    want = runtime.evaluate(mod, x, *params.values())
+    np.testing.assert_allclose(runtime.build(mod, "llvm", params=params)(x), want,
+                               rtol=2e-5, atol=2e-5)
