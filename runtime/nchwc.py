@@ -31,7 +31,8 @@ from typing import Any, Callable, ClassVar, Generator
 
 import numpy as np
 
-from relay_ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, Var
+from relay_ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, RefCreate,
+                           RefWrite, Tuple, Var)
 from relay_ir.functor import ExprMutator, with_fields
 from relay_ir.module import IRModule
 from relay_ir.op import OpPattern
@@ -173,8 +174,26 @@ class _Blocked(ExprMutator):
             return t
         return Tuple(fields, span=t.span)
 
+    def visit_ref_create(self, r: RefCreate) -> Expr:
+        return with_fields(r, value=self.nchw(self.visit(r.value)))
+
+    def visit_ref_write(self, r: RefWrite) -> Expr:
+        return with_fields(r, ref=self.visit(r.ref), value=self.nchw(self.visit(r.value)))
+
+    def visit_match(self, m: Match) -> Generator[Expr, Any, Expr]:
+        new = yield from super().visit_match(m)
+        data = self.nchw(new.data)  # type: ignore[attr-defined]
+        clauses = tuple(with_fields(c, rhs=self._fix_tail(c.rhs))
+                        for c in new.clauses)  # type: ignore[attr-defined]
+        if data is new.data and all(  # type: ignore[attr-defined]
+                a.rhs is b.rhs for a, b in zip(clauses, new.clauses)):  # type: ignore[attr-defined]
+            return new
+        return with_fields(new, data=data, clauses=clauses)
+
     def visit_binding(self, var: Var, value: Expr) -> Generator[Expr, Any, tuple[Var, Expr]]:
         new_value = yield value
+        if type(new_value) is Let:
+            new_value = self._fix_tail(new_value)
         info = self.blk.get(id(new_value))
         if info is not None:
             nv = Var(var.name_hint, _blocked_type(info[2], info[1]), span=var.span)

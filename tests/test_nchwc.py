@@ -262,3 +262,23 @@ def test_ops_with_axes_or_shapes_read_nchw(nchwc: None) -> None:
     want = runtime.evaluate(mod, x, *params.values())
     np.testing.assert_allclose(runtime.build(mod, "llvm", params=params)(x), want,
                                rtol=2e-5, atol=2e-5)
+
+
+def test_branches_and_tuples_get_nchw_values(nchwc: None) -> None:
+    # blocked values leaving through an if's branches, a tuple and the result: NCHW there
+    src = HEADER + """def @main(%x: Tensor[(1, 8, 6, 6), float32], %c: bool,
+          %w: Tensor[(16, 8, 3, 3), float32], %v: Tensor[(16, 16, 1, 1), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %w, padding=[1, 1]));
+  %1 = if (%c) { add(%0, 1f) } else { nn.relu(nn.conv2d(%0, %v)) };
+  (%1, %0)
+}"""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    params = {"w": _w(rng, 16, 8, 3, 3), "v": _w(rng, 16, 16, 1, 1)}
+    mod = rly.parse(src)
+    exe = runtime.build(mod, "llvm", params=params)
+    for c in (True, False):
+        want = runtime.evaluate(mod, x, np.array(c), *params.values())
+        got = exe(x, np.array(c))
+        for g, w_ in zip(got, want):
+            np.testing.assert_allclose(g, w_, rtol=2e-5, atol=2e-5)
