@@ -244,8 +244,8 @@ def test_blocked_networks_keep_ieee_values(nchwc: None) -> None:
 def test_ops_with_axes_or_shapes_read_nchw(nchwc: None) -> None:
     # broadcast_to (a shape) and nn.prelu (an axis) have no blocked form here: their blocked
     # operand goes back to NCHW; leaky_relu (position-free) stays blocked
-    src = HEADER + """def @main(%x: Tensor[(1, 8, 6, 6), float32], %w: Tensor[(16, 8, 3, 3), float32],
-          %a: Tensor[(16), float32]) {
+    src = HEADER + """def @main(%x: Tensor[(1, 8, 6, 6), float32],
+          %w: Tensor[(16, 8, 3, 3), float32], %a: Tensor[(16), float32]) {
   %0 = nn.leaky_relu(nn.conv2d(%x, %w, padding=[1, 1]), alpha=0.1f);
   %1 = nn.prelu(%0, %a);
   add(%1, broadcast_to(%0, shape=[1, 16, 6, 6]))
