@@ -17,7 +17,7 @@ time as ``OIHW<b>o``; the ops between convolutions keep the blocked layout:
   (as an ``add`` of the re-laid bias);
 * the max / average pools and the global pools (their ``layout`` attribute becomes
   ``NCHW<b>c``);
-* ``concatenate`` on channels of operands blocked alike.
+* ``concatenate`` on channels of operands blocked alike (a tuple written in the call).
 
 Any other use of a blocked value (dense, reshape, the function's result, a tuple, ...) gets
 ``layout_transform(x, "NCHW<b>c", "NCHW")`` once per value; so a layout changes only where it
@@ -218,7 +218,7 @@ class _Blocked(ExprMutator):
         elif name == "nn.bias_add":
             out = self._bias_add(new, c)
         elif name == "concatenate":
-            out = None
+            out = self._concat(new, c)
         else:
             out = self._elemwise(new, c)
         return out if out is not None else self._plain(new)
@@ -280,6 +280,23 @@ class _Blocked(ExprMutator):
         cb = Constant(data, span=bias.span,
                       checked_type_=TensorType(tuple(data.shape), str(data.dtype)))
         return self._mark(make_call("add", x, cb, span=new.span), b, shape)
+
+    def _concat(self, new: Call, c: Call) -> Expr | None:
+        """``concatenate((a, b, ..), axis=1)`` of operands blocked alike: the channel blocks
+        concatenated (each operand's channels a multiple of the block)."""
+        shape = _static4(c.checked_type_)
+        tup = c.args[0]
+        if shape is None or type(tup) is not Tuple or new.attrs.axis not in (1, -3):
+            return None
+        fields = [self.visit(f) for f in tup.fields]      # NOTE: memo hits: the new fields
+        infos = [self.blk.get(id(f)) for f in fields]
+        if not infos or any(i is None for i in infos) or \
+                len({i[1] for i in infos}) != 1:  # type: ignore[index]
+            return None
+        b = infos[0][1]  # type: ignore[index]
+        call = Call(new.op, (Tuple(tuple(fields), span=tup.span),),
+                    new.attrs.with_changes(axis=1), new.type_args, span=new.span)
+        return self._mark(call, b, shape)
 
     def _elemwise(self, new: Call, c: Call) -> Expr | None:
         od = getattr(new.op, "opdef", None)
