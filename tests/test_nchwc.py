@@ -282,3 +282,16 @@ def test_branches_and_tuples_get_nchw_values(nchwc: None) -> None:
         got = exe(x, np.array(c))
         for g, w_ in zip(got, want):
             np.testing.assert_allclose(g, w_, rtol=2e-5, atol=2e-5)
+
+
+def test_an_avx2_target_blocks_by_8(nchwc: None) -> None:
+    # a target without AVX-512 (haswell: AVX2) gets blocks of 8 everywhere, same values
+    from relay_ir.runtime.executor import bind_params
+    from relay_ir.runtime.target_lowering import target_rewrites
+    mod, x, params = _net("resblock")
+    target = {"kind": "llvm", "mcpu": "haswell"}
+    low = target_rewrites(InferType()(bind_params(mod, "main", params)), target)
+    assert {c.attrs.out_layout for c in _calls(low, "nn.conv2d")} == {"NCHW8c"}
+    want = runtime.evaluate(mod, x, *params.values())
+    got = runtime.build(mod, target, params=params)(x)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
