@@ -187,7 +187,7 @@ def test_blocked_kernels_get_the_blocked_schedules(nchwc: None) -> None:
 
 @pytest.mark.parametrize("data, out, groups", [
     ("NCHW16c", "NCHW8c", 2), ("NCHW", "NCHW16c", 1), ("NCHW8c", "NCHW", 1),
-    ("NCHW16c", "NCHW16c", 32)])
+    ("NCHW16c", "NCHW16c", 32), ("NCHW8c", "NCHW16c", 32), ("NCHW16c", "NCHW16c", 16)])
 def test_blocked_conv2d_computes_as_nchw(data: str, out: str, groups: int) -> None:
     # the operator itself (no pass): compiled and interpreted against numpy's NCHW result
     from relay_ir.op.conv import _block_data, _data_layout
