@@ -3,7 +3,8 @@
 
 Prints each side's best and median GFLOP/s and whether the outputs are bitwise equal. Kernels
 are compiled into an in-memory cache per side (the disk cache's key does not hold the
-switches). Default layers: ResNet-50's stride-1 1x1 convolutions handled by conv-gemm and its
+switches). Each layer runs in the layout the model runs it in (blocked by channels when
+``runtime.target_lowering.NCHWC`` is on: ``bench_models._blocked_layer``). Default layers: ResNet-50's stride-1 1x1 convolutions handled by conv-gemm and its
 first strided one.
 
 Run: ``.venv/bin/python benchmarks/bench_conv_switch.py --threads 2 --switch
@@ -52,13 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         src = B.CONV_SRC.format(n=1, c=ci, h=hw, w=hw, o=co, ci=ci, kh=1, kw=1, s=st, p=0, g=1)
         params = {"k": (rng.standard_normal((co, ci, 1, 1)) * 0.1).astype(np.float32),
                   "b": rng.standard_normal((co, 1, 1)).astype(np.float32)}
+        x = rng.standard_normal((1, ci, hw, hw)).astype(np.float32)
+        # NOTE: the layout the model runs the layer in (blocked with conv-nchwc)
+        src, params, x = B._blocked_layer(src, params, x,
+                                          B.M.Conv("l", (1, ci, hw, hw), co, 1, st, 0, 1))
         exes = {}
         for side, v in (("before", before), ("after", after)):
             setattr(schedules, key, ast.literal_eval(v))
             exes[side] = runtime.build(rly.parse(src), "llvm", params=params,
                                        cache=KernelCache(use_disk=False))
         setattr(schedules, key, saved)
-        x = rng.standard_normal((1, ci, hw, hw)).astype(np.float32)
         same = np.array_equal(exes["before"](x), exes["after"](x))
         t = B._race({k: (lambda e=e: e(x)) for k, e in exes.items()}, args.rounds)
         oh = (hw - 1) // st + 1
