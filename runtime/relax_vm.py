@@ -1099,9 +1099,11 @@ class RelaxExecutable:
                 continue
             if isinstance(x, tvm.runtime.Tensor):
                 # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive;
-                # a program constant is copied
+                # a program constant is copied. The address comes from the tensor
+                # (data_ptr(), with its byte offset: 0.2 us) rather than numpy's ctypes.data
+                # (1.3-2.7 us, a third of a small program's call)
                 a = np.from_dlpack(x)
-                results.append(a.copy() if a.ctypes.data in self._constant_ptrs() else a)
+                results.append(a.copy() if x.data_ptr() in self._constant_ptrs() else a)
                 continue
             if isinstance(x, tvm_ffi.List):
                 kids: list = [x[0]]
