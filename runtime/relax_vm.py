@@ -930,6 +930,8 @@ class RelaxExecutable:
         self._from_dlpack = tvm_ffi.from_dlpack
         self._limits: dict[int, Any] = {}
         self._release: Any = False       # the VM's _RELEASE (None: a module file without it)
+        import tvm
+        self._tensor_type = tvm.runtime.Tensor
 
     def _func(self, entry: str) -> Any:
         f = self._funcs.get(entry)
@@ -1087,6 +1089,10 @@ class RelaxExecutable:
 
     def _result(self, v: Any) -> Any:
         """A VM value as the interpreter's (numpy arrays, tuples, ADTValue, RefValue)."""
+        if type(v) is self._tensor_type and not self._cuda:
+            # NOTE: the common case (one tensor on the CPU) without the walk below
+            a = np.from_dlpack(v)
+            return a.copy() if v.data_ptr() in self._constant_ptrs() else a
         import tvm
         import tvm_ffi
         cons = self._cons
