@@ -1093,17 +1093,27 @@ class RelaxExecutable:
             # NOTE: the common case (one tensor on the CPU) without the walk below
             a = np.from_dlpack(v)
             return a.copy() if v.data_ptr() in self._constant_ptrs() else a
-        import tvm
         import tvm_ffi
         cons = self._cons
+        tensor = self._tensor_type
+        ref_cell, array = tvm_ffi.List, tvm_ffi.Array
         results: list[Any] = []
-        stack: list[tuple[Any, bool]] = [(v, False)]
+        # (value, None) to convert; (None, (n, kind, tag)) to assemble the last n results:
+        # kind 0 a reference cell, 1 an ADT value with constructor tag, 2 a tuple
+        stack: list[tuple[Any, Any]] = [(v, None)]
         while stack:
-            x, done = stack.pop()
-            if isinstance(x, tvm.runtime.Tensor) and self._cuda:
-                results.append(x.numpy())       # NOTE: a device-to-host copy of its own
+            x, info = stack.pop()
+            if info is not None:
+                n, kind, tag = info
+                vals = results[len(results) - n:] if n else []
+                del results[len(results) - n:]
+                results.append(RefValue(vals[0]) if kind == 0 else
+                               ADTValue(cons[tag], vals) if kind == 1 else tuple(vals))
                 continue
-            if isinstance(x, tvm.runtime.Tensor):
+            if isinstance(x, tensor):
+                if self._cuda:
+                    results.append(x.numpy())       # NOTE: a device-to-host copy of its own
+                    continue
                 # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive;
                 # a program constant is copied. The address comes from the tensor
                 # (data_ptr(), with its byte offset: 0.2 us) rather than numpy's ctypes.data
@@ -1111,29 +1121,23 @@ class RelaxExecutable:
                 a = np.from_dlpack(x)
                 results.append(a.copy() if x.data_ptr() in self._constant_ptrs() else a)
                 continue
-            if isinstance(x, tvm_ffi.List):
+            tag = None
+            if isinstance(x, ref_cell):
                 kids: list = [x[0]]
-            elif isinstance(x, tvm_ffi.Array):
-                kids = list(x)
+                kind = 0
+            elif isinstance(x, array):
+                # NOTE: one slice: iterating an ffi Array costs two FFI calls and a Python
+                # index check per element
+                kids = x[:]
+                kind = 2
                 if kids and type(kids[0]) is int:
-                    kids = kids[1:]
+                    tag, kids, kind = kids[0], kids[1:], 1
             else:
                 results.append(x if x is None or isinstance(x, (bool, int, float)) else
                                _VMClosure(self, x))
                 continue
-            if not done and kids:
-                stack.append((x, True))
-                stack.extend((c, False) for c in reversed(kids))
-                continue
-            n = len(kids)
-            vals = results[len(results) - n:]
-            del results[len(results) - n:]
-            if isinstance(x, tvm_ffi.List):
-                results.append(RefValue(vals[0]))
-            elif len(x) and type(x[0]) is int:
-                results.append(ADTValue(cons[x[0]], vals))
-            else:
-                results.append(tuple(vals))
+            stack.append((None, (len(kids), kind, tag)))
+            stack.extend((c, None) for c in reversed(kids))
         return results[0]
 
     def __call__(self, *args: Any, entry: str | None = None) -> Any:
