@@ -15,7 +15,8 @@ previous result, so two output buffers take turns), and against its parts:
 * ``jax.jit``: the peer of the issue's goal (when jax is installed; its speed is bimodal from
   one process to the next, see benchmarks/RESULTS.md).
 
-Every variant runs ``--repeat`` calls per round, rounds interleaved; the table shows the median
+Every variant runs ``--repeat`` calls per round (after one untimed call), rounds interleaved
+with the order rotating from round to round; the table shows the median
 of the round medians and the best round, in ms (us for the per-call row).
 
 Run: ``TVM_BIND_THREADS=0 .venv/bin/python benchmarks/bench_w1_breakdown.py [--rounds 20]``
@@ -108,8 +109,12 @@ def main() -> None:
     args = ap.parse_args()
     vs = variants()
     times: dict[str, list[float]] = {n: [] for n in vs}
-    for _ in range(args.rounds):
-        for name, (call, scale, setup) in vs.items():
+    names = list(vs)
+    for r in range(args.rounds):
+        # NOTE: the order rotates every round: the variant after jax.jit (which evicts the
+        # caches) would otherwise always be the same one
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            call, scale, setup = vs[name]
             setup()
             call()
             ts = []
