@@ -123,6 +123,14 @@ _FN = "__rly_fn_"             # prefix of the globals' own VM functions (the pla
 #                               the wrappers plain TVM calls: see relax_export)
 _INVOKE = "__rly_invoke"      # + arity: the wrappers that invoke a closure from Python
 _CONSTANTS = "__rly_constants"  # () -> the program's constants (results aliasing one are copied)
+_RELEASE = "__rly_release"      # () -> (): a run that makes the VM let go of the last result
+# NOTE: TVM's VM keeps the value its last `ret` returned (VirtualMachineImpl::return_value_)
+# until the next return: a result the caller has dropped stays allocated, and its storage out
+# of the pooled allocator, until the next call. After a call whose result holds at least this
+# many tensor bytes the runner calls _RELEASE (about 0.6 us) so that the storage goes back to
+# the pool as soon as the caller drops the result (the next call reuses it: measured for W1 in
+# benchmarks/RESULTS.md, "W1 at 2 threads: where the time goes")
+RELEASE_BYTES = 1 << 20
 _INVOKE_ARITY = 8
 # None: the depth counter is a tensor constant on the CPU and static words (runtime.relax_cuda)
 # on cuda; True/False forces one (tests run the static counter on the CPU)
@@ -818,6 +826,10 @@ class RelaxBackend:
             held = [c for k, c in consts.items() if k[0] == "const"]
             eb.emit_call("vm.builtin.make_tuple", held, eb.r(0))
             eb.emit_ret(eb.r(0))
+        eb.declare_function(_RELEASE, vm_func)
+        with eb.function(_RELEASE, 0):
+            eb.emit_call("vm.builtin.make_tuple", [], eb.r(0))
+            eb.emit_ret(eb.r(0))
         if self.static_depth:
             from relay_ir.runtime import relax_cuda as rc
 
@@ -917,6 +929,9 @@ class RelaxExecutable:
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
         self._limits: dict[int, Any] = {}
+        self._release: Any = False       # the VM's _RELEASE (None: a module file without it)
+        import tvm
+        self._tensor_type = tvm.runtime.Tensor
 
     def _func(self, entry: str) -> Any:
         f = self._funcs.get(entry)
@@ -1074,45 +1089,55 @@ class RelaxExecutable:
 
     def _result(self, v: Any) -> Any:
         """A VM value as the interpreter's (numpy arrays, tuples, ADTValue, RefValue)."""
-        import tvm
+        if type(v) is self._tensor_type and not self._cuda:
+            # NOTE: the common case (one tensor on the CPU) without the walk below
+            a = np.from_dlpack(v)
+            return a.copy() if v.data_ptr() in self._constant_ptrs() else a
         import tvm_ffi
         cons = self._cons
+        tensor = self._tensor_type
+        ref_cell, array = tvm_ffi.List, tvm_ffi.Array
         results: list[Any] = []
-        stack: list[tuple[Any, bool]] = [(v, False)]
+        # (value, None) to convert; (None, (n, kind, tag)) to assemble the last n results:
+        # kind 0 a reference cell, 1 an ADT value with constructor tag, 2 a tuple
+        stack: list[tuple[Any, Any]] = [(v, None)]
         while stack:
-            x, done = stack.pop()
-            if isinstance(x, tvm.runtime.Tensor) and self._cuda:
-                results.append(x.numpy())       # NOTE: a device-to-host copy of its own
+            x, info = stack.pop()
+            if info is not None:
+                n, kind, tag = info
+                vals = results[len(results) - n:] if n else []
+                del results[len(results) - n:]
+                results.append(RefValue(vals[0]) if kind == 0 else
+                               ADTValue(cons[tag], vals) if kind == 1 else tuple(vals))
                 continue
-            if isinstance(x, tvm.runtime.Tensor):
+            if isinstance(x, tensor):
+                if self._cuda:
+                    results.append(x.numpy())       # NOTE: a device-to-host copy of its own
+                    continue
                 # NOTE: zero-copy: the array keeps the VM's freshly allocated tensor alive;
-                # a program constant is copied
+                # a program constant is copied. The address comes from the tensor
+                # (data_ptr(), with its byte offset: 0.2 us) rather than numpy's ctypes.data
+                # (1.3-2.7 us, a third of a small program's call)
                 a = np.from_dlpack(x)
-                results.append(a.copy() if a.ctypes.data in self._constant_ptrs() else a)
+                results.append(a.copy() if x.data_ptr() in self._constant_ptrs() else a)
                 continue
-            if isinstance(x, tvm_ffi.List):
+            tag = None
+            if isinstance(x, ref_cell):
                 kids: list = [x[0]]
-            elif isinstance(x, tvm_ffi.Array):
-                kids = list(x)
+                kind = 0
+            elif isinstance(x, array):
+                # NOTE: one slice: iterating an ffi Array costs two FFI calls and a Python
+                # index check per element
+                kids = x[:]
+                kind = 2
                 if kids and type(kids[0]) is int:
-                    kids = kids[1:]
+                    tag, kids, kind = kids[0], kids[1:], 1
             else:
                 results.append(x if x is None or isinstance(x, (bool, int, float)) else
                                _VMClosure(self, x))
                 continue
-            if not done and kids:
-                stack.append((x, True))
-                stack.extend((c, False) for c in reversed(kids))
-                continue
-            n = len(kids)
-            vals = results[len(results) - n:]
-            del results[len(results) - n:]
-            if isinstance(x, tvm_ffi.List):
-                results.append(RefValue(vals[0]))
-            elif len(x) and type(x[0]) is int:
-                results.append(ADTValue(cons[x[0]], vals))
-            else:
-                results.append(tuple(vals))
+            stack.append((None, (len(kids), kind, tag)))
+            stack.extend((c, None) for c in reversed(kids))
         return results[0]
 
     def __call__(self, *args: Any, entry: str | None = None) -> Any:
@@ -1180,8 +1205,26 @@ class RelaxExecutable:
             # NOTE: this entry goes to the large-stack thread from now on (a handoff costs
             # tens of microseconds; running to the limit and unwinding costs more)
             self._deep.add(f)
-            out = self._run_deep(f, vals)
-        return self._result(out)
+            return self._result(self._run_deep(f, vals))
+        res = self._result(out)
+        if _tensor_bytes(res) >= RELEASE_BYTES:
+            del out
+            self._release_last()
+        return res
+
+    def _release_last(self) -> None:
+        """Make the VM drop its reference to the value it returned last (``_RELEASE``), so
+        that the result's storage goes back to the pool when the caller drops the result.
+        Not for programs whose results are released on the large-stack thread."""
+        rel = self._release
+        if rel is False:
+            try:
+                rel = self.vm[_RELEASE]
+            except Exception:     # NOTE: a module file written before _RELEASE existed
+                rel = None
+            self._release = rel
+        if rel is not None:
+            rel()
 
     def _run(self, f: Any, vals: list, limit: int) -> Any:
         if self._static_depth:
@@ -1274,6 +1317,17 @@ def _deep_worker() -> _DeepWorker:
             w.stack = max(DEEP_STACK, DEEP_DEPTH * FRAME_BYTES)
             _WORKER[:] = [w]
         return _WORKER[0]
+
+
+def _tensor_bytes(v: Any) -> int:
+    """The bytes of the numpy arrays in a result and in its top-level tuple (cheap: results
+    nested deeper are released by the next call, as before)."""
+    t = type(v)
+    if t is np.ndarray:
+        return v.nbytes
+    if t is tuple:
+        return sum(x.nbytes for x in v if type(x) is np.ndarray)
+    return 0
 
 
 class _DepthLimit(Exception):
