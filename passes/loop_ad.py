@@ -1,0 +1,527 @@
+"""The loop rule of reverse-mode AD: a first-order tape for self-tail-recursive globals.
+
+``passes.gradient`` differentiates every global by the reference-based transform: each
+operator call pushes a backward closure and every value gets an adjoint cell. For a loop
+(a global whose only calls are tail calls of itself) whose trip count is dynamic, that chain of
+closures and cells survives ``passes.optimize``: W6 paid ~58 VM calls a step for it. This
+rule replaces the twin ``@f_grad`` of such a loop by a first-order tape::
+
+    def @f(%p1: T1, .., %pn: Tn) -> R { step body: ops, tuples, `if`s; leaves are either
+                                        @f(args..) (tail calls) or a result }
+ => type f_tape { f_tape_nil, f_tape_0(S.., f_tape), .., f_tape_k(S.., f_tape) }  # one per leaf
+    def @f_fwd(%p1, .., %pn, %tape: f_tape) -> (R, f_tape) {
+      the step body; at leaf j: @f_fwd(args.., f_tape_j(saved.., %tape))   # push, loop on
+                             or (result, f_tape_j(saved.., %tape))          # the last step
+    }
+    def @f_bwd(%tape: f_tape, %dr: R, %d1.., %dm) -> (T_1.., T_m) {  # m float parameters
+      match (%tape) {
+        f_tape_nil => (%d1, .., %dm)
+        f_tape_j(%saved.., %rest) => { the reverse sweep of leaf j's straight-line path,
+                                       seeded with (%d1..%dm) on the tail call's arguments
+                                       (or %dr on the result); @f_bwd(%rest, %dr, %e1..%em) }
+      }
+    }
+    def @f_grad(%p1': T1', .., %bp) -> R' {        # the usual AD calling convention
+      let %r = @f_fwd(primals.., f_tape_nil);
+      (one backward closure for the whole loop: @f_bwd(%r.1, adjoint of %r.0, zeros..) added
+       into the parameters' cells); (%r.0, a fresh cell)
+    }
+
+The adjoints of the loop-carried values are ``@f_bwd``'s parameters (no cells), and a step
+pushes one constructor holding only the values its backward sweep reads (``saved``: the free
+variables of the sweep, e.g. ``x * i`` for ``sin``'s rule), so a step of the forward loop is the
+body plus one ``f_tape_j`` and a step of the backward loop one ``match`` plus the sweep. Both
+are self tail calls: constant stack on every backend.
+
+A body is a tree of ``if``s whose paths are straight lines of operator calls, tuples and
+projections; a ``let`` bound to an ``if`` (not in tail position) is split by copying the rest of
+the body into both branches, up to ``MAX_PATHS`` paths. A global qualifies when it has no type
+parameters, its parameters are tensors, its result is a tensor tree, it makes at least one self
+tail call and no other call (a loop that calls another loop keeps the reference-based rule; the
+inner loop gets the tape), and it uses no reference, closure, ``match`` or ADT. Anything else
+keeps the reference-based twin: the rule only ever replaces a global's twin with one of the
+same type, so the rest of the program (callers, closures that call the loop, gradients of
+gradients) is unchanged.
+
+The switch: ``passes.gradient(mod, loop_rule=False)`` (or the environment variable
+``RELAY_IR_LOOP_AD=0``) keeps the reference-based twin for every global.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay_ir.builder import ScopeBuilder
+from relay_ir.errors import DiagnosticError, InternalError
+from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
+                           Let, Match, Op, PatternConstructor, PatternVar, RefCreate, RefRead,
+                           RefWrite, Tuple, TupleGetItem, Var)
+from relay_ir.module import IRModule
+from relay_ir.op import get_opdef
+from relay_ir.passes._ad_common import (_call, _fresh_name, _tensor_tree, _type_of,
+                                        _typed_const, has_float_leaf, is_float)
+from relay_ir.passes._analysis import op_is_effectful
+from relay_ir.traversal import free_vars
+from relay_ir.ty import UNIT, FuncType, GlobalTypeVar, TensorType, TupleType, Type, TypeData
+
+__all__ = ["MAX_PATHS", "loop_rule_enabled", "eligible_loops", "apply_loop_rule"]
+
+#: At most this many straight-line paths (leaves of the ``if`` tree) per loop body.
+MAX_PATHS = 16
+ENV_SWITCH = "RELAY_IR_LOOP_AD"
+
+
+def loop_rule_enabled(flag: bool | None) -> bool:
+    """``flag`` if given, else the environment switch (on unless ``RELAY_IR_LOOP_AD=0``)."""
+    if flag is not None:
+        return bool(flag)
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+class _NotALoop(Exception):
+    """The global does not qualify (the reference-based twin stays)."""
+
+
+# ----------------------------------------------------------------------------- analysis
+@dataclass
+class _Leaf:
+    binds: list[tuple[Var, Expr]]            # this segment's bindings
+    call: tuple[Expr, ...] | None            # the tail call's arguments, or None
+    result: Expr | None                      # the returned atom (when not a call)
+
+
+@dataclass
+class _Fork:
+    binds: list[tuple[Var, Expr]]
+    cond: Expr
+    then: Any                                # _Leaf | _Fork
+    other: Any
+
+
+@dataclass
+class _Loop:
+    name: str
+    fn: Function
+    param_types: list[Type]
+    ret: Type
+    tree: Any
+    leaves: list[_Leaf] = field(default_factory=list)
+    paths: list[list[tuple[Var, Expr]]] = field(default_factory=list)  # per leaf, root first
+
+
+def _value_ok(e: Expr) -> bool:
+    if isinstance(e, (Var, Constant)):
+        return True
+    if isinstance(e, Call):
+        if not isinstance(e.op, Op) or op_is_effectful(e.op):
+            return False
+        return all(isinstance(a, (Var, Constant)) for a in e.args)
+    if isinstance(e, Tuple):
+        return all(isinstance(f, (Var, Constant)) for f in e.fields)
+    if isinstance(e, TupleGetItem):
+        return isinstance(e.tuple_value, Var)
+    return False
+
+
+def _is_self_call(e: Expr, gv_name: str) -> bool:
+    return isinstance(e, Call) and isinstance(e.op, GlobalVar) and e.op.name_hint == gv_name
+
+
+def _analyze(name: str, fn: Function) -> Any:
+    """The body as a tree of forks and leaves (module docstring); raises :class:`_NotALoop`.
+
+    The recursion follows ``if`` nesting only, bounded by ``MAX_PATHS``."""
+    count = [0]
+
+    def walk(e: Expr, conts: tuple[tuple[Var, Expr], ...]) -> Any:
+        binds: list[tuple[Var, Expr]] = []
+        while True:
+            if isinstance(e, Let):
+                v, val, body = e.var, e.value, e.body
+                if isinstance(val, If):
+                    rest = conts if (body is v) else ((v, body),) + conts
+                    return _fork(binds, val, rest)
+                if isinstance(val, Let):
+                    conts = ((v, body),) + conts
+                    e = val
+                    continue
+                if _is_self_call(val, name):
+                    if body is v and not conts:
+                        return _leaf(binds, val)
+                    raise _NotALoop("a call of itself not in tail position")
+                if not _value_ok(val):
+                    raise _NotALoop(f"unsupported binding {type(val).__name__}")
+                binds.append((v, val))
+                e = body
+                continue
+            if isinstance(e, If):
+                return _fork(binds, e, conts)
+            if _is_self_call(e, name):
+                if conts:
+                    raise _NotALoop("a call of itself not in tail position")
+                return _leaf(binds, e)
+            if not _value_ok(e):
+                raise _NotALoop(f"unsupported expression {type(e).__name__}")
+            if conts:
+                (v, body), conts = conts[0], conts[1:]
+                binds.append((v, e))
+                e = body
+                continue
+            if not isinstance(e, (Var, Constant)):
+                t = _type_of(e)
+                v = Var("r", t, checked_type_=t)
+                binds.append((v, e))
+                e = v
+            count[0] += 1
+            if count[0] > MAX_PATHS:
+                raise _NotALoop("too many paths")
+            return _Leaf(binds, None, e)
+
+    def _leaf(binds: list, call: Call) -> _Leaf:
+        count[0] += 1
+        if count[0] > MAX_PATHS:
+            raise _NotALoop("too many paths")
+        if not all(isinstance(a, (Var, Constant)) for a in call.args):
+            raise _NotALoop("non-atomic call argument")
+        return _Leaf(binds, tuple(call.args), None)
+
+    def _fork(binds: list, e: If, conts: tuple) -> _Fork:
+        if not isinstance(e.cond, (Var, Constant)):
+            raise _NotALoop("non-atomic condition")
+        then = walk(e.true_branch, conts)
+        other = walk(e.false_branch, conts)
+        return _Fork(binds, e.cond, then, other)
+
+    return walk(fn.body, ())
+
+
+def eligible_loops(mod: IRModule, names: list[str] | None = None) -> dict[str, _Loop]:
+    """The globals (of ``names``, default all) that the loop rule applies to."""
+    out: dict[str, _Loop] = {}
+    for name in (names if names is not None else list(mod.functions)):
+        fn = mod[name]
+        if not isinstance(fn, Function) or fn.type_params:
+            continue
+        ts = [p.type_annotation if p.type_annotation is not None else p.checked_type_
+              for p in fn.params]
+        ret = fn.ret_type
+        if ret is None and isinstance(fn.checked_type_, FuncType):
+            ret = fn.checked_type_.ret_type
+        if ret is None or any(not isinstance(t, TensorType) for t in ts) \
+                or not _tensor_tree(ret) or not has_float_leaf(ret):
+            continue
+        try:
+            tree = _analyze(name, fn)
+        except _NotALoop:
+            continue
+        loop = _Loop(name, fn, ts, ret, tree)
+        stack: list[tuple[Any, list]] = [(tree, [])]
+        while stack:
+            node, prefix = stack.pop()
+            path = prefix + node.binds
+            if isinstance(node, _Leaf):
+                loop.leaves.append(node)
+                loop.paths.append(path)
+            else:
+                stack.append((node.other, path))
+                stack.append((node.then, path))
+        if not any(leaf.call is not None for leaf in loop.leaves) \
+                or not any(leaf.call is None for leaf in loop.leaves):
+            continue
+        if any(v.checked_type_ is None and v.type_annotation is None
+               for path in loop.paths for v, _ in path):
+            continue
+        out[name] = loop
+    return out
+
+
+# ----------------------------------------------------------------------------- emission
+def _var_type(v: Var) -> Type:
+    t = v.checked_type_ if v.checked_type_ is not None else v.type_annotation
+    if t is None:
+        raise InternalError(f"loop rule: no type on %{v.name_hint}")
+    return t
+
+
+def _zeros(t: Type, like: Expr | None, sb: ScopeBuilder, symbolic: bool = False) -> Expr:
+    """A zero tensor of type ``t`` (static shape) or ``zeros_like(like)``."""
+    if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape):
+        od = get_opdef("zeros")
+        return sb.let_(Call(od.op, (), od.make_attrs({"shape": list(t.shape), "dtype": t.dtype,
+                                                      "symbolic": symbolic}),
+                            checked_type_=t), "z", t)
+    if like is None:
+        raise _NotALoop("a zero of a symbolic shape without a value")
+    return sb.let_(_call("zeros_like", like, checked_type_=t), "z", t)
+
+
+class _Sweep:
+    """The reverse sweep of one leaf's path, emitted in the backward loop's match arm."""
+
+    def __init__(self, loop: _Loop, leaf_i: int, sb: ScopeBuilder, d_params: list[Var],
+                 dr: Var) -> None:
+        from relay_ir.passes.gradient import _Adj  # NOTE: the first-order sweep's adjoints
+        self.loop, self.sb = loop, sb
+        self.twins: dict[Var, Var] = {}       # original var -> its value in the backward arm
+        self.alias: dict[Var, Expr] = {}
+        self.adj = _Adj(sb)
+        self.leaf = loop.leaves[leaf_i]
+        self.path = loop.paths[leaf_i]
+        self.d_params, self.dr = d_params, dr
+
+    def twin(self, a: Expr) -> Expr:
+        if isinstance(a, Constant):
+            return _typed_const(a)
+        a = self.resolve(a)
+        if isinstance(a, Constant):
+            return _typed_const(a)
+        tw = self.twins.get(a)  # type: ignore[arg-type]
+        if tw is None:
+            t = _var_type(a)  # type: ignore[arg-type]
+            tw = Var(a.name_hint, t, checked_type_=t)  # type: ignore[union-attr]
+            self.twins[a] = tw  # type: ignore[index]
+        return tw
+
+    def resolve(self, a: Expr) -> Expr:
+        while isinstance(a, Var) and a in self.alias:
+            a = self.alias[a]
+        return a
+
+    def run(self) -> list[Expr]:
+        """Emit the sweep; returns the adjoints of the float parameters (in order)."""
+        fn, sb, adj = self.loop.fn, self.sb, self.adj
+        params = list(fn.params)
+        float_params = [p for p, t in zip(params, self.loop.param_types) if is_float(t)]
+        live: set[Var] = set(float_params)
+        types: dict[Var, Type] = {p: t for p, t in zip(params, self.loop.param_types)}
+        forward: list[tuple[Var, Expr]] = []
+        for v, val in self.path:
+            if isinstance(val, (Var, Constant)):
+                self.alias[v] = val
+                continue
+            t = _var_type(v)
+            types[v] = t
+            forward.append((v, val))
+            kids = val.args if isinstance(val, Call) else val.fields if isinstance(val, Tuple) \
+                else (val.tuple_value,)  # type: ignore[union-attr]
+            if any(isinstance(self.resolve(k), Var) and self.resolve(k) in live for k in kids):
+                live.add(v)
+
+        def push(a: Expr, g: object, t: Type) -> None:
+            a = self.resolve(a)
+            if isinstance(a, Var) and a in live and has_float_leaf(t):
+                adj.add(a, g, t)
+
+        if self.leaf.call is None:
+            # the last step: the adjoints start from the carried ones (zeros), the result's
+            # adjoint is %dr
+            for p, d in zip(float_params, self.d_params):
+                adj.add(p, d, types[p])
+            push(self.leaf.result, adj.tree(self.dr, self.loop.ret), self.loop.ret)
+        else:
+            for a, p, t in zip(self.leaf.call, params, self.loop.param_types):
+                if is_float(t):
+                    push(a, self.d_params[float_params.index(p)], t)
+        for y, nv in reversed(forward):
+            g = adj.get(y)
+            if g is None:
+                continue
+            t = types[y]
+            if isinstance(nv, Tuple):
+                for f, ft, gf in zip(nv.fields, t.fields, g):  # type: ignore
+                    push(f, gf, ft)
+                continue
+            if isinstance(nv, TupleGetItem):
+                src = self.resolve(nv.tuple_value)
+                if isinstance(src, Var) and src in live:
+                    st = types[src]
+                    tree = [g if i == nv.index else None for i in range(len(st.fields))]
+                    adj.add(src, tree, st)
+                continue
+            call: Call = nv  # type: ignore[assignment]
+            opdef = get_opdef(call.op.name)  # type: ignore[union-attr]
+            arg_ts = [types[self.resolve(a)] if isinstance(self.resolve(a), Var)
+                      else _type_of(_typed_const(self.resolve(a))) for a in call.args]
+            if opdef.non_differentiable or not has_float_leaf(t) or not any(
+                    isinstance(self.resolve(a), Var) and self.resolve(a) in live
+                    and has_float_leaf(at) for a, at in zip(call.args, arg_ts)):
+                continue
+            if opdef.grad is None:
+                raise _NotALoop(f"no gradient rule for {opdef.name}")
+            ty = self.twin(y)
+            dy = adj.materialize(g, ty, t)
+            tcall = Call(call.op, tuple(self.twin(a) for a in call.args), call.attrs,
+                         call.type_args, span=call.span, checked_type_=t)
+            try:
+                grads = opdef.grad(tcall, ty, dy)
+            except DiagnosticError as err:
+                raise _NotALoop(str(err)) from err
+            for a, ga, at in zip(call.args, grads, arg_ts):
+                if ga is None:
+                    continue
+                a = self.resolve(a)
+                if isinstance(a, Var) and a in live and has_float_leaf(at):
+                    adj.add(a, adj.tree(ga, at), at)
+        out = []
+        for p in float_params:
+            g = adj.get(p)
+            if g is None:
+                g = _zeros(types[p], self.twin(p), sb)
+            out.append(g)
+        return out
+
+
+def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor],
+                  saved: list[list[Var]], tape: Var, fparams: list[Var],
+                  out_t: Type) -> Expr:
+    """The forward loop's body: the step body with a constructor pushed at every leaf."""
+    leaf_index = {id(leaf): i for i, leaf in enumerate(loop.leaves)}
+    vmap0: dict[Var, Expr] = dict(zip(loop.fn.params, fparams))
+
+    def atom(a: Expr, vmap: dict) -> Expr:
+        if isinstance(a, Constant):
+            return _typed_const(a)
+        return vmap[a]
+
+    def emit(node: Any, vmap: dict) -> Expr:
+        sb = ScopeBuilder()
+        for v, val in node.binds:
+            if isinstance(val, (Var, Constant)):
+                vmap[v] = atom(val, vmap)
+                continue
+            t = _var_type(v)
+            if isinstance(val, Call):
+                nv: Expr = Call(val.op, tuple(atom(a, vmap) for a in val.args), val.attrs,
+                                val.type_args, span=val.span, checked_type_=t)
+            elif isinstance(val, Tuple):
+                nv = Tuple(tuple(atom(f, vmap) for f in val.fields), span=val.span,
+                           checked_type_=t)
+            else:
+                nv = TupleGetItem(atom(val.tuple_value, vmap), val.index, span=val.span,
+                                  checked_type_=t)
+            vmap[v] = sb.let_(nv, v.name_hint, t, bind_atoms=True)
+        if isinstance(node, _Fork):
+            then = emit(node.then, dict(vmap))
+            other = emit(node.other, dict(vmap))
+            return sb.build(If(atom(node.cond, vmap), then, other, checked_type_=out_t))
+        i = leaf_index[id(node)]
+        tape_t = ctors[i].belong_to
+        rec = sb.let_(Call(ctors[i], tuple(vmap[s] for s in saved[i]) + (tape,),
+                           checked_type_=tape_t), "tape", tape_t)
+        if node.call is not None:
+            r = sb.let_(Call(fwd_gv, tuple(atom(a, vmap) for a in node.call) + (rec,),
+                             checked_type_=out_t), "r", out_t)
+        else:
+            r = sb.let_(Tuple((atom(node.result, vmap), rec), checked_type_=out_t), "r", out_t)
+        return sb.build(r)
+
+    return emit(loop.tree, vmap0)
+
+
+def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Function],
+                                                       GlobalVar, GlobalVar, Constructor]:
+    """The tape type, ``@f_fwd`` and ``@f_bwd`` of one loop (raises :class:`_NotALoop`)."""
+    name, fn = loop.name, loop.fn
+    float_idx = [i for i, t in enumerate(loop.param_types) if is_float(t)]
+    float_ts = [loop.param_types[i] for i in float_idx]
+    tape_gtv = GlobalTypeVar(_fresh_name(f"{name}_tape", taken))
+    fwd_gv = GlobalVar(_fresh_name(f"{name}_fwd", taken))
+    bwd_gv = GlobalVar(_fresh_name(f"{name}_bwd", taken))
+    res_t = TupleType(tuple(float_ts))
+
+    # the backward arms first: what each reads decides its constructor's fields
+    tape_v = Var("tape", tape_gtv, checked_type_=tape_gtv)
+    dr = Var("dr", loop.ret, checked_type_=loop.ret)
+    d_params = [Var(f"d_{fn.params[i].name_hint}", t, checked_type_=t)
+                for i, t in zip(float_idx, float_ts)]
+    arms: list[tuple[list[Var], list[Var], Var, Expr]] = []  # saved orig, twins, rest, body
+    for i in range(len(loop.leaves)):
+        sb = ScopeBuilder()
+        sweep = _Sweep(loop, i, sb, d_params, dr)
+        with sb.scope():
+            outs = sweep.run()
+            rest = Var("rest", tape_gtv, checked_type_=tape_gtv)
+            r = sb.let_(Call(bwd_gv, (rest, dr) + tuple(outs), checked_type_=res_t), "d", res_t)
+            body = sb.build(r)
+        fv = set(free_vars(body))
+        saved = [o for o, tw in sweep.twins.items() if tw in fv]
+        arms.append((saved, [sweep.twins[o] for o in saved], rest, body))
+
+    nil = Constructor(_fresh_name(f"{name}_tape_nil", taken), (), tape_gtv, 0)
+    ctors = []
+    for i, (saved, _, _, _) in enumerate(arms):
+        ctors.append(Constructor(_fresh_name(f"{name}_tape_{i}", taken),
+                                 tuple(_var_type(s) for s in saved) + (tape_gtv,), tape_gtv,
+                                 i + 1))
+    td = TypeData(tape_gtv, (), (nil,) + tuple(ctors))
+
+    clauses = [Clause(PatternConstructor(nil, ()), Tuple(tuple(d_params), checked_type_=res_t))]
+    for c, (_, twins, rest, body) in zip(ctors, arms):
+        pats = tuple(PatternVar(tw) for tw in twins) + (PatternVar(rest),)
+        clauses.append(Clause(PatternConstructor(c, pats), body))
+    bwd = Function((tape_v, dr) + tuple(d_params),
+                   Match(tape_v, tuple(clauses), checked_type_=res_t), res_t)
+
+    fparams = [Var(p.name_hint, t, checked_type_=t) for p, t in zip(fn.params, loop.param_types)]
+    ftape = Var("tape", tape_gtv, checked_type_=tape_gtv)
+    out_t = TupleType((loop.ret, tape_gtv))
+    fbody = _emit_forward(loop, fwd_gv, ctors, [a[0] for a in arms], ftape, fparams, out_t)
+    fwd = Function(tuple(fparams) + (ftape,), fbody, out_t, span=fn.span)
+    return td, {fwd_gv.name_hint: fwd, bwd_gv.name_hint: bwd}, fwd_gv, bwd_gv, nil
+
+
+def _twin_wrapper(ad: Any, loop: _Loop, fwd_gv: GlobalVar, bwd_gv: GlobalVar,
+                  nil: Constructor) -> Function:
+    """``@f_grad`` with the AD calling convention: run the forward loop, push one backward
+    step that runs the backward loop and adds its adjoints into the parameters' cells."""
+    from relay_ir.passes.gradient import BP_TYPE, ONCE
+    sb = ad.sb
+    fn = loop.fn
+    params = [Var(p.name_hint, ad.types.map(t), checked_type_=ad.types.map(t))
+              for p, t in zip(fn.params, loop.param_types)]
+    bp = Var("bp", BP_TYPE, checked_type_=BP_TYPE)
+    tape_t = nil.belong_to
+    out_t = TupleType((loop.ret, tape_t))
+    float_idx = [i for i, t in enumerate(loop.param_types) if is_float(t)]
+    res_t = TupleType(tuple(loop.param_types[i] for i in float_idx))
+    with sb.scope():
+        prims = [ad.primal(p, t) for p, t in zip(params, loop.param_types)]
+        empty = sb.let_(Call(nil, (), checked_type_=tape_t), "nil", tape_t)
+        r = sb.let_(Call(fwd_gv, tuple(prims) + (empty,), checked_type_=out_t), "r", out_t)
+        y = sb.let_(TupleGetItem(r, 0, checked_type_=loop.ret), "y", loop.ret)
+        tape = sb.let_(TupleGetItem(r, 1, checked_type_=tape_t), "tape", tape_t)
+        result = ad.lift_new(y, loop.ret)
+        k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
+        with sb.scope():
+            dy = ad.read_adjoint(result, y, loop.ret)
+            zs = [_zeros(loop.param_types[i], prims[i], sb, symbolic=True) for i in float_idx]
+            d = sb.let_(Call(bwd_gv, (tape, dy) + tuple(zs), checked_type_=res_t), "d", res_t)
+            for j, i in enumerate(float_idx):
+                t = loop.param_types[i]
+                g = sb.let_(TupleGetItem(d, j, checked_type_=t), "g", t)
+                ad.accumulate(params[i], g, t)
+            back_body = sb.build(Call(k, (), checked_type_=UNIT))
+        back = sb.let_(Function((), back_body, UNIT, attrs=ONCE), "back", FuncType((), UNIT))
+        sb.let_(RefWrite(bp, back), "_", UNIT)
+        body = sb.build(result)
+    return Function(tuple(params) + (bp,), body, ad.types.map(loop.ret), span=fn.span)
+
+
+def apply_loop_rule(ad: Any, twins: dict[str, Function], taken: set[str]) -> list[str]:
+    """Replace the twin of every qualifying loop the transform reached (in ``twins``, by twin
+    name) by the tape version; adds the tape types to ``ad.types.new_types`` and the forward
+    and backward loops to ``twins``. Returns the names of the loops rewritten."""
+    names = [n for n, gv in ad.gmap.items() if gv.name_hint in twins]
+    done = []
+    for name, loop in eligible_loops(ad.mod, names).items():
+        try:
+            td, fns, fwd_gv, bwd_gv, nil = build_loop(loop, taken)
+        except _NotALoop:
+            continue
+        wrapper = _twin_wrapper(ad, loop, fwd_gv, bwd_gv, nil)
+        ad.types.new_types.append(td)
+        twins.update(fns)
+        twins[ad.gmap[name].name_hint] = wrapper
+        done.append(name)
+    return done
