@@ -63,7 +63,8 @@ from relay_ir.passes._ad_common import (_call, _fresh_name, _tensor_tree, _type_
                                         _typed_const, has_float_leaf, is_float)
 from relay_ir.passes._analysis import op_is_effectful
 from relay_ir.traversal import free_vars
-from relay_ir.ty import UNIT, FuncType, GlobalTypeVar, TensorType, TupleType, Type, TypeData
+from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, TensorType, TupleType, Type, TypeCall,
+                         TypeData)
 
 __all__ = ["MAX_PATHS", "loop_rule_enabled", "eligible_loops", "apply_loop_rule"]
 
@@ -406,7 +407,7 @@ def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor],
             other = emit(node.other, dict(vmap))
             return sb.build(If(atom(node.cond, vmap), then, other, checked_type_=out_t))
         i = leaf_index[id(node)]
-        tape_t = ctors[i].belong_to
+        tape_t = TypeCall(ctors[i].belong_to, ())
         rec = sb.let_(Call(ctors[i], tuple(vmap[s] for s in saved[i]) + (tape,),
                            checked_type_=tape_t), "tape", tape_t)
         if node.call is not None:
@@ -426,12 +427,13 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
     float_idx = [i for i, t in enumerate(loop.param_types) if is_float(t)]
     float_ts = [loop.param_types[i] for i in float_idx]
     tape_gtv = GlobalTypeVar(_fresh_name(f"{name}_tape", taken))
+    tape_t = TypeCall(tape_gtv, ())
     fwd_gv = GlobalVar(_fresh_name(f"{name}_fwd", taken))
     bwd_gv = GlobalVar(_fresh_name(f"{name}_bwd", taken))
     res_t = TupleType(tuple(float_ts))
 
     # the backward arms first: what each reads decides its constructor's fields
-    tape_v = Var("tape", tape_gtv, checked_type_=tape_gtv)
+    tape_v = Var("tape", tape_t, checked_type_=tape_t)
     dr = Var("dr", loop.ret, checked_type_=loop.ret)
     d_params = [Var(f"d_{fn.params[i].name_hint}", t, checked_type_=t)
                 for i, t in zip(float_idx, float_ts)]
@@ -441,7 +443,7 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
         sweep = _Sweep(loop, i, sb, d_params, dr)
         with sb.scope():
             outs = sweep.run()
-            rest = Var("rest", tape_gtv, checked_type_=tape_gtv)
+            rest = Var("rest", tape_t, checked_type_=tape_t)
             r = sb.let_(Call(bwd_gv, (rest, dr) + tuple(outs), checked_type_=res_t), "d", res_t)
             body = sb.build(r)
         fv = set(free_vars(body))
@@ -452,7 +454,7 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
     ctors = []
     for i, (saved, _, _, _) in enumerate(arms):
         ctors.append(Constructor(_fresh_name(f"{name}_tape_{i}", taken),
-                                 tuple(_var_type(s) for s in saved) + (tape_gtv,), tape_gtv,
+                                 tuple(_var_type(s) for s in saved) + (tape_t,), tape_gtv,
                                  i + 1))
     td = TypeData(tape_gtv, (), (nil,) + tuple(ctors))
 
@@ -464,8 +466,8 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
                    Match(tape_v, tuple(clauses), checked_type_=res_t), res_t)
 
     fparams = [Var(p.name_hint, t, checked_type_=t) for p, t in zip(fn.params, loop.param_types)]
-    ftape = Var("tape", tape_gtv, checked_type_=tape_gtv)
-    out_t = TupleType((loop.ret, tape_gtv))
+    ftape = Var("tape", tape_t, checked_type_=tape_t)
+    out_t = TupleType((loop.ret, tape_t))
     fbody = _emit_forward(loop, fwd_gv, ctors, [a[0] for a in arms], ftape, fparams, out_t)
     fwd = Function(tuple(fparams) + (ftape,), fbody, out_t, span=fn.span)
     return td, {fwd_gv.name_hint: fwd, bwd_gv.name_hint: bwd}, fwd_gv, bwd_gv, nil
@@ -481,7 +483,7 @@ def _twin_wrapper(ad: Any, loop: _Loop, fwd_gv: GlobalVar, bwd_gv: GlobalVar,
     params = [Var(p.name_hint, ad.types.map(t), checked_type_=ad.types.map(t))
               for p, t in zip(fn.params, loop.param_types)]
     bp = Var("bp", BP_TYPE, checked_type_=BP_TYPE)
-    tape_t = nil.belong_to
+    tape_t = TypeCall(nil.belong_to, ())
     out_t = TupleType((loop.ret, tape_t))
     float_idx = [i for i, t in enumerate(loop.param_types) if is_float(t)]
     res_t = TupleType(tuple(loop.param_types[i] for i in float_idx))

@@ -1,0 +1,296 @@
+"""The loop rule of reverse-mode AD (passes/loop_ad.py): a self-tail-recursive first-order
+global gets a forward loop that pushes a tape and a backward loop that pops it.
+
+Every program is checked against central finite differences, against the reference-based
+gradient (``loop_rule=False``), optimized and raw, and compiled (Relax VM) against the
+interpreter; the printed output is checked to hold the tape (and no backward closure inside
+the loops)."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import relay_ir as rly
+from relay_ir import passes, runtime
+from relay_ir.expr import Function, Match, RefCreate
+from relay_ir.traversal import post_order
+from relay_ir.well_formed import check as wf_check
+
+from util_grad import (HEADER, assert_close_tree, finite_differences, objective,
+                       strip_type_args)
+
+F64 = np.float64
+
+
+def _grad(mod: rly.IRModule, entry: str = "main", loop_rule: bool = True) -> rly.IRModule:
+    g = passes.gradient(mod, entry, loop_rule=loop_rule)
+    wf_check(g)
+    text = rly.astext(g)
+    back = rly.parse(text, "<grad>")
+    rly.assert_structural_equal(strip_type_args(g), back)
+    return g
+
+
+def _taped(g: rly.IRModule, loop: str) -> None:
+    """``@loop`` got the tape rule: its forward and backward loops exist, are first order
+    (no closure, no reference) and the backward loop matches on the tape."""
+    fwd, bwd = g[f"{loop}_fwd"], g[f"{loop}_bwd"]
+    for f in (fwd, bwd):
+        assert not any(isinstance(n, (Function, RefCreate)) for n in post_order(f.body))
+    assert any(isinstance(n, Match) for n in post_order(bwd.body))
+    assert f"{loop}_tape" in g.type_definitions
+
+
+def check_loop(text: str, args: list, loops: tuple[str, ...] = ("loop",), entry: str = "main",
+               rtol: float = 1e-6, atol: float = 1e-8, fd: bool = True,
+               compiled: bool = True) -> tuple:
+    mod = rly.parse(HEADER + text, "<test>")
+    g = _grad(mod, entry)
+    for name in loops:
+        _taped(g, name)
+    ref = _grad(mod, entry, loop_rule=False)
+    assert not any(n.endswith("_tape") for n in ref.type_definitions)
+    value, grads = runtime.evaluate(g, *args, entry=entry)
+    rvalue, rgrads = runtime.evaluate(ref, *args, entry=entry)
+    assert_close_tree(value, runtime.evaluate(mod, *args, entry=entry), 1e-12, 0)
+    assert_close_tree(value, rvalue, 1e-12, 0)
+    assert_close_tree(grads, rgrads, 1e-9, 1e-12)
+    if fd:
+        want = finite_differences(objective(mod, entry), args)
+        assert_close_tree(grads, tuple(want), rtol, atol)
+    opt = passes.optimize(g, entry=entry)
+    wf_check(opt)
+    ovalue, ograds = runtime.evaluate(opt, *args, entry=entry)
+    assert_close_tree(ovalue, value, 1e-12, 0)
+    assert_close_tree(ograds, grads, 1e-9, 1e-12)
+    if compiled:
+        cvalue, cgrads = runtime.build(opt, entry=entry)(*args)
+        assert_close_tree(cvalue, value, 1e-12, 0)
+        assert_close_tree(cgrads, grads, 1e-9, 1e-12)
+    return value, grads
+
+
+SCALAR_LOOP = """
+def @loop(%x: float64, %i: float64, %acc: float64) -> float64 {
+  if (%i >= 25f64) {
+    %acc
+  } else {
+    @loop(%x, %i + 1f64, %acc + sin(%x * %i) * 0.5f64)
+  }
+}
+def @main(%x: float64) -> float64 { @loop(%x, 0f64, 0f64) }
+"""
+
+
+def test_w6_shape_three_carried_values() -> None:
+    value, (dx,) = check_loop(SCALAR_LOOP, [F64(0.7)])
+    want = sum(np.cos(0.7 * i) * i * 0.5 for i in range(25))
+    np.testing.assert_allclose(dx, want, rtol=1e-12)
+
+
+def test_the_tape_holds_only_what_the_backward_step_reads() -> None:
+    g = _grad(rly.parse(HEADER + SCALAR_LOOP))
+    td = g.type_definitions["loop_tape"]
+    # one constructor per leaf (plus the empty tape); the step saves x*i, x and i (not acc,
+    # not sin(x*i)): sin's rule needs its argument, multiply's rule both operands
+    arity = sorted(len(c.inputs) for c in td.constructors)
+    assert arity == [0, 1, 4], arity
+    text = rly.astext(g)
+    bwd = text[text.index("def @loop_bwd"):]
+    bwd = bwd[:bwd.index("\n}\n")]
+    assert "cos(" in bwd and "ref" not in bwd and "fn (" not in bwd
+
+
+def test_if_in_the_body_and_several_carried_values() -> None:
+    text = """
+def @loop(%a: float64, %b: float64, %n: int32) -> (float64, float64) {
+  if (%n <= 0) {
+    (%a, %b * %a)
+  } else {
+    let %s = if (%a > %b) { %a * %b } else { sin(%a) + %b };
+    let %t = if (%n > 3) { tanh(%s) } else { %s * 0.5f64 };
+    @loop(%t, %b + 0.1f64 * %a, %n - 1)
+  }
+}
+def @main(%a: float64, %b: float64) -> (float64, float64) { @loop(%a, %b, 7) }
+"""
+    check_loop(text, [F64(0.3), F64(0.9)])
+    check_loop(text, [F64(1.3), F64(0.2)])
+
+
+def test_trip_count_depends_on_the_input() -> None:
+    text = """
+def @loop(%x: float64, %acc: float64, %k: float64) -> float64 {
+  if (%acc > 3f64) {
+    %acc * %k
+  } else {
+    @loop(%x, %acc + %x * %x, %k + 1f64)
+  }
+}
+def @main(%x: float64) -> float64 { @loop(%x, 0.01f64, 1f64) }
+"""
+    g = passes.optimize(_grad(rly.parse(HEADER + text)))
+    run = runtime.build(g)
+    for x in (0.3, 0.9, 1.7):
+        check_loop(text, [F64(x)], compiled=False)
+        v, (dx,) = run(F64(x))
+        steps, acc = 0, 0.01
+        while acc <= 3:
+            acc += x * x
+            steps += 1
+        np.testing.assert_allclose(v, acc * (1 + steps), rtol=1e-12)
+        np.testing.assert_allclose(dx, 2 * x * steps * (1 + steps), rtol=1e-9)
+
+
+def test_nested_loops() -> None:
+    # the outer loop calls the inner one (so it keeps the reference-based rule); the inner
+    # loop gets the tape
+    text = """
+def @inner(%x: float64, %j: int32, %acc: float64) -> float64 {
+  if (%j == 0) { %acc } else { @inner(%x, %j - 1, %acc * cos(%x) + %x) }
+}
+def @outer(%x: float64, %i: int32, %acc: float64) -> float64 {
+  if (%i == 0) {
+    %acc
+  } else {
+    let %y = @inner(%x + %acc * 0.1f64, %i, 0.5f64);
+    @outer(%x, %i - 1, %acc + %y)
+  }
+}
+def @main(%x: float64) -> float64 { @outer(%x, 4, 0f64) }
+"""
+    check_loop(text, [F64(0.4)], loops=("inner",))
+
+
+def test_loop_called_from_a_closure() -> None:
+    text = """
+def @loop(%x: float64, %n: int32, %acc: float64) -> float64 {
+  if (%n == 0) { %acc } else { @loop(%x, %n - 1, %acc * %x + 1f64) }
+}
+def @main(%x: float64, %y: float64) -> float64 {
+  let %f = fn (%z: float64) -> float64 { @loop(%z, 5, %y) };
+  %f(%x) + %f(%x * %y)
+}
+"""
+    check_loop(text, [F64(0.8), F64(1.1)])
+
+
+def test_tensor_carried_values() -> None:
+    text = """
+def @loop(%h: Tensor[(3), float64], %w: Tensor[(3, 3), float64], %n: int32)
+    -> Tensor[(3), float64] {
+  if (%n == 0) {
+    %h
+  } else {
+    let %z = nn.dense(expand_dims(%h, axis=0), %w);
+    @loop(tanh(squeeze(%z, axis=[0])) + %h * 0.5f64, %w, %n - 1)
+  }
+}
+def @main(%h: Tensor[(3), float64], %w: Tensor[(3, 3), float64]) -> float64 {
+  sum(@loop(%h, %w, 6))
+}
+"""
+    rng = np.random.default_rng(0)
+    check_loop(text, [rng.uniform(-1, 1, 3), rng.uniform(-1, 1, (3, 3))])
+
+
+def test_loop_as_the_entry_with_an_int_parameter() -> None:
+    text = """
+def @main(%x: float64, %n: int32, %acc: float64) -> float64 {
+  if (%n == 0) { %acc } else { @main(%x, %n - 1, exp(%acc * 0.1f64) * %x) }
+}
+"""
+    value, grads = check_loop(text, [F64(0.6), np.int32(5), F64(0.2)], loops=("main",))
+    assert grads[1].dtype == np.int32 and grads[1] == 0
+
+
+def test_100000_steps_constant_stack() -> None:
+    text = SCALAR_LOOP.replace("25f64", "100000f64").replace("0.5f64", "0.001f64")
+    mod = rly.parse(HEADER + text)
+    g = passes.optimize(_grad(mod))
+    limit = sys.getrecursionlimit()
+    v, (dx,) = runtime.build(g)(F64(0.3))
+    assert sys.getrecursionlimit() == limit
+    i = np.arange(100000, dtype=np.float64)
+    np.testing.assert_allclose(v, np.sum(np.sin(0.3 * i) * 0.001), rtol=1e-9)
+    np.testing.assert_allclose(dx, np.sum(np.cos(0.3 * i) * i * 0.001), rtol=1e-9)
+    iv, (idx,) = runtime.evaluate(g, F64(0.3))
+    np.testing.assert_allclose(idx, dx, rtol=1e-12)
+
+
+def test_gradient_of_gradient() -> None:
+    mod = rly.parse(HEADER + SCALAR_LOOP)
+    g = _grad(mod)
+    # the first gradient as a function of x (f'(x)), differentiated again
+    src = rly.astext(g).replace("def @main(", "def @first(")
+    src += "\ndef @main(%x: float64) -> float64 { let %r = @first(%x); (%r.1).0 }\n"
+    mod2 = rly.parse(src)
+    g2 = _grad(mod2)
+    d1, (d2,) = runtime.evaluate(g2, F64(0.7))
+    i = np.arange(25)
+    np.testing.assert_allclose(d1, np.sum(np.cos(0.7 * i) * i * 0.5), rtol=1e-12)
+    np.testing.assert_allclose(d2, np.sum(-np.sin(0.7 * i) * i * i * 0.5), rtol=1e-9)
+    r1 = runtime.evaluate(_grad(mod2, loop_rule=False), F64(0.7))
+    assert_close_tree((d1, (d2,)), r1, 1e-12, 1e-15)
+    c = runtime.build(passes.optimize(g2))(F64(0.7))
+    assert_close_tree(c, (d1, (d2,)), 1e-12, 1e-15)
+
+
+@pytest.mark.parametrize("x", [np.inf, -np.inf, np.nan, -0.0, 0.0])
+def test_ieee_values_unchanged(x: float) -> None:
+    text = """
+def @loop(%x: float32, %i: float32, %acc: float32) -> float32 {
+  if (%i >= 5f) {
+    %acc
+  } else {
+    @loop(%x, %i + 1f, %acc + %x * %i - %acc * 0.5f)
+  }
+}
+def @main(%x: float32, %y: float32) -> float32 { @loop(%x, 0f, %y) }
+"""
+    mod = rly.parse(HEADER + text)
+    args = [np.float32(x), np.float32(-0.0)]
+    new, ref = _grad(mod), _grad(mod, loop_rule=False)
+    got = [runtime.evaluate(new, *args), runtime.evaluate(passes.optimize(new), *args),
+           runtime.build(passes.optimize(new))(*args)]
+    want = runtime.evaluate(ref, *args)
+    flat_want = [np.asarray(a) for a in (want[0], *want[1])]
+    for g in got:
+        flat = [np.asarray(a) for a in (g[0], *g[1])]
+        for a, b in zip(flat, flat_want):
+            np.testing.assert_array_equal(a, b)          # nan positions and values
+            assert np.signbit(a) == np.signbit(b) or np.isnan(b)
+
+
+def test_the_switch() -> None:
+    mod = rly.parse(HEADER + SCALAR_LOOP)
+    off = passes.gradient(mod, loop_rule=False)
+    assert "loop_fwd" not in off.functions
+    on = passes.gradient(mod)
+    assert "loop_fwd" in on.functions and "loop_bwd" in on.functions
+
+
+def test_env_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = rly.parse(HEADER + SCALAR_LOOP)
+    monkeypatch.setenv("RELAY_IR_LOOP_AD", "0")
+    assert "loop_fwd" not in passes.gradient(mod).functions
+    assert "loop_fwd" in passes.gradient(mod, loop_rule=True).functions
+    monkeypatch.setenv("RELAY_IR_LOOP_AD", "1")
+    assert "loop_fwd" in passes.gradient(mod).functions
+
+
+def test_not_a_loop_keeps_the_reference_rule() -> None:
+    # non-tail self call, and a loop holding a reference: no tape, same gradients
+    text = """
+def @fact(%x: float64, %n: int32) -> float64 {
+  if (%n == 0) { 1f64 } else { %x * @fact(%x, %n - 1) }
+}
+def @main(%x: float64) -> float64 { @fact(%x, 4) }
+"""
+    mod = rly.parse(HEADER + text)
+    g = passes.gradient(mod)
+    assert "fact_fwd" not in g.functions
+    _, (dx,) = runtime.evaluate(g, F64(1.5))
+    np.testing.assert_allclose(dx, 4 * 1.5 ** 3, rtol=1e-12)
