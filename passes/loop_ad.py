@@ -109,6 +109,7 @@ class _Loop:
     tree: Any
     leaves: list[_Leaf] = field(default_factory=list)
     paths: list[list[tuple[Var, Expr]]] = field(default_factory=list)  # per leaf, root first
+    invariant: list[int] = field(default_factory=list)  # parameters every tail call passes on
 
 
 def _value_ok(e: Expr) -> bool:
@@ -233,7 +234,29 @@ def eligible_loops(mod: IRModule, names: list[str] | None = None) -> dict[str, _
         if any(v.checked_type_ is None and v.type_annotation is None
                for path in loop.paths for v, _ in path):
             continue
+        loop.invariant = _invariant_params(loop)
         out[name] = loop
+    return out
+
+
+def _invariant_params(loop: _Loop) -> list[int]:
+    """Positions of the parameters that every tail call passes on unchanged (``%x`` in W6):
+    the backward loop takes them as parameters instead of reading them from every record."""
+    out = []
+    for j, p in enumerate(loop.fn.params):
+        ok = True
+        for leaf, path in zip(loop.leaves, loop.paths):
+            if leaf.call is None:
+                continue
+            alias = {v: val for v, val in path if isinstance(val, (Var, Constant))}
+            a = leaf.call[j]
+            while isinstance(a, Var) and a in alias:
+                a = alias[a]
+            if a is not p:
+                ok = False
+                break
+        if ok:
+            out.append(j)
     return out
 
 
@@ -261,7 +284,7 @@ class _Sweep:
     """The reverse sweep of one leaf's path, emitted in the backward loop's match arm."""
 
     def __init__(self, loop: _Loop, leaf_i: int, sb: ScopeBuilder, d_params: list[Var],
-                 dr: Var) -> None:
+                 dr: Var, inv: dict[Var, Var]) -> None:
         from relay_ir.passes.gradient import _Adj  # NOTE: the first-order sweep's adjoints
         self.loop, self.sb = loop, sb
         self.twins: dict[Var, Var] = {}       # original var -> its value in the backward arm
@@ -270,6 +293,7 @@ class _Sweep:
         self.leaf = loop.leaves[leaf_i]
         self.path = loop.paths[leaf_i]
         self.d_params, self.dr = d_params, dr
+        self.inv = inv                        # invariant parameter -> the backward loop's
 
     def twin(self, a: Expr) -> Expr:
         if isinstance(a, Constant):
@@ -277,6 +301,8 @@ class _Sweep:
         a = self.resolve(a)
         if isinstance(a, Constant):
             return _typed_const(a)
+        if a in self.inv:
+            return self.inv[a]  # type: ignore[index]
         tw = self.twins.get(a)  # type: ignore[arg-type]
         if tw is None:
             t = _var_type(a)  # type: ignore[arg-type]
@@ -437,14 +463,18 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
     dr = Var("dr", loop.ret, checked_type_=loop.ret)
     d_params = [Var(f"d_{fn.params[i].name_hint}", t, checked_type_=t)
                 for i, t in zip(float_idx, float_ts)]
+    inv = {fn.params[j]: Var(fn.params[j].name_hint, loop.param_types[j],
+                             checked_type_=loop.param_types[j]) for j in loop.invariant}
+    inv_vars = tuple(inv.values())
     arms: list[tuple[list[Var], list[Var], Var, Expr]] = []  # saved orig, twins, rest, body
     for i in range(len(loop.leaves)):
         sb = ScopeBuilder()
-        sweep = _Sweep(loop, i, sb, d_params, dr)
+        sweep = _Sweep(loop, i, sb, d_params, dr, inv)
         with sb.scope():
             outs = sweep.run()
             rest = Var("rest", tape_t, checked_type_=tape_t)
-            r = sb.let_(Call(bwd_gv, (rest, dr) + tuple(outs), checked_type_=res_t), "d", res_t)
+            r = sb.let_(Call(bwd_gv, (rest, dr) + tuple(outs) + inv_vars, checked_type_=res_t),
+                        "d", res_t)
             body = sb.build(r)
         fv = set(free_vars(body))
         saved = [o for o, tw in sweep.twins.items() if tw in fv]
@@ -458,11 +488,17 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
                                  i + 1))
     td = TypeData(tape_gtv, (), (nil,) + tuple(ctors))
 
-    clauses = [Clause(PatternConstructor(nil, ()), Tuple(tuple(d_params), checked_type_=res_t))]
-    for c, (_, twins, rest, body) in zip(ctors, arms):
+    # NOTE: the records of tail calls first and the empty tape last: a match tests its clauses
+    # in order, and most records are those of the loop's steps
+    clauses = []
+    order = sorted(range(len(arms)), key=lambda i: loop.leaves[i].call is None)
+    for i in order:
+        c, (_, twins, rest, body) = ctors[i], arms[i]
         pats = tuple(PatternVar(tw) for tw in twins) + (PatternVar(rest),)
         clauses.append(Clause(PatternConstructor(c, pats), body))
-    bwd = Function((tape_v, dr) + tuple(d_params),
+    clauses.append(Clause(PatternConstructor(nil, ()), Tuple(tuple(d_params),
+                                                             checked_type_=res_t)))
+    bwd = Function((tape_v, dr) + tuple(d_params) + inv_vars,
                    Match(tape_v, tuple(clauses), checked_type_=res_t), res_t)
 
     fparams = [Var(p.name_hint, t, checked_type_=t) for p, t in zip(fn.params, loop.param_types)]
@@ -498,7 +534,9 @@ def _twin_wrapper(ad: Any, loop: _Loop, fwd_gv: GlobalVar, bwd_gv: GlobalVar,
         with sb.scope():
             dy = ad.read_adjoint(result, y, loop.ret)
             zs = [_zeros(loop.param_types[i], prims[i], sb, symbolic=True) for i in float_idx]
-            d = sb.let_(Call(bwd_gv, (tape, dy) + tuple(zs), checked_type_=res_t), "d", res_t)
+            invs = tuple(prims[j] for j in loop.invariant)
+            d = sb.let_(Call(bwd_gv, (tape, dy) + tuple(zs) + invs, checked_type_=res_t), "d",
+                        res_t)
             for j, i in enumerate(float_idx):
                 t = loop.param_types[i]
                 g = sb.let_(TupleGetItem(d, j, checked_type_=t), "g", t)
