@@ -280,6 +280,19 @@ def _zeros(t: Type, like: Expr | None, sb: ScopeBuilder, symbolic: bool = False)
     return sb.let_(_call("zeros_like", like, checked_type_=t), "z", t)
 
 
+#: Operators whose results the backward loop recomputes instead of saving (at most this
+#: fusion pattern: elementwise, broadcast, injective).
+RECOMPUTE_PATTERN = 2
+
+
+def _recomputable(call: Call) -> bool:
+    if not isinstance(call.op, Op) or op_is_effectful(call.op):
+        return False
+    od = get_opdef(call.op.name)
+    return int(od.pattern) <= RECOMPUTE_PATTERN and all(
+        isinstance(a, (Var, Constant)) for a in call.args)
+
+
 class _Sweep:
     """The reverse sweep of one leaf's path, emitted in the backward loop's match arm."""
 
@@ -294,6 +307,7 @@ class _Sweep:
         self.path = loop.paths[leaf_i]
         self.d_params, self.dr = d_params, dr
         self.inv = inv                        # invariant parameter -> the backward loop's
+        self.defs: dict[Var, Expr] = dict(self.path)
 
     def twin(self, a: Expr) -> Expr:
         if isinstance(a, Constant):
@@ -304,11 +318,34 @@ class _Sweep:
         if a in self.inv:
             return self.inv[a]  # type: ignore[index]
         tw = self.twins.get(a)  # type: ignore[arg-type]
-        if tw is None:
-            t = _var_type(a)  # type: ignore[arg-type]
-            tw = Var(a.name_hint, t, checked_type_=t)  # type: ignore[union-attr]
-            self.twins[a] = tw  # type: ignore[index]
-        return tw
+        if tw is not None:
+            return tw
+        # NOTE: a value computed by an elementwise, broadcast or injective operator from
+        # other values of the step is recomputed here rather than saved on the tape (JAX's
+        # `dots_saveable` policy: only products, reductions and opaque results are saved);
+        # iterative over the chain of such operators
+        stack: list[tuple[Var, bool]] = [(a, False)]  # type: ignore[list-item]
+        while stack:
+            v, ready = stack.pop()
+            if v in self.twins or v in self.inv:
+                continue
+            val = self.defs.get(v)
+            if not (isinstance(val, Call) and _recomputable(val)):
+                t = _var_type(v)
+                self.twins[v] = Var(v.name_hint, t, checked_type_=t)
+                continue
+            args = [self.resolve(x) for x in val.args]
+            if not ready:
+                stack.append((v, True))
+                stack.extend((x, False) for x in args  # type: ignore[misc]
+                             if isinstance(x, Var) and x not in self.twins and x not in self.inv)
+                continue
+            t = _var_type(v)
+            new = Call(val.op, tuple(self.inv.get(x) or self.twins.get(x)  # type: ignore
+                                     or _typed_const(x) for x in args),
+                       val.attrs, val.type_args, span=val.span, checked_type_=t)
+            self.twins[v] = self.sb.let_(new, v.name_hint, t, bind_atoms=True)  # type: ignore
+        return self.twins[a]  # type: ignore[index]
 
     def resolve(self, a: Expr) -> Expr:
         while isinstance(a, Var) and a in self.alias:
@@ -399,6 +436,18 @@ class _Sweep:
         return out
 
 
+def _prune(bindings: list[tuple[Var, Expr]], result: Expr) -> None:
+    """Drop (in place) the bindings of a straight-line, effect-free scope that ``result`` does
+    not use (values the sweep prepared for a rule that did not read them)."""
+    used = set(free_vars(result))
+    keep = []
+    for v, val in reversed(bindings):
+        if v in used:
+            keep.append((v, val))
+            used.update(free_vars(val))
+    bindings[:] = keep[::-1]
+
+
 def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor],
                   saved: list[list[Var]], tape: Var, fparams: list[Var],
                   out_t: Type) -> Expr:
@@ -475,6 +524,7 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
             rest = Var("rest", tape_t, checked_type_=tape_t)
             r = sb.let_(Call(bwd_gv, (rest, dr) + tuple(outs) + inv_vars, checked_type_=res_t),
                         "d", res_t)
+            _prune(sb.bindings, r)
             body = sb.build(r)
         fv = set(free_vars(body))
         saved = [o for o, tw in sweep.twins.items() if tw in fv]

@@ -93,10 +93,13 @@ def test_w6_shape_three_carried_values() -> None:
 def test_the_tape_holds_only_what_the_backward_step_reads() -> None:
     g = _grad(rly.parse(HEADER + SCALAR_LOOP))
     td = g.type_definitions["loop_tape"]
-    # one constructor per leaf (plus the empty tape); the step saves x*i, x and i (not acc,
-    # not sin(x*i)): sin's rule needs its argument, multiply's rule both operands
+    # one constructor per leaf (plus the empty tape). The step's record holds %i only: %x is
+    # passed on unchanged by every step (a parameter of the backward loop), x * i and sin's
+    # argument are recomputed (elementwise), %acc is not read by the backward step
     arity = sorted(len(c.inputs) for c in td.constructors)
-    assert arity == [0, 1, 4], arity
+    assert arity == [0, 1, 2], arity
+    step = [c for c in td.constructors if len(c.inputs) == 2][0]
+    assert step.inputs[0] == rly.TensorType((), "float64")
     text = rly.astext(g)
     bwd = text[text.index("def @loop_bwd"):]
     bwd = bwd[:bwd.index("\n}\n")]
