@@ -297,3 +297,18 @@ def @main(%x: float64) -> float64 { @fact(%x, 4) }
     assert "fact_fwd" not in g.functions
     _, (dx,) = runtime.evaluate(g, F64(1.5))
     np.testing.assert_allclose(dx, 4 * 1.5 ** 3, rtol=1e-12)
+
+
+def test_forward_over_reverse_through_the_tape() -> None:
+    # passes.jvp of the tape program: the tangent of f'(x) along 1 is f''(x)
+    mod = rly.parse(HEADER + SCALAR_LOOP)
+    g = _grad(mod)
+    j = passes.jvp(g)
+    wf_check(j)
+    got = runtime.evaluate(j, F64(0.7), F64(1.0))
+    (value, (d1,)), (_, (d2,)) = got
+    i = np.arange(25)
+    np.testing.assert_allclose(d1, np.sum(np.cos(0.7 * i) * i * 0.5), rtol=1e-12)
+    np.testing.assert_allclose(d2, np.sum(-np.sin(0.7 * i) * i * i * 0.5), rtol=1e-9)
+    opt = runtime.build(passes.optimize(j))(F64(0.7), F64(1.0))
+    assert_close_tree(opt, got, 1e-9, 1e-12)
