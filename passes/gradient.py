@@ -825,7 +825,7 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     self-tail-recursive first-order global a first-order tape instead of backward closures
     (:mod:`relay_ir.passes.loop_ad`); ``False`` keeps the reference-based rule everywhere.
     """
-    from relay_ir.passes.loop_ad import apply_loop_rule, loop_rule_enabled
+    from relay_ir.passes.loop_ad import apply_loop_rule, lift_local_loops, loop_rule_enabled
     from relay_ir.passes.to_anf import ToANormalForm
     from relay_ir.passes.type_infer import InferType
 
@@ -838,6 +838,10 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     if any(f.checked_type_ is None for f in mod.functions.values()):
         mod = InferType()(mod)
     mod = ToANormalForm()(mod)
+    if mode != "first_order" and loop_rule_enabled(loop_rule):
+        lifted = lift_local_loops(mod)
+        if lifted is not mod:
+            mod = ToANormalForm()(InferType()(lifted))
     fn = _check_entry(mod, entry)
     wrt_idx = _wrt_indices(fn, entry, wrt)
     arg_types, ret = _check_signature(fn, entry, mod, GradientError, "gradient", _RETURNS)

@@ -57,16 +57,18 @@ from relay_ir.errors import DiagnosticError, InternalError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
                            Let, Match, Op, PatternConstructor, PatternVar, RefCreate, RefRead,
                            RefWrite, Tuple, TupleGetItem, Var)
-from relay_ir.module import IRModule
+from relay_ir.functor import ExprMutator
+from relay_ir.module import IRModule, fresh_name
 from relay_ir.op import get_opdef
 from relay_ir.passes._ad_common import (_call, _fresh_name, _tensor_tree, _type_of,
                                         _typed_const, has_float_leaf, is_float)
 from relay_ir.passes._analysis import op_is_effectful
-from relay_ir.traversal import free_vars
+from relay_ir.traversal import free_vars, post_order
 from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, TensorType, TupleType, Type, TypeCall,
                          TypeData)
 
-__all__ = ["MAX_PATHS", "loop_rule_enabled", "eligible_loops", "apply_loop_rule"]
+__all__ = ["MAX_PATHS", "loop_rule_enabled", "eligible_loops", "apply_loop_rule",
+           "lift_local_loops"]
 
 #: At most this many straight-line paths (leaves of the ``if`` tree) per loop body.
 MAX_PATHS = 16
@@ -198,45 +200,143 @@ def _analyze(name: str, fn: Function) -> Any:
     return walk(fn.body, ())
 
 
+def _loop_of(name: str, fn: Function) -> _Loop | None:
+    """The analysed loop if global ``name`` (function ``fn``) qualifies, else None."""
+    if not isinstance(fn, Function) or fn.type_params:
+        return None
+    ts = [p.type_annotation if p.type_annotation is not None else p.checked_type_
+          for p in fn.params]
+    ret = fn.ret_type
+    if ret is None and isinstance(fn.checked_type_, FuncType):
+        ret = fn.checked_type_.ret_type
+    if ret is None or any(not isinstance(t, TensorType) for t in ts) \
+            or not _tensor_tree(ret) or not has_float_leaf(ret):
+        return None
+    try:
+        tree = _analyze(name, fn)
+    except _NotALoop:
+        return None
+    loop = _Loop(name, fn, ts, ret, tree)
+    stack: list[tuple[Any, list]] = [(tree, [])]
+    while stack:
+        node, prefix = stack.pop()
+        path = prefix + node.binds
+        if isinstance(node, _Leaf):
+            loop.leaves.append(node)
+            loop.paths.append(path)
+        else:
+            stack.append((node.other, path))
+            stack.append((node.then, path))
+    if not any(leaf.call is not None for leaf in loop.leaves) \
+            or not any(leaf.call is None for leaf in loop.leaves):
+        return None
+    if any(v.checked_type_ is None and v.type_annotation is None
+           for path in loop.paths for v, _ in path):
+        return None
+    loop.invariant = _invariant_params(loop)
+    return loop
+
+
 def eligible_loops(mod: IRModule, names: list[str] | None = None) -> dict[str, _Loop]:
     """The globals (of ``names``, default all) that the loop rule applies to."""
     out: dict[str, _Loop] = {}
     for name in (names if names is not None else list(mod.functions)):
-        fn = mod[name]
-        if not isinstance(fn, Function) or fn.type_params:
-            continue
-        ts = [p.type_annotation if p.type_annotation is not None else p.checked_type_
-              for p in fn.params]
-        ret = fn.ret_type
-        if ret is None and isinstance(fn.checked_type_, FuncType):
-            ret = fn.checked_type_.ret_type
-        if ret is None or any(not isinstance(t, TensorType) for t in ts) \
-                or not _tensor_tree(ret) or not has_float_leaf(ret):
-            continue
-        try:
-            tree = _analyze(name, fn)
-        except _NotALoop:
-            continue
-        loop = _Loop(name, fn, ts, ret, tree)
-        stack: list[tuple[Any, list]] = [(tree, [])]
-        while stack:
-            node, prefix = stack.pop()
-            path = prefix + node.binds
-            if isinstance(node, _Leaf):
-                loop.leaves.append(node)
-                loop.paths.append(path)
-            else:
-                stack.append((node.other, path))
-                stack.append((node.then, path))
-        if not any(leaf.call is not None for leaf in loop.leaves) \
-                or not any(leaf.call is None for leaf in loop.leaves):
-            continue
-        if any(v.checked_type_ is None and v.type_annotation is None
-               for path in loop.paths for v, _ in path):
-            continue
-        loop.invariant = _invariant_params(loop)
-        out[name] = loop
+        loop = _loop_of(name, mod[name])
+        if loop is not None:
+            out[name] = loop
     return out
+
+
+# ----------------------------------------------------------------------------- local loops
+class _SelfCalls(ExprMutator):
+    """A loop body with its parameters and captured variables renamed and its self calls
+    ``%f(a..)`` made calls of the global ``@g(a.., env..)`` (``%f`` used otherwise stays)."""
+
+    def __init__(self, self_var: Var, gv: GlobalVar, subst: dict[Var, Var], env: tuple) -> None:
+        super().__init__()
+        self.self_var, self.gv, self.subst, self.env = self_var, gv, subst, env
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.subst.get(v, v)   # NOTE: %f left anywhere but as a callee: not a loop
+
+    def visit_call(self, c: Call) -> Expr:
+        if c.op is self.self_var:
+            return Call(self.gv, self._visit_all(c.args) + self.env, span=c.span,
+                        checked_type_=c.checked_type_)
+        return super().visit_call(c)
+
+
+class _LoopLifter(ExprMutator):
+    """``let %f = fn (%p..) { ... %f(a..) ... }`` (a local self-tail-recursive loop, as the
+    Python front end writes ``for``/``while``) whose captured variables are tensors becomes
+    the global ``@owner_f(%p.., captured..)`` and the binding a closure calling it, so the
+    loop rule applies (the captured variables are parameters every step passes on)."""
+
+    def __init__(self, owner: str, taken: set[str], lifted: dict[str, Function]) -> None:
+        super().__init__()
+        self.owner, self.taken, self.lifted = owner, taken, lifted
+
+    def visit_binding(self, var: Var, value: Expr) -> Any:
+        if type(value) is Function and not value.is_primitive and not value.type_params \
+                and var in free_vars(value):
+            body = yield value.body
+            f2 = value if body is value.body else Function(
+                value.params, body, value.ret_type, value.type_params, value.attrs,
+                span=value.span, checked_type_=value.checked_type_)
+            new = self._lift(var, f2)
+            out = new if new is not None else f2
+            self.memo[value] = out
+            return var, out
+        return ((yield var), (yield value))
+
+    def _lift(self, var: Var, f: Function) -> Function | None:
+        fvs = [v for v in free_vars(f) if v is not var]
+        ptypes = [p.type_annotation if p.type_annotation is not None else p.checked_type_
+                  for p in f.params]
+        etypes = [v.type_annotation if v.type_annotation is not None else v.checked_type_
+                  for v in fvs]
+        ret = f.ret_type
+        if ret is None and isinstance(f.checked_type_, FuncType):
+            ret = f.checked_type_.ret_type
+        if ret is None or not all(isinstance(t, TensorType) for t in ptypes + etypes):
+            return None
+        name = fresh_name(f"{self.owner}_{var.name_hint}", self.taken)
+        gv = GlobalVar(name)
+        params = tuple(Var(p.name_hint, t, span=p.span, checked_type_=t)
+                       for p, t in zip(f.params, ptypes))
+        env = tuple(Var(v.name_hint, t, span=v.span, checked_type_=t)
+                    for v, t in zip(fvs, etypes))
+        subst = dict(zip(f.params, params)) | dict(zip(fvs, env))
+        body = _SelfCalls(var, gv, subst, env).visit(f.body)
+        if var in free_vars(body):
+            return None
+        glob = Function(params + env, body, ret, span=f.span)
+        if _loop_of(name, glob) is None:
+            return None
+        self.taken.add(name)
+        self.lifted[name] = glob
+        wparams = tuple(Var(p.name_hint, t, span=p.span, checked_type_=t)
+                        for p, t in zip(f.params, ptypes))
+        call = Call(gv, wparams + tuple(fvs), span=f.span, checked_type_=ret)
+        return Function(wparams, call, ret, span=f.span)
+
+
+def lift_local_loops(mod: IRModule) -> IRModule:
+    """Every local self-tail-recursive loop that qualifies becomes a global (see
+    :class:`_LoopLifter`); ``mod`` itself when there is none."""
+    taken = set(mod.functions) | set(mod.type_definitions) | set(mod.constructors)
+    lifted: dict[str, Function] = {}
+    changed: dict[str, Function] = {}
+    for gname, fn in mod.functions.items():
+        if not isinstance(fn, Function) or fn.is_primitive \
+                or not any(type(n) is Function for n in post_order(fn.body)):
+            continue
+        new = _LoopLifter(gname, taken, lifted).visit(fn)
+        if new is not fn:
+            changed[gname] = new  # type: ignore[assignment]
+    if not lifted:
+        return mod
+    return mod.with_functions({**changed, **lifted})
 
 
 def _invariant_params(loop: _Loop) -> list[int]:
@@ -448,7 +548,7 @@ def _prune(bindings: list[tuple[Var, Expr]], result: Expr) -> None:
     bindings[:] = keep[::-1]
 
 
-def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor],
+def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor | None],
                   saved: list[list[Var]], tape: Var, fparams: list[Var],
                   out_t: Type) -> Expr:
     """The forward loop's body: the step body with a constructor pushed at every leaf."""
@@ -482,9 +582,12 @@ def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor],
             other = emit(node.other, dict(vmap))
             return sb.build(If(atom(node.cond, vmap), then, other, checked_type_=out_t))
         i = leaf_index[id(node)]
-        tape_t = TypeCall(ctors[i].belong_to, ())
-        rec = sb.let_(Call(ctors[i], tuple(vmap[s] for s in saved[i]) + (tape,),
-                           checked_type_=tape_t), "tape", tape_t)
+        if ctors[i] is None:        # NOTE: a step whose backward is the identity: no record
+            rec: Expr = tape
+        else:
+            tape_t = TypeCall(ctors[i].belong_to, ())  # type: ignore[union-attr]
+            rec = sb.let_(Call(ctors[i], tuple(vmap[s] for s in saved[i]) + (tape,),
+                               checked_type_=tape_t), "tape", tape_t)
         if node.call is not None:
             r = sb.let_(Call(fwd_gv, tuple(atom(a, vmap) for a in node.call) + (rec,),
                              checked_type_=out_t), "r", out_t)
@@ -493,6 +596,12 @@ def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor],
         return sb.build(r)
 
     return emit(loop.tree, vmap0)
+
+
+def sb_rest(body: Expr, rest: Var) -> bool:
+    """True if the arm ``body`` does more than call the backward loop on ``rest``."""
+    return not (isinstance(body, Let) and isinstance(body.value, Call)
+                and body.body is body.var and body.value.args[0] is rest)
 
 
 def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Function],
@@ -516,6 +625,7 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
                              checked_type_=loop.param_types[j]) for j in loop.invariant}
     inv_vars = tuple(inv.values())
     arms: list[tuple[list[Var], list[Var], Var, Expr]] = []  # saved orig, twins, rest, body
+    skip: list[bool] = []
     for i in range(len(loop.leaves)):
         sb = ScopeBuilder()
         sweep = _Sweep(loop, i, sb, d_params, dr, inv)
@@ -529,14 +639,20 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
         fv = set(free_vars(body))
         saved = [o for o, tw in sweep.twins.items() if tw in fv]
         arms.append((saved, [sweep.twins[o] for o in saved], rest, body))
+        # a tail call whose backward step is the identity (`continue` in a loop over an int
+        # counter: each float argument is the parameter itself, nothing else contributes)
+        # pushes no record
+        skip.append(loop.leaves[i].call is not None and not saved and not sb_rest(body, rest)
+                    and list(outs) == list(d_params))
 
     nil = Constructor(_fresh_name(f"{name}_tape_nil", taken), (), tape_gtv, 0)
-    ctors = []
+    ctors: list[Constructor | None] = []
     for i, (saved, _, _, _) in enumerate(arms):
-        ctors.append(Constructor(_fresh_name(f"{name}_tape_{i}", taken),
-                                 tuple(_var_type(s) for s in saved) + (tape_t,), tape_gtv,
-                                 i + 1))
-    td = TypeData(tape_gtv, (), (nil,) + tuple(ctors))
+        ctors.append(None if skip[i] else Constructor(
+            _fresh_name(f"{name}_tape_{i}", taken),
+            tuple(_var_type(s) for s in saved) + (tape_t,), tape_gtv,
+            1 + sum(c is not None for c in ctors)))
+    td = TypeData(tape_gtv, (), (nil,) + tuple(c for c in ctors if c is not None))
 
     # NOTE: the records of tail calls first and the empty tape last: a match tests its clauses
     # in order, and most records are those of the loop's steps
@@ -544,6 +660,8 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
     order = sorted(range(len(arms)), key=lambda i: loop.leaves[i].call is None)
     for i in order:
         c, (_, twins, rest, body) = ctors[i], arms[i]
+        if c is None:
+            continue
         pats = tuple(PatternVar(tw) for tw in twins) + (PatternVar(rest),)
         clauses.append(Clause(PatternConstructor(c, pats), body))
     clauses.append(Clause(PatternConstructor(nil, ()), Tuple(tuple(d_params),

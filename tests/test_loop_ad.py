@@ -312,3 +312,61 @@ def test_forward_over_reverse_through_the_tape() -> None:
     np.testing.assert_allclose(d2, np.sum(-np.sin(0.7 * i) * i * i * 0.5), rtol=1e-9)
     opt = runtime.build(passes.optimize(j))(F64(0.7), F64(1.0))
     assert_close_tree(opt, got, 1e-9, 1e-12)
+
+
+def _first_big(x, n):  # noqa: ANN001, ANN202 -- translated by the Python front end
+    s = 0.0
+    for i in range(n):
+        if x[i] < 0.0:
+            continue
+        s = s + x[i] * x[i]
+        if s > 10.0:
+            break
+    return s
+
+
+def _while_loop(x, y):  # noqa: ANN001, ANN202
+    k = 0.0
+    while x < 5.0:
+        x = x * y + 0.5
+        k = k + x
+    return k
+
+
+def test_python_front_end_loops_get_the_tape() -> None:
+    # the front end writes each loop as a local self-recursive closure capturing %x and %n:
+    # it is lifted to a global whose captured values are invariant parameters
+    from relay_ir.frontend import from_python
+    mod = from_python(_first_big, np.ones(8, "float32"), 8)
+    g = passes.gradient(mod)
+    loops = [n for n in g.functions if n.endswith("_bwd")]
+    assert len(loops) == 1
+    _taped(g, loops[0][:-len("_bwd")])
+    # the `continue` step's backward is the identity: no record for it
+    td = g.type_definitions[loops[0][:-len("_bwd")] + "_tape"]
+    assert len(td.constructors) == 4, td.constructors  # nil, the step, break, loop exit
+    ref = passes.gradient(mod, loop_rule=False)
+    for x in (np.linspace(-1, 2, 8), np.linspace(2, -1, 8), np.full(8, 3.0)):
+        x = x.astype("float32")
+        got = runtime.evaluate(g, x, np.int32(8))
+        assert_close_tree(got, runtime.evaluate(ref, x, np.int32(8)), 1e-6, 1e-7)
+        assert_close_tree(runtime.build(passes.optimize(g))(x, np.int32(8)), got, 1e-6, 1e-7)
+        want = np.where(x >= 0, 2 * x, 0)
+        s = np.cumsum(np.where(x >= 0, x * x, 0))
+        stop = int(np.argmax(s > 10)) if np.any(s > 10) else 7
+        want[stop + 1:] = 0
+        np.testing.assert_allclose(got[1][0], want, rtol=1e-6)
+
+    mod = from_python(_while_loop, 1.0, 1.5)
+    g = passes.gradient(mod)
+    assert any(n.endswith("_bwd") for n in g.functions)
+    for x, y in ((1.0, 1.5), (0.2, 2.0)):
+        args = [np.float32(x), np.float32(y)]
+        got = runtime.evaluate(g, *args)
+        assert_close_tree(got, runtime.evaluate(passes.gradient(mod, loop_rule=False), *args),
+                          1e-6, 1e-7)
+        f64 = lambda a, b: _while_loop(float(a), float(b))  # noqa: E731
+        eps = 1e-4
+        fd = [(f64(x + eps, y) - f64(x - eps, y)) / (2 * eps),
+              (f64(x, y + eps) - f64(x, y - eps)) / (2 * eps)]
+        np.testing.assert_allclose([float(v) for v in got[1]], fd, rtol=1e-3)
