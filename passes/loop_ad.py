@@ -136,7 +136,7 @@ def _analyze(name: str, fn: Function) -> Any:
     """The body as a tree of forks and leaves (module docstring); raises :class:`_NotALoop`.
 
     The recursion follows ``if`` nesting only, bounded by ``MAX_PATHS``."""
-    count = [0]
+    count = [0, 0]   # leaves, forks
 
     def walk(e: Expr, conts: tuple[tuple[Var, Expr], ...]) -> Any:
         binds: list[tuple[Var, Expr]] = []
@@ -191,6 +191,11 @@ def _analyze(name: str, fn: Function) -> Any:
         return _Leaf(binds, tuple(call.args), None)
 
     def _fork(binds: list, e: If, conts: tuple) -> _Fork:
+        # NOTE: a tree of at most MAX_PATHS leaves has fewer forks: this bounds the recursion
+        # (10,000 nested `if`s are given up at once, not walked)
+        count[1] += 1
+        if count[1] >= MAX_PATHS:
+            raise _NotALoop("too many paths")
         if not isinstance(e.cond, (Var, Constant)):
             raise _NotALoop("non-atomic condition")
         then = walk(e.true_branch, conts)
@@ -212,6 +217,9 @@ def _loop_of(name: str, fn: Function) -> _Loop | None:
     if ret is None or any(not isinstance(t, TensorType) for t in ts) \
             or not _tensor_tree(ret) or not has_float_leaf(ret):
         return None
+    if not any(type(n) is Call and type(n.op) is GlobalVar and n.op.name_hint == name
+               for n in post_order(fn.body)):
+        return None          # NOTE: not a loop (a cheap iterative scan before the analysis)
     try:
         tree = _analyze(name, fn)
     except _NotALoop:

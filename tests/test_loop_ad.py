@@ -370,3 +370,20 @@ def test_python_front_end_loops_get_the_tape() -> None:
         fd = [(f64(x + eps, y) - f64(x - eps, y)) / (2 * eps),
               (f64(x, y + eps) - f64(x, y - eps)) / (2 * eps)]
         np.testing.assert_allclose([float(v) for v in got[1]], fd, rtol=1e-3)
+
+
+def test_deeply_nested_body_is_given_up_without_recursion() -> None:
+    # 3,000 nested `if`s in a loop body: more than MAX_PATHS paths, so the reference rule
+    # (the analysis stops at the limit instead of walking the nesting)
+    body = "%x"
+    for k in range(3000):
+        body = f"if (%i > {k}) {{ {body} }} else {{ %x * 2f }}"
+    mod = rly.parse(HEADER + "def @loop(%x: float32, %i: int32) -> float32 { if (%i == 0) "
+                    "{ %x } else { @loop(" + body + ", %i - 1) } }\n"
+                    "def @main(%x: float32) -> float32 { @loop(%x, 3) }")
+    limit = sys.getrecursionlimit()
+    g = passes.gradient(mod)
+    assert sys.getrecursionlimit() == limit
+    assert "loop_fwd" not in g.functions
+    v, (dx,) = runtime.evaluate(g, np.float32(1.5))
+    assert float(v) == 12.0 and float(dx) == 8.0
