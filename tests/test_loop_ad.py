@@ -387,3 +387,24 @@ def test_deeply_nested_body_is_given_up_without_recursion() -> None:
     assert "loop_fwd" not in g.functions
     v, (dx,) = runtime.evaluate(g, np.float32(1.5))
     assert float(v) == 12.0 and float(dx) == 8.0
+
+
+def test_cli_no_loop_rule(tmp_path, capsys) -> None:  # noqa: ANN001
+    from relay_ir.cli import main
+    src = tmp_path / "l.rly"
+    src.write_text(HEADER + """def @loop(%x: float32, %n: int32, %acc: float32) -> float32 {
+  if (%n == 0) { %acc } else { @loop(%x, %n - 1, %acc * %x) }
+}
+def @main(%x: float32) -> float32 { @loop(%x, 3, 1f) }
+""")
+    assert main(["grad", str(src)]) == 0
+    taped = capsys.readouterr().out
+    assert "def @loop_fwd(" in taped and "def @loop_bwd(" in taped
+    assert main(["grad", str(src), "--no-loop-rule"]) == 0
+    plain = capsys.readouterr().out
+    assert "loop_fwd" not in plain and "loop_tape" not in plain
+    for text in (taped, plain):
+        g = tmp_path / "g.rly"
+        g.write_text(text)
+        assert main(["run", str(g), "2"]) == 0
+        assert capsys.readouterr().out.strip() == "(8f, (12f,))"
