@@ -112,12 +112,30 @@ class _Loop:
     leaves: list[_Leaf] = field(default_factory=list)
     paths: list[list[tuple[Var, Expr]]] = field(default_factory=list)  # per leaf, root first
     invariant: list[int] = field(default_factory=list)  # parameters every tail call passes on
+    # path bindings `%v = @g(..)` of taped loops @g -> a variable for @g's tape (set by
+    # build_loop: @g's forward loop runs in the step, its tape is saved, @g's backward loop
+    # runs in the backward step)
+    subtapes: dict[Var, Var] = field(default_factory=dict)
 
 
-def _value_ok(e: Expr) -> bool:
+@dataclass
+class _Built:
+    """A taped loop: what a loop calling it needs."""
+    loop: _Loop
+    fwd_gv: GlobalVar
+    bwd_gv: GlobalVar
+    nil: Constructor
+    tape_t: Type
+    float_idx: list[int]
+    res_t: Type
+
+
+def _value_ok(e: Expr, callees: frozenset = frozenset()) -> bool:
     if isinstance(e, (Var, Constant)):
         return True
     if isinstance(e, Call):
+        if isinstance(e.op, GlobalVar) and e.op.name_hint in callees:
+            return all(isinstance(a, (Var, Constant)) for a in e.args)
         if not isinstance(e.op, Op) or op_is_effectful(e.op):
             return False
         return all(isinstance(a, (Var, Constant)) for a in e.args)
@@ -132,7 +150,7 @@ def _is_self_call(e: Expr, gv_name: str) -> bool:
     return isinstance(e, Call) and isinstance(e.op, GlobalVar) and e.op.name_hint == gv_name
 
 
-def _analyze(name: str, fn: Function) -> Any:
+def _analyze(name: str, fn: Function, callees: frozenset = frozenset()) -> Any:
     """The body as a tree of forks and leaves (module docstring); raises :class:`_NotALoop`.
 
     The recursion follows ``if`` nesting only, bounded by ``MAX_PATHS``."""
@@ -154,7 +172,7 @@ def _analyze(name: str, fn: Function) -> Any:
                     if body is v and not conts:
                         return _leaf(binds, val)
                     raise _NotALoop("a call of itself not in tail position")
-                if not _value_ok(val):
+                if not _value_ok(val, callees):
                     raise _NotALoop(f"unsupported binding {type(val).__name__}")
                 binds.append((v, val))
                 e = body
@@ -165,7 +183,7 @@ def _analyze(name: str, fn: Function) -> Any:
                 if conts:
                     raise _NotALoop("a call of itself not in tail position")
                 return _leaf(binds, e)
-            if not _value_ok(e):
+            if not _value_ok(e, callees):
                 raise _NotALoop(f"unsupported expression {type(e).__name__}")
             if conts:
                 (v, body), conts = conts[0], conts[1:]
@@ -205,8 +223,9 @@ def _analyze(name: str, fn: Function) -> Any:
     return walk(fn.body, ())
 
 
-def _loop_of(name: str, fn: Function) -> _Loop | None:
-    """The analysed loop if global ``name`` (function ``fn``) qualifies, else None."""
+def _loop_of(name: str, fn: Function, callees: frozenset = frozenset()) -> _Loop | None:
+    """The analysed loop if global ``name`` (function ``fn``) qualifies, else None; it may
+    call the loops named in ``callees`` (not in tail position)."""
     if not isinstance(fn, Function) or fn.type_params:
         return None
     ts = [p.type_annotation if p.type_annotation is not None else p.checked_type_
@@ -221,7 +240,7 @@ def _loop_of(name: str, fn: Function) -> _Loop | None:
                for n in post_order(fn.body)):
         return None          # NOTE: not a loop (a cheap iterative scan before the analysis)
     try:
-        tree = _analyze(name, fn)
+        tree = _analyze(name, fn, callees)
     except _NotALoop:
         return None
     loop = _Loop(name, fn, ts, ret, tree)
@@ -248,11 +267,19 @@ def _loop_of(name: str, fn: Function) -> _Loop | None:
 def eligible_loops(mod: IRModule, names: list[str] | None = None) -> dict[str, _Loop]:
     """The globals (of ``names``, default all) that the loop rule applies to."""
     out: dict[str, _Loop] = {}
-    for name in (names if names is not None else list(mod.functions)):
-        loop = _loop_of(name, mod[name])
-        if loop is not None:
-            out[name] = loop
-    return out
+    todo = list(names if names is not None else mod.functions)
+    # NOTE: callees first: a loop that calls loops qualifies once they do (a fixed point)
+    while True:
+        grew = False
+        for name in todo:
+            if name in out:
+                continue
+            loop = _loop_of(name, mod[name], frozenset(out))
+            if loop is not None:
+                out[name] = loop
+                grew = True
+        if not grew:
+            return out
 
 
 # ----------------------------------------------------------------------------- local loops
@@ -405,7 +432,7 @@ class _Sweep:
     """The reverse sweep of one leaf's path, emitted in the backward loop's match arm."""
 
     def __init__(self, loop: _Loop, leaf_i: int, sb: ScopeBuilder, d_params: list[Var],
-                 dr: Var, inv: dict[Var, Var]) -> None:
+                 dr: Var, inv: dict[Var, Var], built: dict[str, _Built]) -> None:
         from relay_ir.passes.gradient import _Adj  # NOTE: the first-order sweep's adjoints
         self.loop, self.sb = loop, sb
         self.twins: dict[Var, Var] = {}       # original var -> its value in the backward arm
@@ -416,6 +443,7 @@ class _Sweep:
         self.d_params, self.dr = d_params, dr
         self.inv = inv                        # invariant parameter -> the backward loop's
         self.defs: dict[Var, Expr] = dict(self.path)
+        self.built = built
 
     def twin(self, a: Expr) -> Expr:
         if isinstance(a, Constant):
@@ -459,6 +487,23 @@ class _Sweep:
         while isinstance(a, Var) and a in self.alias:
             a = self.alias[a]
         return a
+
+    def inner_loop(self, y: Var, call: Call, g: object, t: Type, arg_ts: list[Type],
+                   push: Any) -> None:
+        """``%y = @inner(a..)`` of a taped loop: its backward loop, on the tape its forward
+        loop left in this step's record, gives the adjoints of ``a..``."""
+        b: _Built = self.built[call.op.name_hint]  # type: ignore[union-attr]
+        sb = self.sb
+        dy = self.adj.materialize(g, self.twin(y), t)
+        zs = [_zeros(b.loop.param_types[j], self.twin(call.args[j]), sb) for j in b.float_idx]
+        invs = [self.twin(call.args[j]) for j in b.loop.invariant]
+        tape = self.twin(self.loop.subtapes[y])
+        d = sb.let_(Call(b.bwd_gv, (tape, dy) + tuple(zs) + tuple(invs),
+                         checked_type_=b.res_t), "d", b.res_t)
+        for k, j in enumerate(b.float_idx):
+            at = arg_ts[j]
+            gj = sb.let_(TupleGetItem(d, k, checked_type_=at), "g", at)
+            push(call.args[j], gj, at)
 
     def run(self) -> list[Expr]:
         """Emit the sweep; returns the adjoints of the float parameters (in order)."""
@@ -512,9 +557,12 @@ class _Sweep:
                     adj.add(src, tree, st)
                 continue
             call: Call = nv  # type: ignore[assignment]
-            opdef = get_opdef(call.op.name)  # type: ignore[union-attr]
             arg_ts = [types[self.resolve(a)] if isinstance(self.resolve(a), Var)
                       else _type_of(_typed_const(self.resolve(a))) for a in call.args]
+            if isinstance(call.op, GlobalVar):
+                self.inner_loop(y, call, g, t, arg_ts, push)
+                continue
+            opdef = get_opdef(call.op.name)  # type: ignore[union-attr]
             if opdef.non_differentiable or not has_float_leaf(t) or not any(
                     isinstance(self.resolve(a), Var) and self.resolve(a) in live
                     and has_float_leaf(at) for a, at in zip(call.args, arg_ts)):
@@ -558,7 +606,7 @@ def _prune(bindings: list[tuple[Var, Expr]], result: Expr) -> None:
 
 def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor | None],
                   saved: list[list[Var]], tape: Var, fparams: list[Var],
-                  out_t: Type) -> Expr:
+                  out_t: Type, built: dict[str, _Built]) -> Expr:
     """The forward loop's body: the step body with a constructor pushed at every leaf."""
     leaf_index = {id(leaf): i for i, leaf in enumerate(loop.leaves)}
     vmap0: dict[Var, Expr] = dict(zip(loop.fn.params, fparams))
@@ -575,6 +623,17 @@ def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor | None
                 vmap[v] = atom(val, vmap)
                 continue
             t = _var_type(v)
+            if isinstance(val, Call) and isinstance(val.op, GlobalVar):
+                # a taped loop: its forward loop, from an empty tape of its own
+                b = built[val.op.name_hint]
+                nil = sb.let_(Call(b.nil, (), checked_type_=b.tape_t), "nil", b.tape_t)
+                rt = TupleType((t, b.tape_t))
+                r = sb.let_(Call(b.fwd_gv, tuple(atom(a, vmap) for a in val.args) + (nil,),
+                                 checked_type_=rt), "r", rt)
+                vmap[v] = sb.let_(TupleGetItem(r, 0, checked_type_=t), v.name_hint, t)
+                vmap[loop.subtapes[v]] = sb.let_(TupleGetItem(r, 1, checked_type_=b.tape_t),
+                                                 "tape", b.tape_t)
+                continue
             if isinstance(val, Call):
                 nv: Expr = Call(val.op, tuple(atom(a, vmap) for a in val.args), val.attrs,
                                 val.type_args, span=val.span, checked_type_=t)
@@ -612,10 +671,21 @@ def sb_rest(body: Expr, rest: Var) -> bool:
                 and body.body is body.var and body.value.args[0] is rest)
 
 
-def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Function],
-                                                       GlobalVar, GlobalVar, Constructor]:
-    """The tape type, ``@f_fwd`` and ``@f_bwd`` of one loop (raises :class:`_NotALoop`)."""
+def build_loop(loop: _Loop, taken: set[str], built: dict[str, _Built] | None = None
+               ) -> tuple[TypeData, dict[str, Function], _Built]:
+    """The tape type, ``@f_fwd`` and ``@f_bwd`` of one loop (raises :class:`_NotALoop`);
+    ``built``: the loops it calls, already built."""
+    built = built if built is not None else {}
     name, fn = loop.name, loop.fn
+    loop.subtapes = {}
+    for path in loop.paths:
+        for v, val in path:
+            if isinstance(val, Call) and isinstance(val.op, GlobalVar) and v not in loop.subtapes:
+                b = built.get(val.op.name_hint)
+                if b is None:
+                    raise _NotALoop(f"@{val.op.name_hint} has no tape")
+                loop.subtapes[v] = Var(f"{val.op.name_hint}_tape", b.tape_t,
+                                       checked_type_=b.tape_t)
     float_idx = [i for i, t in enumerate(loop.param_types) if is_float(t)]
     float_ts = [loop.param_types[i] for i in float_idx]
     tape_gtv = GlobalTypeVar(_fresh_name(f"{name}_tape", taken))
@@ -636,7 +706,7 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
     skip: list[bool] = []
     for i in range(len(loop.leaves)):
         sb = ScopeBuilder()
-        sweep = _Sweep(loop, i, sb, d_params, dr, inv)
+        sweep = _Sweep(loop, i, sb, d_params, dr, inv, built)
         with sb.scope():
             outs = sweep.run()
             rest = Var("rest", tape_t, checked_type_=tape_t)
@@ -680,9 +750,11 @@ def build_loop(loop: _Loop, taken: set[str]) -> tuple[TypeData, dict[str, Functi
     fparams = [Var(p.name_hint, t, checked_type_=t) for p, t in zip(fn.params, loop.param_types)]
     ftape = Var("tape", tape_t, checked_type_=tape_t)
     out_t = TupleType((loop.ret, tape_t))
-    fbody = _emit_forward(loop, fwd_gv, ctors, [a[0] for a in arms], ftape, fparams, out_t)
+    fbody = _emit_forward(loop, fwd_gv, ctors, [a[0] for a in arms], ftape, fparams, out_t,
+                          built)
     fwd = Function(tuple(fparams) + (ftape,), fbody, out_t, span=fn.span)
-    return td, {fwd_gv.name_hint: fwd, bwd_gv.name_hint: bwd}, fwd_gv, bwd_gv, nil
+    return td, {fwd_gv.name_hint: fwd, bwd_gv.name_hint: bwd}, \
+        _Built(loop, fwd_gv, bwd_gv, nil, tape_t, float_idx, res_t)
 
 
 def _twin_wrapper(ad: Any, loop: _Loop, fwd_gv: GlobalVar, bwd_gv: GlobalVar,
@@ -730,12 +802,14 @@ def apply_loop_rule(ad: Any, twins: dict[str, Function], taken: set[str]) -> lis
     and backward loops to ``twins``. Returns the names of the loops rewritten."""
     names = [n for n, gv in ad.gmap.items() if gv.name_hint in twins]
     done = []
-    for name, loop in eligible_loops(ad.mod, names).items():
+    built: dict[str, _Built] = {}
+    for name, loop in eligible_loops(ad.mod, names).items():   # NOTE: callees first
         try:
-            td, fns, fwd_gv, bwd_gv, nil = build_loop(loop, taken)
+            td, fns, b = build_loop(loop, taken, built)
         except _NotALoop:
             continue
-        wrapper = _twin_wrapper(ad, loop, fwd_gv, bwd_gv, nil)
+        built[name] = b
+        wrapper = _twin_wrapper(ad, loop, b.fwd_gv, b.bwd_gv, b.nil)
         ad.types.new_types.append(td)
         twins.update(fns)
         twins[ad.gmap[name].name_hint] = wrapper

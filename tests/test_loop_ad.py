@@ -148,8 +148,9 @@ def @main(%x: float64) -> float64 { @loop(%x, 0.01f64, 1f64) }
 
 
 def test_nested_loops() -> None:
-    # the outer loop calls the inner one (so it keeps the reference-based rule); the inner
-    # loop gets the tape
+    # the outer loop calls the inner one: both get a tape; the outer step runs the inner
+    # forward loop and saves its tape in its record, the outer backward step runs the inner
+    # backward loop on it
     text = """
 def @inner(%x: float64, %j: int32, %acc: float64) -> float64 {
   if (%j == 0) { %acc } else { @inner(%x, %j - 1, %acc * cos(%x) + %x) }
@@ -164,7 +165,11 @@ def @outer(%x: float64, %i: int32, %acc: float64) -> float64 {
 }
 def @main(%x: float64) -> float64 { @outer(%x, 4, 0f64) }
 """
-    check_loop(text, [F64(0.4)], loops=("inner",))
+    check_loop(text, [F64(0.4)], loops=("inner", "outer"))
+    g = _grad(rly.parse(HEADER + text))
+    outer_tape = g.type_definitions["outer_tape"]
+    assert any(any(getattr(t, "func", None) == g.type_definitions["inner_tape"].header
+                   for t in c.inputs) for c in outer_tape.constructors)
 
 
 def test_loop_called_from_a_closure() -> None:
