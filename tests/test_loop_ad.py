@@ -413,3 +413,50 @@ def @main(%x: float32) -> float32 { @loop(%x, 3, 1f) }
         g.write_text(text)
         assert main(["run", str(g), "2"]) == 0
         assert capsys.readouterr().out.strip() == "(8f, (12f,))"
+
+
+EDGE = {
+    # the carried values change places every step
+    "swap": ("""
+def @loop(%x: float64, %y: float64, %n: int32) -> float64 {
+  if (%n == 0) { %x * %y * %y } else { @loop(%y, %x + %y, %n - 1) }
+}
+def @main(%x: float64, %y: float64, %n: int32) -> float64 { @loop(%x, %y, %n) }""",
+             [F64(0.3), F64(0.7), np.int32(5)]),
+    # a symbolic dimension (zeros of the adjoints from zeros_like)
+    "symbolic": ("""
+def @loop(%x: Tensor[(?), float64], %n: int32) -> Tensor[(?), float64] {
+  if (%n == 0) { %x } else { @loop(tanh(%x) * 1.1f64, %n - 1) }
+}
+def @main(%x: Tensor[(?), float64], %n: int32) -> float64 { sum(@loop(%x, %n)) }""",
+                 [np.array([0.1, -0.5, 2.0]), np.int32(3)]),
+    # a bool carried value and a non-tail `if` on it
+    "bool": ("""
+def @loop(%x: float64, %b: bool, %n: int32) -> float64 {
+  if (%n == 0) { %x } else {
+    let %y = if (%b) { %x * 2f64 } else { %x * %x };
+    @loop(%y, logical_not(%b), %n - 1)
+  }
+}
+def @main(%x: float64, %n: int32) -> float64 { @loop(%x, True, %n) }""",
+             [F64(0.9), np.int32(5)]),
+    # a tuple result with an int leaf; the same value passed twice
+    "tuple": ("""
+def @loop(%x: float64, %y: float64, %n: int32) -> (float64, int32) {
+  if (%n == 0) { (%x - %y * 3f64, %n) } else {
+    let %z = exp(sin(%x) * 0.5f64 + %y * 0.1f64);
+    @loop(%z, %z, %n - 1)
+  }
+}
+def @main(%x: float64, %n: int32) -> float64 { let %r = @loop(%x, %x, %n); %r.0 }""",
+              [F64(0.3), np.int32(4)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE))
+def test_dynamic_trip_count_edge_cases(name: str) -> None:
+    text, args = EDGE[name]
+    check_loop(text, args)
+    # the trip count is a parameter: the optimized program keeps both loops
+    opt = passes.optimize(_grad(rly.parse(HEADER + text)))
+    assert "loop_bwd" in opt.functions and "loop_fwd" in opt.functions
