@@ -52,6 +52,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay_ir.attrs import Attrs
 from relay_ir.builder import ScopeBuilder
 from relay_ir.errors import DiagnosticError, InternalError
 from relay_ir.expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If,
@@ -64,8 +65,8 @@ from relay_ir.passes._ad_common import (_call, _fresh_name, _tensor_tree, _type_
                                         _typed_const, has_float_leaf, is_float)
 from relay_ir.passes._analysis import op_is_effectful
 from relay_ir.traversal import free_vars, post_order
-from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, TensorType, TupleType, Type, TypeCall,
-                         TypeData)
+from relay_ir.ty import (UNIT, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type,
+                         TypeCall, TypeData)
 
 __all__ = ["MAX_PATHS", "loop_rule_enabled", "eligible_loops", "apply_loop_rule",
            "lift_local_loops"]
@@ -605,9 +606,11 @@ def _prune(bindings: list[tuple[Var, Expr]], result: Expr) -> None:
 
 
 def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor | None],
-                  saved: list[list[Var]], tape: Var, fparams: list[Var],
+                  node_ctor: Constructor, saved: list[list[Var]], tape: Var, out: Var,
+                  fparams: list[Var],
                   out_t: Type, built: dict[str, _Built]) -> Expr:
-    """The forward loop's body: the step body with a constructor pushed at every leaf."""
+    """The forward loop's body: the step body with a constructor pushed at every leaf; the
+    last step writes the tape into the cell ``out``."""
     leaf_index = {id(leaf): i for i, leaf in enumerate(loop.leaves)}
     vmap0: dict[Var, Expr] = dict(zip(loop.fn.params, fparams))
 
@@ -627,12 +630,11 @@ def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor | None
                 # a taped loop: its forward loop, from an empty tape of its own
                 b = built[val.op.name_hint]
                 nil = sb.let_(Call(b.nil, (), checked_type_=b.tape_t), "nil", b.tape_t)
-                rt = TupleType((t, b.tape_t))
-                r = sb.let_(Call(b.fwd_gv, tuple(atom(a, vmap) for a in val.args) + (nil,),
-                                 checked_type_=rt), "r", rt)
-                vmap[v] = sb.let_(TupleGetItem(r, 0, checked_type_=t), v.name_hint, t)
-                vmap[loop.subtapes[v]] = sb.let_(TupleGetItem(r, 1, checked_type_=b.tape_t),
-                                                 "tape", b.tape_t)
+                cell_t = RefType(b.tape_t)
+                cell = sb.let_(RefCreate(nil, checked_type_=cell_t), "cell", cell_t)
+                vmap[v] = sb.let_(Call(b.fwd_gv, tuple(atom(a, vmap) for a in val.args)
+                                       + (nil, cell), checked_type_=t), v.name_hint, t)
+                vmap[loop.subtapes[v]] = cell
                 continue
             if isinstance(val, Call):
                 nv: Expr = Call(val.op, tuple(atom(a, vmap) for a in val.args), val.attrs,
@@ -652,27 +654,24 @@ def _emit_forward(loop: _Loop, fwd_gv: GlobalVar, ctors: list[Constructor | None
         if ctors[i] is None:        # NOTE: a step whose backward is the identity: no record
             rec: Expr = tape
         else:
-            tape_t = TypeCall(ctors[i].belong_to, ())  # type: ignore[union-attr]
-            rec = sb.let_(Call(ctors[i], tuple(vmap[s] for s in saved[i]) + (tape,),
-                               checked_type_=tape_t), "tape", tape_t)
+            rec_t = TypeCall(ctors[i].belong_to, ())  # type: ignore[union-attr]
+            tape_t = TypeCall(node_ctor.belong_to, ())
+            r0 = sb.let_(Call(ctors[i], tuple(vmap[s] for s in saved[i]),  # type: ignore
+                              checked_type_=rec_t), "rec", rec_t, bind_atoms=True)
+            rec = sb.let_(Call(node_ctor, (r0, tape), checked_type_=tape_t), "tape", tape_t)
         if node.call is not None:
-            r = sb.let_(Call(fwd_gv, tuple(atom(a, vmap) for a in node.call) + (rec,),
+            r = sb.let_(Call(fwd_gv, tuple(atom(a, vmap) for a in node.call) + (rec, out),
                              checked_type_=out_t), "r", out_t)
         else:
-            r = sb.let_(Tuple((atom(node.result, vmap), rec), checked_type_=out_t), "r", out_t)
+            sb.let_(RefWrite(out, rec, checked_type_=UNIT), "_", UNIT)
+            r = atom(node.result, vmap)
         return sb.build(r)
 
     return emit(loop.tree, vmap0)
 
 
-def sb_rest(body: Expr, rest: Var) -> bool:
-    """True if the arm ``body`` does more than call the backward loop on ``rest``."""
-    return not (isinstance(body, Let) and isinstance(body.value, Call)
-                and body.body is body.var and body.value.args[0] is rest)
-
-
 def build_loop(loop: _Loop, taken: set[str], built: dict[str, _Built] | None = None
-               ) -> tuple[TypeData, dict[str, Function], _Built]:
+               ) -> tuple[list[TypeData], dict[str, Function], _Built]:
     """The tape type, ``@f_fwd`` and ``@f_bwd`` of one loop (raises :class:`_NotALoop`);
     ``built``: the loops it calls, already built."""
     built = built if built is not None else {}
@@ -684,76 +683,100 @@ def build_loop(loop: _Loop, taken: set[str], built: dict[str, _Built] | None = N
                 b = built.get(val.op.name_hint)
                 if b is None:
                     raise _NotALoop(f"@{val.op.name_hint} has no tape")
-                loop.subtapes[v] = Var(f"{val.op.name_hint}_tape", b.tape_t,
-                                       checked_type_=b.tape_t)
+                loop.subtapes[v] = Var(f"{val.op.name_hint}_tape", RefType(b.tape_t),
+                                       checked_type_=RefType(b.tape_t))
     float_idx = [i for i, t in enumerate(loop.param_types) if is_float(t)]
     float_ts = [loop.param_types[i] for i in float_idx]
     tape_gtv = GlobalTypeVar(_fresh_name(f"{name}_tape", taken))
     tape_t = TypeCall(tape_gtv, ())
+    rec_gtv = GlobalTypeVar(_fresh_name(f"{name}_rec", taken))
+    rec_t = TypeCall(rec_gtv, ())
     fwd_gv = GlobalVar(_fresh_name(f"{name}_fwd", taken))
     bwd_gv = GlobalVar(_fresh_name(f"{name}_bwd", taken))
     res_t = TupleType(tuple(float_ts))
 
     # the backward arms first: what each reads decides its constructor's fields
-    tape_v = Var("tape", tape_t, checked_type_=tape_t)
+    cell_v = Var("cell", RefType(tape_t), checked_type_=RefType(tape_t))
     dr = Var("dr", loop.ret, checked_type_=loop.ret)
     d_params = [Var(f"d_{fn.params[i].name_hint}", t, checked_type_=t)
                 for i, t in zip(float_idx, float_ts)]
     inv = {fn.params[j]: Var(fn.params[j].name_hint, loop.param_types[j],
                              checked_type_=loop.param_types[j]) for j in loop.invariant}
     inv_vars = tuple(inv.values())
-    arms: list[tuple[list[Var], list[Var], Var, Expr]] = []  # saved orig, twins, rest, body
+    arms: list[tuple[list[Var], list[Var], Expr]] = []  # saved (original), twins, body
     skip: list[bool] = []
     for i in range(len(loop.leaves)):
         sb = ScopeBuilder()
         sweep = _Sweep(loop, i, sb, d_params, dr, inv, built)
         with sb.scope():
             outs = sweep.run()
-            rest = Var("rest", tape_t, checked_type_=tape_t)
-            r = sb.let_(Call(bwd_gv, (rest, dr) + tuple(outs) + inv_vars, checked_type_=res_t),
-                        "d", res_t)
+            r = sb.let_(Call(bwd_gv, (cell_v, dr) + tuple(outs) + inv_vars,
+                             checked_type_=res_t), "d", res_t)
             _prune(sb.bindings, r)
             body = sb.build(r)
+        identity = isinstance(body, Let) and body.body is body.var  # only the loop call
         fv = set(free_vars(body))
         saved = [o for o, tw in sweep.twins.items() if tw in fv]
-        arms.append((saved, [sweep.twins[o] for o in saved], rest, body))
+        arms.append((saved, [sweep.twins[o] for o in saved], body))
         # a tail call whose backward step is the identity (`continue` in a loop over an int
         # counter: each float argument is the parameter itself, nothing else contributes)
         # pushes no record
-        skip.append(loop.leaves[i].call is not None and not saved and not sb_rest(body, rest)
+        skip.append(loop.leaves[i].call is not None and not saved and identity
                     and list(outs) == list(d_params))
 
+    # The tape is a list of records: `node(record, rest)`, one record constructor per path.
+    # NOTE: two levels, so that the rest of the tape is bound by one pattern (one register of
+    # the backward loop, overwritten every step) whatever the path: a record's own clause
+    # binding the rest would keep the tape below it alive in that clause's register
     nil = Constructor(_fresh_name(f"{name}_tape_nil", taken), (), tape_gtv, 0)
+    node = Constructor(_fresh_name(f"{name}_tape_node", taken), (rec_t, tape_t), tape_gtv, 1)
     ctors: list[Constructor | None] = []
-    for i, (saved, _, _, _) in enumerate(arms):
+    for i, (saved, _, _) in enumerate(arms):
         ctors.append(None if skip[i] else Constructor(
-            _fresh_name(f"{name}_tape_{i}", taken),
-            tuple(_var_type(s) for s in saved) + (tape_t,), tape_gtv,
-            1 + sum(c is not None for c in ctors)))
-    td = TypeData(tape_gtv, (), (nil,) + tuple(c for c in ctors if c is not None))
+            _fresh_name(f"{name}_rec_{i}", taken), tuple(_var_type(s) for s in saved),
+            rec_gtv, sum(c is not None for c in ctors)))
+    if all(c is None for c in ctors):
+        raise _NotALoop("no step records anything")
+    tds = [TypeData(rec_gtv, (), tuple(c for c in ctors if c is not None)),
+           TypeData(tape_gtv, (), (nil, node))]
 
-    # NOTE: the records of tail calls first and the empty tape last: a match tests its clauses
-    # in order, and most records are those of the loop's steps
+    # NOTE: the records of tail calls first: a match tests its clauses in order, and most
+    # records are those of the loop's steps
     clauses = []
     order = sorted(range(len(arms)), key=lambda i: loop.leaves[i].call is None)
     for i in order:
-        c, (_, twins, rest, body) = ctors[i], arms[i]
+        c, (_, twins, body) = ctors[i], arms[i]
         if c is None:
             continue
-        pats = tuple(PatternVar(tw) for tw in twins) + (PatternVar(rest),)
-        clauses.append(Clause(PatternConstructor(c, pats), body))
-    clauses.append(Clause(PatternConstructor(nil, ()), Tuple(tuple(d_params),
-                                                             checked_type_=res_t)))
-    bwd = Function((tape_v, dr) + tuple(d_params) + inv_vars,
-                   Match(tape_v, tuple(clauses), checked_type_=res_t), res_t)
+        clauses.append(Clause(PatternConstructor(c, tuple(PatternVar(tw) for tw in twins)),
+                              body))
+    rec_v = Var("rec", rec_t, checked_type_=rec_t)
+    rest = Var("rest", tape_t, checked_type_=tape_t)
+    # NOTE: the cell moves on to the rest of the tape first: the record just read is then held
+    # by this step only, so the tape is freed record by record as the loop runs (a chain of
+    # 10^6 records freed from its head at the end would recurse in the runtime's destructors
+    # and overflow the C stack)
+    step = Let(Var("_", UNIT, checked_type_=UNIT), RefWrite(cell_v, rest, checked_type_=UNIT),
+               Match(rec_v, tuple(clauses), checked_type_=res_t), checked_type_=res_t)
+    tape_v = Var("tape", tape_t, checked_type_=tape_t)
+    outer = (Clause(PatternConstructor(node, (PatternVar(rec_v), PatternVar(rest))), step),
+             Clause(PatternConstructor(nil, ()), Tuple(tuple(d_params), checked_type_=res_t)))
+    # NOTE: NoInline: partial evaluation would otherwise run the first steps of the backward
+    # loop in the caller, whose frame would then hold the head record (and through it every
+    # record) until the loop returns
+    bwd = Function((cell_v, dr) + tuple(d_params) + inv_vars,
+                   Let(tape_v, RefRead(cell_v, checked_type_=tape_t),
+                       Match(tape_v, outer, checked_type_=res_t), checked_type_=res_t),
+                   res_t, attrs=Attrs({"NoInline": 1}))
 
     fparams = [Var(p.name_hint, t, checked_type_=t) for p, t in zip(fn.params, loop.param_types)]
     ftape = Var("tape", tape_t, checked_type_=tape_t)
-    out_t = TupleType((loop.ret, tape_t))
-    fbody = _emit_forward(loop, fwd_gv, ctors, [a[0] for a in arms], ftape, fparams, out_t,
-                          built)
-    fwd = Function(tuple(fparams) + (ftape,), fbody, out_t, span=fn.span)
-    return td, {fwd_gv.name_hint: fwd, bwd_gv.name_hint: bwd}, \
+    fout = Var("out", RefType(tape_t), checked_type_=RefType(tape_t))
+    out_t = loop.ret
+    fbody = _emit_forward(loop, fwd_gv, ctors, node, [a[0] for a in arms], ftape, fout,
+                          fparams, out_t, built)
+    fwd = Function(tuple(fparams) + (ftape, fout), fbody, out_t, span=fn.span)
+    return tds, {fwd_gv.name_hint: fwd, bwd_gv.name_hint: bwd}, \
         _Built(loop, fwd_gv, bwd_gv, nil, tape_t, float_idx, res_t)
 
 
@@ -768,15 +791,14 @@ def _twin_wrapper(ad: Any, loop: _Loop, fwd_gv: GlobalVar, bwd_gv: GlobalVar,
               for p, t in zip(fn.params, loop.param_types)]
     bp = Var("bp", BP_TYPE, checked_type_=BP_TYPE)
     tape_t = TypeCall(nil.belong_to, ())
-    out_t = TupleType((loop.ret, tape_t))
     float_idx = [i for i, t in enumerate(loop.param_types) if is_float(t)]
     res_t = TupleType(tuple(loop.param_types[i] for i in float_idx))
     with sb.scope():
         prims = [ad.primal(p, t) for p, t in zip(params, loop.param_types)]
         empty = sb.let_(Call(nil, (), checked_type_=tape_t), "nil", tape_t)
-        r = sb.let_(Call(fwd_gv, tuple(prims) + (empty,), checked_type_=out_t), "r", out_t)
-        y = sb.let_(TupleGetItem(r, 0, checked_type_=loop.ret), "y", loop.ret)
-        tape = sb.let_(TupleGetItem(r, 1, checked_type_=tape_t), "tape", tape_t)
+        tape = sb.let_(RefCreate(empty, checked_type_=RefType(tape_t)), "tape", RefType(tape_t))
+        y = sb.let_(Call(fwd_gv, tuple(prims) + (empty, tape), checked_type_=loop.ret), "y",
+                    loop.ret, bind_atoms=True)
         result = ad.lift_new(y, loop.ret)
         k = sb.let_(RefRead(bp), "k", FuncType((), UNIT))
         with sb.scope():
@@ -805,12 +827,12 @@ def apply_loop_rule(ad: Any, twins: dict[str, Function], taken: set[str]) -> lis
     built: dict[str, _Built] = {}
     for name, loop in eligible_loops(ad.mod, names).items():   # NOTE: callees first
         try:
-            td, fns, b = build_loop(loop, taken, built)
+            tds, fns, b = build_loop(loop, taken, built)
         except _NotALoop:
             continue
         built[name] = b
         wrapper = _twin_wrapper(ad, loop, b.fwd_gv, b.bwd_gv, b.nil)
-        ad.types.new_types.append(td)
+        ad.types.new_types.extend(tds)
         twins.update(fns)
         twins[ad.gmap[name].name_hint] = wrapper
         done.append(name)
