@@ -8,37 +8,46 @@ rule replaces the twin ``@f_grad`` of such a loop by a first-order tape::
 
     def @f(%p1: T1, .., %pn: Tn) -> R { step body: ops, tuples, `if`s; leaves are either
                                         @f(args..) (tail calls) or a result }
- => type f_tape { f_tape_nil, f_tape_0(S.., f_tape), .., f_tape_k(S.., f_tape) }  # one per leaf
-    def @f_fwd(%p1, .., %pn, %tape: f_tape) -> (R, f_tape) {
-      the step body; at leaf j: @f_fwd(args.., f_tape_j(saved.., %tape))   # push, loop on
-                             or (result, f_tape_j(saved.., %tape))          # the last step
+ => type f_rec { f_rec_0(S..), .., f_rec_k(S..) }                  # one record per leaf
+    type f_tape { f_tape_nil, f_tape_node(f_rec, f_tape) }
+    def @f_fwd(%p1, .., %pn, %tape: f_tape, %out: ref(f_tape)) -> R {
+      the step body; at leaf j: @f_fwd(args.., f_tape_node(f_rec_j(saved..), %tape), %out)
+                             or ref_write(%out, f_tape_node(f_rec_j(saved..), %tape)); result
     }
-    def @f_bwd(%tape: f_tape, %dr: R, %d1.., %dm) -> (T_1.., T_m) {  # m float parameters
-      match (%tape) {
+    def @f_bwd(%cell: ref(f_tape), %dr: R, %d1.., %dm, invariant..) -> (T_1.., T_m) {
+      match (ref_read(%cell)) {                                     # m float parameters
+        f_tape_node(%rec, %rest) => { ref_write(%cell, %rest); match (%rec) {
+          f_rec_j(%saved..) => { the reverse sweep of leaf j's straight-line path, seeded
+                                 with (%d1..%dm) on the tail call's arguments (or %dr on the
+                                 result); @f_bwd(%cell, %dr, %e1..%em, invariant..) } } }
         f_tape_nil => (%d1, .., %dm)
-        f_tape_j(%saved.., %rest) => { the reverse sweep of leaf j's straight-line path,
-                                       seeded with (%d1..%dm) on the tail call's arguments
-                                       (or %dr on the result); @f_bwd(%rest, %dr, %e1..%em) }
       }
     }
     def @f_grad(%p1': T1', .., %bp) -> R' {        # the usual AD calling convention
-      let %r = @f_fwd(primals.., f_tape_nil);
-      (one backward closure for the whole loop: @f_bwd(%r.1, adjoint of %r.0, zeros..) added
-       into the parameters' cells); (%r.0, a fresh cell)
+      let %y = @f_fwd(primals.., f_tape_nil, %cell);
+      (one backward closure for the whole loop: @f_bwd(%cell, adjoint of %y, zeros..) added
+       into the parameters' cells); (%y, a fresh adjoint cell)
     }
 
 The adjoints of the loop-carried values are ``@f_bwd``'s parameters (no cells), and a step
 pushes one constructor holding only the values its backward sweep reads (``saved``: the free
-variables of the sweep, e.g. ``x * i`` for ``sin``'s rule), so a step of the forward loop is the
-body plus one ``f_tape_j`` and a step of the backward loop one ``match`` plus the sweep. Both
-are self tail calls: constant stack on every backend.
+variables of the sweep, less the parameters every step passes on unchanged and the values of
+elementwise operators, which the sweep recomputes), so a step of the forward loop is the body
+plus one record and a step of the backward loop a pop plus the sweep. Both are self tail
+calls: constant stack on every backend. The tape is popped from its cell as the backward loop
+runs, so it is freed record by record (freed from its head in one go, a chain of 10^6
+records would recurse in the runtime's destructors); ``@f_bwd`` is ``NoInline`` for the same
+reason (a caller running its first step would hold the head record).
 
 A body is a tree of ``if``s whose paths are straight lines of operator calls, tuples and
 projections; a ``let`` bound to an ``if`` (not in tail position) is split by copying the rest of
 the body into both branches, up to ``MAX_PATHS`` paths. A global qualifies when it has no type
 parameters, its parameters are tensors, its result is a tensor tree, it makes at least one self
-tail call and no other call (a loop that calls another loop keeps the reference-based rule; the
-inner loop gets the tape), and it uses no reference, closure, ``match`` or ADT. Anything else
+tail call and no call of another global except taped loops (whose forward loop runs in the step,
+its tape saved in the record, and whose backward loop runs in the backward step), and it uses
+no reference, closure, ``match`` or ADT. Local loops (``let %f = fn (..) { .. %f(..) }``, as the
+Python front end writes ``for``/``while``) are lifted to globals first (``lift_local_loops``;
+their captured tensors become parameters every step passes on). Anything else
 keeps the reference-based twin: the rule only ever replaces a global's twin with one of the
 same type, so the rest of the program (callers, closures that call the loop, gradients of
 gradients) is unchanged.
