@@ -130,10 +130,10 @@ def @main(%a: float64, %b: float64) -> (float64, float64) { @loop(%a, %b, 7) }
 
 
 def test_trip_count_depends_on_the_input() -> None:
+    # (capped at 1000 steps: test_vm_diff's sweep runs every test program on random inputs)
     text = """
 def @loop(%x: float64, %acc: float64, %k: float64) -> float64 {
-  if (logical_or(%acc > 3f64, %k > 1000f64)) {   # (capped: the differential sweep of
-                                                    # test_vm_diff runs it on random inputs)
+  if (logical_or(%acc > 3f64, %k > 1000f64)) {
     %acc * %k
   } else {
     @loop(%x, %acc + %x * %x, %k + 1f64)
