@@ -810,7 +810,7 @@ def _first_order(fn: Function, entry: str, arg_types: list[Type], ret: Type,
 # ----------------------------------------------------------------------------- public entry
 @depth_limited(lambda msg: GradientError(msg))
 def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
-             wrt: Sequence[str] | None = None) -> IRModule:
+             wrt: Sequence[str] | None = None, loop_rule: bool | None = None) -> IRModule:
     """``def @entry(p..) -> R`` => ``def @entry(p..) -> (R, (grad p..))`` by reverse-mode AD.
 
     See the module docstring for the rules. The input is type-checked (when untyped) and
@@ -821,7 +821,11 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     parameters only, in that order (``(R, (grad w1, grad b1))``); the default is one per
     parameter. ``mode="first_order"`` is the direct reverse sweep for pure dataflow entries
     (see :mod:`relay_ir.passes.gradient` docstring, "First-order mode").
+    ``loop_rule`` (default: on unless the environment sets ``RELAY_IR_LOOP_AD=0``) gives each
+    self-tail-recursive first-order global a first-order tape instead of backward closures
+    (:mod:`relay_ir.passes.loop_ad`); ``False`` keeps the reference-based rule everywhere.
     """
+    from relay_ir.passes.loop_ad import apply_loop_rule, lift_local_loops, loop_rule_enabled
     from relay_ir.passes.to_anf import ToANormalForm
     from relay_ir.passes.type_infer import InferType
 
@@ -834,6 +838,10 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     if any(f.checked_type_ is None for f in mod.functions.values()):
         mod = InferType()(mod)
     mod = ToANormalForm()(mod)
+    if mode != "first_order" and loop_rule_enabled(loop_rule):
+        lifted = lift_local_loops(mod)
+        if lifted is not mod:
+            mod = ToANormalForm()(InferType()(lifted))
     fn = _check_entry(mod, entry)
     wrt_idx = _wrt_indices(fn, entry, wrt)
     arg_types, ret = _check_signature(fn, entry, mod, GradientError, "gradient", _RETURNS)
@@ -851,6 +859,8 @@ def gradient(mod: IRModule, entry: str = "main", mode: str = "higher_order",
     twin = ad.global_twin(mod.get_global_var(entry))
     twins = ad.run_globals()
     ad.raise_collected("grad")
+    if loop_rule_enabled(loop_rule):
+        apply_loop_rule(ad, twins, taken)
     return ad.output(mod, entry, twins, _wrapper(ad, fn, twin, arg_types, ret, wrt_idx))
 
 

@@ -654,6 +654,10 @@ class _PE:
                        recursive: bool) -> bool:
         if self.fuel <= 0 or self.depth >= self.max_depth:
             return False
+        if func.attrs.get("NoInline", 0):
+            # NOTE: as the inline pass: e.g. AD's backward loop over a tape (passes/loop_ad.py),
+            # whose caller must not hold a record while the loop frees them
+            return False
         if self.reifying and isinstance(callee.static, SClosure) and self._valid(callee):
             # NOTE: inside a residual function body, call a closure that already has residual
             # code instead of copying its body again (keeps the output linear).

@@ -458,6 +458,12 @@ class _Emitter:
         for j, sub in enumerate(subs):
             if sub[0] == "_":
                 continue
+            if sub[0] == "var":
+                # NOTE: a field bound to a variable is read straight into its register (no
+                # copy); a later test of this clause failing leaves it unused
+                self.ops.append(("call", "vm.builtin.tuple_getitem",
+                                 [("r", v), ("i", base + j)], sub[1]))
+                continue
             f = self.tmp()
             self.ops.append(("call", "vm.builtin.tuple_getitem", [("r", v), ("i", base + j)], f))
             self.pattern(sub, f, fail)

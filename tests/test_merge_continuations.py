@@ -1,5 +1,8 @@
 """Tests for MergeContinuations (passes/merge_continuations.py): one backpropagator closure per
-straight-line region; gradients of loops stay right, compiled and interpreted."""
+straight-line region; gradients of loops stay right, compiled and interpreted.
+
+The gradients here are built with ``loop_rule=False``: with the loop rule (passes/loop_ad.py)
+a self-tail-recursive global gets a first-order tape and no backward closure to merge."""
 from __future__ import annotations
 
 import numpy as np
@@ -172,7 +175,7 @@ def test_loop_gradients_merged_and_compiled(name: str) -> None:
     text, make = CASES[name]
     args = make()
     value, grads = check_grad(text, args)   # FD, and optimize(g) == g at 1e-12 in the interpreter
-    g = passes.gradient(rly.parse(HEADER + text), entry="main")
+    g = passes.gradient(rly.parse(HEADER + text), entry="main", loop_rule=False)
     merged = passes.optimize(g)
     unmerged = passes.optimize(g, disabled_pass=("merge-continuations",))
     assert closures(merged) < closures(unmerged)
@@ -183,7 +186,8 @@ def test_loop_gradients_merged_and_compiled(name: str) -> None:
 
 def test_w6_gradient_has_one_closure_per_iteration() -> None:
     import util_grad
-    g = passes.optimize(passes.gradient(rly.parse(util_grad.wl.W6_SRC), entry="main"))
+    g = passes.optimize(passes.gradient(rly.parse(util_grad.wl.W6_SRC), entry="main",
+                                        loop_rule=False))
     body = g["loop_grad"]
     assert sum(1 for n in post_order(body.body) if type(n) is Function) == 1
     x = np.array(np.float32(0.5))
@@ -264,7 +268,8 @@ def test_other_cells_stay(attrs: str, outside: str) -> None:
 
 
 def test_gradients_mark_their_backward_steps_once() -> None:
-    g = passes.gradient(rly.parse(HEADER + CASES["scalar_loop"][0]), entry="main")
+    g = passes.gradient(rly.parse(HEADER + CASES["scalar_loop"][0]), entry="main",
+                         loop_rule=False)
     backs = [n for fn in g.functions.values() for n in post_order(fn.body)
              if type(n) is Function and not n.params and n.attrs.get("Once", 0) == 1]
     assert len(backs) >= 4
@@ -287,7 +292,7 @@ def @main(%v0: {F}) -> {F} {{
 {body}
   %v{n}
 }}"""
-    return passes.gradient(rly.parse(HEADER + text), entry="main")
+    return passes.gradient(rly.parse(HEADER + text), entry="main", loop_rule=False)
 
 
 @pytest.mark.parametrize("blocked", [False, True], ids=["merged", "blocked"])

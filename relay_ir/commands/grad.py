@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "that order (default: every parameter)")
     parser.add_argument("--optimize", action="store_true",
                         help="run the default optimization pipeline on the result")
+    parser.add_argument("--no-loop-rule", action="store_true",
+                        help="no first-order tape for self-tail-recursive loops: every global "
+                             "keeps the reference-based rule (docs/ad.md, 'Loops')")
     parser.add_argument("--forward", action="store_true",
                         help="print the forward-mode (JVP) program: @ENTRY(params..., "
                              "tangents...) -> (result, tangent)")
@@ -63,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         wrt = None
         if args.wrt is not None:
             wrt = tuple(w.strip().lstrip("%") for w in args.wrt.split(",") if w.strip())
-        out = gradient(mod, entry=args.entry, mode=args.mode, wrt=wrt)
+        out = gradient(mod, entry=args.entry, mode=args.mode, wrt=wrt,
+                       loop_rule=False if args.no_loop_rule else None)
     if args.optimize:
         out = optimize(out, entry=args.entry)
     if args.prelude:

@@ -143,7 +143,8 @@ class _GradFn:
         gr = TupleGetItem(grads, 0) if isinstance(self.argnums, int) else grads
         body = Tuple((TupleGetItem(r, 0), gr)) if self.with_value else gr
         fns["main"] = Function(params, Let(r, call, body))
-        return passes.InferType()(IRModule(fns))
+        # NOTE: with the gradient's type definitions (a loop's tape, ADT twins)
+        return passes.InferType()(IRModule(fns, dict(g.type_definitions)))
 
     def __call__(self, *args: Any) -> Any:
         """The gradient (or ``(value, gradient)``) of ``fn`` at ``args``."""
