@@ -64,7 +64,14 @@ def target_block(target: Any = "llvm") -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ConvNCHWc(FunctionPass):
-    """Convolutions and the ops between them in ``NCHW<b>c`` (module docstring)."""
+    """Convolutions and the ops between them in ``NCHW<b>c`` (module docstring)::
+
+        relu(nn.conv2d(x, W))  =>  relu(nn.conv2d(x, Wp, kernel_layout="OIHW16o",
+                                                  out_layout="NCHW16c"))
+        Wp[o // b, i, h, w, o % b] = W[o, i, h, w]       (b = 16 or 8: the target's block)
+
+    and ``layout_transform(y, "NCHW16c", "NCHW")`` where a blocked value reaches an op
+    without a blocked form."""
 
     name: ClassVar[str] = "conv-nchwc"
     opt_level: ClassVar[int] = 2
