@@ -37,7 +37,9 @@ plus one record and a step of the backward loop a pop plus the sweep. Both are s
 calls: constant stack on every backend. The tape is popped from its cell as the backward loop
 runs, so it is freed record by record (freed from its head in one go, a chain of 10^6
 records would recurse in the runtime's destructors); ``@f_bwd`` is ``NoInline`` for the same
-reason (a caller running its first step would hold the head record).
+reason (a caller running its first step would hold the head record); it is also
+``TapeLoop``, which lets partial evaluation unroll it whole where the tape is known to its end
+(a static trip count: ``passes.optimize`` then leaves first-order code, no tape, no cell).
 
 A body is a tree of ``if``s whose paths are straight lines of operator calls, tuples and
 projections; a ``let`` bound to an ``if`` (not in tail position) is split by copying the rest of
@@ -772,11 +774,12 @@ def build_loop(loop: _Loop, taken: set[str], built: dict[str, _Built] | None = N
              Clause(PatternConstructor(nil, ()), Tuple(tuple(d_params), checked_type_=res_t)))
     # NOTE: NoInline: partial evaluation would otherwise run the first steps of the backward
     # loop in the caller, whose frame would then hold the head record (and through it every
-    # record) until the loop returns
+    # record) until the loop returns. TapeLoop: it may still unroll the whole loop where it
+    # knows the tape to its end (a static trip count), leaving no tape at run time
     bwd = Function((cell_v, dr) + tuple(d_params) + inv_vars,
                    Let(tape_v, RefRead(cell_v, checked_type_=tape_t),
                        Match(tape_v, outer, checked_type_=res_t), checked_type_=res_t),
-                   res_t, attrs=Attrs({"NoInline": 1}))
+                   res_t, attrs=Attrs({"NoInline": 1, "TapeLoop": 1}))
 
     fparams = [Var(p.name_hint, t, checked_type_=t) for p, t in zip(fn.params, loop.param_types)]
     ftape = Var("tape", tape_t, checked_type_=tape_t)

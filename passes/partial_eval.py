@@ -656,8 +656,11 @@ class _PE:
             return False
         if func.attrs.get("NoInline", 0):
             # NOTE: as the inline pass: e.g. AD's backward loop over a tape (passes/loop_ad.py),
-            # whose caller must not hold a record while the loop frees them
-            return False
+            # whose caller must not hold a record while the loop frees them -- unless the
+            # whole tape is known here (a static trip count): the loop then unrolls to its
+            # end and no tape is left at run time
+            return bool(func.attrs.get("TapeLoop", 0)) and bool(args) and \
+                self._whole_tape(args[0])
         if self.reifying and isinstance(callee.static, SClosure) and self._valid(callee):
             # NOTE: inside a residual function body, call a closure that already has residual
             # code instead of copying its body again (keeps the output linear).
@@ -672,6 +675,23 @@ class _PE:
         if recursive or func in self.active:
             return any(_decisive(a) for a in args)
         return True
+
+    def _whole_tape(self, cell: PValue) -> bool:
+        """Whether ``cell`` is a reference whose contents are known here down to the end of
+        the list (a chain of constructors whose last field is the rest, ending in one without
+        fields): the tape of a loop whose trip count is static (passes/loop_ad.py)."""
+        s = cell.static
+        if not isinstance(s, SRef) or s.key not in self.store:
+            return False
+        cur = self.store[s.key]
+        for _ in range(max(self.fuel, 0) + 1):
+            c = cur.static
+            if not isinstance(c, SCon):
+                return False
+            if not c.fields:
+                return True
+            cur = c.fields[-1]
+        return False
 
     def _is_recursive_closure(self, func: Function, env: Env) -> bool:
         r = self._recursive.get(func)

@@ -112,6 +112,27 @@ def test_the_tape_holds_only_what_the_backward_step_reads() -> None:
     assert "ref(float" not in bwd and "ref_read(%cell)" in bwd   # only the tape's cell
 
 
+def test_static_trip_count_optimizes_to_first_order_code() -> None:
+    """A loop whose trip count is known at compile time: partial evaluation unrolls the forward
+    loop, knows the whole tape, and unrolls the backward loop too (``TapeLoop``), so the
+    optimized gradient is first-order code as with the reference rule: no tape, no cell, no
+    closure, no other global."""
+    mod = rly.parse(HEADER + SCALAR_LOOP.replace("25f64", "6f64"))
+    g = passes.gradient(mod, "main")
+    assert "loop_bwd" in list(g.functions)
+    opt = passes.optimize(g)
+    assert list(opt.functions) == ["main"]
+    assert not any(isinstance(n, (Function, Match, RefCreate))
+                   for n in post_order(opt["main"].body))
+    value, (dx,) = runtime.evaluate(opt, F64(0.7))
+    np.testing.assert_allclose(value, sum(np.sin(0.7 * i) * 0.5 for i in range(6)), rtol=1e-12)
+    np.testing.assert_allclose(dx, sum(np.cos(0.7 * i) * i * 0.5 for i in range(6)), rtol=1e-12)
+    # a dynamic trip count keeps both loops (the tape exists at run time)
+    dyn = rly.parse(HEADER + SCALAR_LOOP.replace("25f64", "%x"))
+    dopt = passes.optimize(passes.gradient(dyn, "main"))
+    assert "loop_bwd" in list(dopt.functions)
+
+
 def test_if_in_the_body_and_several_carried_values() -> None:
     text = """
 def @loop(%a: float64, %b: float64, %n: int32) -> (float64, float64) {
