@@ -310,10 +310,7 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     group (static groups for their shapes, ``?`` and symbolic groups once over symbolic
     shapes). A call never compiles.
     """
-    from relay_ir.passes import optimize
-    from relay_ir.passes.fuse_ops import fuse_ops
-    from relay_ir.runtime.lower_tvm import is_cuda, resolve_target
-    from relay_ir.runtime.target_lowering import target_rewrites
+    from relay_ir.runtime.lower_tvm import resolve_target
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
     _check_options(opt_level, max_fuse_depth, fast_math, unknown)
@@ -324,6 +321,46 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
         raise DiagnosticError(f"runtime.build: entry must be a global's name, not {entry!r}")
     if params is not None:
         mod = bind_params(mod, entry, params)
+    tgt = resolve_target(target)
+    path = _build_cache_path(mod, tgt, entry, opt_level, max_fuse_depth, fast_math, cache)
+    if path is not None:
+        from relay_ir.runtime import build_cache
+
+        def rebuild() -> Any:
+            return _build(mod, tgt, entry, opt_level, max_fuse_depth, cache, fast_math)
+        hit = build_cache.lookup(path, rebuild)
+        if hit is not None:
+            build_cache.STATS["hits"] += 1
+            return hit
+        build_cache.STATS["misses"] += 1
+    exe = _build(mod, tgt, entry, opt_level, max_fuse_depth, cache, fast_math)
+    if path is not None:
+        build_cache.store(path, exe)
+    return exe
+
+
+def _build_cache_path(mod: IRModule, target: Any, entry: str, opt_level: int,
+                      max_fuse_depth: int, fast_math: bool | None, cache: Any) -> str | None:
+    """The whole-build cache's file for this build (``runtime.build_cache``), or None when
+    the cache does not apply (turned off, CUDA, a kernel cache without a disk store)."""
+    from relay_ir.runtime import build_cache
+    from relay_ir.runtime.kernel_cache import default_cache
+    from relay_ir.runtime.lower_tvm import is_cuda
+    if not build_cache.enabled() or is_cuda(target):
+        return None
+    kc = cache or default_cache()
+    if not getattr(kc, "use_disk", False):
+        return None
+    key = build_cache.build_key(mod, target, entry, opt_level, max_fuse_depth, fast_math)
+    return build_cache.entry_path(kc.directory, key)
+
+
+def _build(mod: IRModule, target: Any, entry: str, opt_level: int, max_fuse_depth: int,
+           cache: Any, fast_math: bool | None) -> Any:
+    """``runtime.build`` without the whole-build cache (arguments checked, params bound)."""
+    from relay_ir.passes import optimize
+    from relay_ir.passes.fuse_ops import fuse_ops
+    from relay_ir.runtime.target_lowering import target_rewrites
     opt = optimize(mod, opt_level=opt_level, entry=entry)
     opt = target_rewrites(refine_types(opt), target, opt_level, winograd=fast_math is True)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.
