@@ -45,7 +45,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sys
 from typing import Any, Callable
 
 from relay_ir.errors import DiagnosticError
@@ -80,41 +79,15 @@ def enabled() -> bool:
 _CODE: list[str] = []
 
 
-def _package_dirs() -> list[str]:
-    import relay_ir
-    import relay_ir.grammar
-    import relay_ir.passes
-    import relay_ir.runtime
-    return [os.path.dirname(os.path.abspath(m.__file__ or ""))
-            for m in (relay_ir, relay_ir.passes, relay_ir.runtime, relay_ir.grammar)]
-
-
 def code_digest() -> str:
-    """relay_ir's version and source files (path, size, mtime), TVM's and Python's versions."""
+    """relay_ir's code (:func:`~relay_ir.runtime.kernel_cache.source_digest`) and TVM's
+    version."""
     if not _CODE:
         import tvm
 
-        import relay_ir
-        h = hashlib.sha256()
-        h.update(f"{FORMAT_VERSION}|{relay_ir.__version__}|{tvm.__version__}|"
-                 f"{sys.version}".encode())
-        for d in _package_dirs():
-            stack = [d]
-            while stack:
-                top = stack.pop()
-                try:
-                    entries = sorted(os.scandir(top), key=lambda e: e.name)
-                except OSError:
-                    continue
-                for e in entries:
-                    if e.is_dir(follow_symlinks=False):
-                        if e.name != "__pycache__":
-                            stack.append(e.path)
-                    elif e.name.endswith((".py", ".lark")):
-                        st = e.stat()
-                        h.update(f"{os.path.relpath(e.path, d)}|{st.st_size}|"
-                                 f"{st.st_mtime_ns}\n".encode())
-        _CODE.append(h.hexdigest())
+        from relay_ir.runtime.kernel_cache import source_digest
+        _CODE.append(hashlib.sha256(f"{FORMAT_VERSION}|{source_digest()}|"
+                                    f"{tvm.__version__}".encode()).hexdigest())
     return _CODE[0]
 
 
