@@ -7,16 +7,17 @@ parsed and differentiated, but optimizing it again is a look-up: ``optimize-<key
 under ``optimize/`` in the kernel cache directory (``RELAY_IR_CACHE_DIR``).
 
 **Exactly what optimize returns.** An entry holds the result's canonical text plus, for every
-expression node of the result (in :func:`~relay_ir.traversal.post_order` of each global, by
-name), its ``span`` (as the position of the input node that carried the same span: spans are
+expression node of the result (in the order of :func:`walk`: each global by name,
+children before parents), its ``span`` (as the position of the input node that carried the same span: spans are
 never stored, they are taken from the module being optimized, so errors point into the
 caller's source), its inferred type (``checked_type_``), a call's type arguments and a
 variable's own name (the printer renames variables that share one). A hit parses the text and
 rebuilds each node with its span and type. An entry is written only when that rebuild,
 done right after the pipeline ran, reproduces the result exactly: the same text,
 structurally equal, and node for node the same class, span and inferred type (else the
-result is simply not cached). Modules whose result has ADT definitions, ``match`` or calls
-of globals are not cached.
+result is simply not cached). What a hit does not keep: which sub-expressions other than
+variables were one shared object (a constant used twice is two equal nodes). Modules whose
+result has ADT definitions, ``match`` or calls of globals are not cached.
 
 **Key** (SHA-256): relay_ir's code (:func:`~relay_ir.runtime.kernel_cache.source_digest`),
 the input's canonical text and attributes, which of its nodes share spans and their inferred
@@ -35,9 +36,9 @@ import json
 import os
 from typing import Any
 
-from relay_ir.expr import (Call, Expr, Function, GlobalVar, Match, Op, Var)
+from relay_ir.expr import Call, Constructor, Expr, Function, GlobalVar, Match, Op, Var
 from relay_ir.module import IRModule
-from relay_ir.traversal import post_order
+from relay_ir.traversal import children
 
 ENV_VAR = "RELAY_IR_OPT_CACHE"
 FORMAT_VERSION = 1
@@ -54,11 +55,48 @@ def enabled() -> bool:
     return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def _nodes(mod: IRModule) -> list[Expr]:
+class _Bad(Exception):
+    """An entry that does not rebuild (corrupt or inconsistent)."""
+
+
+#: nodes a walk visits once (binders and references to shared objects); every other node is
+#: visited at each of its occurrences, so that two structurally equal programs give the same
+#: sequence whatever sub-expressions they share
+_ONCE = (Var, GlobalVar, Op, Constructor)
+
+
+def walk(mod: IRModule) -> tuple[list[Expr], int]:
+    """(the nodes of every global, by name, children before parents, each occurrence of a
+    node that is not a variable, global, operator or constructor counted; the number of
+    distinct nodes per global, summed: :func:`~relay_ir.passes.optimizer.pipeline_fuel`'s
+    count). _Bad when sharing makes the walk more than 8 times longer than the module."""
     out: list[Expr] = []
+    distinct = 0
     for name in sorted(mod.functions):
-        out.extend(post_order(mod[name]))
-    return out
+        seen: set[int] = set()
+        every: set[int] = set()
+        stack: list[tuple[Expr, bool]] = [(mod[name], False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                out.append(node)
+                continue
+            if isinstance(node, _ONCE):
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+            every.add(id(node))
+            stack.append((node, True))
+            for c in reversed(children(node)):
+                stack.append((c, False))
+            if len(out) > 8 * len(every) + 10000:
+                raise _Bad("sub-expressions shared too often")
+        distinct += len(every)
+    return out, distinct
+
+
+def _nodes(mod: IRModule) -> list[Expr]:
+    return walk(mod)[0]
 
 
 def _type_texts(nodes: list[Expr]) -> tuple[list[str], list[Any]]:
@@ -118,10 +156,6 @@ def _checksum(text: str, types: list[str], table: list, names: dict[str, str]) -
     return hashlib.sha256(json.dumps([text, types, table, names]).encode()).hexdigest()
 
 
-class _Bad(Exception):
-    """An entry that does not rebuild (corrupt or inconsistent)."""
-
-
 def _rebuild(mod: IRModule, in_nodes: list[Expr], text: str, types: list[str],
              table: list, names: dict[str, str]) -> IRModule:
     """The module of an entry: ``text`` parsed, every node given its span (from
@@ -139,46 +173,42 @@ def _rebuild(mod: IRModule, in_nodes: list[Expr], text: str, types: list[str],
             raise _Bad("types")
     new: dict[int, Expr] = {}
     funcs: dict[str, Function] = {}
-    pos = 0
-    for gname in sorted(parsed.functions):
-        fn = parsed[gname]
-        for node in post_order(fn):
-            if pos >= len(table):
-                raise _Bad("more nodes than the table")
-            si, ti = table[pos]
-            pos += 1
-            if isinstance(node, Op):
-                if si != -1 or ti != -1:
-                    raise _Bad("an operator with a span or type")
-                new[id(node)] = node
-                continue
-            if isinstance(node, (Match, GlobalVar)):
-                raise _Bad("match or global")
-            targs: list = []
-            if isinstance(ti, list):
-                ti, targs = ti
-            changes: dict[str, Any] = {
-                "span": in_nodes[si].span if si >= 0 else None,
-                "checked_type_": tys[ti] if ti >= 0 else None}
-            hint = names.get(str(pos - 1))
-            if hint is not None:
-                if not isinstance(node, Var):
-                    raise _Bad("a name for a node that is not a variable")
-                changes["name_hint"] = hint
-            if targs:
-                if not isinstance(node, Call):
-                    raise _Bad("type arguments on a node that is not a call")
-                changes["type_args"] = tuple(tys[k] for k in targs)
-            for f in dataclasses.fields(node):
-                v = getattr(node, f.name)
-                if isinstance(v, Expr):
-                    changes[f.name] = new[id(v)]
-                elif isinstance(v, tuple) and v and isinstance(v[0], Expr):
-                    changes[f.name] = tuple(new[id(x)] for x in v)
-            new[id(node)] = dataclasses.replace(node, **changes)
-        funcs[gname] = new[id(fn)]  # type: ignore[assignment]
-    if pos != len(table):
-        raise _Bad("fewer nodes than the table")
+    nodes = _nodes(parsed)
+    if len(nodes) != len(table):
+        raise _Bad("the table does not fit the text")
+    for pos, node in enumerate(nodes):
+        si, ti = table[pos]
+        if isinstance(node, Op):
+            if si != -1 or ti != -1:
+                raise _Bad("an operator with a span or type")
+            new[id(node)] = node
+            continue
+        if isinstance(node, (Match, GlobalVar)):
+            raise _Bad("match or global")
+        targs: list = []
+        if isinstance(ti, list):
+            ti, targs = ti
+        changes: dict[str, Any] = {
+            "span": in_nodes[si].span if si >= 0 else None,
+            "checked_type_": tys[ti] if ti >= 0 else None}
+        hint = names.get(str(pos))
+        if hint is not None:
+            if not isinstance(node, Var):
+                raise _Bad("a name for a node that is not a variable")
+            changes["name_hint"] = hint
+        if targs:
+            if not isinstance(node, Call):
+                raise _Bad("type arguments on a node that is not a call")
+            changes["type_args"] = tuple(tys[k] for k in targs)
+        for f in dataclasses.fields(node):
+            v = getattr(node, f.name)
+            if isinstance(v, Expr):
+                changes[f.name] = new[id(v)]
+            elif isinstance(v, tuple) and v and isinstance(v[0], Expr):
+                changes[f.name] = tuple(new[id(x)] for x in v)
+        new[id(node)] = dataclasses.replace(node, **changes)
+    for gname in parsed.functions:
+        funcs[gname] = new[id(parsed[gname])]  # type: ignore[assignment]
     # NOTE: globals the input has keep their GlobalVar objects (as the passes keep them)
     return IRModule({(mod.get_global_var(n) if n in mod.functions else n): funcs[n]
                      for n in parsed.functions}, source=mod.source, attrs=mod.attrs)
@@ -246,7 +276,11 @@ def store(key: str, mod: IRModule, in_nodes: list[Expr], out: IRModule) -> bool:
     if out.type_definitions or out.source is not mod.source or out.attrs != mod.attrs:
         STATS["not_cacheable"] += 1
         return False
-    nodes = _nodes(out)
+    try:
+        nodes = _nodes(out)
+    except _Bad:
+        STATS["not_cacheable"] += 1
+        return False
     first: dict[Any, int] = {}
     for i, n in enumerate(in_nodes):
         if n.span is not None:

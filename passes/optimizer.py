@@ -98,10 +98,16 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
     from relay_ir.passes import optimize_cache as oc
     outer = PassContext.current()
     cached = oc.enabled()
-    nodes = oc._nodes(mod) if cached else []
+    nodes: list = []
+    distinct = -1
+    if cached:
+        try:
+            nodes, distinct = oc.walk(mod)
+        except oc._Bad:          # NOTE: too much sharing to key on: no cache
+            cached = False
     if fuel is None:
-        # NOTE: pipeline_fuel(mod), from the node count the cache key walked for anyway
-        fuel = max(MIN_FUEL, FUEL_PER_NODE * len(nodes)) if cached else pipeline_fuel(mod)
+        # NOTE: pipeline_fuel(mod), from the count the cache key's walk made anyway
+        fuel = max(MIN_FUEL, FUEL_PER_NODE * distinct) if cached else pipeline_fuel(mod)
     config = dict(outer.config)
     if unsafe_math:
         config["unsafe_math"] = True

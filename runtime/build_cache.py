@@ -48,7 +48,7 @@ import shutil
 from typing import Any, Callable
 
 from relay_ir.errors import DiagnosticError
-from relay_ir.runtime.relax_export import LoadedRelaxModule, load_module
+from relay_ir.runtime.relax_export import LoadedRelaxModule, _load, _read, _verify
 
 ENV_VAR = "RELAY_IR_BUILD_CACHE"
 FORMAT_VERSION = 1
@@ -116,16 +116,16 @@ def settings_digest() -> str:
     return h.hexdigest()
 
 
-def build_key(mod: Any, target: Any, entry: str, opt_level: int, max_fuse_depth: int,
+def build_key(mod: Any, target: str, entry: str, opt_level: int, max_fuse_depth: int,
               fast_math: bool | None) -> str:
     """The cache key of one ``runtime.build`` call (module docstring); ``mod`` with its
-    ``params`` already bound (constants are in its text)."""
+    ``params`` already bound (constants are in its text), ``target`` the text of the target's
+    config."""
     from relay_ir.passes.pass_manager import PassContext
     from relay_ir.printer import astext
-    from relay_ir.runtime.lower_tvm import target_description
     h = hashlib.sha256()
     h.update(f"{code_digest()}|{settings_digest()}|".encode())
-    h.update(repr(sorted(target_description(target)["config"].items(), key=str)).encode())
+    h.update(target.encode())
     h.update(f"|{entry}|{opt_level}|{max_fuse_depth}|{fast_math}|".encode())
     # NOTE: optimize reads the current PassContext's config (e.g. unsafe_math)
     h.update(repr(sorted(PassContext.current().config.items(), key=str)).encode())
@@ -144,7 +144,10 @@ def lookup(path: str, rebuild: Callable[[], Any]) -> Any:
     if not os.path.exists(path):
         return None
     try:
-        loaded = load_module(path)
+        # NOTE: load_module's checks (size, checksums, format and TVM version) but not the
+        # target's: the key holds it, and building a Target costs more than the rest
+        meta, lib = _verify(path, _read(path))
+        loaded = _load(path, meta, lib, check_target=False)
     except DiagnosticError:
         STATS["rebuilt_corrupt"] += 1
         try:

@@ -321,19 +321,20 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
         raise DiagnosticError(f"runtime.build: entry must be a global's name, not {entry!r}")
     if params is not None:
         mod = bind_params(mod, entry, params)
-    tgt = resolve_target(target)
-    path = _build_cache_path(mod, tgt, entry, opt_level, max_fuse_depth, fast_math, cache)
+    path = _build_cache_path(mod, target, entry, opt_level, max_fuse_depth, fast_math, cache)
     if path is not None:
         from relay_ir.runtime import build_cache
 
         def rebuild() -> Any:
-            return _build(mod, tgt, entry, opt_level, max_fuse_depth, cache, fast_math)
+            return _build(mod, resolve_target(target), entry, opt_level, max_fuse_depth, cache,
+                          fast_math)
         hit = build_cache.lookup(path, rebuild)
         if hit is not None:
             build_cache.STATS["hits"] += 1
             return hit
         build_cache.STATS["misses"] += 1
-    exe = _build(mod, tgt, entry, opt_level, max_fuse_depth, cache, fast_math)
+    exe = _build(mod, resolve_target(target), entry, opt_level, max_fuse_depth, cache,
+                 fast_math)
     if path is not None:
         build_cache.store(path, exe)
     return exe
@@ -345,13 +346,24 @@ def _build_cache_path(mod: IRModule, target: Any, entry: str, opt_level: int,
     the cache does not apply (turned off, CUDA, a kernel cache without a disk store)."""
     from relay_ir.runtime import build_cache
     from relay_ir.runtime.kernel_cache import default_cache
-    from relay_ir.runtime.lower_tvm import is_cuda
-    if not build_cache.enabled() or is_cuda(target):
+    from relay_ir.runtime.lower_tvm import (host_llvm_config, is_cuda, resolve_target,
+                                            target_description)
+    if not build_cache.enabled():
         return None
     kc = cache or default_cache()
     if not getattr(kc, "use_disk", False):
         return None
-    key = build_cache.build_key(mod, target, entry, opt_level, max_fuse_depth, fast_math)
+    if isinstance(target, str) and target in ("llvm", "cpu"):
+        # NOTE: the config resolve_target would build the Target from (building the first
+        # Target of a process costs ~30-80 ms, which a hit never needs)
+        config = host_llvm_config()
+    else:
+        tgt = resolve_target(target)
+        if is_cuda(tgt):
+            return None
+        config = target_description(tgt)["config"]
+    key = build_cache.build_key(mod, repr(sorted(config.items(), key=str)), entry, opt_level,
+                                max_fuse_depth, fast_math)
     return build_cache.entry_path(kc.directory, key)
 
 

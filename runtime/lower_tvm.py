@@ -62,6 +62,15 @@ def ensure_threads() -> int:
 _TARGETS: dict[str, Any] = {}
 
 
+def host_llvm_config() -> dict[str, Any]:
+    """The config of target ``"llvm"``: this machine's CPU and the cores this process may
+    use."""
+    from tvm.target import codegen
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": cores}
+
+
 def resolve_target(target: Any) -> Any:
     """A ``tvm.target.Target`` for ``"llvm"``, ``"cuda"``, a dict or a Target."""
     import tvm
@@ -78,11 +87,7 @@ def resolve_target(target: Any) -> Any:
     if target in _TARGETS:
         return _TARGETS[target]
     if target in ("llvm", "cpu"):
-        from tvm.target import codegen
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-            (os.cpu_count() or 1)
-        t = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
-                               "num-cores": cores})
+        t = tvm.target.Target(host_llvm_config())
     elif target == "cuda":
         arch = "sm_90"
         try:
