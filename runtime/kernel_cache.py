@@ -467,8 +467,37 @@ def clear_disk(directory: str | None = None) -> int:
         elif os.path.isdir(p) and name.startswith("tmp"):
             shutil.rmtree(p, ignore_errors=True)   # NOTE: a linker workspace left by a crash
             n += 1
+        elif os.path.isdir(p) and name in PIPELINE_SUBDIRS:
+            for sub in os.listdir(p):
+                try:
+                    os.remove(os.path.join(p, sub))
+                    n += 1
+                except OSError:
+                    pass
     _DEFAULT.clear_memory()
     return n
+
+
+#: subdirectories of the pipeline caches: whole builds (``runtime.build_cache``) and
+#: optimized modules (``passes.optimize_cache``)
+PIPELINE_SUBDIRS = ("builds", "optimize")
+
+
+def pipeline_usage(directory: str | None = None) -> dict[str, tuple[int, int]]:
+    """For each pipeline cache subdirectory: (number of entries, total bytes)."""
+    d = directory or cache_dir()
+    out = {}
+    for sub in PIPELINE_SUBDIRS:
+        n = total = 0
+        p = os.path.join(d, sub)
+        if os.path.isdir(p):
+            for name in os.listdir(p):
+                q = os.path.join(p, name)
+                if os.path.isfile(q):
+                    n += 1
+                    total += os.path.getsize(q)
+        out[sub] = (n, total)
+    return out
 
 
 _DEFAULT = KernelCache()

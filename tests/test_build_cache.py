@@ -336,3 +336,13 @@ def @main(%o: Opt) -> int32 { match (%o) { Some(%v) => add(%v, 1), No => 0 } }
     out = passes.optimize(rly.parse(src))
     assert delta("not_cacheable") == 1 and _entries(d, "optimize-") == []
     assert "match" in rly.astext(out)
+
+
+def test_rly_cache_clear_empties_the_pipeline_caches(tmp_path) -> None:
+    from relay_ir.runtime.kernel_cache import clear_disk, pipeline_usage
+    for sub, name in (("builds", "build-abc.so"), ("optimize", "optimize-abc.json")):
+        os.makedirs(tmp_path / sub)
+        (tmp_path / sub / name).write_bytes(b"x" * 10)
+    assert pipeline_usage(str(tmp_path)) == {"builds": (1, 10), "optimize": (1, 10)}
+    assert clear_disk(str(tmp_path)) == 2
+    assert pipeline_usage(str(tmp_path)) == {"builds": (0, 0), "optimize": (0, 0)}
