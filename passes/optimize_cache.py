@@ -8,9 +8,9 @@ under ``optimize/`` in the kernel cache directory (``RELAY_IR_CACHE_DIR``).
 
 **Exactly what optimize returns.** An entry holds the result's canonical text plus, for every
 expression node of the result (in the order of :func:`walk`: each global by name,
-children before parents), its ``span`` (as the position of the input node that carried the same span: spans are
-never stored, they are taken from the module being optimized, so errors point into the
-caller's source), its inferred type (``checked_type_``), a call's type arguments and a
+children before parents), its ``span`` (as the position of the input node that carried the
+same span: spans are never stored, they are taken from the module being optimized, so errors
+point into the caller's source), its inferred type (``checked_type_``), a call's type arguments and a
 variable's own name (the printer renames variables that share one). A hit parses the text and
 rebuilds each node with its span and type. An entry is written only when that rebuild,
 done right after the pipeline ran, reproduces the result exactly: the same text,
