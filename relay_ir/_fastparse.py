@@ -208,14 +208,28 @@ def _state_lexer(bl: Any) -> tuple[Any, dict[str, dict[str, str]]]:
     """``(match, unless)`` for one of Lark's per-state lexers: its scanner regex behind a
     whitespace skip, and the keyword remaps of its terminals; ValueError if it uses anything
     this driver does not replay."""
-    scanner = bl.scanner
-    if len(scanner._mres) != 1 or bl.ignore_types != frozenset({"WS"}):
+    if bl.ignore_types != frozenset({"WS"}):
         raise ValueError("unsupported lexer configuration")
     ws = re.compile(bl.terminals_by_name["WS"].pattern.to_regexp())
     if not all(bool(ws.fullmatch(probe)) == ok for probe, ok in _WS_PROBES):
         raise ValueError("unsupported whitespace terminal")
+    if getattr(bl, "_scanner", 1) is None and not bl.user_callbacks and not bl.use_bytes:
+        # NOTE: the scanner regex as Lark's Scanner writes it (one alternation of named
+        # groups), without building Lark's scanner: that would compile the same big regex
+        # once more (per state: the larger part of a process's first parse)
+        from lark.lexer import _create_unless
+        terminals, callbacks = _create_unless(bl.terminals, bl.g_regex_flags, bl.re,
+                                              bl.use_bytes)
+        pattern = "|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in terminals)
+        flags = bl.g_regex_flags
+    else:
+        scanner = bl.scanner
+        if len(scanner._mres) != 1:
+            raise ValueError("unsupported lexer configuration")
+        pattern, flags = scanner._mres[0].pattern, scanner._mres[0].flags
+        callbacks = bl.callback
     unless: dict[str, dict[str, str]] = {}
-    for tname, cb in bl.callback.items():
+    for tname, cb in callbacks.items():
         if type(cb).__name__ != "UnlessCallback":
             raise ValueError("unsupported lexer callback")
         remap: dict[str, str] = {}
@@ -224,9 +238,8 @@ def _state_lexer(bl: Any) -> tuple[Any, dict[str, dict[str, str]]]:
                 raise ValueError("unsupported keyword terminal")
             remap.setdefault(t.pattern.value, t.name)
         unless[tname] = remap
-    pattern = scanner._mres[0].pattern
     try:  # NOTE: possessive `*+` needs Python 3.11
-        rx = re.compile(r"(?:[ \t\n]|\r\n)*+(?:" + pattern + ")", scanner._mres[0].flags)
+        rx = re.compile(r"(?:[ \t\n]|\r\n)*+(?:" + pattern + ")", flags)
     except re.error as e:
         raise ValueError(f"cannot compile the state's lexer: {e}") from None
     return rx.match, unless
