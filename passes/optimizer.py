@@ -113,10 +113,14 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
         config["unsafe_math"] = True
     key = None
     if cached:
-        key = oc.cache_key(mod, nodes, {
-            "opt_level": opt_level, "disabled_pass": tuple(disabled_pass),
-            "required_pass": tuple(required_pass), "entry": entry, "fuel": fuel,
-            "config": sorted(config.items(), key=str)})
+        try:
+            key = oc.cache_key(mod, nodes, {
+                "opt_level": opt_level, "disabled_pass": tuple(disabled_pass),
+                "required_pass": tuple(required_pass), "entry": entry, "fuel": fuel,
+                "config": sorted(config.items(), key=str)})
+        except Exception:    # NOTE: a module the key cannot be taken of is not cached
+            key = None
+    if key is not None:
         hit = oc.lookup(key, mod, nodes)
         if hit is not None:
             oc.STATS["hits"] += 1
@@ -127,5 +131,8 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
                      config=config) as ctx:
         out = default_pipeline(entry=entry, fuel=fuel)(mod, ctx)
     if key is not None:
-        oc.store(key, mod, nodes, out)
+        try:
+            oc.store(key, mod, nodes, out)
+        except Exception:    # NOTE: failing to cache never fails the optimization
+            pass
     return out

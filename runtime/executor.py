@@ -336,7 +336,10 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     exe = _build(mod, resolve_target(target), entry, opt_level, max_fuse_depth, cache,
                  fast_math)
     if path is not None:
-        build_cache.store(path, exe)
+        try:
+            build_cache.store(path, exe)
+        except Exception:    # NOTE: failing to cache never fails the build
+            pass
     return exe
 
 
@@ -362,8 +365,11 @@ def _build_cache_path(mod: IRModule, target: Any, entry: str, opt_level: int,
         if is_cuda(tgt):
             return None
         config = target_description(tgt)["config"]
-    key = build_cache.build_key(mod, repr(sorted(config.items(), key=str)), entry, opt_level,
-                                max_fuse_depth, fast_math)
+    try:
+        key = build_cache.build_key(mod, repr(sorted(config.items(), key=str)), entry,
+                                    opt_level, max_fuse_depth, fast_math)
+    except Exception:    # NOTE: a module the key cannot be taken of is built, not cached
+        return None
     return build_cache.entry_path(kc.directory, key)
 
 
