@@ -346,3 +346,39 @@ def test_rly_cache_clear_empties_the_pipeline_caches(tmp_path) -> None:
     assert pipeline_usage(str(tmp_path)) == {"builds": (1, 10), "optimize": (1, 10)}
     assert clear_disk(str(tmp_path)) == 2
     assert pipeline_usage(str(tmp_path)) == {"builds": (0, 0), "optimize": (0, 0)}
+
+
+EXAMPLES = sorted(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", f)
+    for f in os.listdir(os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "examples")) if f.endswith(".rly"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_optimize_hits_are_exact_on_every_example(opt_cache, monkeypatch, path: str) -> None:
+    """Each example and its gradient: a hit is exactly the pipeline's result, or the result
+    is not cached (and optimize still returns it)."""
+    d, delta = opt_cache
+    mod = rly.parse(open(path).read(), source_name=path)
+    mods = [mod]
+    try:
+        mods.append(passes.gradient(mod, entry="main"))
+    except rly.DiagnosticError:
+        pass                          # NOTE: not differentiable (integer programs)
+    for m in mods:
+        monkeypatch.setenv("RELAY_IR_OPT_CACHE", "0")
+        fresh = passes.optimize(m)
+        monkeypatch.setenv("RELAY_IR_OPT_CACHE", "1")
+        before = delta("stored") + delta("not_cacheable")
+        first = passes.optimize(m)
+        assert delta("stored") + delta("not_cacheable") == before + 1
+        assert rly.astext(first) == rly.astext(fresh)
+        hits = delta("hits")
+        again = passes.optimize(m)
+        if delta("hits") > hits:
+            assert oc.difference(fresh, again, m) is None
+        else:
+            assert rly.astext(again) == rly.astext(fresh)
+    # NOTE: their optimized forms still call globals (recursion), which are not cached
+    if os.path.basename(path) not in ("factorial.rly", "refs.rly"):
+        assert delta("hits") == len(mods)
