@@ -5,7 +5,8 @@ module again, lowering every group to TIR to find its kernel-cache key, loading 
 kernel's library and emitting the VM bytecode (~80 ms for the W2 training step, in a fresh
 process). This cache skips all of it: the first build of a module exports its executable
 (``export_library``: one shared library with relay_ir's checked trailer) under the kernel
-cache directory as ``builds/build-<key>.so``; a later build of the same module with the same
+cache directory as ``builds/build-<key>.so`` (with its kernel counts in
+``build-<key>.so.json``); a later build of the same module with the same
 options is a hash of the module plus one :func:`~relay_ir.runtime.relax_export.load_module`.
 
 **Key** (SHA-256) of everything that changes the executable:
@@ -147,23 +148,51 @@ def lookup(path: str, rebuild: Callable[[], Any]) -> Any:
         # NOTE: load_module's checks (size, checksums, format and TVM version) but not the
         # target's: the key holds it, and building a Target costs more than the rest
         meta, lib = _verify(path, _read(path))
+        counts = _read_counts(path)
         loaded = _load(path, meta, lib, check_target=False)
     except DiagnosticError:
         STATS["rebuilt_corrupt"] += 1
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+        for p in (path, path + ".json"):
+            try:
+                os.remove(p)
+            except OSError:
+                pass
         return None
-    return CachedBuild(loaded, path, rebuild)
+    return CachedBuild(loaded, path, rebuild, counts)
+
+
+def _read_counts(path: str) -> dict[str, Any]:
+    """The built executable's counts kept next to its module file (``<file>.json``)."""
+    import json
+    try:
+        with open(path + ".json", encoding="utf-8") as f:
+            counts = json.load(f)
+        if not (isinstance(counts, dict) and type(counts.get("num_kernels")) is int and
+                type(counts.get("num_compiled")) is int and
+                isinstance(counts.get("host_kernels"), list)):
+            raise ValueError("malformed")
+    except (OSError, ValueError) as e:
+        raise DiagnosticError(f"{path}.json: unreadable build counts ({e})") from None
+    return counts
 
 
 def store(path: str, exe: Any) -> bool:
     """Export ``exe`` to ``path`` (atomically; failures leave no entry and are not errors)."""
+    import json
+    counts = {"num_kernels": exe.num_kernels(), "num_compiled": exe.num_compiled(),
+              "host_kernels": exe.host_kernels()}
+    tmp = f"{path}.json.tmp{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(counts, f)
+        os.replace(tmp, path + ".json")     # NOTE: first, so that a module file has its counts
         exe.export_library(path)
     except (DiagnosticError, OSError):
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
         return False
     STATS["stored"] += 1
     return True
@@ -175,8 +204,10 @@ class CachedBuild(LoadedRelaxModule):
     (``module``, ``kernel_sources``, ``run_batch``, exporting another entry or
     ``batched=True``) builds the module once more on first use (:meth:`built`)."""
 
-    def __init__(self, loaded: Any, path: str, rebuild: Callable[[], Any]):
+    def __init__(self, loaded: Any, path: str, rebuild: Callable[[], Any],
+                 counts: dict[str, Any]):
         self.__dict__.update(loaded.__dict__)
+        self._counts = counts
         self.__dict__.pop("module", None)
         self.cache_path = path
         self._rebuild = rebuild
@@ -202,6 +233,18 @@ class CachedBuild(LoadedRelaxModule):
 
     def kernel_sources(self) -> list[str]:
         return self.built().kernel_sources()
+
+    def num_kernels(self) -> int:
+        """As the built executable's (kept with the entry)."""
+        return int(self._counts["num_kernels"])
+
+    def num_compiled(self) -> int:
+        """As the built executable's (kept with the entry)."""
+        return int(self._counts["num_compiled"])
+
+    def host_kernels(self) -> list[str]:
+        """As the built executable's (kept with the entry)."""
+        return [str(k) for k in self._counts["host_kernels"]]
 
     def run_batch(self, arg_tuples: Any, entry: str | None = None) -> list:
         return self.built().run_batch(arg_tuples, entry)

@@ -494,7 +494,7 @@ def pipeline_usage(directory: str | None = None) -> dict[str, tuple[int, int]]:
             for name in os.listdir(p):
                 q = os.path.join(p, name)
                 if os.path.isfile(q):
-                    n += 1
+                    n += name.endswith(".so" if sub == "builds" else ".json")
                     total += os.path.getsize(q)
         out[sub] = (n, total)
     return out

@@ -57,7 +57,8 @@ def opt_cache(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
 
 
 def _entries(d, prefix: str) -> list[str]:  # type: ignore[no-untyped-def]
-    return sorted(f for f in os.listdir(d) if f.startswith(prefix) and ".tmp" not in f)
+    return sorted(f for f in os.listdir(d) if f.startswith(prefix) and ".tmp" not in f
+                  and not f.endswith(".so.json"))
 
 
 # ============================================================================ whole-build cache
@@ -75,7 +76,8 @@ def test_build_miss_then_hit_gives_the_same_values(build_cache) -> None:
     want = _numpy(X, W, B)
     np.testing.assert_allclose(float(first(X, W, B)), want, rtol=1e-5)
     np.testing.assert_allclose(float(second(X, W, B)), float(first(X, W, B)), rtol=0, atol=0)
-    assert second.num_kernels() == first.num_kernels()
+    assert (second.num_kernels(), second.num_compiled(), second.host_kernels()) == \
+        (first.num_kernels(), first.num_compiled(), first.host_kernels())
     with pytest.raises(rly.DiagnosticError, match="@nope"):
         second(X, W, B, entry="nope")
     with pytest.raises(rly.DiagnosticError):
@@ -124,7 +126,7 @@ def test_build_cache_misses_on_a_different_option_and_bound_params(build_cache) 
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty", "counts"])
 def test_a_damaged_build_entry_is_rebuilt(build_cache, damage: str) -> None:
     bc, d, delta = build_cache
     m = rly.parse(MLP)
@@ -139,8 +141,11 @@ def test_a_damaged_build_entry_is_rebuilt(build_cache, damage: str) -> None:
         data = data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1:]
     elif damage == "garbage":
         data = b"not a module" * 10
-    else:
+    elif damage == "empty":
         data = b""
+    else:                                   # the module file is fine, its counts are not
+        path = path + ".json"
+        data = b'{"num_kernels": "x"}'
     with open(path, "wb") as f:
         f.write(data)
     exe = runtime.build(m)
@@ -340,11 +345,13 @@ def @main(%o: Opt) -> int32 { match (%o) { Some(%v) => add(%v, 1), No => 0 } }
 
 def test_rly_cache_clear_empties_the_pipeline_caches(tmp_path) -> None:
     from relay_ir.runtime.kernel_cache import clear_disk, pipeline_usage
-    for sub, name in (("builds", "build-abc.so"), ("optimize", "optimize-abc.json")):
+    for sub, names in (("builds", ["build-abc.so", "build-abc.so.json"]),
+                       ("optimize", ["optimize-abc.json"])):
         os.makedirs(tmp_path / sub)
-        (tmp_path / sub / name).write_bytes(b"x" * 10)
-    assert pipeline_usage(str(tmp_path)) == {"builds": (1, 10), "optimize": (1, 10)}
-    assert clear_disk(str(tmp_path)) == 2
+        for name in names:
+            (tmp_path / sub / name).write_bytes(b"x" * 10)
+    assert pipeline_usage(str(tmp_path)) == {"builds": (1, 20), "optimize": (1, 10)}
+    assert clear_disk(str(tmp_path)) == 3
     assert pipeline_usage(str(tmp_path)) == {"builds": (0, 0), "optimize": (0, 0)}
 
 
