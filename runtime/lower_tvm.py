@@ -84,11 +84,18 @@ def resolve_target(target: Any) -> Any:
     if not isinstance(target, str):
         raise LoweringError(f"a target is a string, a dict or a tvm.target.Target, not "
                             f"{type(target).__name__}")
+    if target in ("llvm", "cpu"):
+        # NOTE: memoized by the config itself (the cores this process may use can change),
+        # so that the whole-build cache's key, taken from host_llvm_config(), is the target's
+        config = host_llvm_config()
+        memo = f"llvm|{sorted(config.items())}"
+        t = _TARGETS.get(memo)
+        if t is None:
+            t = _TARGETS[memo] = tvm.target.Target(config)
+        return t
     if target in _TARGETS:
         return _TARGETS[target]
-    if target in ("llvm", "cpu"):
-        t = tvm.target.Target(host_llvm_config())
-    elif target == "cuda":
+    if target == "cuda":
         arch = "sm_90"
         try:
             dev = tvm.cuda(0)
