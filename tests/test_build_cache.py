@@ -187,11 +187,17 @@ def test_a_cached_build_exports_and_rebuilds_on_demand(build_cache, tmp_path) ->
 
 
 PROGRAM = r'''
+import os
 import sys
 import numpy as np
 import relay_ir as rly
 from relay_ir import runtime
+from relay_ir.passes import optimize_cache
 from relay_ir.runtime import build_cache, executor
+# NOTE: the entries in the test's directory; the kernels from the suite's kernel cache
+d = os.environ["TEST_BUILD_DIR"]
+build_cache.entry_path = lambda _, key: os.path.join(d, f"build-{key}.so")
+optimize_cache.entry_path = lambda key: os.path.join(d, f"optimize-{key}.json")
 if sys.argv[1] == "hit":
     def refuse(*a, **k):
         raise AssertionError("built again")
@@ -208,7 +214,7 @@ print(float(runtime.build(m)(x, w, b)), build_cache.STATS["hits"])
 @pytest.mark.tvm
 def test_a_fresh_process_loads_the_build(tmp_path) -> None:
     env = dict(os.environ, RELAY_IR_BUILD_CACHE="1", RELAY_IR_OPT_CACHE="1",
-               RELAY_IR_CACHE_DIR=str(tmp_path))
+               TEST_BUILD_DIR=str(tmp_path))
 
     def run(mode: str) -> tuple[float, int]:
         r = subprocess.run([sys.executable, "-c", PROGRAM, mode], input=MLP, env=env,
@@ -217,6 +223,7 @@ def test_a_fresh_process_loads_the_build(tmp_path) -> None:
         v, hits = r.stdout.split()
         return float(v), int(hits)
     v1, h1 = run("build")
+    assert len(_entries(tmp_path, "build-")) == 1 and len(_entries(tmp_path, "optimize-")) == 1
     v2, h2 = run("hit")
     assert (h1, h2) == (0, 1)
     assert v1 == v2 and abs(v1 - _numpy(X, W, B)) < 1e-3 * abs(v1)
