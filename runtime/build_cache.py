@@ -36,7 +36,8 @@ returns it). What needs the compiler's in-memory objects -- ``.module`` (the fus
 ``kernel_sources()``, ``run_batch``, ``export_library`` for another entry or ``batched=True``
 -- builds the module once more on first use (``export_library`` of the default entry just
 copies the cached file). Runtime errors of a hit carry no source spans (a module file keeps
-none).
+none), but argument errors do: they point at the entry's parameters in the module
+``runtime.build`` was given, as the built executable's do.
 
 The test suite sets ``RELAY_IR_BUILD_CACHE=0`` (tests/conftest.py): the compiler's tests must
 compile. ``tests/test_build_cache.py`` turns it on.
@@ -139,9 +140,10 @@ def entry_path(directory: str, key: str) -> str:
     return os.path.join(directory, SUBDIR, f"build-{key}.so")
 
 
-def lookup(path: str, rebuild: Callable[[], Any]) -> Any:
+def lookup(path: str, rebuild: Callable[[], Any], source: Any = None) -> Any:
     """The :class:`CachedBuild` of the module file at ``path``, or None (no usable entry:
-    a bad one is deleted)."""
+    a bad one is deleted). ``source``: the module ``runtime.build`` was given (params bound),
+    whose entries' spans the hit's argument errors point at."""
     if not os.path.exists(path):
         return None
     try:
@@ -158,7 +160,7 @@ def lookup(path: str, rebuild: Callable[[], Any]) -> Any:
             except OSError:
                 pass
         return None
-    return CachedBuild(loaded, path, rebuild, counts)
+    return CachedBuild(loaded, path, rebuild, counts, source)
 
 
 def _read_counts(path: str) -> dict[str, Any]:
@@ -205,8 +207,9 @@ class CachedBuild(LoadedRelaxModule):
     ``batched=True``) builds the module once more on first use (:meth:`built`)."""
 
     def __init__(self, loaded: Any, path: str, rebuild: Callable[[], Any],
-                 counts: dict[str, Any]):
+                 counts: dict[str, Any], source: Any = None):
         self.__dict__.update(loaded.__dict__)
+        self._source = source
         self._counts = counts
         self.__dict__.pop("module", None)
         self.cache_path = path
@@ -230,6 +233,16 @@ class CachedBuild(LoadedRelaxModule):
             raise DiagnosticError(f"there is no global function @{entry} (globals: "
                                   f"{', '.join('@' + n for n in self._entries)})")
         return got
+
+    def _entry_types(self, entry: str) -> tuple[Any, list, list[str] | None]:
+        """As the built executable's: the entry of the module ``runtime.build`` was given, so
+        that an argument error points at its parameter in the user's source."""
+        ptypes, names = self._types(entry)
+        src = self._source
+        fn = src.functions.get(entry) if src is not None else None
+        if fn is not None and len(fn.params) == len(ptypes):
+            return fn, ptypes, None
+        return None, ptypes, names
 
     def kernel_sources(self) -> list[str]:
         return self.built().kernel_sources()

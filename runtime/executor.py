@@ -328,7 +328,7 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
         def rebuild() -> Any:
             return _build(mod, resolve_target(target), entry, opt_level, max_fuse_depth, cache,
                           fast_math)
-        hit = build_cache.lookup(path, rebuild)
+        hit = build_cache.lookup(path, rebuild, source=mod)
         if hit is not None:
             build_cache.STATS["hits"] += 1
             return hit

@@ -80,8 +80,16 @@ def test_build_miss_then_hit_gives_the_same_values(build_cache) -> None:
         (first.num_kernels(), first.num_compiled(), first.host_kernels())
     with pytest.raises(rly.DiagnosticError, match="@nope"):
         second(X, W, B, entry="nope")
-    with pytest.raises(rly.DiagnosticError):
-        second(X, W)                               # argument checks as the built one
+    # argument errors as the built one's, pointing at the caller's source
+    for bad in ((X, W), (X.astype("float64"), W, B), (X[:, :3], W, B)):
+        with pytest.raises(rly.DiagnosticError) as built_err:
+            first(*bad)
+        with pytest.raises(rly.DiagnosticError) as hit_err:
+            second(*bad)
+        assert str(hit_err.value) == str(built_err.value)
+        assert hit_err.value.span is not None and \
+            (hit_err.value.span.line, hit_err.value.span.column) == \
+            (built_err.value.span.line, built_err.value.span.column)
 
 
 @pytest.mark.tvm
