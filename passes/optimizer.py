@@ -85,19 +85,54 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
     instruments of the current :class:`PassContext` (timing, printing, well-formedness
     checks) apply to every pass.
 
+    The result is cached on disk by the input's content and the options
+    (``passes.optimize_cache``; ``RELAY_IR_OPT_CACHE=0`` turns it off): a hit returns exactly
+    what the pipeline returns (text, spans, inferred types) without running any pass.
+
     Values are kept exactly, inf, nan and -0.0 included (results may differ only by float
     rounding). ``unsafe_math=True`` (the PassContext config key ``"unsafe_math"``, ``rly opt
     --unsafe-math``) opts into zero rules that change them: ``x * 0 => 0`` (nan for inf or
     nan ``x``), ``x + 0 => x`` (``-0.0 + 0`` is ``+0.0``), zeros through linear operators.
     Off by default, and unrelated to ``runtime.build(fast_math=...)``.
     """
+    from relay_ir.passes import optimize_cache as oc
     outer = PassContext.current()
+    cached = oc.enabled()
+    nodes: list = []
+    distinct = -1
+    if cached:
+        try:
+            nodes, distinct = oc.walk(mod)
+        except oc._Bad:          # NOTE: too much sharing to key on: no cache
+            cached = False
     if fuel is None:
-        fuel = pipeline_fuel(mod)
+        # NOTE: pipeline_fuel(mod), from the count the cache key's walk made anyway
+        fuel = max(MIN_FUEL, FUEL_PER_NODE * distinct) if cached else pipeline_fuel(mod)
     config = dict(outer.config)
     if unsafe_math:
         config["unsafe_math"] = True
+    key = None
+    if cached:
+        try:
+            key = oc.cache_key(mod, nodes, {
+                "opt_level": opt_level, "disabled_pass": tuple(disabled_pass),
+                "required_pass": tuple(required_pass), "entry": entry, "fuel": fuel,
+                "config": sorted(config.items(), key=str)})
+        except Exception:    # NOTE: a module the key cannot be taken of is not cached
+            key = None
+    if key is not None:
+        hit = oc.lookup(key, mod, nodes)
+        if hit is not None:
+            oc.STATS["hits"] += 1
+            return hit
+        oc.STATS["misses"] += 1
     with PassContext(opt_level=opt_level, disabled_pass=tuple(disabled_pass),
                      required_pass=tuple(required_pass), instruments=outer.instruments,
                      config=config) as ctx:
-        return default_pipeline(entry=entry, fuel=fuel)(mod, ctx)
+        out = default_pipeline(entry=entry, fuel=fuel)(mod, ctx)
+    if key is not None:
+        try:
+            oc.store(key, mod, nodes, out)
+        except Exception:    # NOTE: failing to cache never fails the optimization
+            pass
+    return out

@@ -204,18 +204,36 @@ def _refuse(text: str, pos: int) -> Any:
     raise Fallback()
 
 
+def _lexer_source(bl: Any, from_scanner: bool) -> tuple[str, int, dict[str, Any]]:
+    """(regex, flags, terminal callbacks) of one of Lark's per-state lexers: read off Lark's
+    scanner (``from_scanner``; built on first use), or written from its terminals as Lark's
+    ``Scanner`` writes it (one alternation of named groups) without building the scanner,
+    which would compile the same big regex once more: per state, the larger part of a
+    process's first parse."""
+    if from_scanner:
+        scanner = bl.scanner
+        if len(scanner._mres) != 1:
+            raise ValueError("unsupported lexer configuration")
+        return scanner._mres[0].pattern, scanner._mres[0].flags, bl.callback
+    from lark.lexer import _create_unless
+    terminals, callbacks = _create_unless(bl.terminals, bl.g_regex_flags, bl.re, bl.use_bytes)
+    pattern = "|".join(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in terminals)
+    return pattern, bl.g_regex_flags, callbacks
+
+
 def _state_lexer(bl: Any) -> tuple[Any, dict[str, dict[str, str]]]:
     """``(match, unless)`` for one of Lark's per-state lexers: its scanner regex behind a
     whitespace skip, and the keyword remaps of its terminals; ValueError if it uses anything
     this driver does not replay."""
-    scanner = bl.scanner
-    if len(scanner._mres) != 1 or bl.ignore_types != frozenset({"WS"}):
+    if bl.ignore_types != frozenset({"WS"}):
         raise ValueError("unsupported lexer configuration")
     ws = re.compile(bl.terminals_by_name["WS"].pattern.to_regexp())
     if not all(bool(ws.fullmatch(probe)) == ok for probe, ok in _WS_PROBES):
         raise ValueError("unsupported whitespace terminal")
+    own = getattr(bl, "_scanner", 1) is None and not bl.user_callbacks and not bl.use_bytes
+    pattern, flags, callbacks = _lexer_source(bl, from_scanner=not own)
     unless: dict[str, dict[str, str]] = {}
-    for tname, cb in bl.callback.items():
+    for tname, cb in callbacks.items():
         if type(cb).__name__ != "UnlessCallback":
             raise ValueError("unsupported lexer callback")
         remap: dict[str, str] = {}
@@ -224,9 +242,8 @@ def _state_lexer(bl: Any) -> tuple[Any, dict[str, dict[str, str]]]:
                 raise ValueError("unsupported keyword terminal")
             remap.setdefault(t.pattern.value, t.name)
         unless[tname] = remap
-    pattern = scanner._mres[0].pattern
     try:  # NOTE: possessive `*+` needs Python 3.11
-        rx = re.compile(r"(?:[ \t\n]|\r\n)*+(?:" + pattern + ")", scanner._mres[0].flags)
+        rx = re.compile(r"(?:[ \t\n]|\r\n)*+(?:" + pattern + ")", flags)
     except re.error as e:
         raise ValueError(f"cannot compile the state's lexer: {e}") from None
     return rx.match, unless

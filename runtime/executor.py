@@ -310,12 +310,11 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     group (static groups for their shapes, ``?`` and symbolic groups once over symbolic
     shapes). A call never compiles.
     """
-    from relay_ir.passes import optimize
-    from relay_ir.passes.fuse_ops import fuse_ops
-    from relay_ir.runtime.lower_tvm import is_cuda, resolve_target
-    from relay_ir.runtime.target_lowering import target_rewrites
+    from relay_ir.runtime.gc_freeze import freeze_long_lived
+    from relay_ir.runtime.lower_tvm import resolve_target
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
+    freeze_long_lived()
     _check_options(opt_level, max_fuse_depth, fast_math, unknown)
     if executor not in (None, "relax"):
         raise DiagnosticError(f"runtime.build: executor must be None (the default) or "
@@ -324,6 +323,64 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
         raise DiagnosticError(f"runtime.build: entry must be a global's name, not {entry!r}")
     if params is not None:
         mod = bind_params(mod, entry, params)
+    path = _build_cache_path(mod, target, entry, opt_level, max_fuse_depth, fast_math, cache)
+    if path is not None:
+        from relay_ir.runtime import build_cache
+
+        def rebuild() -> Any:
+            return _build(mod, resolve_target(target), entry, opt_level, max_fuse_depth, cache,
+                          fast_math)
+        hit = build_cache.lookup(path, rebuild, source=mod)
+        if hit is not None:
+            build_cache.STATS["hits"] += 1
+            return hit
+        build_cache.STATS["misses"] += 1
+    exe = _build(mod, resolve_target(target), entry, opt_level, max_fuse_depth, cache,
+                 fast_math)
+    if path is not None:
+        try:
+            build_cache.store(path, exe)
+        except Exception:    # NOTE: failing to cache never fails the build
+            pass
+    return exe
+
+
+def _build_cache_path(mod: IRModule, target: Any, entry: str, opt_level: int,
+                      max_fuse_depth: int, fast_math: bool | None, cache: Any) -> str | None:
+    """The whole-build cache's file for this build (``runtime.build_cache``), or None when
+    the cache does not apply (turned off, CUDA, a kernel cache without a disk store)."""
+    from relay_ir.runtime import build_cache
+    from relay_ir.runtime.kernel_cache import default_cache
+    from relay_ir.runtime.lower_tvm import (host_llvm_config, is_cuda, resolve_target,
+                                            target_description)
+    if not build_cache.enabled():
+        return None
+    kc = cache or default_cache()
+    if not getattr(kc, "use_disk", False):
+        return None
+    if isinstance(target, str) and target in ("llvm", "cpu"):
+        # NOTE: the config resolve_target would build the Target from (building the first
+        # Target of a process costs ~30-80 ms, which a hit never needs)
+        config = host_llvm_config()
+    else:
+        tgt = resolve_target(target)
+        if is_cuda(tgt):
+            return None
+        config = target_description(tgt)["config"]
+    try:
+        key = build_cache.build_key(mod, repr(sorted(config.items(), key=str)), entry,
+                                    opt_level, max_fuse_depth, fast_math)
+    except Exception:    # NOTE: a module the key cannot be taken of is built, not cached
+        return None
+    return build_cache.entry_path(kc.directory, key)
+
+
+def _build(mod: IRModule, target: Any, entry: str, opt_level: int, max_fuse_depth: int,
+           cache: Any, fast_math: bool | None) -> Any:
+    """``runtime.build`` without the whole-build cache (arguments checked, params bound)."""
+    from relay_ir.passes import optimize
+    from relay_ir.passes.fuse_ops import fuse_ops
+    from relay_ir.runtime.target_lowering import target_rewrites
     opt = optimize(mod, opt_level=opt_level, entry=entry)
     opt = target_rewrites(refine_types(opt), target, opt_level, winograd=fast_math is True)
     # NOTE: below opt_level 1 fusion is off: every operator call is a kernel of its own.

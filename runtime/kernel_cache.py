@@ -50,6 +50,44 @@ def cache_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "relay_ir", "kernels")
 
 
+_SOURCE: list[str] = []
+
+
+def source_digest() -> str:
+    """A digest of relay_ir's code: its version, Python's version, and the path, size and
+    modification time of every source file (``.py``, ``.lark``) of the ``relay_ir``,
+    ``relay_ir.passes``, ``relay_ir.runtime`` and ``relay_ir.grammar`` packages. The
+    pipeline caches (``runtime.build_cache``, ``passes.optimize_cache``) key on it, so an
+    edited or reinstalled relay_ir never reuses their entries. Computed once per process."""
+    if not _SOURCE:
+        import sys
+
+        import relay_ir
+        import relay_ir.grammar
+        import relay_ir.passes
+        import relay_ir.runtime
+        h = hashlib.sha256(f"{relay_ir.__version__}|{sys.version}".encode())
+        for pkg in (relay_ir, relay_ir.passes, relay_ir.runtime, relay_ir.grammar):
+            root = os.path.abspath(list(pkg.__path__)[0])
+            stack = [root]
+            while stack:
+                top = stack.pop()
+                try:
+                    entries = sorted(os.scandir(top), key=lambda e: e.name)
+                except OSError:
+                    continue
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        if e.name != "__pycache__":
+                            stack.append(e.path)
+                    elif e.name.endswith((".py", ".lark")):
+                        st = e.stat()
+                        h.update(f"{pkg.__name__}/{os.path.relpath(e.path, root)}|"
+                                 f"{st.st_size}|{st.st_mtime_ns}\n".encode())
+        _SOURCE.append(h.hexdigest())
+    return _SOURCE[0]
+
+
 def _sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -429,8 +467,37 @@ def clear_disk(directory: str | None = None) -> int:
         elif os.path.isdir(p) and name.startswith("tmp"):
             shutil.rmtree(p, ignore_errors=True)   # NOTE: a linker workspace left by a crash
             n += 1
+        elif os.path.isdir(p) and name in PIPELINE_SUBDIRS:
+            for sub in os.listdir(p):
+                try:
+                    os.remove(os.path.join(p, sub))
+                    n += 1
+                except OSError:
+                    pass
     _DEFAULT.clear_memory()
     return n
+
+
+#: subdirectories of the pipeline caches: whole builds (``runtime.build_cache``) and
+#: optimized modules (``passes.optimize_cache``)
+PIPELINE_SUBDIRS = ("builds", "optimize")
+
+
+def pipeline_usage(directory: str | None = None) -> dict[str, tuple[int, int]]:
+    """For each pipeline cache subdirectory: (number of entries, total bytes)."""
+    d = directory or cache_dir()
+    out = {}
+    for sub in PIPELINE_SUBDIRS:
+        n = total = 0
+        p = os.path.join(d, sub)
+        if os.path.isdir(p):
+            for name in os.listdir(p):
+                q = os.path.join(p, name)
+                if os.path.isfile(q):
+                    n += name.endswith(".so" if sub == "builds" else ".json")
+                    total += os.path.getsize(q)
+        out[sub] = (n, total)
+    return out
 
 
 _DEFAULT = KernelCache()

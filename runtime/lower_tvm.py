@@ -62,6 +62,15 @@ def ensure_threads() -> int:
 _TARGETS: dict[str, Any] = {}
 
 
+def host_llvm_config() -> dict[str, Any]:
+    """The config of target ``"llvm"``: this machine's CPU and the cores this process may
+    use."""
+    from tvm.target import codegen
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": cores}
+
+
 def resolve_target(target: Any) -> Any:
     """A ``tvm.target.Target`` for ``"llvm"``, ``"cuda"``, a dict or a Target."""
     import tvm
@@ -75,15 +84,18 @@ def resolve_target(target: Any) -> Any:
     if not isinstance(target, str):
         raise LoweringError(f"a target is a string, a dict or a tvm.target.Target, not "
                             f"{type(target).__name__}")
+    if target in ("llvm", "cpu"):
+        # NOTE: memoized by the config itself (the cores this process may use can change),
+        # so that the whole-build cache's key, taken from host_llvm_config(), is the target's
+        config = host_llvm_config()
+        memo = f"llvm|{sorted(config.items())}"
+        t = _TARGETS.get(memo)
+        if t is None:
+            t = _TARGETS[memo] = tvm.target.Target(config)
+        return t
     if target in _TARGETS:
         return _TARGETS[target]
-    if target in ("llvm", "cpu"):
-        from tvm.target import codegen
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-            (os.cpu_count() or 1)
-        t = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
-                               "num-cores": cores})
-    elif target == "cuda":
+    if target == "cuda":
         arch = "sm_90"
         try:
             dev = tvm.cuda(0)

@@ -409,7 +409,11 @@ def load_module(path: str, target: Any = None) -> Any:
     return _load(path, meta, lib)
 
 
-def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
+def _load(path: str, meta: dict, lib: bytes, check_target: bool = True) -> LoadedRelaxModule:
+    """The module of a verified file. ``check_target=False`` (the whole-build cache, whose
+    key holds the target) skips checking the file's target against this machine and
+    building its ``tvm.target.Target`` (built on first use of ``.target`` instead: the first
+    Target of a process costs ~30-80 ms in TVM's FFI type checks)."""
     import tvm
     from relay_ir.runtime.lower_tvm import check_target_description, ensure_threads
     built = str(meta.get("tvm_version", "?"))
@@ -417,8 +421,11 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
         raise ModuleFileError(f"{path}: the module was built with TVM {built}; this process "
                               f"has TVM {tvm.__version__}, whose bytecode and runtime may "
                               f"differ (rebuild it here)")
+    tgt = None
     try:
-        tgt = check_target_description(meta["target"])
+        if check_target:
+            tgt = check_target_description(meta["target"])
+        kind = str(meta["target"]["config"]["kind"])
     except LoweringError as e:
         raise ModuleFileError(f"{path}: {e.message}") from None
     except (KeyError, TypeError, ValueError) as e:
@@ -452,7 +459,7 @@ def _load(path: str, meta: dict, lib: bytes) -> LoadedRelaxModule:
         try:
             with _tvm_log_filtered():
                 mod = tvm.runtime.load_module(tmp)
-                if str(tgt.kind.name) == "cuda":
+                if kind == "cuda":
                     from relay_ir.runtime.relax_cuda import devices
                     vm = tvm.relax.VirtualMachine(mod, devices())
                 else:
@@ -502,7 +509,7 @@ class LoadedRelaxModule(RelaxExecutable):
         self.module = None
         self.library = library          # the tvm.runtime.Module (kept alive with the VM)
         self.vm = vm
-        self.target = target
+        self._target = target
         self.entry = self.default_entry = default
         self.metadata = meta
         self._entries = entries
@@ -511,6 +518,17 @@ class LoadedRelaxModule(RelaxExecutable):
         self._cons = cons
         self.constructors = {c.name_hint: c for c in cons}
         self._init_state()
+
+    @property
+    def target(self) -> Any:
+        """The ``tvm.target.Target`` the module was built for."""
+        if self._target is None:
+            from relay_ir.runtime.lower_tvm import check_target_description
+            self._target = check_target_description(self.metadata["target"])
+        return self._target
+
+    def _is_cuda(self) -> bool:
+        return str(self.metadata["target"]["config"].get("kind")) == "cuda"
 
     @property
     def globals(self) -> list[str]:

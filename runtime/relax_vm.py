@@ -929,8 +929,7 @@ class RelaxExecutable:
         # closures (backpropagators) whose release recurses in C++: it always runs on the
         # large-stack thread (relax_plan.builds_chains)
         self._all_deep = relax_plan.builds_chains(self._backend)
-        from relay_ir.runtime.lower_tvm import is_cuda
-        self._cuda = is_cuda(self.target)   # tensors on the GPU (runtime.relax_cuda)
+        self._cuda = self._is_cuda()   # tensors on the GPU (runtime.relax_cuda)
         self._static_depth = bool(getattr(self._backend, "static_depth", False))
         import tvm_ffi
         self._from_dlpack = tvm_ffi.from_dlpack
@@ -938,6 +937,10 @@ class RelaxExecutable:
         self._release: Any = False       # the VM's _RELEASE (None: a module file without it)
         import tvm
         self._tensor_type = tvm.runtime.Tensor
+
+    def _is_cuda(self) -> bool:
+        from relay_ir.runtime.lower_tvm import is_cuda
+        return is_cuda(self.target)
 
     def _func(self, entry: str) -> Any:
         f = self._funcs.get(entry)

@@ -15,6 +15,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("RELAY_IR_CACHE_DIR", os.path.join(
     tempfile.gettempdir(), f"relay_ir_test_kernels_{os.getuid()}"))
 
+# NOTE: the pipeline caches (runtime.build_cache, passes.optimize_cache) are off under tests:
+# tests of the compiler and the passes must compile and optimize (count compiles, time builds,
+# see kernels, run instruments), not load an earlier result for the same module.
+# tests/test_build_cache.py turns them on for its own tests.
+os.environ.setdefault("RELAY_IR_BUILD_CACHE", "0")
+os.environ.setdefault("RELAY_IR_OPT_CACHE", "0")
+
 # NOTE: under CI (CI=true) hypothesis draws the same examples every run, so a landing is never
 # decided by a lucky draw; local runs keep exploring new examples. Per-test settings (example
 # counts, deadlines) still apply on top of the profile.

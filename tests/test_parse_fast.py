@@ -379,3 +379,28 @@ def test_parameter_attributes_and_dtype_aliases_take_the_fast_path() -> None:
     assert check_same(rly.parse, text) == "fast"
     assert check_same(rly.parse_expr, "let %_ : _ = (); ()") == "fast"
     assert check_same(rly.parse_expr, "fn (%x {a=1}: Tensor[(2), float33]) { %x }") == "error"
+
+
+def test_state_lexers_are_larks_scanners() -> None:
+    """The fast path writes each state's regex from Lark's terminals without building Lark's
+    scanner (one regex compile instead of two): the same alternation, flags and keyword
+    remaps as Lark's scanner, for every one of Lark's per-state lexers."""
+    import re
+
+    from relay_ir._fastparse import _lexer_source
+    frontend = P._lark().parser
+    lexers = getattr(frontend.lexer, "lexer", frontend.lexer).lexers
+    seen: set[int] = set()
+    for bl in lexers.values():
+        if id(bl) in seen:
+            continue
+        seen.add(id(bl))
+        pattern, flags, callbacks = _lexer_source(bl, from_scanner=False)
+        lark_pattern, lark_flags, lark_callbacks = _lexer_source(bl, from_scanner=True)
+        assert pattern == lark_pattern
+        assert re.compile(pattern, flags).flags == lark_flags
+        assert set(callbacks) == set(lark_callbacks)
+        for name, cb in callbacks.items():
+            assert [(t.name, t.pattern.value) for t in cb.scanner.terminals] == \
+                [(t.name, t.pattern.value) for t in lark_callbacks[name].scanner.terminals]
+    assert len(seen) > 50
