@@ -115,13 +115,18 @@ def test_corrupt_entries_are_rebuilt_not_loaded(damage: str, count_compiles: lis
     n = check(runtime.build(mod, cache=kc.KernelCache(directory=d)), mod)
     assert count_compiles[0] == 1
     (lib,) = glob.glob(os.path.join(d, "*.so"))
-    if damage == "truncate":
-        with open(lib, "r+b") as f:
-            f.truncate(os.path.getsize(lib) // 2)   # loading this would SIGBUS in dlopen
-    elif damage == "flip":
-        data = bytearray(open(lib, "rb").read())
-        data[len(data) // 2] ^= 0xFF
-        open(lib, "wb").write(bytes(data))
+    # NOTE: a damaged file replaces the entry (a new inode), as another process or a disk
+    # error would leave it: changing it in place would change the pages this process mapped
+    # when it loaded the library, and touching them (at exit) raised SIGBUS
+    data = bytearray(open(lib, "rb").read())
+    if damage in ("truncate", "flip"):
+        if damage == "truncate":
+            data = data[:len(data) // 2]            # loading this would SIGBUS in dlopen
+        else:
+            data[len(data) // 2] ^= 0xFF
+        with open(lib + ".damaged", "wb") as f:
+            f.write(bytes(data))
+        os.replace(lib + ".damaged", lib)
     elif damage == "delete":
         os.remove(lib)
     else:
