@@ -310,11 +310,9 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
     group (static groups for their shapes, ``?`` and symbolic groups once over symbolic
     shapes). A call never compiles.
     """
-    from relay_ir.runtime.gc_freeze import freeze_long_lived
     from relay_ir.runtime.lower_tvm import resolve_target
     if not isinstance(mod, IRModule):
         raise TypeError(f"runtime.build expects an IRModule, got {type(mod).__name__}")
-    freeze_long_lived()
     _check_options(opt_level, max_fuse_depth, fast_math, unknown)
     if executor not in (None, "relax"):
         raise DiagnosticError(f"runtime.build: executor must be None (the default) or "
