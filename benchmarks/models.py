@@ -122,15 +122,7 @@ class Net:
         self.layers.append(("conv", y, (x,), {"stride": stride, "pad": pad, "groups": groups},
                             (wt,)))
         self.shapes[y] = (n, out_c, *conv.out_hw)
-        bn = tuple(self._weight(f"{name}_bn_{k_}", v) for k_, v in (
-            ("gamma", self.rng.uniform(0.5, 1.5, out_c)),
-            ("beta", self.rng.uniform(-0.2, 0.2, out_c)),
-            ("mean", self.rng.uniform(-0.2, 0.2, out_c)),
-            ("var", self.rng.uniform(0.5, 1.5, out_c))))
-        z = self._out()
-        self.layers.append(("bn", z, (y,), {}, bn))
-        self.shapes[z] = self.shapes[y]
-        return self.act(z, act) if act else z
+        return self.bn(y, name, act)
 
     def act(self, x: str, kind: str) -> str:
         y = self._out()

@@ -332,17 +332,5 @@ def store(key: str, mod: IRModule, in_nodes: list[Expr], out: IRModule) -> bool:
 
 def clear(directory: str) -> int:
     """Delete every optimize-cache entry under the cache ``directory``; the number removed."""
-    d = os.path.join(directory, SUBDIR)
-    n = 0
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return 0
-    for name in names:
-        if name.startswith("optimize-"):
-            try:
-                os.remove(os.path.join(d, name))
-                n += 1
-            except OSError:
-                pass
-    return n
+    from relay_ir.runtime.kernel_cache import remove_entries
+    return remove_entries(directory, SUBDIR, "optimize-")

@@ -290,17 +290,5 @@ class CachedBuild(LoadedRelaxModule):
 
 def clear(directory: str) -> int:
     """Delete every cached build under the kernel cache ``directory``; the number removed."""
-    d = os.path.join(directory, SUBDIR)
-    n = 0
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return 0
-    for name in names:
-        if name.startswith("build-"):
-            try:
-                os.remove(os.path.join(d, name))
-                n += 1
-            except OSError:
-                pass
-    return n
+    from relay_ir.runtime.kernel_cache import remove_entries
+    return remove_entries(directory, SUBDIR, "build-")

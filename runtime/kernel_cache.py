@@ -53,6 +53,25 @@ def cache_dir() -> str:
 _SOURCE: list[str] = []
 
 
+def remove_entries(directory: str, subdir: str, prefix: str) -> int:
+    """Delete the files named ``prefix*`` in ``directory/subdir`` (a pipeline cache's entries:
+    ``runtime.build_cache``, ``passes.optimize_cache``); the number removed."""
+    d = os.path.join(directory, subdir)
+    n = 0
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                os.remove(os.path.join(d, name))
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
 def source_digest() -> str:
     """A digest of relay_ir's code: its version, Python's version, and the path, size and
     modification time of every source file (``.py``, ``.lark``) of the ``relay_ir``,
