@@ -227,12 +227,8 @@ class CachedBuild(LoadedRelaxModule):
         """The fused module the executable was compiled from (builds it: :meth:`built`)."""
         return self.built().module
 
-    def _types(self, entry: str) -> tuple[list, list[str]]:
-        got = self._entries.get(entry)
-        if got is None:
-            raise DiagnosticError(f"there is no global function @{entry} (globals: "
-                                  f"{', '.join('@' + n for n in self._entries)})")
-        return got
+    def _where(self) -> str:
+        return ""           # NOTE: as the built executable's messages (no cache file path)
 
     def _entry_types(self, entry: str) -> tuple[Any, list, list[str] | None]:
         """As the built executable's: the entry of the module ``runtime.build`` was given, so

@@ -542,9 +542,13 @@ class LoadedRelaxModule(RelaxExecutable):
     def _types(self, entry: str) -> tuple[list, list[str]]:
         got = self._entries.get(entry)
         if got is None:
-            raise DiagnosticError(f"there is no global function @{entry} in {self.path} "
+            raise DiagnosticError(f"there is no global function @{entry}{self._where()} "
                                   f"(globals: {', '.join('@' + n for n in self._entries)})")
         return got
+
+    def _where(self) -> str:
+        """Where the entries come from, for messages (the module file)."""
+        return f" in {self.path}"
 
     def _func(self, entry: str) -> Any:
         f = self._funcs.get(entry)
