@@ -325,7 +325,7 @@ class _LoopLifter(ExprMutator):
 
     def visit_binding(self, var: Var, value: Expr) -> Any:
         if type(value) is Function and not value.is_primitive and not value.type_params \
-                and var in free_vars(value):
+                and _tail_calls(value.body, var) and var in free_vars(value):
             body = yield value.body
             f2 = value if body is value.body else Function(
                 value.params, body, value.ret_type, value.type_params, value.attrs,
@@ -366,6 +366,29 @@ class _LoopLifter(ExprMutator):
                         for p, t in zip(f.params, ptypes))
         call = Call(gv, wparams + tuple(fvs), span=f.span, checked_type_=ret)
         return Function(wparams, call, ret, span=f.span)
+
+
+def _tail_calls(body: Expr, f: Var) -> bool:
+    """Whether ``body`` calls ``f`` on its spine: in a tail position or as the value of a
+    ``let`` on it (A-normal form's ``let %r = %f(..); %r``), through lets, ifs and matches --
+    a superset of the tail calls :func:`_analyze` accepts.
+
+    NOTE: the cheap test first: it walks only the spine, never a call's arguments or a nested
+    function, so testing every function of a program costs linear time (free_vars of each
+    nested function would cost quadratic time on 10,000 nested closures)."""
+    todo = [body]
+    while todo:
+        e = todo.pop()
+        t = type(e)
+        if t is Let:
+            todo += (e.value, e.body)                  # type: ignore[attr-defined]
+        elif t is If:
+            todo += (e.true_branch, e.false_branch)    # type: ignore[attr-defined]
+        elif t is Match:
+            todo += (c.rhs for c in e.clauses)         # type: ignore[attr-defined]
+        elif t is Call and e.op is f:                  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def lift_local_loops(mod: IRModule) -> IRModule:
