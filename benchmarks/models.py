@@ -111,18 +111,7 @@ class Net:
     def conv_bn(self, x: str, name: str, out_c: int, k: int, stride: int = 1,
                 groups: int = 1, act: str | None = "relu") -> str:
         """conv2d (no bias) -> batch_norm -> relu / relu6 / nothing."""
-        n, c, h, w = self.shapes[x]
-        pad = k // 2
-        fan_in = c // groups * k * k
-        wt = self._weight(f"{name}_w", self.rng.standard_normal((out_c, c // groups, k, k))
-                          * np.sqrt(2.0 / fan_in))
-        conv = Conv(name, (n, c, h, w), out_c, k, stride, pad, groups)
-        self.convs.append(conv)
-        y = self._out()
-        self.layers.append(("conv", y, (x,), {"stride": stride, "pad": pad, "groups": groups},
-                            (wt,)))
-        self.shapes[y] = (n, out_c, *conv.out_hw)
-        return self.bn(y, name, act)
+        return self.bn(self.conv(x, name, out_c, k, stride, groups), name, act)
 
     def act(self, x: str, kind: str) -> str:
         y = self._out()
