@@ -55,6 +55,9 @@ from relay_ir.runtime.relax_export import LoadedRelaxModule, _load, _read, _veri
 ENV_VAR = "RELAY_IR_BUILD_CACHE"
 FORMAT_VERSION = 1
 SUBDIR = "builds"
+#: the most the module files of the whole-build cache may take, in MiB (``RELAY_IR_BUILD_CACHE_MB``)
+SIZE_ENV_VAR = "RELAY_IR_BUILD_CACHE_MB"
+DEFAULT_SIZE_MB = 4096.0
 
 #: modules whose upper-case plain-data globals are part of the key (imported at key time)
 SETTING_MODULES: tuple[str, ...] = (
@@ -68,8 +71,9 @@ SETTING_MODULES: tuple[str, ...] = (
 #: public upper-case globals of those modules that are state, not settings
 _NOT_SETTINGS = frozenset({"relay_ir.runtime.kernel_cache.COMPILE_COUNT"})
 
-#: counters of this process (tests read them): hits, misses, stored, rebuilt_corrupt
-STATS: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "rebuilt_corrupt": 0}
+#: counters of this process (tests read them): hits, misses, stored, rebuilt_corrupt, evicted
+STATS: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "rebuilt_corrupt": 0,
+                         "evicted": 0}
 
 
 def enabled() -> bool:
@@ -160,7 +164,58 @@ def lookup(path: str, rebuild: Callable[[], Any], source: Any = None) -> Any:
             except OSError:
                 pass
         return None
+    try:
+        os.utime(path)          # NOTE: recently used: the last to be evicted
+    except OSError:
+        pass
     return CachedBuild(loaded, path, rebuild, counts, source)
+
+
+def size_limit() -> float:
+    """The most bytes the cache's module files may take (``RELAY_IR_BUILD_CACHE_MB``, MiB;
+    default 4096; an unreadable value means the default)."""
+    try:
+        mb = float(os.environ.get(SIZE_ENV_VAR, DEFAULT_SIZE_MB))
+    except ValueError:
+        mb = DEFAULT_SIZE_MB
+    return max(mb, 0.0) * 2 ** 20
+
+
+def evict(directory: str, keep: str) -> int:
+    """Delete the least recently used entries of ``directory`` (a hit or a store counts as a
+    use) until its module files take at most :func:`size_limit`; never ``keep``. The number
+    deleted. A process that loaded a deleted entry keeps running it (the file is unlinked,
+    not changed)."""
+    entries = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith("build-") and name.endswith(".so"):
+            p = os.path.join(directory, name)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            entries.append((st.st_mtime, st.st_size, p))
+    total = sum(e[1] for e in entries)
+    limit = size_limit()
+    n = 0
+    for _, size, p in sorted(entries):
+        if total <= limit:
+            break
+        if p == keep:
+            continue
+        for q in (p, p + ".json"):
+            try:
+                os.remove(q)
+            except OSError:
+                pass
+        total -= size
+        n += 1
+    STATS["evicted"] += n
+    return n
 
 
 def _read_counts(path: str) -> dict[str, Any]:
@@ -197,6 +252,7 @@ def store(path: str, exe: Any) -> bool:
             pass
         return False
     STATS["stored"] += 1
+    evict(os.path.dirname(path), keep=path)
     return True
 
 

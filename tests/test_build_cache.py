@@ -93,6 +93,29 @@ def test_build_miss_then_hit_gives_the_same_values(build_cache) -> None:
 
 
 @pytest.mark.tvm
+def test_least_recently_used_entries_are_evicted_over_the_size_limit(build_cache,
+                                                                     monkeypatch) -> None:
+    bc, d, delta = build_cache
+    a, b = rly.parse(MLP), rly.parse(MLP.replace("multiply(%h, %h)", "multiply(%h, 2f)"))
+    runtime.build(a)
+    (entry_a,) = _entries(d, "build-")
+    size = os.path.getsize(os.path.join(d, entry_a))
+    monkeypatch.setenv("RELAY_IR_BUILD_CACHE_MB", str(1.5 * size / 2 ** 20))
+    os.utime(os.path.join(d, entry_a), (1, 1))          # long unused
+    runtime.build(b)                                      # stored: a goes, b stays
+    assert delta("evicted") == 1 and len(_entries(d, "build-")) == 1
+    assert entry_a not in _entries(d, "build-")
+    assert not os.path.exists(os.path.join(d, entry_a + ".json"))
+    assert isinstance(runtime.build(rly.parse(MLP.replace("multiply(%h, %h)",
+                                                          "multiply(%h, 2f)"))), bc.CachedBuild)
+    again = runtime.build(a)                              # a miss again, and a works
+    assert type(again).__name__ == "RelaxExecutable"
+    np.testing.assert_allclose(float(again(X, W, B)), _numpy(X, W, B), rtol=1e-5)
+    monkeypatch.setenv("RELAY_IR_BUILD_CACHE_MB", "not a number")   # the default: no eviction
+    assert bc.size_limit() == bc.DEFAULT_SIZE_MB * 2 ** 20
+
+
+@pytest.mark.tvm
 def test_build_key_changes_with_every_option(build_cache, monkeypatch) -> None:
     bc, _, _ = build_cache
     from relay_ir.passes import PassContext
