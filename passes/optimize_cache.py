@@ -313,18 +313,12 @@ def store(key: str, mod: IRModule, in_nodes: list[Expr], out: IRModule) -> bool:
     data = json.dumps({"format": FORMAT_VERSION, "text": text, "types": types,
                        "table": table, "names": names,
                        "checksum": _checksum(text, types, table, names)})
+    from relay_ir.runtime.kernel_cache import write_atomic
     path = entry_path(key)
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        write_atomic(path, data)
     except OSError:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         return False
     STATS["stored"] += 1
     return True

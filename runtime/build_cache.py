@@ -238,18 +238,13 @@ def store(path: str, exe: Any) -> bool:
     import json
     counts = {"num_kernels": exe.num_kernels(), "num_compiled": exe.num_compiled(),
               "host_kernels": exe.host_kernels()}
-    tmp = f"{path}.json.tmp{os.getpid()}"
+    from relay_ir.runtime.kernel_cache import write_atomic
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(counts, f)
-        os.replace(tmp, path + ".json")     # NOTE: first, so that a module file has its counts
+        # NOTE: the counts first, so that a module file has its counts
+        write_atomic(path + ".json", json.dumps(counts))
         exe.export_library(path)
     except (DiagnosticError, OSError):
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         return False
     STATS["stored"] += 1
     evict(os.path.dirname(path), keep=path)

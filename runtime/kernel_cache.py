@@ -53,6 +53,24 @@ def cache_dir() -> str:
 _SOURCE: list[str] = []
 
 
+def write_atomic(path: str, *parts: bytes | str) -> None:
+    """Write ``parts`` (bytes, or text as UTF-8) to ``path`` through a temporary file renamed
+    over it, so that a reader never sees a partial file; on failure the temporary is removed
+    and the ``OSError`` raised."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            for part in parts:
+                f.write(part.encode() if isinstance(part, str) else part)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def remove_entries(directory: str, subdir: str, prefix: str) -> int:
     """Delete the files named ``prefix*`` in ``directory/subdir`` (a pipeline cache's entries:
     ``runtime.build_cache``, ``passes.optimize_cache``); the number removed."""

@@ -149,18 +149,10 @@ def export_library(rexe: RelaxExecutable, path: str, entry: str | None = None,
     meta = json.dumps(data, separators=(",", ":")).encode()
     footer = _FOOTER.pack(len(lib), len(meta), hashlib.sha256(lib).digest(),
                           hashlib.sha256(meta).digest(), FORMAT_VERSION, TRAILER_MAGIC)
-    tmp = f"{path}.tmp{os.getpid()}"
+    from relay_ir.runtime.kernel_cache import write_atomic
     try:
-        with open(tmp, "wb") as f:
-            f.write(lib)
-            f.write(meta)
-            f.write(footer)
-        os.replace(tmp, path)
+        write_atomic(path, lib, meta, footer)
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         raise DiagnosticError(f"cannot write the module file {path}: {e.strerror or e}") \
             from None
 
