@@ -59,7 +59,6 @@ The switch: ``passes.gradient(mod, loop_rule=False)`` (or the environment variab
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +90,8 @@ def loop_rule_enabled(flag: bool | None) -> bool:
     """``flag`` if given, else the environment switch (on unless ``RELAY_IR_LOOP_AD=0``)."""
     if flag is not None:
         return bool(flag)
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+    from relay_ir.errors import env_switch
+    return env_switch(ENV_SWITCH)
 
 
 class _NotALoop(Exception):

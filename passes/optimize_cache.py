@@ -51,8 +51,9 @@ STATS: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "not_cacheable": 0
 
 def enabled() -> bool:
     """Whether the optimize cache is on (``RELAY_IR_OPT_CACHE``: ``0``, ``off``, ``false``
-    or ``no`` turn it off; on by default)."""
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
+    or ``no`` turn it off; on by default; another value is a DiagnosticError)."""
+    from relay_ir.errors import env_switch
+    return env_switch(ENV_VAR)
 
 
 class _Bad(Exception):

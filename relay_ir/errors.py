@@ -105,3 +105,23 @@ class LoweringError(DiagnosticError):
 
 class InternalError(Exception):
     """A bug in relay_ir itself (not the user's fault)."""
+
+
+_ON = ("1", "on", "true", "yes")
+_OFF = ("0", "off", "false", "no")
+
+
+def env_switch(name: str, default: bool = True) -> bool:
+    """An on/off environment variable: ``1``/``on``/``true``/``yes`` or ``0``/``off``/
+    ``false``/``no`` (any case); unset or empty means ``default``; anything else is a
+    :class:`DiagnosticError` naming the variable (a typo must not flip a switch silently)."""
+    import os
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _ON:
+        return True
+    if raw in _OFF:
+        return False
+    raise DiagnosticError(f"environment variable {name}={os.environ[name]!r}: expected one of "
+                          f"{', '.join(_ON)} (on) or {', '.join(_OFF)} (off)")

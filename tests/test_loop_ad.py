@@ -341,6 +341,19 @@ def test_env_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "loop_fwd" in passes.gradient(mod).functions
 
 
+def test_env_switch_refuses_a_value_that_is_not_on_or_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = rly.parse(HEADER + SCALAR_LOOP)
+    monkeypatch.setenv("RELAY_IR_LOOP_AD", "of")          # a typo: not silently "on"
+    with pytest.raises(rly.DiagnosticError, match="RELAY_IR_LOOP_AD='of'"):
+        passes.gradient(mod)
+    for off in ("0", "OFF", " no "):
+        monkeypatch.setenv("RELAY_IR_LOOP_AD", off)
+        assert "loop_fwd" not in passes.gradient(mod).functions
+    monkeypatch.setenv("RELAY_IR_LOOP_AD", "")
+    assert "loop_fwd" in passes.gradient(mod).functions
+
+
 def test_not_a_loop_keeps_the_reference_rule() -> None:
     # non-tail self call, and a loop holding a reference: no tape, same gradients
     text = """
