@@ -505,12 +505,7 @@ def clear_disk(directory: str | None = None) -> int:
             shutil.rmtree(p, ignore_errors=True)   # NOTE: a linker workspace left by a crash
             n += 1
         elif os.path.isdir(p) and name in PIPELINE_SUBDIRS:
-            for sub in os.listdir(p):
-                try:
-                    os.remove(os.path.join(p, sub))
-                    n += 1
-                except OSError:
-                    pass
+            n += remove_entries(d, name, "")
     _DEFAULT.clear_memory()
     return n
 
