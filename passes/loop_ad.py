@@ -325,7 +325,7 @@ class _LoopLifter(ExprMutator):
 
     def visit_binding(self, var: Var, value: Expr) -> Any:
         if type(value) is Function and not value.is_primitive and not value.type_params \
-                and _tail_calls(value.body, var) and var in free_vars(value):
+                and _tail_calls(value.body, var):   # NOTE: so %var is free in it
             body = yield value.body
             f2 = value if body is value.body else Function(
                 value.params, body, value.ret_type, value.type_params, value.attrs,
