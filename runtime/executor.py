@@ -337,9 +337,11 @@ def build(mod: IRModule, target: Any = "llvm", *, entry: str = "main", params: A
                  fast_math)
     if path is not None:
         try:
-            build_cache.store(path, exe)
-        except Exception:    # NOTE: failing to cache never fails the build
-            pass
+            build_cache.store(path, exe)    # NOTE: a full or read-only disk returns False
+        except Exception as e:   # NOTE: failing to cache never fails the build, but is said
+            import warnings
+            warnings.warn(f"relay_ir: the build was not cached: {type(e).__name__}: {e}",
+                          RuntimeWarning, stacklevel=2)
     return exe
 
 
