@@ -296,8 +296,9 @@ def _data_layout(layout: str, what: str) -> tuple[tuple[int, ...], int]:
     return _layout(m.group(1), "NCHW", what), block
 
 
-def _unblock_data(x: np.ndarray, c: int, block: int) -> np.ndarray:
-    """A blocked array (``<perm><b>c``) as the 4-d array of the permutation ``<perm>``."""
+def _unblock(x: np.ndarray, c: int, block: int) -> np.ndarray:
+    """A blocked array (data ``<perm><b>c``, kernel ``<perm><b>o``: the blocked axis ``c``'s
+    inner part last) as the 4-d array of the permutation ``<perm>``."""
     if not block:
         return x
     shape = list(x.shape[:4])
@@ -312,15 +313,6 @@ def _block_data(x: np.ndarray, c: int, block: int) -> np.ndarray:
     shape = list(x.shape)
     shape[c:c + 1] = [shape[c] // block, block]
     return np.ascontiguousarray(np.moveaxis(x.reshape(shape), c + 1, 4))
-
-
-def _unblock_kernel(w: np.ndarray, ko: int, block: int) -> np.ndarray:
-    """A blocked kernel (``<perm><b>o``) as the 4-d kernel of the permutation ``<perm>``."""
-    if not block:
-        return w
-    shape = list(w.shape[:4])
-    shape[ko] *= block
-    return np.moveaxis(w, 4, ko + 1).reshape(shape)
 
 
 def _out_dim(d: Dim, pad: int, k: int, dil: int, stride: int, ceil_mode: bool = False) -> Dim:
@@ -442,9 +434,9 @@ def conv2d_ref(args: list, attrs: Attrs) -> np.ndarray:
     x, w = args
     dt = attrs.out_dtype or x.dtype
     dperm, dblock = _data_layout(attrs.data_layout, "data_layout")
-    x = np.transpose(_unblock_data(x, dperm[1], dblock), dperm)
+    x = np.transpose(_unblock(x, dperm[1], dblock), dperm)
     kperm, block = _kernel_layout(attrs.kernel_layout)
-    w = np.transpose(_unblock_kernel(w, kperm[0], block), kperm)
+    w = np.transpose(_unblock(w, kperm[0], block), kperm)
     comp = np.dtype(dt) if np.dtype(dt).kind in "iu" else (
         np.float32 if np.dtype(dt) == np.float16 else np.dtype(dt))
     x, w = x.astype(comp, copy=False), w.astype(comp, copy=False)
@@ -526,7 +518,7 @@ def _pool_setup(x: np.ndarray, attrs: Attrs) -> tuple:
     """Canonical NCHW input, window geometry ``(kh, kw, sh, sw, dh, dw, oh, ow)`` and the pads of
     a pool (the bottom/right pads grow where ``ceil_mode`` needs windows past the padding)."""
     perm, block = _data_layout(attrs.layout, "layout")
-    xn = np.transpose(_unblock_data(x, perm[1], block), perm)
+    xn = np.transpose(_unblock(x, perm[1], block), perm)
     n, c, h, w = xn.shape
     kh, kw, sh, sw, dh, dw, pt, pl, pb, pr = _pool_geometry(attrs)
     oh = _out_dim(h, pt + pb, kh, dh, sh, attrs.ceil_mode)
