@@ -59,15 +59,21 @@ def test_kept_results_are_independent_of_later_calls(w1: object) -> None:
         assert not np.shares_memory(x, r)               # the argument is never the result
 
 
-def test_a_dropped_result_goes_back_to_the_pool(w1: object) -> None:
-    x = _inputs(1, N)[0]
-    want = w1(x).copy()                                 # type: ignore[operator]
+def _dropped_result_addresses(exe: object, x: np.ndarray, want: np.ndarray) -> list[int]:
+    """The data addresses of four results of ``exe(x)``, each checked and dropped at once."""
     addrs = []
     for _ in range(4):
-        r = w1(x)                                       # type: ignore[operator]
+        r = exe(x)                                      # type: ignore[operator]
         assert np.array_equal(r, want)
         addrs.append(r.ctypes.data)
         del r
+    return addrs
+
+
+def test_a_dropped_result_goes_back_to_the_pool(w1: object) -> None:
+    x = _inputs(1, N)[0]
+    want = w1(x).copy()                                 # type: ignore[operator]
+    addrs = _dropped_result_addresses(w1, x, want)
     # the VM let go of each result: every call wrote into the same pooled buffer (before
     # RELEASE_BYTES two buffers took turns: the VM held the previous result)
     assert len(set(addrs)) == 1
@@ -114,12 +120,7 @@ def test_the_threshold_is_what_decides(w1: object, monkeypatch: pytest.MonkeyPat
     x = _inputs(1, N)[0]
     want = w1(x).copy()                                 # type: ignore[operator]
     monkeypatch.setattr(relax_vm, "RELEASE_BYTES", 1 << 62)
-    addrs = []
-    for _ in range(4):
-        r = w1(x)                                       # type: ignore[operator]
-        assert np.array_equal(r, want)
-        addrs.append(r.ctypes.data)
-        del r
+    addrs = _dropped_result_addresses(w1, x, want)
     assert len(set(addrs)) == 2
 
 
