@@ -36,8 +36,10 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
 
 # Partial evaluation unrolls one closure call per unit of fuel. A gradient program's backward
 # pass is a chain of one closure per differentiable operator call, so the fuel grows with the
-# program: at least MIN_FUEL, else FUEL_PER_NODE per expression node of the module.
-MIN_FUEL = 1000
+# program: at least MIN_FUEL, else FUEL_PER_NODE per expression node of the module. A loop is
+# unrolled whole or not at all (its residual code is also bounded: partial_eval.UNROLL_BUDGET),
+# and MIN_FUEL lets a loop of about 2000 steps unroll with its AD tape loop (two calls a step).
+MIN_FUEL = 4096
 FUEL_PER_NODE = 2
 
 

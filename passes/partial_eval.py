@@ -24,12 +24,19 @@ Rules:
   some argument is static data (a tensor, an ADT value, or a tuple holding one) and the call
   is not reached through a branch on dynamic data since the function was entered (nothing
   static could end that unrolling: ``for i in range(n)`` with a dynamic ``n``); calls in
-  tail position (``f(x)``, or ``let %r = %f(x); %r`` for a closure %f) are unrolled
-  in a loop, so long chains of closures do not grow the stack. Each unrolling costs one unit
-  of ``fuel`` (per global function, default 1000; ``passes.optimize`` gives more to larger
-  programs); nesting is also capped at ``max_depth`` (default 40) so Python's stack stays
-  small. Out of fuel, the call is left as a residual call: every program terminates,
-  including infinite static recursion.
+  tail position (``f(x)``, ``let %r = f(x); %r``, and the branches of
+  ``let %r = if (c) {..} else {..}; %r``) are unrolled in a loop, so long chains of closures
+  and long loops do not grow the stack. Each unrolling costs one unit of ``fuel`` (per global
+  function, default 1000; ``passes.optimize`` gives at least 4096, more to larger programs);
+  nesting is also capped at ``max_depth`` (default 40) so Python's stack stays small. Out of
+  fuel, the call is left as a residual call: every program terminates, including infinite
+  static recursion.
+* A recursive function entered from outside it (a loop) is unrolled *on trial*, all or
+  nothing: if the unrolling ends within the fuel, the depth bound and ``unroll_budget``
+  residual bindings (default :data:`UNROLL_BUDGET`, 16384), the loop becomes straight-line
+  code (a static trip count: AD's tape loops then unroll too); otherwise everything emitted
+  since the entry is undone and the entry stays one call on its original arguments, instead of
+  a peel of its first iterations.
 * Anything else is *residualized*: emitted as a ``let`` in evaluation order (the output is in
   A-normal form with fresh binders); a dynamic ``if``/``match`` gets both branches partially
   evaluated, each with its own copy of the store, and the stores are merged afterwards. A
@@ -71,6 +78,11 @@ from relay_ir.ty import TensorType, Type
 
 Gen = Generator[Any, Any, Any]
 _DATAFLOW = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
+_TAIL_VALUES = (Call, If, Match)
+
+# Residual bindings a recursion with static control may unroll to (all or nothing, per
+# recursion entered): 2**14, about 50 times the code of a small loop body of 300 nodes.
+UNROLL_BUDGET = 16384
 _LEAF = (Var, Constant, GlobalVar, Op, Constructor)
 
 
@@ -225,13 +237,48 @@ class _TailCall:
     args: list[PValue]
 
 
+class _Trial:
+    """A recursive function being unrolled on trial: what to restore if it does not fit.
+
+    ``limit`` is the residual binding count past which the unrolling is abandoned; ``mark``
+    the length of the residual scope ``bindings`` when it began; ``journal`` the partial
+    values that were given residual atoms since (``(pvalue, dyn, scope)`` before the change).
+    """
+
+    __slots__ = ("funcs", "limit", "emitted", "fuel", "store", "bindings", "mark", "journal")
+
+    def __init__(self, func: Function, pe: _PE):
+        self.funcs = {func}
+        self.emitted = pe.emitted
+        self.limit = pe.emitted + pe.unroll_budget
+        self.fuel = pe.fuel
+        self.store = dict(pe.store)
+        self.bindings = pe.sb.bindings
+        self.mark = len(pe.sb.bindings)
+        self.journal: list[tuple[PValue, Expr | None, list | None]] = []
+
+
+class _Rollback(Exception):
+    """Unwinds the generators of a trial unrolling back to its start (:meth:`_PE._trial`)."""
+
+    def __init__(self, trial: _Trial):
+        super().__init__()
+        self.trial = trial
+
+
 # ----------------------------------------------------------------------------- evaluator
 class _PE:
-    def __init__(self, mod: IRModule, fuel: int, max_depth: int, unsafe: bool = False):
+    def __init__(self, mod: IRModule, fuel: int, max_depth: int, unsafe: bool = False,
+                 unroll_budget: int = UNROLL_BUDGET):
         self.mod = mod
         self.unsafe = unsafe  # NOTE: unsafe_math: every zero absorbs (see passes._zeros)
         self.fuel = fuel
         self.max_depth = max_depth
+        # NOTE: recursion entered from outside is unrolled on trial (all or nothing): at most
+        # `unroll_budget` residual bindings; `emitted` counts every residual binding
+        self.unroll_budget = unroll_budget
+        self.trials: list[_Trial] = []
+        self.emitted = 0
         self.depth = 0
         self.store: dict[int, PValue] = {}
         self.next_key = 0
@@ -263,6 +310,9 @@ class _PE:
         else:
             var = Var("x", ann, span=span)
         self.sb.bind(var, value)
+        self.emitted += 1
+        if self.trials and self.emitted > self.trials[0].limit:
+            raise _Rollback(self.trials[0])
         return PValue(None, var, self.open[-1])
 
     def _closed_type(self, t: Type | None) -> Type | None:
@@ -383,6 +433,8 @@ class _PE:
 
     def _reify_one(self, p: PValue) -> None:
         s = p.static
+        if self.trials:
+            self.trials[-1].journal.append((p, p.dyn, p.scope))
         if isinstance(s, STensor):
             if s.symbolic:  # NOTE: stays marked, so later passes may still drop it
                 od = get_opdef("zeros")
@@ -418,6 +470,8 @@ class _PE:
         self.tsub = clo.env.tsub
         var = Var("f", self._closed_type(f.checked_type_), span=f.span)
         self.tsub = saved_tsub
+        if self.trials:
+            self.trials[-1].journal.append((p, p.dyn, p.scope))
         p.dyn, p.scope = var, self.open[-1]  # NOTE: set first: recursive references use `var`
         env = Env(clo.env)
         saved_tvars, saved_tsub = self.bound_tvars, self.tsub
@@ -488,11 +542,11 @@ class _PE:
 
     def _eval_spine(self, let: Let, env: Env, hint: Var | None, tail: bool) -> Gen:
         lets, body = flatten_lets(let)
-        if tail and lets and body is lets[-1].var and type(lets[-1].value) is Call \
-                and type(lets[-1].value.op) is Var:
-            # NOTE: ``let %x = %f(); %x`` (a closure call in tail position, as A-normal form
-            # writes it: an AD backpropagator chain) is a tail call too, unrolled by the
-            # trampoline in _inline without recursion. Calls of globals keep the depth bound.
+        if tail and lets and body is lets[-1].var and type(lets[-1].value) in _TAIL_VALUES:
+            # NOTE: ``let %x = %f(); %x`` (a call in tail position, as A-normal form writes
+            # it: an AD backpropagator chain, a loop's recursive call) is a tail call too, and
+            # so are the branches of ``let %x = if (c) {..} else {..}; %x``: unrolled by the
+            # trampoline in _inline without recursion.
             for node in lets[:-1]:
                 env.vars[node.var] = yield self._ev(node.value, env, node.var)
             last = lets[-1]
@@ -611,15 +665,51 @@ class _PE:
                 recursive = s.gv.name_hint in self._globals_in_cycles()
         if func is not None and env is not None and len(func.params) == len(args) \
                 and self._should_inline(callee, func, args, recursive):
-            if tail:
+            if recursive and func not in self.active and \
+                    not any(func in t.funcs for t in self.trials):
+                out = yield self._trial(func, env, args)
+                if out is not None:
+                    return out
+            elif tail:
                 return _TailCall(func, env, args)
-            return (yield self._inline(func, env, args))
+            else:
+                return (yield self._inline(func, env, args))
         targs = self._closed_type_args(call.type_args) if isinstance(s, SGlobal) else ()
         rc = yield self._reify(callee)
         out = self.emit(Call(rc, (yield self._reify_all(args)),
                              call.attrs, targs, span=call.span), hint, call.span,
                         call.checked_type_)
         self.store = {}  # NOTE: unknown code may read or write any reference
+        return out
+
+    def _trial(self, func: Function, env: Env, args: list[PValue]) -> Gen:
+        """``func`` (recursive, entered from outside) inlined if its unrolling ends within the
+        budget, else None with everything emitted since undone (the caller emits the call).
+
+        NOTE: all or nothing: a loop whose trip count is static unrolls whole (the tape rule's
+        forward and backward loops then become straight-line code), and a longer one stays one
+        call instead of being peeled up to the fuel or depth bound.
+        """
+        trial = _Trial(func, self)
+        self.trials.append(trial)
+        try:
+            out = yield self._inline(func, env, args)
+        except _Rollback as e:
+            if e.trial is not trial:
+                raise
+            del trial.bindings[trial.mark:]
+            for p, dyn, scope in reversed(trial.journal):
+                p.dyn, p.scope = dyn, scope
+            self.store = trial.store
+            self.fuel = trial.fuel
+            self.emitted = trial.emitted
+            return None
+        finally:
+            self.trials.pop()
+        if self.trials:  # NOTE: an enclosing trial that fails undoes these too
+            outer = self.trials[-1]
+            outer.journal.extend(trial.journal)
+            outer.funcs |= trial.funcs
         return out
 
     def _inline(self, func: Function, env: Env, args: list[PValue]) -> Gen:
@@ -644,6 +734,8 @@ class _PE:
                     return r
                 func, env, args = r.func, r.env, r.args
                 self.active[-1] = func
+                if self.trials:
+                    self.trials[-1].funcs.add(func)
         finally:
             self.tsub = saved_tsub
             self.active.pop()
@@ -652,8 +744,16 @@ class _PE:
 
     def _should_inline(self, callee: PValue, func: Function, args: list[PValue],
                        recursive: bool) -> bool:
-        if self.fuel <= 0 or self.depth >= self.max_depth:
+        if not self._would_inline(callee, func, args, recursive):
             return False
+        if self.fuel <= 0 or self.depth >= self.max_depth:
+            if self.trials:  # NOTE: the unrolling on trial does not end within the bounds
+                raise _Rollback(self.trials[-1])
+            return False
+        return True
+
+    def _would_inline(self, callee: PValue, func: Function, args: list[PValue],
+                      recursive: bool) -> bool:
         if func.attrs.get("NoInline", 0):
             # NOTE: as the inline pass: e.g. AD's backward loop over a tape (passes/loop_ad.py),
             # whose caller must not hold a record while the loop frees them -- unless the
@@ -1043,6 +1143,7 @@ class PartialEvaluate(FunctionPass):
 
     fuel: int = 1000
     max_depth: int = 40
+    unroll_budget: int = UNROLL_BUDGET
 
     name: ClassVar[str] = "partial-eval"
     opt_level: ClassVar[int] = 1
@@ -1053,14 +1154,18 @@ class PartialEvaluate(FunctionPass):
         """``func`` partially evaluated (primitive functions are kept as they are)."""
         if func.is_primitive:
             return func
+        budget = int(ctx.config.get("partial-eval.unroll_budget", self.unroll_budget))
         return partial_eval_function(func, mod, fuel=self.fuel, max_depth=self.max_depth,
+                                     unroll_budget=budget,
                                      unsafe_math=unsafe_math(ctx))
 
 
 def partial_eval_function(fn: Function, mod: IRModule | None = None, *, fuel: int = 1000,
-                          max_depth: int = 40, unsafe_math: bool = False) -> Function:
+                          max_depth: int = 40, unsafe_math: bool = False,
+                          unroll_budget: int = UNROLL_BUDGET) -> Function:
     """Partially evaluate one function (its parameters are unknown)."""
-    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth, unsafe_math)
+    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth, unsafe_math,
+             unroll_budget)
     pe.bound_tvars = set(fn.type_params)
     env = Env(None)
     for p in fn.params:
@@ -1072,7 +1177,7 @@ def partial_eval_function(fn: Function, mod: IRModule | None = None, *, fuel: in
 
 
 def partial_eval_expr(expr: Expr, mod: IRModule | None = None, *, fuel: int = 1000,
-                      max_depth: int = 40) -> Expr:
+                      max_depth: int = 40, unroll_budget: int = UNROLL_BUDGET) -> Expr:
     """Partially evaluate a closed (or free-variable) expression."""
-    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth)
+    pe = _PE(mod if mod is not None else IRModule(), fuel, max_depth, False, unroll_budget)
     return pe.sb.build(pe.reify(pe.eval(expr, Env(None))))

@@ -133,6 +133,37 @@ def test_static_trip_count_optimizes_to_first_order_code() -> None:
     assert "loop_bwd" in list(dopt.functions)
 
 
+def test_a_thousand_static_steps_compile_to_straight_line_kernels() -> None:
+    """W6's shape at its size: the forward loop and the tape loop unroll whole (1000 steps are
+    within partial evaluation's budget), and the compiled gradient matches the analytic one."""
+    text = SCALAR_LOOP.replace("25f64", "1000f64").replace("0.5f64", "0.001f64")
+    opt = passes.optimize(passes.gradient(rly.parse(HEADER + text), "main"))
+    assert list(opt.functions) == ["main"]
+    assert not any(isinstance(n, (Function, Match, RefCreate))
+                   for n in post_order(opt["main"].body))
+    v, (dx,) = runtime.evaluate(opt, F64(0.5))
+    i = np.arange(1000, dtype=np.float64)
+    np.testing.assert_allclose(v, np.sum(np.sin(0.5 * i) * 0.001), rtol=1e-10)
+    np.testing.assert_allclose(dx, np.sum(np.cos(0.5 * i) * i * 0.001), rtol=1e-10)
+    # compiled (a shorter loop: the scalar kernels are scheduled without inlining their blocks)
+    short = passes.optimize(passes.gradient(rly.parse(HEADER + text.replace("1000f64", "60f64")),
+                                            "main"))
+    v, (dx,) = runtime.build(short)(F64(0.5))
+    np.testing.assert_allclose(v, np.sum(np.sin(0.5 * i[:60]) * 0.001), rtol=1e-10)
+    np.testing.assert_allclose(dx, np.sum(np.cos(0.5 * i[:60]) * i[:60] * 0.001), rtol=1e-10)
+
+
+def test_the_unroll_budget_keeps_loops_as_loops() -> None:
+    text = SCALAR_LOOP.replace("25f64", "1000f64").replace("0.5f64", "0.001f64")
+    with rly.passes.PassContext(config={"partial-eval.unroll_budget": 0}):
+        opt = passes.optimize(passes.gradient(rly.parse(HEADER + text), "main"))
+        exe = runtime.build(opt)
+    assert "loop_bwd" in list(opt.functions) and "loop_fwd" in list(opt.functions)
+    v, (dx,) = exe(F64(0.5))
+    i = np.arange(1000, dtype=np.float64)
+    np.testing.assert_allclose(dx, np.sum(np.cos(0.5 * i) * i * 0.001), rtol=1e-10)
+
+
 def test_if_in_the_body_and_several_carried_values() -> None:
     text = """
 def @loop(%a: float64, %b: float64, %n: int32) -> (float64, float64) {

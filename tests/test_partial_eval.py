@@ -190,10 +190,10 @@ def test_infinite_static_recursion_terminates_with_fuel():
                     "main": Function((), Call(lp, (const(0),)))})
     out = run(mod, fuel=25)
     body = out["main"].body
-    lets, last = flatten_lets(body)
-    # 25 unrollings folded the counter to 25, then a residual call remains
+    # the unrolling on trial ran out of fuel, so it was undone: one residual call of the loop
+    # on its first argument, not a peel of 25 iterations
     calls = [n for n in post_order(body) if isinstance(n, Call) and isinstance(n.op, GlobalVar)]
-    assert len(calls) == 1 and int(calls[0].args[0].data) == 25
+    assert len(calls) == 1 and int(calls[0].args[0].data) == 0
     out_default = run(mod)  # default fuel/depth also terminate
     calls = [n for n in post_order(out_default["main"].body) if isinstance(n, Call)]
     assert len(calls) == 1
@@ -759,3 +759,112 @@ def test_a_loop_with_a_static_bound_still_unrolls() -> None:
     out = run(mod)
     assert _ifs(out) == 0
     assert_same_results(mod, out, (np.array(7, "int32"), np.array(1.5, "float32")))
+
+
+# ----------------------------------------------------------------------------- loop unrolling
+# A recursion entered from outside with static control is unrolled on trial: whole when it ends
+# within the fuel, depth and `unroll_budget` bounds, else undone and left as one call.
+LOOP_SRC = """#[version = "0.0.5"]
+def @loop(%x: float32, %i: float32, %acc: float32) -> float32 {
+  if (%i >= %N) {
+    %acc
+  } else {
+    @loop(%x, %i + 1f, %acc + sin(%x * %i) * 0.001f)
+  }
+}
+
+def @main(%x: float32) -> float32 {
+  @loop(%x, 0f, 0f)
+}"""
+
+
+def _loop_mod(n: int) -> IRModule:
+    from relay_ir import parser
+    from relay_ir.passes import ToANormalForm
+    # NOTE: A-normal form writes the recursive call as `let %r = if (..) {..}; %r`, the form the
+    # default pipeline hands to partial evaluation
+    return ToANormalForm()(parser.parse(LOOP_SRC.replace("%N", f"{n}f")))
+
+
+def _global_calls(fn: Function) -> list[Call]:
+    return [n for n in post_order(fn.body) if isinstance(n, Call) and isinstance(n.op, GlobalVar)]
+
+
+def test_static_loop_in_a_normal_form_unrolls_whole():
+    mod = _loop_mod(300)  # far past max_depth (40): the branches' tail calls are trampolined
+    out = run(mod, fuel=1000)
+    assert not _global_calls(out["main"])
+    assert count_calls(out["main"], "sin") == 300
+    assert_same_results(mod, out, inputs=[np.array(0.5, "float32")])
+
+
+def test_loop_past_the_budget_stays_one_call_with_nothing_peeled():
+    mod = _loop_mod(300)
+    for options in ({"unroll_budget": 500}, {"fuel": 100}, {"unroll_budget": 0}):
+        out = run(mod, **options)
+        calls = _global_calls(out["main"])
+        assert len(calls) == 1 and calls[0].op.name_hint == "loop", options
+        assert [float(a.data) for a in calls[0].args[1:]] == [0.0, 0.0], options
+        assert count_calls(out["main"], "sin") == 0, options
+        assert_same_results(mod, out, inputs=[np.array(0.5, "float32")])
+
+
+def test_undone_unrolling_restores_values_it_had_emitted():
+    # the closure %f and the static tuple %t come from outside the loop and get residual atoms
+    # inside its unrolling (passed to @apply, which is not inlined); when the unrolling is
+    # undone those atoms are gone, and the residual call must emit them again
+    from relay_ir import parser
+    from relay_ir.passes import ToANormalForm
+    src = """#[version = "0.0.5"]
+def @loop(%f: fn (float32) -> float32, %t: (float32, float32), %i: float32, %acc: float32)
+    -> float32 {
+  if (%i >= 200f) {
+    %acc
+  } else {
+    let %s: (float32, float32) = (%t.1, %t.0);
+    @loop(%f, %s, %i + 1f, %acc + @apply(%f, %t, %acc) * %t.0)
+  }
+}
+
+def @apply(%g: fn (float32) -> float32, %u: (float32, float32), %v: float32, NoInline=1)
+    -> float32 {
+  %g(%v) * 0.001f + %u.1 * 0.001f
+}
+
+def @main(%x: float32) -> float32 {
+  let %f = fn (%y: float32) -> float32 { %y * %x + 1f };
+  let %t = (2f, 3f);
+  @loop(%f, %t, 0f, %x)
+}"""
+    mod = ToANormalForm()(parser.parse(src))
+    for budget in (40, 150, 1000):
+        out = run(mod, unroll_budget=budget)
+        assert_same_results(mod, out, inputs=[np.array(0.25, "float32")], rtol=1e-4)
+    whole = run(mod, unroll_budget=100000)["main"]
+    assert {c.op.name_hint for c in _global_calls(whole)} == {"apply"}  # no @loop left
+
+
+def test_nested_loops_keep_the_inner_unrolling_when_the_outer_is_undone():
+    from relay_ir import parser
+    from relay_ir.passes import ToANormalForm
+    src = """#[version = "0.0.5"]
+def @inner(%x: float32, %j: float32, %acc: float32) -> float32 {
+  if (%j >= 3f) { %acc } else { @inner(%x, %j + 1f, %acc * %x + %j) }
+}
+
+def @outer(%x: float32, %i: float32, %acc: float32) -> float32 {
+  if (%i >= 500f) { %acc } else { @outer(%x, %i + 1f, @inner(%x, 0f, %acc) * 0.5f) }
+}
+
+def @main(%x: float32) -> float32 {
+  let %a = @inner(%x, 0f, 1f);
+  @outer(%x, 0f, %a)
+}"""
+    mod = ToANormalForm()(parser.parse(src))
+    out = run(mod, unroll_budget=200)
+    calls = _global_calls(out["main"])
+    assert [c.op.name_hint for c in calls] == ["outer"]  # @inner(%x, 0f, 1f) unrolled
+    assert_same_results(mod, out, inputs=[np.array(0.5, "float32")])
+    whole = run(mod, unroll_budget=100000, fuel=100000)
+    assert not _global_calls(whole["main"])
+    assert_same_results(mod, whole, inputs=[np.array(0.5, "float32")])
