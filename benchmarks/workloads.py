@@ -832,6 +832,24 @@ def w6_impls(compiled: bool = True) -> list[Impl]:
         return lambda: run(xa)[1][0]
     out.append(Impl("relay_ir gradient of a recursive loop, compiled (Relax VM)",
                     rly_make, float, "relay_ir"))
+
+    def rly_loop_make() -> Callable[[], Any]:
+        # NOTE: the trip count an input (1000 at run time): nothing static unrolls the loop,
+        # so this is the executor's cost per step (the tape rule's forward and backward loops)
+        import relay_ir as rly
+        from relay_ir import passes, runtime
+        src = W6_SRC.replace("%i >= 1000f", "%i >= %n").replace(
+            "@loop(%x: float32, %i: float32, %acc: float32)",
+            "@loop(%x: float32, %n: float32, %i: float32, %acc: float32)").replace(
+            "@loop(%x, %i + 1f", "@loop(%x, %n, %i + 1f").replace(
+            "def @main(%x: float32) -> float32 {\n  @loop(%x, 0f, 0f)",
+            "def @main(%x: float32, %n: float32) -> float32 {\n  @loop(%x, %n, 0f, 0f)")
+        g = passes.optimize(passes.gradient(rly.parse(src), entry="main"))
+        run = runtime.build(g, target="llvm", **build_kw())
+        xa, na = np.array(x), np.array(F32(1000))
+        return lambda: run(xa, na)[1][0]
+    out.append(Impl("relay_ir, the trip count an input (stays a loop)", rly_loop_make, float,
+                    "reference"))
     if have("torch"):
         def t_make() -> Callable[[], Any]:
             torch = _torch()
