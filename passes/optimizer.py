@@ -43,6 +43,13 @@ MIN_FUEL = 4096
 FUEL_PER_NODE = 2
 
 
+# The last few results of optimize, by identity, with their options: optimizing one of them
+# again with the same options returns it as it is (a second run of the pipeline on a large
+# unrolled program costs seconds). Strong references, so an id is never reused while listed.
+RECENT_RESULTS = 8
+_RECENT: dict[int, tuple[IRModule, tuple]] = {}
+
+
 def pipeline_fuel(mod: IRModule) -> int:
     """The partial-evaluation fuel the default pipeline uses for ``mod`` (grows with its size)."""
     from relay_ir.traversal import post_order
@@ -87,6 +94,10 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
     instruments of the current :class:`PassContext` (timing, printing, well-formedness
     checks) apply to every pass.
 
+    A module that is itself one of the last few results of ``optimize`` with the same
+    options (and PassContext config) is returned as it is: ``runtime.build``, which optimizes
+    its input, does not run the pipeline again on a module the user already optimized.
+
     The result is cached on disk by the input's content and the options
     (``passes.optimize_cache``; ``RELAY_IR_OPT_CACHE=0`` turns it off): a hit returns exactly
     what the pipeline returns (text, spans, inferred types) without running any pass.
@@ -99,6 +110,13 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
     """
     from relay_ir.passes import optimize_cache as oc
     outer = PassContext.current()
+    sig = (opt_level, tuple(disabled_pass), tuple(required_pass), entry, fuel, unsafe_math,
+           tuple(sorted(outer.config.items(), key=str)))
+    seen = _RECENT.get(id(mod))
+    if seen is not None and seen[0] is mod and seen[1] == sig:
+        # NOTE: `mod` is itself what optimize returned with these options (modules are
+        # immutable): runtime.build optimizes its input, and users optimize before building
+        return mod
     cached = oc.enabled()
     nodes: list = []
     distinct = -1
@@ -137,4 +155,7 @@ def optimize(mod: IRModule, opt_level: int = 2, *, disabled_pass: tuple[str, ...
             oc.store(key, mod, nodes, out)
         except Exception:    # NOTE: failing to cache never fails the optimization
             pass
+    _RECENT[id(out)] = (out, sig)
+    while len(_RECENT) > RECENT_RESULTS:
+        _RECENT.pop(next(iter(_RECENT)))
     return out

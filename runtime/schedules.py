@@ -941,22 +941,36 @@ def _matrix_vector(sch: Any, blk: Any) -> bool:
         sch.get(blk).iter_vars[-1].var.name in _vars_in(sch.get(blk).reads[1].region[-1].min)
 
 
-def _scalar_blocks(sch: Any) -> bool:
-    """Whether every block computes one 0-d value (its iteration variables, if any, have
-    extent 1): a group of scalar operators, such as an unrolled scalar loop."""
-    def one(dom: Any) -> bool:
-        ext = dom.extent
-        return hasattr(ext, "value") and int(ext.value) == 1
-    return all(one(iv.dom) for b in blocks(sch) for iv in sch.get(b).iter_vars)
+def scalar_func(func: Any) -> bool:
+    """Whether every block of ``func`` computes one element into one-element buffers, under
+    loops of extent 1 only: a group of scalar operators, such as an unrolled scalar loop."""
+    def unit(e: Any) -> bool:
+        return hasattr(e, "value") and int(e.value) == 1
+    root = getattr(func.body, "block", None)
+    if root is None:
+        return False
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if hasattr(node, "seq"):                        # NOTE: SeqStmt
+            stack.extend(node.seq)
+        elif hasattr(node, "loop_var"):                 # NOTE: For
+            if not unit(node.extent):
+                return False
+            stack.append(node.body)
+        elif hasattr(node, "block"):                    # NOTE: SBlockRealize
+            stack.append(node.block)
+        elif hasattr(node, "iter_vars") and hasattr(node, "alloc_buffers"):  # NOTE: SBlock
+            if not all(unit(iv.dom.extent) for iv in node.iter_vars) or \
+                    not all(unit(d) for b in node.alloc_buffers for d in b.shape) or \
+                    not all(unit(r.extent) for acc in (node.reads, node.writes)
+                            for a in acc for r in a.region):
+                return False
+            stack.append(node.body)
+    return True
 
 
 def _cpu_plan(sch: Any, kind: str) -> None:
-    if _scalar_blocks(sch):
-        # NOTE: nothing to split, vectorize or parallelize; the 0-d intermediates become stack
-        # slots that LLVM keeps in registers, so inlining (one s_tir compute_inline per block,
-        # each costing time in the block count) would only make large scalar groups slow to
-        # compile (an unrolled 1000-step loop: 11 s in 12,000 inlines)
-        return
     inline_all(sch)
     bs = blocks(sch)
     reds = [b for b in bs if _is_reduction(sch, b)]
@@ -983,7 +997,8 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
     ``kind`` is a hint from the lowering: ``"matmul"``, ``"conv"``, ``"pool"`` or ``""``.
     ``report``, when given, receives the name of the strategy that applied (``"conv-channels"``,
     ``"planned"``,
-    ``"per-block"``, ``"parallel"``, ``"inline+parallel"`` or ``"none"``).
+    ``"per-block"``, ``"parallel"``, ``"inline+parallel"``, ``"scalar"`` (one-element buffers
+    only: left as it is) or ``"none"``).
     ``serial_below``: a kernel with a smaller iteration space gets no parallel loops;
     ``serial``: no parallel loops at all.
     """
@@ -1287,6 +1302,14 @@ def _pool_nchwc_plan(sch: Any) -> None:
 
 def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
+    if scalar_func(func):
+        # NOTE: nothing to split, vectorize or parallelize; the one-element intermediates are
+        # stack slots that LLVM keeps in registers. Inlining them (one s_tir compute_inline a
+        # block, each costing time in the block count) only made large scalar groups slow to
+        # compile: W6's unrolled 1000-step gradient spent 11 s in 12,000 inlines.
+        if report is not None:
+            report.append("scalar")
+        return tvm.IRModule({"main": func})
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
         ("conv-nchwc", _nchwc_plan),
         ("conv-depthwise", _depthwise_plan),

@@ -124,6 +124,25 @@ def test_injective_chain_is_one_parallel_vectorized_loop() -> None:
                                np.maximum((av + bv) * 2, 0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_scalar_groups_are_left_unscheduled_and_compute_the_same(shape: tuple) -> None:
+    # one-element buffers only: no block is inlined (that cost compile time in the block
+    # count), and the kernel still computes the chain
+    a = te.placeholder(shape, "float32", name="a")
+    y = topi.add(topi.sin(topi.multiply(a, 3.0)), topi.cos(a))
+    mod, how, script = _sched([a], [y])
+    assert how == "scalar" and _nblocks(script) == 4
+    av = np.full(shape, 0.7, "float32")
+    np.testing.assert_allclose(_run(mod, [av], [shape])[0], np.sin(av * 3) + np.cos(av),
+                               rtol=1e-6)
+    # a second element anywhere (an input, an output, a loop) is scheduled as before
+    b = te.placeholder((2,), "float32", name="b")
+    z = topi.add(topi.sin(b), topi.cos(b))
+    assert _sched([b], [z])[1] == "planned"
+    r = topi.sum(b, axis=0)
+    assert _sched([b], [r])[1] != "scalar"
+
+
 def test_serial_threshold_counts_the_largest_block() -> None:
     # three elementwise blocks of 400x400: 480,000 iterations summed, 160,000 in the largest;
     # inlined they are one 160,000-element pass, below SERIAL_BELOW: one thread

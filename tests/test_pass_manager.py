@@ -255,6 +255,25 @@ def @main(%x: float32) -> float32 {
     assert isinstance(out0["main"].body, Let)
 
 
+def test_optimize_returns_its_own_recent_result_as_it_is() -> None:
+    # runtime.build optimizes its input: a module the user optimized with the same options is
+    # not run through the pipeline again; other options, or another config, run it
+    from relay_ir import passes
+    mod = rly.parse(SRC)
+    out = passes.optimize(mod)
+    rec = Recorder()
+    with PassContext(instruments=[rec]):
+        assert passes.optimize(out) is out
+    assert names_run(rec) == []
+    for options, config in (({"opt_level": 3}, {}), ({}, {"partial-eval.unroll_budget": 0}),
+                            ({"fuel": 10}, {})):
+        rec = Recorder()
+        with PassContext(instruments=[rec], config=config):
+            again = passes.optimize(out, **options)
+        assert again is not out and "partial-eval" in names_run(rec), (options, config)
+    assert passes.optimize(rly.parse(SRC)) is not out   # equal text, another object: run
+
+
 def test_run_pass_rejects_non_modules() -> None:
     with pytest.raises(TypeError, match="expects an IRModule"):
         run_pass(get_pass("dce"), Var("x"), PassContext.current())  # type: ignore[arg-type]
