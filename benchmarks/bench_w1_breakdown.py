@@ -20,7 +20,10 @@ with the order rotating from round to round; the table shows the median
 of the round medians and the best round, in ms (us for the per-call row).
 
 Run: ``TVM_BIND_THREADS=0 .venv/bin/python benchmarks/bench_w1_breakdown.py [--rounds 20]``
-(``TVM_NUM_THREADS=1`` for one thread).
+(``TVM_NUM_THREADS=1`` for one thread; ``--mcpu haswell`` builds every relay_ir variant for an
+AVX2 target instead of this machine's CPU). The script turns the whole-build cache off
+(``RELAY_IR_BUILD_CACHE=0``): a cache hit returns a loaded module, which has no kernel table
+to take the fused kernel from.
 """
 from __future__ import annotations
 
@@ -46,9 +49,13 @@ BODY = ("let %t = tanh(add(multiply(%x, 1.5f), 0.25f));"
 L2_N = 1 << 18
 
 
+MCPU: list[str] = []
+
+
 def _exe(body: str, n: int) -> Any:
+    target: Any = {"kind": "llvm", "mcpu": MCPU[0]} if MCPU else "llvm"
     return runtime.build(rly.parse(W.HDR + f"def @main(%x: Tensor[({n}), float32]) {{ {body} }}"),
-                         target="llvm")
+                         target=target)
 
 
 def _kernel(exe: Any) -> Any:
@@ -106,7 +113,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--mcpu", default="", help="LLVM cpu to build for (default: this machine's)")
     args = ap.parse_args()
+    # NOTE: the kernels are taken from a freshly built executable's kernel table
+    os.environ["RELAY_IR_BUILD_CACHE"] = "0"
+    if args.mcpu:
+        MCPU.append(args.mcpu)
     vs = variants()
     times: dict[str, list[float]] = {n: [] for n in vs}
     names = list(vs)
@@ -125,7 +137,7 @@ def main() -> None:
             times[name].append(statistics.median(ts) * scale)
     relax_vm.RELEASE_BYTES = 1 << 20
     print(f"threads: TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'all')}, "
-          f"{len(os.sched_getaffinity(0))} cores; load average {os.getloadavg()[0]:.1f}; "
+          f"{len(os.sched_getaffinity(0))} cores; mcpu {args.mcpu or 'this machine'}; load average {os.getloadavg()[0]:.1f}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("\n| variant | median of round medians | best round |\n|---|---:|---:|")
     for name, v in times.items():
