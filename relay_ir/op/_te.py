@@ -557,6 +557,7 @@ _LOG2E = 1.4426950408889634
 _LN2_HI = 0.693359375
 _LN2_LO = -2.1219444005469057e-04
 _ROUND_MAGIC = 12582912.0
+_EXP_FINITE_MAX = 88.72283172607421875   # the largest float32 whose exp is finite
 _EXP_POLY = (1.0, 0.9999997019767761, 0.4999914765357971, 0.1666763722896576,
              0.04189809784293175, 0.008290283381938934)
 
@@ -618,7 +619,11 @@ def exp_f32(x: Any) -> Any:
     p, tbits = _exp_reduce(u)
     n = tbits - const(0x4B400000, "int32")
     n1 = tirx.shift_right(n, const(1, "int32"))
-    return p * _pow2_bits(n1) * _pow2_bits(n - n1)
+    # NOTE: an explicit inf above the largest x with a finite exp: were the result the product
+    # that overflows, LLVM's contraction would turn exp(x) - exp(x) into fma(a, b, -a*b),
+    # which is -inf (not NaN) for an overflowing a*b
+    return select(x > _f32(_EXP_FINITE_MAX), _f32(np.inf),
+                  p * _pow2_bits(n1) * _pow2_bits(n - n1))
 
 
 def sigmoid_f32(x: Any) -> Any:
