@@ -11,12 +11,13 @@ implementation's dtype semantics exactly:
 * :func:`broadcast` indexes numpy-broadcast operands of any rank; :func:`reduce` reduces over a
   list of axes with ``keepdims`` (an empty axis list copies).
 
-Fast math (TVM_NOTES section 2): ``llvm.exp``/``tanh`` are scalarised libm calls, while TOPI's
-``fast_exp``/``fast_tanh``/``fast_erf`` are vectorisable polynomials. :func:`fast_math` is a
-context manager selecting them (``True``: always, ``False``: never, ``None``: the per-op
-default in :data:`FAST_MATH_DEFAULT`, on only where the measured float32 error stays within
-float32 tolerance). Only float32 computations use the fast forms. The measured maximum relative
-errors against numpy float64 are in ``docs/fast_math.md`` and ``benchmarks/RESULTS.md``.
+Fast math (TVM_NOTES section 2): ``llvm.exp``/``tanh`` are scalarised libm calls, while
+relay_ir's own :func:`exp_f32`, :func:`sigmoid_f32`, :func:`tanh_f32` and TOPI's ``fast_erf``
+are vectorisable. :func:`fast_math` is a context manager selecting them (``True``: always,
+``False``: never, ``None``: the per-op default in :data:`FAST_MATH_DEFAULT`, on only where the
+measured float32 error stays within float32 tolerance). Only float32 computations use the fast
+forms. What each form is and its measured error against numpy float64 over the whole float32
+range: ``docs/fast_math.md`` (the other operators' errors: ``docs/op_compute.md``).
 
 Host-only operators carry a reason in ``OpDef.host_only`` and no compute; see
 :func:`host_only_reason`.
