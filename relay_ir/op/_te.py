@@ -568,12 +568,17 @@ def _f32(v: float) -> Any:
 
 
 def clamp_keep_nan(v: Any, lo: float, hi: float) -> Any:
-    """``v`` clamped to ``[lo, hi]`` with a NaN left NaN (both compares are false for it).
+    """``v`` clamped to ``[lo, hi]`` with a NaN left NaN: ``max(lo, min(hi, v))``, the bound
+    first (TVM's LLVM code generator makes ``min(a, b)`` the select ``a < b ? a : b``, false
+    for a NaN ``b``; LLVM emits one ``vminps`` and one ``vmaxps``, which return their second
+    operand for a NaN). The bounds are :func:`opaque` so that the simplifier keeps them first.
 
-    Each select compares the value it passes on, so LLVM emits one ``vminps`` and one
-    ``vmaxps`` (x86's min/max return their second operand for a NaN)."""
-    upper = select(v > _f32(hi), _f32(hi), v)
-    return select(upper < _f32(lo), _f32(lo), upper)
+    NOTE: ``v`` is used once. Every use of a form's input copies the input's expression in the
+    tree TVM's passes walk, so a chain of these forms (tanh of tanh, a gradient program's
+    sigmoid of a tanh) grows by the product of the uses: two selects per clamp made tanh of
+    tanh take minutes to compile."""
+    tirx = tir_mod()
+    return tirx.max(opaque(_f32(lo)), tirx.min(opaque(_f32(hi)), v))
 
 
 def _exp_reduce(u: Any, negate: bool = False) -> tuple[Any, Any]:
