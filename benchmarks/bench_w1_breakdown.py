@@ -12,6 +12,9 @@ previous result, so two output buffers take turns), and against its parts:
 * ``relu kernel, fixed output``: a kernel moving the same bytes (16 MB in, 16 MB out) with
   almost no arithmetic (the memory floor of W1 on this machine);
 * ``exe(16 elements)``: the per-call cost of the executor (argument, VM, result);
+* the alignment rows: numpy puts a 16 MB array 16 bytes past a 64-byte boundary (so does
+  ``np.empty_like``, the fixed output above), the VM's output is 64-byte aligned: the kernel
+  with x at 16 mod 64 and a 64-aligned output, and ``exe`` on a 64-byte-aligned copy of x;
 * ``jax.jit``: the peer of the issue's goal (when jax is installed; its speed is bimodal from
   one process to the next, see benchmarks/RESULTS.md).
 
@@ -64,6 +67,15 @@ def _kernel(exe: Any) -> Any:
     return kerns[0].module[kerns[0].symbol]
 
 
+def _aligned64(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` starting on a 64-byte boundary."""
+    buf = np.empty(a.size + 16, a.dtype)
+    start = (-buf.ctypes.data % 64) // a.itemsize
+    out = buf[start:start + a.size]
+    out[:] = a
+    return out
+
+
 def variants() -> dict[str, tuple[Callable[[], Any], float, Callable[[], None]]]:
     """name -> (call, scale to report per call, set-up before the round)."""
     import tvm_ffi
@@ -78,6 +90,9 @@ def variants() -> dict[str, tuple[Callable[[], Any], float, Callable[[], None]]]
     k_l2 = _kernel(_exe(BODY, L2_N))
     st, so = wrap(small, require_alignment=0), wrap(np.empty_like(small), require_alignment=0)
     reps = W.N1 // L2_N
+    x64 = _aligned64(x)
+    o64 = _aligned64(out)
+    xt64, ot64 = wrap(x64, require_alignment=0), wrap(o64, require_alignment=0)
     exe16 = _exe(BODY, 16)
     x16 = x[:16].copy()
 
@@ -100,6 +115,9 @@ def variants() -> dict[str, tuple[Callable[[], Any], float, Callable[[], None]]]
         "exe(x), VM holds the last result (old)": (lambda: exe(x), 1e3, off),
         "kernel, fixed output": (lambda: k(xt, ot), 1e3, on),
         "kernel, in L2 (per 4M elements)": (l2, 1e3, on),
+        "kernel, x 16 mod 64, output 64-aligned (as in exe)": (lambda: k(xt, ot64), 1e3, on),
+        "kernel, x and output 64-aligned": (lambda: k(xt64, ot64), 1e3, on),
+        "exe(64-byte-aligned copy of x)": (lambda: exe(x64), 1e3, on),
         "relu kernel, fixed output (memory floor)": (lambda: relu_k(xt, ot), 1e3, on),
         "exe(16 elements), us per call": (per_call, 1e6 / 100, on),
     }
@@ -136,7 +154,7 @@ def main() -> None:
                 ts.append(time.perf_counter() - t0)
             times[name].append(statistics.median(ts) * scale)
     relax_vm.RELEASE_BYTES = 1 << 20
-    print(f"threads: TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'all')}, "
+    print(f"x at {W.w1_data().ctypes.data % 64} mod 64 bytes; threads: TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'all')}, "
           f"{len(os.sched_getaffinity(0))} cores; mcpu {args.mcpu or 'this machine'}; load average {os.getloadavg()[0]:.1f}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("\n| variant | median of round medians | best round |\n|---|---:|---:|")
