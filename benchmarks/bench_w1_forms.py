@@ -9,8 +9,9 @@ with a fixed output, and compiled for 256K elements, 16 calls on an input that s
 and the best round, in ms, and the largest difference from the first variant's output.
 
 Run: ``TVM_BIND_THREADS=0 .venv/bin/python benchmarks/bench_w1_forms.py [--rounds 9]
-[--mcpu haswell]`` (``--mcpu``: build for that LLVM CPU instead of this machine's; AVX2 CPUs:
-haswell, znver3).
+[--mcpu haswell] [--bounds]`` (``--mcpu``: build for that LLVM CPU instead of this machine's;
+AVX2 CPUs: haswell, znver3; ``--bounds`` adds two variants with wrong values that bound what
+the divisions cost: sigmoid's, then tanh's too, replaced by a multiplication).
 """
 from __future__ import annotations
 
@@ -38,6 +39,24 @@ BODY = ("let %t = tanh(add(multiply(%x, 1.5f), 0.25f));"
 L2_N = 1 << 18
 
 
+def _no_division(name: str) -> Any:
+    """The relay_ir form with its division replaced by a multiplication (wrong values)."""
+    from relay_ir.op import _te as T
+
+    def sigmoid(x: Any) -> Any:
+        u = T.clamp_keep_nan(x, -89.5, 87.0)
+        p, tb = T._exp_reduce(u, negate=True)
+        return T._f32(0.5) * (T._f32(0.5) + p * T._pow2_bits(tb, bias=126))
+
+    def tanh(x: Any) -> Any:
+        xc = T.clamp_keep_nan(x, -T._TANH_CLAMP, T._TANH_CLAMP)
+        s = xc * xc
+        return T.clamp_keep_nan(xc * T._horner(T._TANH_NUM, s) * T._horner(T._TANH_DEN, s),
+                                -1.0, 1.0)
+    fn = sigmoid if name == "sigmoid" else tanh
+    return lambda attrs, inputs, out_type: T.elemwise(fn, inputs[0])
+
+
 def _previous(name: str) -> Any:
     form = FMA._previous_form(name)
     return lambda attrs, inputs, out_type: form(inputs[0])
@@ -50,10 +69,21 @@ VARIANTS = {
 }
 
 
-def _kernel(n: int, previous: tuple[str, ...], mcpu: str) -> Any:
-    orig = {k: get_opdef(k) for k in previous}
-    for k in previous:
-        _REGISTRY[k] = dataclasses.replace(orig[k], compute=_previous(k))
+BOUNDS = {
+    "bound: sigmoid's division -> multiply (wrong values)": ("!sigmoid",),
+    "bound: both divisions -> multiply (wrong values)": ("!sigmoid", "!tanh"),
+}
+
+
+def _kernel(n: int, swaps: tuple[str, ...], mcpu: str) -> Any:
+    """W1's kernel with the computes named in ``swaps`` replaced: ``name`` by the previous
+    form, ``!name`` by the division-free bound."""
+    names = [k.lstrip("!") for k in swaps]
+    orig = {k: get_opdef(k) for k in names}
+    for k in swaps:
+        name = k.lstrip("!")
+        form = _no_division(name) if k.startswith("!") else _previous(name)
+        _REGISTRY[name] = dataclasses.replace(orig[name], compute=form)
     try:
         target: Any = {"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm"
         exe = runtime.build(rly.parse(W.HDR + f"def @main(%x: Tensor[({n}), float32]) "
@@ -70,6 +100,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--mcpu", default="")
+    ap.add_argument("--bounds", action="store_true")
     args = ap.parse_args()
     # NOTE: the kernels are taken from a freshly built executable's kernel table
     os.environ["RELAY_IR_BUILD_CACHE"] = "0"
@@ -80,8 +111,9 @@ def main() -> None:
     xt, ot = wrap(x, require_alignment=0), wrap(out, require_alignment=0)
     small = x[:L2_N].copy()
     st, so = wrap(small, require_alignment=0), wrap(np.empty_like(small), require_alignment=0)
+    variants = {**VARIANTS, **(BOUNDS if args.bounds else {})}
     ks = {n: (_kernel(W.N1, p, args.mcpu), _kernel(L2_N, p, args.mcpu))
-          for n, p in VARIANTS.items()}
+          for n, p in variants.items()}
     full: dict[str, list[float]] = {n: [] for n in ks}
     l2: dict[str, list[float]] = {n: [] for n in ks}
     outs: dict[str, np.ndarray] = {}
