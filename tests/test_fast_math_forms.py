@@ -173,3 +173,18 @@ def test_w1_is_vector_code_on_avx2_and_avx512(mcpu: str, reg: str, other: str | 
     assert not re.search(r"call\w*\s+\S*(exp|tanh|sigm)", asm)
     if other:
         assert other not in asm
+
+
+@pytest.mark.parametrize("name", ["exp_f32", "sigmoid_f32", "tanh_f32"])
+def test_forms_use_their_input_few_times(name: str) -> None:
+    """A form's input appears few times in its expression tree: TVM's passes walk the tree, so
+    a chain of forms grows as the product of the uses (two-select clamps, four uses each, made
+    tanh(tanh(x)) take minutes to compile). The printer expands the tree."""
+    from tvm import tirx
+
+    from relay_ir.op import _te as T
+    x = tirx.Var("xin", "float32")
+    form = getattr(T, name)
+    uses = len(re.findall(r"\bxin\b", str(form(x))))
+    assert uses <= 20, (name, uses)
+    assert len(re.findall(r"\bxin\b", str(form(form(x))))) == uses * uses
