@@ -10,7 +10,8 @@ and the best round, in ms, and the largest difference from the first variant's o
 
 Run: ``TVM_BIND_THREADS=0 .venv/bin/python benchmarks/bench_w1_forms.py [--rounds 9]
 [--mcpu haswell] [--bounds]`` (``--mcpu``: build for that LLVM CPU instead of this machine's;
-AVX2 CPUs: haswell, znver3; ``--bounds`` adds two variants with wrong values that bound what
+AVX2 CPUs: haswell, znver3; ``--asm`` prints, per variant, the instructions of the kernel's
+vector loop per 16 elements instead of timing; ``--bounds`` adds two variants with wrong values that bound what
 the divisions cost: sigmoid's, then tanh's too, replaced by a multiplication).
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import statistics
 import sys
 import time
@@ -33,6 +35,7 @@ import workloads as W  # noqa: E402
 import relay_ir as rly  # noqa: E402
 from relay_ir import runtime  # noqa: E402
 from relay_ir.op import _REGISTRY, get_opdef  # noqa: E402
+from relay_ir.runtime.kernel_cache import KernelCache  # noqa: E402
 
 BODY = ("let %t = tanh(add(multiply(%x, 1.5f), 0.25f));"
         " subtract(multiply(%t, sigmoid(%x)), multiply(%x, 0.5f))")
@@ -75,9 +78,9 @@ BOUNDS = {
 }
 
 
-def _kernel(n: int, swaps: tuple[str, ...], mcpu: str) -> Any:
+def _kernel(n: int, swaps: tuple[str, ...], mcpu: str, asm: bool = False) -> Any:
     """W1's kernel with the computes named in ``swaps`` replaced: ``name`` by the previous
-    form, ``!name`` by the division-free bound."""
+    form, ``!name`` by the division-free bound (``asm``: the kernel's assembly text)."""
     names = [k.lstrip("!") for k in swaps]
     orig = {k: get_opdef(k) for k in names}
     for k in swaps:
@@ -86,13 +89,36 @@ def _kernel(n: int, swaps: tuple[str, ...], mcpu: str) -> Any:
         _REGISTRY[name] = dataclasses.replace(orig[name], compute=form)
     try:
         target: Any = {"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm"
+        cache = KernelCache(use_disk=False) if asm else None
         exe = runtime.build(rly.parse(W.HDR + f"def @main(%x: Tensor[({n}), float32]) "
-                                      f"{{ {BODY} }}"), target=target)
+                                      f"{{ {BODY} }}"), target=target, cache=cache)
     finally:
         _REGISTRY.update(orig)
+    if asm:
+        return "\n".join(m.inspect_source("s") for m in cache.modules.values())
     kerns = list(exe._backend.kernels.values())
     assert len(kerns) == 1, "one fused kernel expected"
     return kerns[0].module[kerns[0].symbol]
+
+
+def loop_counts(asm: str) -> tuple[float, float, float, int]:
+    """(instructions, multiplies and FMAs, divisions) per 16 elements in the kernel's vector
+    loop (the basic block holding the divisions, up to its backward branch), and the number
+    of elements one trip handles."""
+    lines = asm.splitlines()
+    fmas = [i for i, ln in enumerate(lines) if "vfmadd" in ln]
+    start = max(i for i in range(fmas[0]) if re.match(r"^\.LBB\w*:", lines[i]))
+    end = next(i for i in range(fmas[0], len(lines)) if re.match(r"^\s+j", lines[i]))
+    ins = [ln.split()[0] for ln in lines[start + 1:end + 1]
+           if ln.strip() and not ln.strip().startswith((".", "#"))]
+    reg = "zmm" if "zmm" in "\n".join(lines[start:end]) else "ymm"
+    # NOTE: stores to the output; those to the stack are register spills
+    stores = sum(1 for ln in lines[start:end]
+                 if re.search(rf"vmovups\s+%{reg}\d+,\s*-?\w*\(", ln) and "%rsp" not in ln)
+    per_trip = stores * (16 if reg == "zmm" else 8)
+    scale = 16 / per_trip
+    fma = sum(1 for i in ins if i.startswith(("vfmadd", "vfmsub", "vfnmadd", "vfnmsub", "vmulps")))
+    return len(ins) * scale, fma * scale, ins.count("vdivps") * scale, per_trip
 
 
 def main() -> None:
@@ -101,7 +127,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--mcpu", default="")
     ap.add_argument("--bounds", action="store_true")
+    ap.add_argument("--asm", action="store_true")
     args = ap.parse_args()
+    if args.asm:
+        print(f"mcpu {args.mcpu or 'this machine'}; W1's vector loop, per 16 elements\n")
+        print("| variant | instructions | multiplies/FMAs | divisions | elements per trip |\n"
+              "|---|---:|---:|---:|---:|")
+        for n, p in {**VARIANTS, **(BOUNDS if args.bounds else {})}.items():
+            ins, fma, div, trip = loop_counts(_kernel(4096, p, args.mcpu, asm=True))
+            print(f"| {n} | {ins:.1f} | {fma:.1f} | {div:.1f} | {trip} |")
+        return
     # NOTE: the kernels are taken from a freshly built executable's kernel table
     os.environ["RELAY_IR_BUILD_CACHE"] = "0"
     import tvm_ffi
