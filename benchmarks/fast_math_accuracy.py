@@ -230,10 +230,23 @@ def fit_tanh(m: int = 4, k: int = 4, clamp: float = 9.0) -> tuple[np.ndarray, np
 
 
 def print_fits() -> None:
-    """The coefficients of relay_ir/op/_te.py's forms, rounded to float32."""
-    print("exp polynomial:", [float(np.float32(c)) for c in fit_exp()])
+    """The coefficients of relay_ir/op/_te.py's forms, rounded to float32, and the fits' own
+    maximum relative errors (float64 arithmetic, float64 coefficients)."""
+    r = np.linspace(-0.3467, 0.3467, 200001)
+    for deg in (4, 5, 6):
+        c = fit_exp(deg)
+        err = np.abs(np.polyval(c[::-1], r) / np.exp(r) - 1).max()
+        print(f"exp polynomial of degree {deg}: fit error {err:.3g}")
+    print("exp polynomial (degree 5, used):", [float(np.float32(c)) for c in fit_exp()])
+    x = np.linspace(1e-4, 9.0, 200001)
+    for m, k in ((3, 3), (4, 3), (5, 2), (4, 4), (6, 3)):
+        num, den = fit_tanh(m, k)
+        s2 = x * x
+        err = np.abs(x * np.polyval(num[::-1], s2) / np.polyval(den[::-1], s2) / np.tanh(x)
+                     - 1).max()
+        print(f"tanh rational of degree {2 * m + 1}/{2 * k}: fit error {err:.3g}")
     num, den = fit_tanh()
-    print("tanh numerator:", [float(np.float32(c)) for c in num])
+    print("tanh numerator (9/8, used):", [float(np.float32(c)) for c in num])
     print("tanh denominator:", [float(np.float32(c)) for c in den])
 
 
