@@ -157,8 +157,10 @@ def main() -> None:
                 ts.append(time.perf_counter() - t0)
             times[name].append(statistics.median(ts) * scale)
     relax_vm.RELEASE_BYTES = 1 << 20
-    print(f"x at {X_OFFSET[0]} mod 64 bytes (fixed output: {X_OFFSET[1]}); threads: TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'all')}, "
-          f"{len(os.sched_getaffinity(0))} cores; mcpu {args.mcpu or 'this machine'}; load average {os.getloadavg()[0]:.1f}; "
+    print(f"x at {X_OFFSET[0]} mod 64 bytes (fixed output: {X_OFFSET[1]}); threads: "
+          f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'all')}, "
+          f"{len(os.sched_getaffinity(0))} cores; mcpu {args.mcpu or 'this machine'}; "
+          f"load average {os.getloadavg()[0]:.1f}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("\n| variant | median of round medians | best round |\n|---|---:|---:|")
     for name, v in times.items():

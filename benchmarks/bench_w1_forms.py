@@ -9,10 +9,11 @@ with a fixed output, and compiled for 256K elements, 16 calls on an input that s
 and the best round, in ms, and the largest difference from the first variant's output.
 
 Run: ``TVM_BIND_THREADS=0 .venv/bin/python benchmarks/bench_w1_forms.py [--rounds 9]
-[--mcpu haswell] [--bounds]`` (``--mcpu``: build for that LLVM CPU instead of this machine's;
-AVX2 CPUs: haswell, znver3; ``--asm`` prints, per variant, the instructions of the kernel's
-vector loop per 16 elements instead of timing; ``--bounds`` adds two variants with wrong values that bound what
-the divisions cost: sigmoid's, then tanh's too, replaced by a multiplication).
+[--mcpu haswell] [--bounds] [--asm]`` (``--mcpu``: build for that LLVM CPU instead of this
+machine's; AVX2 CPUs: haswell, znver3; ``--bounds`` adds two variants with wrong values that
+bound what the divisions cost: sigmoid's, then tanh's too, replaced by a multiplication;
+``--asm`` prints, per variant, the instructions of the kernel's vector loop per 16 elements
+instead of timing).
 """
 from __future__ import annotations
 
@@ -172,7 +173,8 @@ def main() -> None:
     first = outs[next(iter(outs))]
     print(f"mcpu {args.mcpu or 'this machine'}; TVM_NUM_THREADS="
           f"{os.environ.get('TVM_NUM_THREADS', 'all')}, {len(os.sched_getaffinity(0))} cores; "
-          f"load average {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+          f"load average {os.getloadavg()[0]:.1f}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("\n| variant | 4M, fixed output: median (best) | in L2, per 4M: median (best) | "
           "max diff |\n|---|---:|---:|---:|")
     for n in ks:

@@ -2,7 +2,8 @@
 
 Usage: ``python benchmarks/fast_math_accuracy.py [N]`` (default N = 2**22 random points per
 range); ``--dense`` for the exp / sigmoid / tanh table of docs/fast_math.md (every 509th float32
-bit pattern, both signs, plus dense tails), ``--fit`` to redo the fits of relay_ir's forms. For every operator in ``relay_ir.op._te.FAST_MATH_CANDIDATES`` the script compiles the
+bit pattern, both signs, plus dense tails), ``--fit`` to redo the fits of relay_ir's forms.
+For every operator in ``relay_ir.op._te.FAST_MATH_CANDIDATES`` the script compiles the
 operator's compute twice (``fast_math(True)`` and ``fast_math(False)``), evaluates both on
 random float32 inputs spread over a wide range (plus a dense grid), and prints the maximum
 relative error against the float64 numpy reference of the same float32 inputs. Results where
