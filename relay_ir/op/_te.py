@@ -571,14 +571,16 @@ def clamp_keep_nan(v: Any, lo: float, hi: float) -> Any:
     """``v`` clamped to ``[lo, hi]`` with a NaN left NaN: ``max(lo, min(hi, v))``, the bound
     first (TVM's LLVM code generator makes ``min(a, b)`` the select ``a < b ? a : b``, false
     for a NaN ``b``; LLVM emits one ``vminps`` and one ``vmaxps``, which return their second
-    operand for a NaN). The bounds are :func:`opaque` so that the simplifier keeps them first.
+    operand for a NaN). ``tests/test_fast_math_forms.py`` checks that NaN passes through the
+    built kernels. (The bounds are plain constants: a bitcast constant, :func:`opaque`, is
+    ``*(int *)&literal`` in CUDA C, which nvcc rejects.)
 
     NOTE: ``v`` is used once. Every use of a form's input copies the input's expression in the
     tree TVM's passes walk, so a chain of these forms (tanh of tanh, a gradient program's
     sigmoid of a tanh) grows by the product of the uses: two selects per clamp made tanh of
     tanh take minutes to compile."""
     tirx = tir_mod()
-    return tirx.max(opaque(_f32(lo)), tirx.min(opaque(_f32(hi)), v))
+    return tirx.max(_f32(lo), tirx.min(_f32(hi), v))
 
 
 def _exp_reduce(u: Any, negate: bool = False) -> tuple[Any, Any]:
