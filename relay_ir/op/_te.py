@@ -11,12 +11,13 @@ implementation's dtype semantics exactly:
 * :func:`broadcast` indexes numpy-broadcast operands of any rank; :func:`reduce` reduces over a
   list of axes with ``keepdims`` (an empty axis list copies).
 
-Fast math (TVM_NOTES section 2): ``llvm.exp``/``tanh`` are scalarised libm calls, while TOPI's
-``fast_exp``/``fast_tanh``/``fast_erf`` are vectorisable polynomials. :func:`fast_math` is a
-context manager selecting them (``True``: always, ``False``: never, ``None``: the per-op
-default in :data:`FAST_MATH_DEFAULT`, on only where the measured float32 error stays within
-float32 tolerance). Only float32 computations use the fast forms. The measured maximum relative
-errors against numpy float64 are in ``docs/fast_math.md`` and ``benchmarks/RESULTS.md``.
+Fast math (TVM_NOTES section 2): ``llvm.exp``/``tanh`` are scalarised libm calls, while
+relay_ir's own :func:`exp_f32`, :func:`sigmoid_f32`, :func:`tanh_f32` and TOPI's ``fast_erf``
+are vectorisable. :func:`fast_math` is a context manager selecting them (``True``: always,
+``False``: never, ``None``: the per-op default in :data:`FAST_MATH_DEFAULT`, on only where the
+measured float32 error stays within float32 tolerance). Only float32 computations use the fast
+forms. What each form is and its measured error against numpy float64 over the whole float32
+range: ``docs/fast_math.md`` (the other operators' errors: ``docs/op_compute.md``).
 
 Host-only operators carry a reason in ``OpDef.host_only`` and no compute; see
 :func:`host_only_reason`.
@@ -547,25 +548,144 @@ def int_power_tensor(a: Any, b: Any) -> Any:
     return te.extern([shape, (2,)], [a, b], fcompute, name="T_int_power", dtype=[dt, dt])[0]
 
 
-def fast_exp_tensor(x: Any, name: str = "T_fast_exp") -> Any:
-    """``exp`` of a float32 tensor through TOPI's vectorisable polynomial ``fast_exp``.
+# ----------------------------------------------------------------------------- fast float32 forms
+# NOTE: the constants of relay_ir's own float32 exp (docs/fast_math.md): x = n ln2 + r with
+# n = round(x log2 e) (rounded by adding and subtracting 1.5 * 2**23) and |r| <= ln2 / 2, ln2 in
+# two parts (the high one has 9 significant bits, so n * _LN2_HI is exact for |n| < 2**15);
+# exp(r) by a degree-5 polynomial fitted for relative error on [-0.3467, 0.3467]
+# (benchmarks/fast_math_accuracy.py --fit prints the fit).
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.693359375
+_LN2_LO = -2.1219444005469057e-04
+_ROUND_MAGIC = 12582912.0
+_EXP_FINITE_MAX = 88.72283172607421875   # the largest float32 whose exp is finite
+_EXP_POLY = (1.0, 0.9999997019767761, 0.4999914765357971, 0.1666763722896576,
+             0.04189809784293175, 0.008290283381938934)
 
-    ``fast_exp`` alone overflows to inf from x ~ 88.38 on, short of float32's 88.72; above 88
-    the input is shifted down by exactly 1 and the result multiplied by e, so overflow happens
-    where exp's does. Results below the smallest normal float32 (x < -87.3) flush to 0.
-    """
-    from tvm import topi
-    te = te_mod()
+
+def _f32(v: float) -> Any:
+    return const(v, "float32")
+
+
+def clamp_keep_nan(v: Any, lo: float, hi: float) -> Any:
+    """``v`` clamped to ``[lo, hi]`` with a NaN left NaN: ``max(lo, min(hi, v))``, the bound
+    first (TVM's LLVM code generator makes ``min(a, b)`` the select ``a < b ? a : b``, false
+    for a NaN ``b``; LLVM emits one ``vminps`` and one ``vmaxps``, which return their second
+    operand for a NaN). ``tests/test_fast_math_forms.py`` checks that NaN passes through the
+    built kernels. (The bounds are plain constants: a bitcast constant, :func:`opaque`, is
+    ``*(int *)&literal`` in CUDA C, which nvcc rejects.)
+
+    NOTE: ``v`` is used once. Every use of a form's input copies the input's expression in the
+    tree TVM's passes walk, so a chain of these forms (tanh of tanh, a gradient program's
+    sigmoid of a tanh) grows by the product of the uses: two selects per clamp made tanh of
+    tanh take minutes to compile."""
     tirx = tir_mod()
-    hi = const(88.0, "float32")
-    shifted = te.compute(x.shape, lambda *i: x(*i) - select(tirx.GT(x(*i), hi),
-                                                            const(1.0, "float32"),
-                                                            const(0.0, "float32")),
-                         name=f"{name}_arg")
-    e = topi.fast_exp(shifted)
-    return te.compute(x.shape, lambda *i: e(*i) * select(tirx.GT(x(*i), hi),
-                                                         const(np.e, "float32"),
-                                                         const(1.0, "float32")), name=name)
+    return tirx.max(_f32(lo), tirx.min(_f32(hi), v))
+
+
+def _exp_reduce(u: Any, negate: bool = False) -> tuple[Any, Any]:
+    """``(p, nbits)`` with ``exp(s u) = p * 2**n`` (``s = -1`` when ``negate``), where ``p =
+    exp(r)`` by the polynomial and ``nbits`` is an int32 whose low 9 bits hold ``n`` (the bits of
+    ``u s log2e + 1.5 * 2**23``). ``u`` must lie within +-150."""
+    tirx = tir_mod()
+    sgn = -1.0 if negate else 1.0
+    # NOTE: opaque: the simplifier would fold (a + M) - M into a
+    t = opaque(u * _f32(sgn * _LOG2E) + _f32(_ROUND_MAGIC))
+    nf = t - _f32(_ROUND_MAGIC)
+    # r' = u + s n ln2 = s r (exact reduction in two steps); p(r) = q(r') with q's odd
+    # coefficients negated when s = -1
+    if negate:
+        r = u + nf * _f32(_LN2_HI) + nf * _f32(_LN2_LO)
+    else:
+        r = u - nf * _f32(_LN2_HI) - nf * _f32(_LN2_LO)
+    coefs = [c * (sgn ** k) for k, c in enumerate(_EXP_POLY)]
+    p = _f32(coefs[-1])
+    for c in reversed(coefs[:-1]):
+        p = p * r + _f32(c)
+    return p, tirx.reinterpret("int32", t)
+
+
+def _pow2_bits(n: Any, bias: int = 127) -> Any:
+    """``2.0 ** (n + bias - 127)`` (float32) for an int32 whose low 9 bits hold ``n``, with
+    ``n + bias`` in [0, 255]: the exponent field (0 gives +0.0, 255 gives inf)."""
+    tirx = tir_mod()
+    return tirx.reinterpret("float32", tirx.shift_left(n, const(23, "int32"))
+                            + const(bias << 23, "int32"))
+
+
+def exp_f32(x: Any) -> Any:
+    """``exp(x)`` of a float32 PrimExpr, vectorisable (no libm call, no branch).
+
+    Overflows to inf exactly where float32 ``exp`` does (x > 88.7228), gives subnormal results
+    down to ``exp(-103.97)`` (gradual underflow: the scale ``2**n`` is applied as two factors
+    ``2**(n >> 1) * 2**(n - (n >> 1))``), 0 below, ``exp(-inf) = 0``, ``exp(inf) = inf`` and
+    NaN for NaN. Max relative error 1.6e-7 (2 ulp) where the result is a normal float32
+    (docs/fast_math.md).
+    """
+    tirx = tir_mod()
+    u = clamp_keep_nan(x, -110.0, 89.0)
+    p, tbits = _exp_reduce(u)
+    n = tbits - const(0x4B400000, "int32")
+    n1 = tirx.shift_right(n, const(1, "int32"))
+    # NOTE: an explicit inf above the largest x with a finite exp: were the result the product
+    # that overflows, LLVM's contraction would turn exp(x) - exp(x) into fma(a, b, -a*b),
+    # which is -inf (not NaN) for an overflowing a*b
+    return select(x > _f32(_EXP_FINITE_MAX), _f32(np.inf),
+                  p * _pow2_bits(n1) * _pow2_bits(n - n1))
+
+
+def sigmoid_f32(x: Any) -> Any:
+    """``sigmoid(x)`` of a float32 PrimExpr as ``0.5 / (0.5 + exp(-x) / 2)``, vectorisable.
+
+    No cancellation anywhere: for x < 0 the result is 0.5 / (0.5 + a large number), relatively
+    as accurate as the exp. ``exp(-x) / 2 = p * 2**(n - 1)`` is computed for x clamped to
+    [-89.5, 87] with one scale factor (n - 1 in [-127, 128]: -127 gives 0, so x >= 87 gives
+    exactly 1; 128 gives inf, so x <= -89.05 gives exactly 0 where the true result is below
+    2.3e-39, and the subnormal results above that are those of the division).
+    ``sigmoid(-inf) = 0``, ``sigmoid(inf) = 1``, NaN gives NaN; the result lies in [0, 1].
+    """
+    u = clamp_keep_nan(x, -89.5, 87.0)
+    p, tbits = _exp_reduce(u, negate=True)
+    half_e = p * _pow2_bits(tbits, bias=126)
+    return _f32(0.5) / (_f32(0.5) + half_e)
+
+
+# NOTE: tanh(x) = x N(x^2) / D(x^2), a degree 9/8 rational fitted on [0, 9] for relative error
+# (linear-programming differential correction; benchmarks/fast_math_accuracy.py --fit);
+# N(0) = D(0) = 1, so tanh(x) = x for tiny x. Beyond 9.01 float32 tanh is +-1; the rational
+# passes 1 at x = 9.09 and is 1 + 3.7e-7 at the input clamp 9.5, so the output clamp to
+# [-1, 1] makes it exactly +-1 there.
+_TANH_CLAMP = 9.5
+_TANH_NUM = (1.0, 0.1338086575269699, 0.0034952210262417793, 2.0596715330611914e-05,
+             1.3327466241719321e-08)
+_TANH_DEN = (1.0, 0.46714189648628235, 0.025876035913825035, 0.00032847505644895136,
+             7.767453098495025e-07)
+
+
+def _horner(coefs: Sequence[float], v: Any) -> Any:
+    p = _f32(coefs[-1])
+    for c in reversed(coefs[:-1]):
+        p = p * v + _f32(c)
+    return p
+
+
+def tanh_f32(x: Any) -> Any:
+    """``tanh(x)`` of a float32 PrimExpr by a rational function, vectorisable.
+
+    x is clamped to [-9.5, 9.5] (NaN kept), then ``x N(x^2) / D(x^2)`` with ``N(0) = D(0) = 1``
+    (so ``tanh(+-0) = +-0`` and ``tanh(x) = x`` to the last bit for tiny x), and the result
+    clamped to [-1, 1]: ``tanh(+-inf) = +-1``, NaN gives NaN.
+    """
+    xc = clamp_keep_nan(x, -_TANH_CLAMP, _TANH_CLAMP)
+    s = xc * xc
+    y = xc * _horner(_TANH_NUM, s) / _horner(_TANH_DEN, s)
+    return clamp_keep_nan(y, -1.0, 1.0)
+
+
+def fast_exp_tensor(x: Any, name: str = "T_fast_exp") -> Any:
+    """``exp`` of a float32 tensor through :func:`exp_f32` (vectorisable; overflow and
+    gradual underflow where float32 ``exp``'s are)."""
+    return elemwise(exp_f32, x, name=name)
 
 
 def not_nan(v: Any) -> Any:

@@ -314,14 +314,11 @@ def _float_te(name: str):  # type: ignore[no-untyped-def]
                 dt == "float16" or T.use_fast(name, dt)):
             return T.fast_erf_tensor(x)
         if dt == "float32" and T.use_fast(name, dt) and name in ("exp", "tanh", "sigmoid"):
-            from tvm import topi
             if name == "exp":
                 return T.fast_exp_tensor(x)
             if name == "tanh":
-                return topi.fast_tanh(x)
-            e = T.fast_exp_tensor(T.elemwise(lambda v: -v, x, name="T_neg"))
-            return T.elemwise(lambda v: T.const(1, dt) / (T.const(1, dt) + v), e,
-                              name="T_sigmoid")
+                return T.elemwise(T.tanh_f32, x, name="T_tanh")
+            return T.elemwise(T.sigmoid_f32, x, name="T_sigmoid")
         fn = getattr(tirx, name)
         if dt == "float16":
             return T.elemwise(lambda v: T.cast(fn(T.cast(v, "float32")), dt), x)
