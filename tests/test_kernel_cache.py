@@ -157,6 +157,10 @@ def test_key_depends_on_function_shapes_and_target() -> None:
 
 def test_cache_dir_env_and_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: object,
                                capsys: pytest.CaptureFixture) -> None:
+    # NOTE: the VM's depth library goes into the kernel cache once per process, at its first
+    # build: build once before moving the cache, so that the counts below are this test's own
+    # kernels also when it runs alone
+    runtime.build(model("2.5f"))
     d = os.path.join(str(tmp_path), "kcache")
     monkeypatch.setenv(kc.ENV_VAR, d)
     assert kc.cache_dir() == d
