@@ -43,10 +43,14 @@ from relay_ir.traversal import children
 ENV_VAR = "RELAY_IR_OPT_CACHE"
 FORMAT_VERSION = 1
 SUBDIR = "optimize"
+#: the most the entries may take, in MiB (``RELAY_IR_OPT_CACHE_MB``); past it the least
+#: recently stored or hit entries are deleted
+SIZE_ENV_VAR = "RELAY_IR_OPT_CACHE_MB"
+DEFAULT_SIZE_MB = 1024.0
 
 #: counters of this process (tests read them)
 STATS: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "not_cacheable": 0,
-                         "rebuilt_corrupt": 0}
+                         "rebuilt_corrupt": 0, "evicted": 0}
 
 
 def enabled() -> bool:
@@ -261,7 +265,12 @@ def lookup(key: str, mod: IRModule, in_nodes: list[Expr]) -> IRModule | None:
         if e.get("format") != FORMAT_VERSION or \
                 e["checksum"] != _checksum(e["text"], e["types"], e["table"], e["names"]):
             raise _Bad("checksum")
-        return _rebuild(mod, in_nodes, e["text"], e["types"], e["table"], e["names"])
+        out = _rebuild(mod, in_nodes, e["text"], e["types"], e["table"], e["names"])
+        try:
+            os.utime(path)      # NOTE: recently used: the last to be evicted
+        except OSError:
+            pass
+        return out
     except Exception:    # NOTE: whatever is wrong with an entry, the pipeline runs instead
         STATS["rebuilt_corrupt"] += 1
         try:
@@ -322,6 +331,9 @@ def store(key: str, mod: IRModule, in_nodes: list[Expr], out: IRModule) -> bool:
     except OSError:
         return False
     STATS["stored"] += 1
+    from relay_ir.runtime.kernel_cache import evict_lru, size_limit_mb
+    STATS["evicted"] += evict_lru(os.path.dirname(path), "optimize-", ".json",
+                                  size_limit_mb(SIZE_ENV_VAR, DEFAULT_SIZE_MB), keep=path)
     return True
 
 

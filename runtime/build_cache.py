@@ -175,11 +175,8 @@ def lookup(path: str, rebuild: Callable[[], Any], source: Any = None) -> Any:
 def size_limit() -> float:
     """The most bytes the cache's module files may take (``RELAY_IR_BUILD_CACHE_MB``, MiB;
     default 4096; an unreadable value means the default)."""
-    try:
-        mb = float(os.environ.get(SIZE_ENV_VAR, DEFAULT_SIZE_MB))
-    except ValueError:
-        mb = DEFAULT_SIZE_MB
-    return max(mb, 0.0) * 2 ** 20
+    from relay_ir.runtime.kernel_cache import size_limit_mb
+    return size_limit_mb(SIZE_ENV_VAR, DEFAULT_SIZE_MB)
 
 
 def evict(directory: str, keep: str) -> int:
@@ -187,34 +184,8 @@ def evict(directory: str, keep: str) -> int:
     use) until its module files take at most :func:`size_limit`; never ``keep``. The number
     deleted. A process that loaded a deleted entry keeps running it (the file is unlinked,
     not changed)."""
-    entries = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return 0
-    for name in names:
-        if name.startswith("build-") and name.endswith(".so"):
-            p = os.path.join(directory, name)
-            try:
-                st = os.stat(p)
-            except OSError:
-                continue
-            entries.append((st.st_mtime, st.st_size, p))
-    total = sum(e[1] for e in entries)
-    limit = size_limit()
-    n = 0
-    for _, size, p in sorted(entries):
-        if total <= limit:
-            break
-        if p == keep:
-            continue
-        for q in (p, p + ".json"):
-            try:
-                os.remove(q)
-            except OSError:
-                pass
-        total -= size
-        n += 1
+    from relay_ir.runtime.kernel_cache import evict_lru
+    n = evict_lru(directory, "build-", ".so", size_limit(), keep, companion=".json")
     STATS["evicted"] += n
     return n
 

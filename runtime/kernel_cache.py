@@ -90,6 +90,51 @@ def remove_entries(directory: str, subdir: str, prefix: str) -> int:
     return n
 
 
+def size_limit_mb(env_var: str, default_mb: float) -> float:
+    """The byte limit in ``env_var`` (MiB; ``default_mb`` when unset or unreadable)."""
+    try:
+        mb = float(os.environ.get(env_var, default_mb))
+    except ValueError:
+        mb = default_mb
+    return max(mb, 0.0) * 2 ** 20
+
+
+def evict_lru(directory: str, prefix: str, suffix: str, limit: float, keep: str,
+              companion: str = "") -> int:
+    """Delete the least recently used files ``prefix*suffix`` of ``directory`` (by
+    modification time: a pipeline cache touches an entry on a hit) until they take at most
+    ``limit`` bytes; never ``keep``; each with its ``<file><companion>`` when given. The
+    number deleted."""
+    entries = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(prefix) and name.endswith(suffix):
+            p = os.path.join(directory, name)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            entries.append((st.st_mtime, st.st_size, p))
+    total = sum(e[1] for e in entries)
+    n = 0
+    for _, size, p in sorted(entries):
+        if total <= limit:
+            break
+        if p == keep:
+            continue
+        for q in (p, p + companion) if companion else (p,):
+            try:
+                os.remove(q)
+            except OSError:
+                pass
+        total -= size
+        n += 1
+    return n
+
+
 def source_digest() -> str:
     """A digest of relay_ir's code: its version, Python's version, and the path, size and
     modification time of every source file (``.py``, ``.lark``) of the ``relay_ir``,

@@ -312,6 +312,26 @@ def test_optimize_hit_is_exactly_the_pipeline_result(opt_cache, monkeypatch) -> 
         np.testing.assert_array_equal(p, q)
 
 
+def test_least_recently_used_optimize_entries_are_evicted_over_the_size_limit(
+        opt_cache, monkeypatch) -> None:
+    d, delta = opt_cache
+    a_src, b_src = MLP, MLP.replace("multiply(%h, %h)", "multiply(%h, 2f)")
+    passes.optimize(rly.parse(a_src))
+    (entry_a,) = _entries(d, "optimize-")
+    size = os.path.getsize(os.path.join(d, entry_a))
+    monkeypatch.setenv("RELAY_IR_OPT_CACHE_MB", str(1.5 * size / 2 ** 20))
+    os.utime(os.path.join(d, entry_a), (1, 1))           # long unused
+    passes.optimize(rly.parse(b_src))                      # stored: a goes, b stays
+    assert delta("evicted") == 1 and entry_a not in _entries(d, "optimize-")
+    (entry_b,) = _entries(d, "optimize-")
+    os.utime(os.path.join(d, entry_b), (1, 1))
+    passes.optimize(rly.parse(b_src))                      # a hit marks it recently used
+    assert delta("hits") == 1 and os.path.getmtime(os.path.join(d, entry_b)) > 1
+    monkeypatch.setenv("RELAY_IR_OPT_CACHE_MB", "not a number")   # the default
+    from relay_ir.runtime.kernel_cache import size_limit_mb
+    assert size_limit_mb(oc.SIZE_ENV_VAR, oc.DEFAULT_SIZE_MB) == oc.DEFAULT_SIZE_MB * 2 ** 20
+
+
 def test_optimize_hit_takes_spans_from_the_callers_source(opt_cache) -> None:
     d, delta = opt_cache
     passes.optimize(_grad(name="first.rly"))
