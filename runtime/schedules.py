@@ -1003,6 +1003,15 @@ def schedule_cpu(func: Any, kind: str = "", report: list[str] | None = None,
     ``serial``: no parallel loops at all.
     """
     func = unaligned_params(func)
+    if scalar_func(func):
+        # NOTE: nothing to split, vectorize or parallelize; the one-element intermediates are
+        # stack slots that LLVM keeps in registers. Inlining them (one s_tir compute_inline a
+        # block, each costing time in the block count) only made large scalar groups slow to
+        # compile: W6's unrolled 1000-step gradient spent 11 s in 12,000 inlines. Decided
+        # before work_volume, which makes a Schedule of every block.
+        if report is not None:
+            report.append("scalar")
+        return _tvm().IRModule({"main": func})
     vol = work_volume(func) if serial_below else None
     _SERIAL[0] = serial or (vol is not None and vol < serial_below)
     try:
@@ -1302,14 +1311,6 @@ def _pool_nchwc_plan(sch: Any) -> None:
 
 def _schedule_cpu(func: Any, kind: str, report: list[str] | None) -> Any:
     tvm = _tvm()
-    if scalar_func(func):
-        # NOTE: nothing to split, vectorize or parallelize; the one-element intermediates are
-        # stack slots that LLVM keeps in registers. Inlining them (one s_tir compute_inline a
-        # block, each costing time in the block count) only made large scalar groups slow to
-        # compile: W6's unrolled 1000-step gradient spent 11 s in 12,000 inlines.
-        if report is not None:
-            report.append("scalar")
-        return tvm.IRModule({"main": func})
     strategies: list[tuple[str, Callable[[Any], Any]]] = [
         ("conv-nchwc", _nchwc_plan),
         ("conv-depthwise", _depthwise_plan),
