@@ -240,12 +240,12 @@ class _TailCall:
 class _Trial:
     """A recursive function being unrolled on trial: what to restore if it does not fit.
 
-    ``limit`` is the residual binding count past which the unrolling is abandoned; ``mark``
-    the length of the residual scope ``bindings`` when it began; ``journal`` the partial
-    values that were given residual atoms since (``(pvalue, dyn, scope)`` before the change).
+    ``funcs`` the functions of the loop (its entry and those it tail-calls); ``limit`` the
+    residual binding count past which the unrolling is abandoned; ``mark`` the length of the
+    residual scope ``bindings`` when it began; ``jmark`` that of the evaluator's journal.
     """
 
-    __slots__ = ("funcs", "limit", "emitted", "fuel", "store", "bindings", "mark", "journal")
+    __slots__ = ("funcs", "limit", "emitted", "fuel", "store", "bindings", "mark", "jmark")
 
     def __init__(self, func: Function, pe: _PE):
         self.funcs = {func}
@@ -255,7 +255,7 @@ class _Trial:
         self.store = dict(pe.store)
         self.bindings = pe.sb.bindings
         self.mark = len(pe.sb.bindings)
-        self.journal: list[tuple[PValue, Expr | None, list | None]] = []
+        self.jmark = len(pe.journal)
 
 
 class _Rollback(Exception):
@@ -279,6 +279,9 @@ class _PE:
         self.unroll_budget = unroll_budget
         self.trials: list[_Trial] = []
         self.emitted = 0
+        # NOTE: while a trial runs, the partial values given residual atoms, with what they
+        # held before (`(pvalue, dyn, scope)`): a failed trial puts those back
+        self.journal: list[tuple[PValue, Expr | None, list | None]] = []
         self.depth = 0
         self.store: dict[int, PValue] = {}
         self.next_key = 0
@@ -431,10 +434,14 @@ class _PE:
                 self._reify_one(p)
         return pv.dyn  # type: ignore[return-value]
 
+    def _journal(self, p: PValue) -> None:
+        """Remember ``p``'s residual atom before it changes, if a trial may have to undo it."""
+        if self.trials:
+            self.journal.append((p, p.dyn, p.scope))
+
     def _reify_one(self, p: PValue) -> None:
         s = p.static
-        if self.trials:
-            self.trials[-1].journal.append((p, p.dyn, p.scope))
+        self._journal(p)
         if isinstance(s, STensor):
             if s.symbolic:  # NOTE: stays marked, so later passes may still drop it
                 od = get_opdef("zeros")
@@ -470,8 +477,7 @@ class _PE:
         self.tsub = clo.env.tsub
         var = Var("f", self._closed_type(f.checked_type_), span=f.span)
         self.tsub = saved_tsub
-        if self.trials:
-            self.trials[-1].journal.append((p, p.dyn, p.scope))
+        self._journal(p)
         p.dyn, p.scope = var, self.open[-1]  # NOTE: set first: recursive references use `var`
         env = Env(clo.env)
         saved_tvars, saved_tsub = self.bound_tvars, self.tsub
@@ -698,18 +704,17 @@ class _PE:
             if e.trial is not trial:
                 raise
             del trial.bindings[trial.mark:]
-            for p, dyn, scope in reversed(trial.journal):
+            for p, dyn, scope in reversed(self.journal[trial.jmark:]):
                 p.dyn, p.scope = dyn, scope
+            del self.journal[trial.jmark:]
             self.store = trial.store
             self.fuel = trial.fuel
             self.emitted = trial.emitted
             return None
         finally:
             self.trials.pop()
-        if self.trials:  # NOTE: an enclosing trial that fails undoes these too
-            outer = self.trials[-1]
-            outer.journal.extend(trial.journal)
-            outer.funcs |= trial.funcs
+            if not self.trials:  # NOTE: kept while an enclosing trial may still fail
+                self.journal.clear()
         return out
 
     def _inline(self, func: Function, env: Env, args: list[PValue]) -> Gen:
