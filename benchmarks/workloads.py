@@ -798,17 +798,24 @@ def w5_impls() -> list[Impl]:
 
 
 # ============================================================================ W6
-W6_SRC = HDR + """def @loop(%x: float32, %i: float32, %acc: float32) -> float32 {
-  if (%i >= 1000f) {
+def w6_source(bound: str = "1000f") -> str:
+    """W6's loop with the trip count ``bound``: a constant (``"1000f"``), or ``"%n"``, a
+    parameter of ``@main`` passed along the loop (known only at run time: nothing unrolls it)."""
+    n_param, n_arg = (", %n: float32", ", %n") if bound == "%n" else ("", "")
+    return HDR + f"""def @loop(%x: float32{n_param}, %i: float32, %acc: float32) -> float32 {{
+  if (%i >= {bound}) {{
     %acc
-  } else {
-    @loop(%x, %i + 1f, %acc + sin(%x * %i) * 0.001f)
-  }
-}
+  }} else {{
+    @loop(%x{n_arg}, %i + 1f, %acc + sin(%x * %i) * 0.001f)
+  }}
+}}
 
-def @main(%x: float32) -> float32 {
-  @loop(%x, 0f, 0f)
-}"""
+def @main(%x: float32{n_param}) -> float32 {{
+  @loop(%x{n_arg}, 0f, 0f)
+}}"""
+
+
+W6_SRC = w6_source()
 
 
 def w6_impls(compiled: bool = True) -> list[Impl]:
@@ -838,13 +845,7 @@ def w6_impls(compiled: bool = True) -> list[Impl]:
         # so this is the executor's cost per step (the tape rule's forward and backward loops)
         import relay_ir as rly
         from relay_ir import passes, runtime
-        src = W6_SRC.replace("%i >= 1000f", "%i >= %n").replace(
-            "@loop(%x: float32, %i: float32, %acc: float32)",
-            "@loop(%x: float32, %n: float32, %i: float32, %acc: float32)").replace(
-            "@loop(%x, %i + 1f", "@loop(%x, %n, %i + 1f").replace(
-            "def @main(%x: float32) -> float32 {\n  @loop(%x, 0f, 0f)",
-            "def @main(%x: float32, %n: float32) -> float32 {\n  @loop(%x, %n, 0f, 0f)")
-        g = passes.optimize(passes.gradient(rly.parse(src), entry="main"))
+        g = passes.optimize(passes.gradient(rly.parse(w6_source("%n")), entry="main"))
         run = runtime.build(g, target="llvm", **build_kw())
         xa, na = np.array(x), np.array(F32(1000))
         return lambda: run(xa, na)[1][0]

@@ -583,6 +583,14 @@ def clamp_keep_nan(v: Any, lo: float, hi: float) -> Any:
     return tirx.max(_f32(lo), tirx.min(_f32(hi), v))
 
 
+def _horner(coefs: Sequence[float], v: Any) -> Any:
+    """``sum(coefs[k] * v**k)`` by Horner's rule (float32 constants)."""
+    p = _f32(coefs[-1])
+    for c in reversed(coefs[:-1]):
+        p = p * v + _f32(c)
+    return p
+
+
 def _exp_reduce(u: Any, negate: bool = False) -> tuple[Any, Any]:
     """``(p, nbits)`` with ``exp(s u) = p * 2**n`` (``s = -1`` when ``negate``), where ``p =
     exp(r)`` by the polynomial and ``nbits`` is an int32 whose low 9 bits hold ``n`` (the bits of
@@ -598,10 +606,7 @@ def _exp_reduce(u: Any, negate: bool = False) -> tuple[Any, Any]:
         r = u + nf * _f32(_LN2_HI) + nf * _f32(_LN2_LO)
     else:
         r = u - nf * _f32(_LN2_HI) - nf * _f32(_LN2_LO)
-    coefs = [c * (sgn ** k) for k, c in enumerate(_EXP_POLY)]
-    p = _f32(coefs[-1])
-    for c in reversed(coefs[:-1]):
-        p = p * r + _f32(c)
+    p = _horner([c * (sgn ** k) for k, c in enumerate(_EXP_POLY)], r)
     return p, tirx.reinterpret("int32", t)
 
 
@@ -660,13 +665,6 @@ _TANH_NUM = (1.0, 0.1338086575269699, 0.0034952210262417793, 2.0596715330611914e
              1.3327466241719321e-08)
 _TANH_DEN = (1.0, 0.46714189648628235, 0.025876035913825035, 0.00032847505644895136,
              7.767453098495025e-07)
-
-
-def _horner(coefs: Sequence[float], v: Any) -> Any:
-    p = _f32(coefs[-1])
-    for c in reversed(coefs[:-1]):
-        p = p * v + _f32(c)
-    return p
 
 
 def tanh_f32(x: Any) -> Any:
