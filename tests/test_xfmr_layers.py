@@ -1,9 +1,8 @@
-"""The transformer layers of benchmarks/models.py (BERT encoder layer, GPT-2 block), small:
+"""The transformer layers of benchmarks/nets.py (BERT encoder layer, GPT-2 block), small:
 compiled with their weights bound equals the interpreter; and the row-wise (softmax) schedule
 over 3-d attention scores."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import sys
@@ -19,16 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _bench_models():  # type: ignore[no-untyped-def]
-    # NOTE: examples/ has a `models` module too: load this one under its own name
-    name = "relay_ir_bench_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(ROOT, "benchmarks", "models.py"))
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = mod    # NOTE: dataclasses look their module up
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import nets
+    return nets
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
