@@ -342,9 +342,7 @@ class FuseOps(Pass):
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
         if ctx.opt_level < self.fuse_opt_level:
             return mod
-        depth = int(ctx.config.get("fuse-ops.max_depth", self.max_depth))
-        if depth < 1:
-            raise ValueError(f"fuse-ops: max_depth must be at least 1, got {depth}")
+        depth = ctx.config_int("fuse-ops.max_depth", self.max_depth, minimum=1)
         fuser = _SpineFuser(depth)
         changed = {}
         for name, fn in mod.functions.items():

@@ -1159,7 +1159,7 @@ class PartialEvaluate(FunctionPass):
         """``func`` partially evaluated (primitive functions are kept as they are)."""
         if func.is_primitive:
             return func
-        budget = int(ctx.config.get("partial-eval.unroll_budget", self.unroll_budget))
+        budget = ctx.config_int("partial-eval.unroll_budget", self.unroll_budget)
         return partial_eval_function(func, mod, fuel=self.fuel, max_depth=self.max_depth,
                                      unroll_budget=budget,
                                      unsafe_math=unsafe_math(ctx))

@@ -12,7 +12,7 @@ import gc
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
-from relay_ir.errors import DiagnosticError, PassError
+from relay_ir.errors import ConfigError, DiagnosticError, PassError
 from relay_ir.expr import Function
 from relay_ir.module import IRModule
 
@@ -58,6 +58,21 @@ class PassContext:
         self.instruments = tuple(instruments)
         self.config = dict(config or {})
         self._tokens: list[contextvars.Token] = []
+
+    def config_int(self, key: str, default: int, minimum: int = 0) -> int:
+        """The integer option ``key`` of ``config`` (``default`` when absent); a value that is
+        not an integer of at least ``minimum`` is a :class:`ConfigError` naming the key."""
+        raw = self.config.get(key, default)
+        try:
+            value = int(raw)
+            if value != raw and not isinstance(raw, str):
+                raise ValueError
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value < minimum:
+            raise ConfigError(f"PassContext config {key!r}: expected an integer >= "
+                                  f"{minimum}, got {raw!r}")
+        return value
 
     @classmethod
     def current(cls) -> PassContext:

@@ -107,6 +107,10 @@ class InternalError(Exception):
     """A bug in relay_ir itself (not the user's fault)."""
 
 
+class ConfigError(DiagnosticError, ValueError):
+    """A bad setting: a PassContext option or an environment variable of the wrong form."""
+
+
 _ON = ("1", "on", "true", "yes")
 _OFF = ("0", "off", "false", "no")
 
@@ -114,7 +118,7 @@ _OFF = ("0", "off", "false", "no")
 def env_switch(name: str, default: bool = True) -> bool:
     """An on/off environment variable: ``1``/``on``/``true``/``yes`` or ``0``/``off``/
     ``false``/``no`` (any case); unset or empty means ``default``; anything else is a
-    :class:`DiagnosticError` naming the variable (a typo must not flip a switch silently)."""
+    :class:`ConfigError` naming the variable (a typo must not flip a switch silently)."""
     import os
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
@@ -123,5 +127,5 @@ def env_switch(name: str, default: bool = True) -> bool:
         return True
     if raw in _OFF:
         return False
-    raise DiagnosticError(f"environment variable {name}={os.environ[name]!r}: expected one of "
+    raise ConfigError(f"environment variable {name}={os.environ[name]!r}: expected one of "
                           f"{', '.join(_ON)} (on) or {', '.join(_OFF)} (off)")

@@ -274,6 +274,23 @@ def test_optimize_returns_its_own_recent_result_as_it_is() -> None:
     assert passes.optimize(rly.parse(SRC)) is not out   # equal text, another object: run
 
 
+@pytest.mark.parametrize("key,bad", [("partial-eval.unroll_budget", "lots"),
+                                     ("partial-eval.unroll_budget", -1),
+                                     ("partial-eval.unroll_budget", 2.5),
+                                     ("fuse-ops.max_depth", 0), ("fuse-ops.max_depth", None)])
+def test_integer_options_of_the_wrong_form_name_their_key(key: str, bad: object) -> None:
+    from relay_ir import passes
+    from relay_ir.errors import ConfigError
+    from relay_ir.passes.fuse_ops import fuse_ops
+    mod = rly.parse(SRC)
+    with PassContext(config={key: bad}):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:
+            fuse_ops(passes.optimize(mod)) if key.startswith("fuse") else passes.optimize(mod)
+    assert repr(bad) in err.value.message
+    with PassContext(config={key: "7"}):      # an integer written as text is taken
+        assert PassContext.current().config_int(key, 1) == 7
+
+
 def test_run_pass_rejects_non_modules() -> None:
     with pytest.raises(TypeError, match="expects an IRModule"):
         run_pass(get_pass("dce"), Var("x"), PassContext.current())  # type: ignore[arg-type]
