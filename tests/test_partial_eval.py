@@ -764,26 +764,14 @@ def test_a_loop_with_a_static_bound_still_unrolls() -> None:
 # ----------------------------------------------------------------------------- loop unrolling
 # A recursion entered from outside with static control is unrolled on trial: whole when it ends
 # within the fuel, depth and `unroll_budget` bounds, else undone and left as one call.
-LOOP_SRC = """#[version = "0.0.5"]
-def @loop(%x: float32, %i: float32, %acc: float32) -> float32 {
-  if (%i >= %N) {
-    %acc
-  } else {
-    @loop(%x, %i + 1f, %acc + sin(%x * %i) * 0.001f)
-  }
-}
-
-def @main(%x: float32) -> float32 {
-  @loop(%x, 0f, 0f)
-}"""
-
-
 def _loop_mod(n: int) -> IRModule:
     from relay_ir import parser
     from relay_ir.passes import ToANormalForm
-    # NOTE: A-normal form writes the recursive call as `let %r = if (..) {..}; %r`, the form the
-    # default pipeline hands to partial evaluation
-    return ToANormalForm()(parser.parse(LOOP_SRC.replace("%N", f"{n}f")))
+    from util_grad import wl
+    # NOTE: W6's loop (benchmarks/workloads.py) with trip count n; A-normal form writes the
+    # recursive call as `let %r = if (..) {..}; %r`, the form the default pipeline hands to
+    # partial evaluation
+    return ToANormalForm()(parser.parse(wl.w6_source(f"{n}f")))
 
 
 def _global_calls(fn: Function) -> list[Call]:
